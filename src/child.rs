@@ -1,0 +1,142 @@
+//! The jail side. After clone this process is PID 1 of the new namespaces; it assembles
+//! the jail, then forks: the fork becomes the program, this process stays as init.
+//! Every step runs in the order below.
+
+use crate::channel::{ChildEnd, Message};
+use crate::error::{Context, Error, Result};
+use crate::plan::Plan;
+use crate::{fds, init, mnt, net, privs, sys, user, uts};
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::unistd::execve;
+use std::ffi::CString;
+use std::path::Path;
+
+/// Entry point in the cloned child; never returns.
+pub fn run(plan: &Plan, channel: ChildEnd) -> ! {
+    match assemble_jail(plan, &channel) {
+        Ok(()) => {}
+        Err(err) => {
+            channel.send(&Message::SetupError(err.to_string()));
+            sys::exit_now(125);
+        }
+    }
+    match sys::fork_process() {
+        Ok(Some(program)) => init::run(program, &channel),
+        Ok(None) => become_program(plan, &channel),
+        Err(errno) => {
+            channel.send(&Message::SetupError(
+                Error::os("fork the program inside the jail", errno).to_string(),
+            ));
+            sys::exit_now(125);
+        }
+    }
+}
+
+/// namespaces → identity → mounts → pivot_root, done once for the jail by its init.
+fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
+    // Die with brig. Then wait until brig has written the id maps: until then this
+    // process has no identity in its user namespace.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context(|| "set the parent-death signal".into())?;
+    if !channel.wait_for_go() {
+        sys::exit_now(125);
+    }
+    // Identity comes first: in a user namespace a file can only be created by an owner
+    // the namespace maps, and as root brig's own uid is not mapped. Capabilities stay,
+    // since the jail user is not uid 0 of the namespace. Changing ids clears the
+    // parent-death signal, so it is set again, then checked against a race with brig's exit.
+    user::become_jail_user(&plan.identity)?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context(|| "set the parent-death signal".into())?;
+    if !channel.parent_alive() {
+        sys::exit_now(125);
+    }
+    fds::close_inherited(&channel.raw_fds())?;
+    // Namespaces: a new session without a controlling terminal, the hostname, lo.
+    nix::unistd::setsid().context(|| "start a new session".into())?;
+    uts::set_hostname(&plan.hostname)?;
+    if plan.namespaces.net {
+        net::loopback_up()?;
+    }
+    // Mounts, then pivot_root into the new root.
+    mnt::build_root(&plan.mounts)?;
+    // SIGCHLD joins the signals brig already blocked; init waits for them synchronously.
+    let mut blocked = init::forwarded_signals();
+    blocked.add(Signal::SIGCHLD);
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None).context(|| "block signals".into())?;
+    Ok(())
+}
+
+/// capabilities → no_new_privs → exec, in the program's process (which already has the
+/// jail's identity, see `assemble_jail`).
+fn become_program(plan: &Plan, channel: &ChildEnd) -> ! {
+    if let Err(err) = drop_privileges(plan) {
+        channel.send(&Message::SetupError(err.to_string()));
+        sys::exit_now(125);
+    }
+    sys::reset_signal_dispositions();
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    let (code, message) = exec_program(plan);
+    channel.send(&Message::ExecError { code, message });
+    sys::exit_now(code as i32);
+}
+
+fn drop_privileges(plan: &Plan) -> Result<()> {
+    privs::drop_all_capabilities()?;
+    privs::set_no_new_privs()?;
+    nix::unistd::chdir(&plan.chdir).map_err(|errno| {
+        Error::os(format!("--chdir {} inside the jail", plan.chdir.display()), errno)
+            .hint("pick a directory that exists in the jail, e.g. /tmp or one you --bind")
+    })
+}
+
+/// execve with a PATH search in the jail's own PATH. Returns only on failure, with the
+/// exit status to report (126 cannot execute, 127 not found) and a one-line message.
+fn exec_program(plan: &Plan) -> (u8, String) {
+    let program = &plan.command[0];
+    let argv: Vec<CString> = plan.command.iter().map(|arg| cstring(arg)).collect();
+    let envp: Vec<CString> = plan.env.iter().map(|var| cstring(var)).collect();
+    let path_var = plan
+        .env
+        .iter()
+        .find_map(|var| var.strip_prefix("PATH="))
+        .unwrap_or("");
+    let candidates: Vec<String> = if program.contains('/') {
+        vec![program.clone()]
+    } else {
+        path_var
+            .split(':')
+            .filter(|dir| !dir.is_empty())
+            .map(|dir| Path::new(dir).join(program).display().to_string())
+            .collect()
+    };
+    let mut first_error = None;
+    for candidate in &candidates {
+        let errno = match execve(&cstring(candidate), &argv, &envp) {
+            Err(errno) => errno,
+        };
+        if errno != Errno::ENOENT && errno != Errno::ENOTDIR {
+            first_error.get_or_insert((candidate.clone(), errno));
+        }
+    }
+    match first_error {
+        Some((path, errno)) => (
+            126,
+            format!("cannot execute {path} in the jail: {} ({errno:?})", errno.desc()),
+        ),
+        None if program.contains('/') => (
+            127,
+            format!("{program}: not found in the jail; bind it in with --ro-bind or check the path"),
+        ),
+        None => (
+            127,
+            format!(
+                "{program}: not found in the jail's PATH ({path_var}); use an absolute path or bind it in with --ro-bind"
+            ),
+        ),
+    }
+}
+
+fn cstring(text: &str) -> CString {
+    // The plan rejected NUL bytes.
+    CString::new(text).unwrap_or_default()
+}

@@ -1,0 +1,136 @@
+//! Where options come from: built-in profiles (compiled in from `configs/`), a YAML
+//! `--config` file, and the command line, layered in that order.
+
+use crate::error::{Error, Result};
+use crate::options::JailOptions;
+use std::path::Path;
+
+/// The shipped profiles, name and YAML text.
+pub const PROFILES: &[(&str, &str)] = &[
+    ("python", include_str!("../configs/python.yaml")),
+    ("node", include_str!("../configs/node.yaml")),
+    ("shell", include_str!("../configs/shell.yaml")),
+];
+
+/// Layers profile < config file < command line into one set of options.
+pub fn resolve(config_file: Option<&Path>, cli: JailOptions) -> Result<JailOptions> {
+    let file = match config_file {
+        Some(path) => load_file(path)?,
+        None => JailOptions::default(),
+    };
+    let profile_name = cli.profile.clone().or_else(|| file.profile.clone());
+    let profile = match profile_name {
+        Some(name) => load_profile(&name)?,
+        None => JailOptions::default(),
+    };
+    Ok(profile.overlay(file).overlay(cli))
+}
+
+pub fn load_profile(name: &str) -> Result<JailOptions> {
+    let (_, text) = PROFILES
+        .iter()
+        .find(|(known, _)| *known == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = PROFILES.iter().map(|(known, _)| *known).collect();
+            Error::input(format!(
+                "--profile: unknown profile '{name}'; choose one of {}",
+                names.join(", ")
+            ))
+        })?;
+    let options = parse(text, &format!("profile {name}"))?;
+    if options.profile.is_some() {
+        return Err(Error::input(format!("profile {name}: profiles cannot name a profile")));
+    }
+    Ok(options)
+}
+
+fn load_file(path: &Path) -> Result<JailOptions> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        Error::input(format!(
+            "--config {}: cannot read it: {err}; give the path of a readable YAML file",
+            path.display()
+        ))
+    })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses YAML options; an error becomes one line: `origin:line:column: message (at `text`)`.
+pub fn parse(text: &str, origin: &str) -> Result<JailOptions> {
+    if text.trim().is_empty() {
+        return Ok(JailOptions::default());
+    }
+    serde_saphyr::from_str::<JailOptions>(text).map_err(|err| {
+        // serde-saphyr renders a multi-line snippet; keep its first line without the
+        // "error: line L column C:" prefix, and quote the offending source line instead.
+        let rendered = err.to_string();
+        let first_line = rendered.lines().next().unwrap_or_default();
+        let message = first_line
+            .split_once(": ")
+            .map(|(_, rest)| rest)
+            .map(|rest| match rest.split_once(": ") {
+                Some((position, detail)) if position.starts_with("line ") => detail,
+                _ => rest,
+            })
+            .unwrap_or(first_line)
+            .trim_start_matches("error: ");
+        match err.location() {
+            Some(at) => {
+                let source_line = text.lines().nth(at.line().saturating_sub(1) as usize);
+                let quoted = source_line
+                    .map(|line| format!(" (at `{}`)", line.trim()))
+                    .unwrap_or_default();
+                Error::input(format!(
+                    "{origin}:{}:{}: {message}{quoted}",
+                    at.line(),
+                    at.column()
+                ))
+            }
+            None => Error::input(format!("{origin}: {message}")),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_profile_parses() {
+        for (name, _) in PROFILES {
+            let options = load_profile(name).unwrap();
+            assert!(!options.command.is_empty(), "profile {name} has no command");
+        }
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = parse("uid: 5\nbogus: 1\n", "c.yaml").unwrap_err();
+        let text = err.message();
+        assert!(text.starts_with("c.yaml:2:1: unknown field `bogus`"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_names_line_and_key() {
+        let err = parse("net: none\nuid: alice\n", "c.yaml").unwrap_err();
+        let text = err.message();
+        assert!(text.starts_with("c.yaml:2:"), "{text}");
+        assert!(text.contains("`uid: alice`"), "{text}");
+    }
+
+    #[test]
+    fn bad_duration_is_explained() {
+        let err = parse("time-limit: 5x\n", "c.yaml").unwrap_err();
+        assert!(err.message().contains("not a duration"), "{}", err.message());
+    }
+
+    #[test]
+    fn cli_overrides_file_and_lists_append() {
+        let file = parse("uid: 5\nenv: [A=1]\ncommand: [sh]\n", "f").unwrap();
+        let cli = parse("uid: 7\nenv: [B=2]\n", "cli").unwrap();
+        let merged = file.overlay(cli);
+        assert_eq!(merged.uid, Some(7));
+        assert_eq!(merged.env, vec!["A=1", "B=2"]);
+        assert_eq!(merged.command, vec!["sh"]);
+    }
+}

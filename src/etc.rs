@@ -1,0 +1,44 @@
+//! The jail's synthesized /etc: just enough for user lookups and name resolution,
+//! nothing copied from the host's /etc.
+
+use std::path::{Path, PathBuf};
+
+pub struct Account<'a> {
+    pub user: &'a str,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: &'a Path,
+    pub hostname: &'a str,
+}
+
+/// (path inside the jail, contents) of every generated /etc file.
+pub fn files(account: &Account) -> Vec<(PathBuf, String)> {
+    let Account {
+        user,
+        uid,
+        gid,
+        home,
+        hostname,
+    } = account;
+    let home = home.display();
+    let mut passwd = format!("{user}:x:{uid}:{gid}:{user}:{home}:/bin/sh\n");
+    if *uid != 65534 {
+        passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    }
+    let mut group = format!("{user}:x:{gid}:\n");
+    if *gid != 65534 {
+        group.push_str("nogroup:x:65534:\n");
+    }
+    let hosts = format!(
+        "127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    );
+    let nsswitch = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n\
+                    networks: files\nprotocols: files\nservices: files\n";
+    vec![
+        ("/etc/passwd".into(), passwd),
+        ("/etc/group".into(), group),
+        ("/etc/hosts".into(), hosts),
+        ("/etc/hostname".into(), format!("{hostname}\n")),
+        ("/etc/nsswitch.conf".into(), nsswitch.into()),
+    ]
+}

@@ -1,0 +1,71 @@
+//! The jail's PID 1: forwards signals to the program, reaps zombies, and exits with the
+//! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
+
+use crate::channel::{ChildEnd, Message};
+use crate::{privs, sys};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// The signals brig and the jail's init pass on to the program.
+pub fn forwarded_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for signal in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        set.add(signal);
+    }
+    set
+}
+
+pub fn run(program: Pid, channel: &ChildEnd) -> ! {
+    // Init needs no privilege from here on. Undumpable, so the program cannot ptrace it
+    // or read its memory or environment (brig's) through /proc/1.
+    let _ = nix::sys::prctl::set_name(c"brig-init");
+    let hardened = privs::drop_all_capabilities()
+        .and_then(|()| privs::set_no_new_privs())
+        .and_then(|()| {
+            nix::sys::prctl::set_dumpable(false).map_err(|errno| {
+                crate::error::Error::os("make the jail's init undumpable", errno)
+            })
+        });
+    if let Err(err) = hardened {
+        let _ = kill(program, Signal::SIGKILL);
+        channel.send(&Message::SetupError(err.to_string()));
+        sys::exit_now(125);
+    }
+    let mut waited = forwarded_signals();
+    waited.add(Signal::SIGCHLD);
+    loop {
+        match waited.wait() {
+            Ok(Signal::SIGCHLD) => reap(program, channel),
+            Ok(signal) => {
+                let _ = kill(program, signal);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Reaps every exited child; when it is the program, reports its status and exits.
+fn reap(program: Pid, channel: &ChildEnd) {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == program => {
+                channel.send(&Message::Exited(code));
+                sys::exit_now(code);
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == program => {
+                channel.send(&Message::Signaled(signal as i32));
+                sys::exit_now(128 + signal as i32);
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}

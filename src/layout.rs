@@ -1,0 +1,209 @@
+//! The jail's filesystem as an ordered list of mount operations, planned in the parent
+//! from the host's layout and the options, executed in order by `mnt` in the child.
+
+use crate::units::Size;
+use serde::{Serialize, Serializer};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum MountOp {
+    /// The jail's root: a fresh tmpfs, made read-only once everything is mounted.
+    RootTmpfs { size: Size },
+    /// The jail's root: a prepared directory, bound read-only.
+    RootBind { src: PathBuf },
+    Dir {
+        dst: PathBuf,
+    },
+    Symlink {
+        dst: PathBuf,
+        target: PathBuf,
+    },
+    /// A host file or directory bound in, nosuid and nodev, read-only unless `writable`.
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        writable: bool,
+        #[serde(skip)]
+        is_dir: bool,
+    },
+    /// A host device node (null, zero, ...) bound onto an empty file.
+    Device { src: PathBuf, dst: PathBuf },
+    Tmpfs {
+        dst: PathBuf,
+        size: Size,
+        #[serde(serialize_with = "octal")]
+        mode: u32,
+        /// Owner inside the jail; the mounting user when absent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        owner: Option<Owner>,
+        exec: bool,
+    },
+    Proc {
+        dst: PathBuf,
+    },
+    Devpts {
+        dst: PathBuf,
+    },
+    /// A small file brig writes into the (still writable) root, e.g. /etc/passwd.
+    File { dst: PathBuf, contents: String },
+}
+
+impl MountOp {
+    /// Where in the jail this operation acts.
+    pub fn dst(&self) -> &Path {
+        match self {
+            MountOp::RootTmpfs { .. } | MountOp::RootBind { .. } => Path::new("/"),
+            MountOp::Dir { dst }
+            | MountOp::Symlink { dst, .. }
+            | MountOp::Bind { dst, .. }
+            | MountOp::Device { dst, .. }
+            | MountOp::Tmpfs { dst, .. }
+            | MountOp::Proc { dst }
+            | MountOp::Devpts { dst }
+            | MountOp::File { dst, .. } => dst,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+fn octal<S: Serializer>(mode: &u32, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&format_args!("{mode:04o}"))
+}
+
+/// Host directories bound read-only by default; merged-/usr symlinks stay symlinks.
+const HOST_SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+
+/// Host files and directories that make up the default /etc besides the generated files.
+const HOST_ETC_ENTRIES: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ssl/certs",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust/extracted",
+];
+
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+pub struct Inputs<'a> {
+    pub tmpfs_size: Size,
+    pub home: &'a Path,
+    pub uid: u32,
+    pub gid: u32,
+    pub etc_files: Vec<(PathBuf, String)>,
+}
+
+/// The root built from the host's /usr and friends plus a synthesized /etc.
+pub fn host_root(inputs: &Inputs) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::RootTmpfs { size: Size(1 << 20) }];
+    for dir in HOST_SYSTEM_DIRS {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    ops.push(MountOp::Symlink {
+                        dst: path.into(),
+                        target,
+                    });
+                }
+            }
+            Ok(meta) if meta.is_dir() => ops.push(host_bind(path, false, true)),
+            _ => {}
+        }
+    }
+    ops.push(MountOp::Dir { dst: "/etc".into() });
+    for (dst, contents) in &inputs.etc_files {
+        ops.push(MountOp::File {
+            dst: dst.clone(),
+            contents: contents.clone(),
+        });
+    }
+    for entry in HOST_ETC_ENTRIES {
+        if let Ok(meta) = std::fs::metadata(entry) {
+            ops.push(host_bind(Path::new(entry), false, meta.is_dir()));
+        }
+    }
+    push_runtime_mounts(&mut ops, inputs);
+    ops
+}
+
+/// A prepared root: only the runtime mounts go on top, onto mount points it must have.
+pub fn prepared_root(rootfs: &Path, inputs: &Inputs) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::RootBind { src: rootfs.into() }];
+    push_runtime_mounts(&mut ops, inputs);
+    ops
+}
+
+/// /proc, /dev, /tmp and the home directory: fresh for every jail.
+fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
+    ops.push(MountOp::Proc {
+        dst: "/proc".into(),
+    });
+    ops.push(MountOp::Tmpfs {
+        dst: "/dev".into(),
+        size: Size(64 << 10),
+        mode: 0o755,
+        owner: None,
+        exec: false,
+    });
+    for device in DEVICES {
+        let path = Path::new("/dev").join(device);
+        ops.push(MountOp::Device {
+            src: path.clone(),
+            dst: path,
+        });
+    }
+    ops.push(MountOp::Devpts {
+        dst: "/dev/pts".into(),
+    });
+    let links = [
+        ("/dev/ptmx", "pts/ptmx"),
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ];
+    for (dst, target) in links {
+        ops.push(MountOp::Symlink {
+            dst: dst.into(),
+            target: target.into(),
+        });
+    }
+    ops.push(MountOp::Tmpfs {
+        dst: "/dev/shm".into(),
+        size: inputs.tmpfs_size,
+        mode: 0o1777,
+        owner: None,
+        exec: false,
+    });
+    ops.push(MountOp::Tmpfs {
+        dst: "/tmp".into(),
+        size: inputs.tmpfs_size,
+        mode: 0o1777,
+        owner: None,
+        exec: true,
+    });
+    ops.push(MountOp::Tmpfs {
+        dst: inputs.home.into(),
+        size: inputs.tmpfs_size,
+        mode: 0o700,
+        owner: Some(Owner {
+            uid: inputs.uid,
+            gid: inputs.gid,
+        }),
+        exec: true,
+    });
+}
+
+fn host_bind(path: &Path, writable: bool, is_dir: bool) -> MountOp {
+    MountOp::Bind {
+        src: path.into(),
+        dst: path.into(),
+        writable,
+        is_dir,
+    }
+}

@@ -1,0 +1,140 @@
+//! The jail's options: one struct that is both the `brig run` command line and the YAML
+//! config schema, so every option has the same name in both places.
+
+use crate::units::{Size, Span};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetMode {
+    /// A private network namespace with only `lo`, up.
+    #[default]
+    None,
+    /// Share the host's network namespace (reported as a warning).
+    Host,
+}
+
+#[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct JailOptions {
+    /// Start from a built-in profile: python, node or shell.
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+
+    /// Network: `none` (private namespace with only lo) or `host`.
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net: Option<NetMode>,
+
+    /// User id inside the jail [default: 1000].
+    #[arg(long, value_name = "UID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+
+    /// Group id inside the jail [default: 1000].
+    #[arg(long, value_name = "GID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+
+    /// Host uid the jail user maps to when brig runs as root [default: 65534].
+    #[arg(long, value_name = "UID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_uid: Option<u32>,
+
+    /// Host gid the jail group maps to when brig runs as root [default: 65534].
+    #[arg(long, value_name = "GID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_gid: Option<u32>,
+
+    /// Hostname inside the jail [default: brig].
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+
+    /// Use a prepared root filesystem, bound read-only as `/`, instead of the host's /usr.
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<PathBuf>,
+
+    /// Bind a host path read-only into the jail (repeatable).
+    #[arg(long = "ro-bind", value_name = "SRC[:DST]")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ro_bind: Vec<String>,
+
+    /// Bind a host path read-write into the jail (repeatable).
+    #[arg(long, value_name = "SRC[:DST]")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bind: Vec<String>,
+
+    /// Mount a fresh tmpfs at DST, SIZE defaults to --tmpfs-size (repeatable).
+    #[arg(long, value_name = "DST[:SIZE]")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tmpfs: Vec<String>,
+
+    /// Size of /tmp, the home directory and /dev/shm [default: 64M].
+    #[arg(long, value_name = "SIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tmpfs_size: Option<Size>,
+
+    /// Working directory inside the jail [default: the home directory].
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<PathBuf>,
+
+    /// Set an environment variable inside the jail (repeatable).
+    #[arg(long, value_name = "K=V")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+
+    /// Pass a variable from brig's environment into the jail, if set (repeatable).
+    #[arg(long, value_name = "NAME")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_pass: Vec<String>,
+
+    /// Kill the whole jail after this much wall-clock time (e.g. 5s, 1500ms, 2m).
+    #[arg(long, value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<Span>,
+
+    /// The program to run and its arguments.
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
+impl JailOptions {
+    /// Layers `over` on top of `self`: a value set in `over` wins, lists are appended in
+    /// order, and a non-empty command replaces the one below.
+    pub fn overlay(self, over: JailOptions) -> JailOptions {
+        fn append(mut below: Vec<String>, above: Vec<String>) -> Vec<String> {
+            below.extend(above);
+            below
+        }
+        JailOptions {
+            profile: over.profile.or(self.profile),
+            net: over.net.or(self.net),
+            uid: over.uid.or(self.uid),
+            gid: over.gid.or(self.gid),
+            host_uid: over.host_uid.or(self.host_uid),
+            host_gid: over.host_gid.or(self.host_gid),
+            hostname: over.hostname.or(self.hostname),
+            rootfs: over.rootfs.or(self.rootfs),
+            ro_bind: append(self.ro_bind, over.ro_bind),
+            bind: append(self.bind, over.bind),
+            tmpfs: append(self.tmpfs, over.tmpfs),
+            tmpfs_size: over.tmpfs_size.or(self.tmpfs_size),
+            chdir: over.chdir.or(self.chdir),
+            env: append(self.env, over.env),
+            env_pass: append(self.env_pass, over.env_pass),
+            time_limit: over.time_limit.or(self.time_limit),
+            command: if over.command.is_empty() {
+                self.command
+            } else {
+                over.command
+            },
+        }
+    }
+}

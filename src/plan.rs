@@ -1,0 +1,432 @@
+//! The validated, fully resolved description of one jail. Everything the command line and
+//! config say is checked here, before any namespace exists; the child only executes it.
+
+use crate::error::{Error, Result};
+use crate::etc;
+use crate::layout::{self, MountOp};
+use crate::options::{JailOptions, NetMode};
+use crate::units::{Size, Span};
+use serde::Serialize;
+use std::path::{Component, Path, PathBuf};
+
+pub const DEFAULT_ID: u32 = 1000;
+pub const UNPRIVILEGED_HOST_ID: u32 = 65534;
+pub const DEFAULT_TMPFS_SIZE: Size = Size(64 << 20);
+pub const DEFAULT_HOSTNAME: &str = "brig";
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+const USER_NAME: &str = "sandbox";
+const MIN_TMPFS_SIZE: Size = Size(4 << 10);
+
+#[derive(Debug, Serialize)]
+pub struct Plan {
+    pub command: Vec<String>,
+    pub identity: Identity,
+    pub namespaces: Namespaces,
+    pub net: NetMode,
+    pub hostname: String,
+    pub time_limit: Option<Span>,
+    pub chdir: PathBuf,
+    /// `NAME=value`, the program's whole environment.
+    pub env: Vec<String>,
+    pub mounts: Vec<MountOp>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Identity {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    /// The host ids the jail's uid and gid map to; never 0.
+    pub host_uid: u32,
+    pub host_gid: u32,
+    /// brig runs as an unprivileged user: the jail maps to that user.
+    pub rootless: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Namespaces {
+    pub user: bool,
+    pub mount: bool,
+    pub pid: bool,
+    pub net: bool,
+    pub ipc: bool,
+    pub uts: bool,
+    pub cgroup: bool,
+    pub time: bool,
+}
+
+impl Plan {
+    pub fn resolve(options: JailOptions) -> Result<Plan> {
+        let command = options.command.clone();
+        if command.is_empty() {
+            return Err(Error::input(
+                "no program to run: give one after the options, e.g. `brig run -- python3 main.py`",
+            ));
+        }
+        let identity = resolve_identity(&options)?;
+        let net = options.net.unwrap_or_default();
+        let hostname = resolve_hostname(options.hostname.as_deref())?;
+        let tmpfs_size = options.tmpfs_size.unwrap_or(DEFAULT_TMPFS_SIZE);
+        check_tmpfs_size("--tmpfs-size", tmpfs_size)?;
+        if let Some(limit) = options.time_limit
+            && limit.0.is_zero()
+        {
+            return Err(Error::input("--time-limit: must be longer than 0; e.g. 5s"));
+        }
+
+        let inputs = layout::Inputs {
+            tmpfs_size,
+            home: &identity.home,
+            uid: identity.uid,
+            gid: identity.gid,
+            etc_files: etc::files(&etc::Account {
+                user: &identity.user,
+                uid: identity.uid,
+                gid: identity.gid,
+                home: &identity.home,
+                hostname: &hostname,
+            }),
+        };
+        let mut mounts = match &options.rootfs {
+            Some(dir) => {
+                let rootfs = existing_path("--rootfs", &dir.to_string_lossy())?;
+                if !rootfs.is_dir() {
+                    return Err(Error::input(format!(
+                        "--rootfs {}: not a directory; give the directory of a prepared root",
+                        dir.display()
+                    )));
+                }
+                layout::prepared_root(&rootfs, &inputs)
+            }
+            None => layout::host_root(&inputs),
+        };
+        let user_mounts = resolve_user_mounts(&options, tmpfs_size)?;
+        // A user mount replaces a default one at the same place (e.g. `--tmpfs /tmp:1G`).
+        mounts.retain(|op| !user_mounts.iter().any(|user| user.dst() == op.dst()));
+        mounts.extend(user_mounts);
+
+        let chdir = match &options.chdir {
+            Some(dir) => jail_path("--chdir", &dir.to_string_lossy())?,
+            None => identity.home.clone(),
+        };
+        let env = resolve_env(&options, &identity)?;
+        let mut warnings = Vec::new();
+        if net == NetMode::Host {
+            warnings.push("--net host: the jail shares the host's network namespace".into());
+        }
+        let namespaces = Namespaces {
+            user: true,
+            mount: true,
+            pid: true,
+            net: net == NetMode::None,
+            ipc: true,
+            uts: true,
+            cgroup: true,
+            time: Path::new("/proc/self/ns/time").exists(),
+        };
+        let plan = Plan {
+            command,
+            identity,
+            namespaces,
+            net,
+            hostname,
+            time_limit: options.time_limit,
+            chdir,
+            env,
+            mounts,
+            warnings,
+        };
+        plan.check_strings()?;
+        Ok(plan)
+    }
+
+    /// Every string ends up as a C string in the child; catch NUL bytes here.
+    fn check_strings(&self) -> Result<()> {
+        let with_nul = |what: &str, text: &str| {
+            if text.contains('\0') {
+                Err(Error::input(format!("{what}: contains a NUL byte; remove it")))
+            } else {
+                Ok(())
+            }
+        };
+        for arg in &self.command {
+            with_nul("program argument", arg)?;
+        }
+        for var in &self.env {
+            with_nul("--env", var)?;
+        }
+        with_nul("--hostname", &self.hostname)
+    }
+}
+
+fn resolve_identity(options: &JailOptions) -> Result<Identity> {
+    let uid = options.uid.unwrap_or(DEFAULT_ID);
+    let gid = options.gid.unwrap_or(DEFAULT_ID);
+    for (flag, id) in [("--uid", uid), ("--gid", gid)] {
+        if id == u32::MAX {
+            return Err(Error::input(format!("{flag} {id}: not a valid id; use e.g. 1000")));
+        }
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    let egid = nix::unistd::getegid().as_raw();
+    let rootless = euid != 0;
+    let (host_uid, host_gid) = if rootless {
+        for (flag, asked, own) in [
+            ("--host-uid", options.host_uid, euid),
+            ("--host-gid", options.host_gid, egid),
+        ] {
+            if asked.is_some_and(|id| id != own) {
+                return Err(Error::input(format!(
+                    "{flag}: only root can choose the host id; rootless brig maps the jail to your own id ({own}), drop the option"
+                )));
+            }
+        }
+        (euid, egid)
+    } else {
+        let host_uid = options.host_uid.unwrap_or(UNPRIVILEGED_HOST_ID);
+        let host_gid = options.host_gid.unwrap_or(UNPRIVILEGED_HOST_ID);
+        for (flag, id) in [("--host-uid", host_uid), ("--host-gid", host_gid)] {
+            if id == 0 || id == u32::MAX {
+                return Err(Error::input(format!(
+                    "{flag} {id}: the jail must not map to host root or an invalid id; use an unprivileged id such as 65534"
+                )));
+            }
+        }
+        (host_uid, host_gid)
+    };
+    Ok(Identity {
+        user: USER_NAME.into(),
+        uid,
+        gid,
+        home: Path::new("/home").join(USER_NAME),
+        host_uid,
+        host_gid,
+        rootless,
+    })
+}
+
+fn resolve_hostname(asked: Option<&str>) -> Result<String> {
+    let name = asked.unwrap_or(DEFAULT_HOSTNAME);
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !valid {
+        return Err(Error::input(format!(
+            "--hostname '{name}': use 1 to 64 letters, digits, '-' or '.'"
+        )));
+    }
+    Ok(name.into())
+}
+
+fn check_tmpfs_size(field: &str, size: Size) -> Result<()> {
+    if size < MIN_TMPFS_SIZE {
+        return Err(Error::input(format!(
+            "{field}: {size} bytes is too small; give at least {MIN_TMPFS_SIZE}, e.g. 64M"
+        )));
+    }
+    Ok(())
+}
+
+/// `--ro-bind`, `--bind` and `--tmpfs`, ordered so that a mount lands before those inside it.
+fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<MountOp>> {
+    let mut mounts = Vec::new();
+    for (flag, specs, writable) in [
+        ("--ro-bind", &options.ro_bind, false),
+        ("--bind", &options.bind, true),
+    ] {
+        for spec in specs {
+            let field = format!("{flag} {spec}");
+            let (src_text, dst_text) = match spec.split_once(':') {
+                Some((src, dst)) => (src, Some(dst)),
+                None => (spec.as_str(), None),
+            };
+            let src = existing_path(&field, src_text)?;
+            let dst = match dst_text {
+                Some(dst) => jail_path(&field, dst)?,
+                None if Path::new(src_text).is_absolute() => jail_path(&field, src_text)?,
+                None => src.clone(),
+            };
+            if dst == Path::new("/") {
+                return Err(Error::input(format!(
+                    "{field}: cannot bind over the jail's root; use --rootfs DIR"
+                )));
+            }
+            let is_dir = src.is_dir();
+            mounts.push(MountOp::Bind {
+                src,
+                dst,
+                writable,
+                is_dir,
+            });
+        }
+    }
+    for spec in &options.tmpfs {
+        let field = format!("--tmpfs {spec}");
+        let (dst_text, size) = match spec.rsplit_once(':') {
+            Some((dst, size)) => {
+                let size: Size = size
+                    .parse()
+                    .map_err(|why| Error::input(format!("{field}: {why}")))?;
+                check_tmpfs_size(&field, size)?;
+                (dst, size)
+            }
+            None => (spec.as_str(), tmpfs_size),
+        };
+        let dst = jail_path(&field, dst_text)?;
+        if dst == Path::new("/") {
+            return Err(Error::input(format!(
+                "{field}: the root is already a fresh tmpfs; pick a directory below it"
+            )));
+        }
+        mounts.push(MountOp::Tmpfs {
+            dst,
+            size,
+            mode: 0o755,
+            owner: None,
+            exec: true,
+        });
+    }
+    mounts.sort_by_key(|op| op.dst().components().count());
+    Ok(mounts)
+}
+
+/// A host path that must exist, made absolute with symlinks resolved.
+fn existing_path(field: &str, text: &str) -> Result<PathBuf> {
+    if text.is_empty() {
+        return Err(Error::input(format!("{field}: empty path; give a host path")));
+    }
+    std::fs::canonicalize(text).map_err(|err| {
+        Error::input(format!(
+            "{field}: host path {text} cannot be used: {err}; create it or fix the path"
+        ))
+    })
+}
+
+/// A path inside the jail: absolute, without `..`, normalized.
+pub fn jail_path(field: &str, text: &str) -> Result<PathBuf> {
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        return Err(Error::input(format!(
+            "{field}: '{text}' is relative; paths inside the jail must start with /"
+        )));
+    }
+    let mut normal = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => normal.push(part),
+            Component::ParentDir => {
+                return Err(Error::input(format!(
+                    "{field}: '{text}' contains '..', which could escape the jail's root; write the path without it"
+                )));
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Ok(normal)
+}
+
+fn resolve_env(options: &JailOptions, identity: &Identity) -> Result<Vec<String>> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), identity.home.display().to_string()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ];
+    if let Ok(term) = std::env::var("TERM") {
+        env.push(("TERM".into(), term));
+    }
+    let mut set = |name: &str, value: String| match env.iter_mut().find(|(n, _)| n == name) {
+        Some(slot) => slot.1 = value,
+        None => env.push((name.into(), value)),
+    };
+    for name in &options.env_pass {
+        check_env_name("--env-pass", name)?;
+        if let Ok(value) = std::env::var(name) {
+            set(name, value);
+        }
+    }
+    for assignment in &options.env {
+        let (name, value) = assignment.split_once('=').ok_or_else(|| {
+            Error::input(format!(
+                "--env {assignment}: expected NAME=VALUE; to pass a host variable use --env-pass {assignment}"
+            ))
+        })?;
+        check_env_name("--env", name)?;
+        set(name, value.into());
+    }
+    Ok(env
+        .into_iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect())
+}
+
+fn check_env_name(field: &str, name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        return Err(Error::input(format!(
+            "{field} {name}: not a variable name; use letters, digits and _"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(yaml: &str) -> JailOptions {
+        crate::config::parse(yaml, "test").unwrap()
+    }
+
+    #[test]
+    fn jail_paths_are_normalized_and_checked() {
+        assert_eq!(jail_path("f", "/a//b/./c/").unwrap(), Path::new("/a/b/c"));
+        assert!(jail_path("f", "a/b").is_err());
+        assert!(jail_path("f", "/a/../etc").is_err());
+    }
+
+    #[test]
+    fn default_plan_is_secure() {
+        let plan = Plan::resolve(options("command: [true]")).unwrap();
+        assert_eq!(plan.identity.uid, 1000);
+        assert_ne!(plan.identity.host_uid, 0);
+        assert!(plan.namespaces.net && plan.namespaces.user && plan.namespaces.pid);
+        assert!(plan.env.iter().all(|v| !v.starts_with("SECRET")));
+        assert!(plan.mounts.iter().any(|m| m.dst() == Path::new("/tmp")));
+    }
+
+    #[test]
+    fn user_tmpfs_replaces_default_tmp() {
+        let plan = Plan::resolve(options("command: [true]\ntmpfs: [/tmp:1G]")).unwrap();
+        let tmp: Vec<_> = plan
+            .mounts
+            .iter()
+            .filter(|m| m.dst() == Path::new("/tmp"))
+            .collect();
+        assert_eq!(tmp.len(), 1);
+        assert!(matches!(tmp[0], MountOp::Tmpfs { size: Size(s), .. } if *s == 1 << 30));
+    }
+
+    #[test]
+    fn bad_inputs_name_the_field() {
+        let cases = [
+            ("command: [true]\nbind: [/nonexistent-brig-src:/x]", "--bind"),
+            ("command: [true]\nro-bind: [/usr:relative]", "relative"),
+            ("command: [true]\ntmpfs: [/x:0]", "too small"),
+            ("command: [true]\nhostname: 'bad name'", "--hostname"),
+            ("command: [true]\nenv: [NOEQUALS]", "NAME=VALUE"),
+            ("command: [true]\ntime-limit: 0s", "--time-limit"),
+            ("uid: 5", "no program"),
+        ];
+        for (yaml, needle) in cases {
+            let err = Plan::resolve(options(yaml)).unwrap_err();
+            assert!(err.message().contains(needle), "{yaml}: {}", err.message());
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! Raw system calls that neither nix nor std wrap, each behind a safe function. This is
+//! the only module with `unsafe`; every other module goes through these wrappers or nix.
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// Result of a fork-like `clone3`.
+pub enum Cloned {
+    Parent { pid: Pid, pidfd: OwnedFd },
+    Child,
+}
+
+/// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// Creates a child process in new namespaces (`flags` are `CLONE_NEW*`), like fork(2):
+/// the child continues from here on a copy of the caller's memory. Falls back to clone(2)
+/// on kernels without clone3, where a time namespace cannot be created this way.
+///
+/// The caller must be single-threaded, as after fork(2).
+pub fn clone_process(flags: u64) -> Result<Cloned, Errno> {
+    let mut pidfd: RawFd = -1;
+    let args = CloneArgs {
+        flags: flags | libc::CLONE_PIDFD as u64,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid clone_args of the size we pass; no stack is given, so the
+    // child runs on a copy-on-write copy of this stack exactly as after fork(2).
+    let mut ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if ret == -1 && Errno::last() == Errno::ENOSYS {
+        let legacy_flags = (flags & !(libc::CLONE_NEWTIME as u64)) | libc::CLONE_PIDFD as u64;
+        // SAFETY: clone(2) without CLONE_VM and with a null stack behaves like fork(2);
+        // the parent_tid argument receives the pidfd because of CLONE_PIDFD.
+        ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                legacy_flags | libc::SIGCHLD as u64,
+                0usize,
+                &mut pidfd as *mut RawFd,
+                0usize,
+                0usize,
+            )
+        };
+    }
+    match ret {
+        -1 => Err(Errno::last()),
+        0 => Ok(Cloned::Child),
+        pid => Ok(Cloned::Parent {
+            pid: Pid::from_raw(pid as i32),
+            // SAFETY: the kernel returned a fresh pidfd that nothing else owns.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+        }),
+    }
+}
+
+/// fork(2). The caller must be single-threaded.
+pub fn fork_process() -> Result<Option<Pid>, Errno> {
+    // SAFETY: brig is single-threaded whenever it forks, so the child may do anything.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Some(child)),
+        nix::unistd::ForkResult::Child => Ok(None),
+    }
+}
+
+pub fn pidfd_send_signal(pidfd: BorrowedFd, signal: Signal) -> Result<(), Errno> {
+    // SAFETY: plain syscall on a valid fd; no pointers passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+pub fn pivot_root(new_root: &CStr, put_old: &CStr) -> Result<(), Errno> {
+    // SAFETY: both arguments are valid NUL-terminated strings.
+    let ret = unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) };
+    Errno::result(ret).map(drop)
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// Sets mount attributes on `path` and every mount below it (Linux 5.12+).
+pub fn mount_setattr_recursive(path: &CStr, attr_set: u64) -> Result<(), Errno> {
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: valid path string and a mount_attr of the size we pass.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    Errno::result(ret).map(drop)
+}
+
+/// Closes descriptors `first..=last` (Linux 5.9+).
+pub fn close_range(first: u32, last: u32) -> Result<(), Errno> {
+    // SAFETY: plain syscall, no pointers; closing descriptors is memory-safe.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    Errno::result(ret).map(drop)
+}
+
+/// Sets IFF_UP on a network interface of the current network namespace.
+pub fn interface_up(name: &str) -> Result<(), Errno> {
+    let socket = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= request.ifr_name.len() {
+        return Err(Errno::EINVAL);
+    }
+    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    // SAFETY: `request` is a valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS on an open socket.
+    unsafe {
+        Errno::result(libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request))?;
+        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        Errno::result(libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request))?;
+    }
+    Ok(())
+}
+
+/// Resets every signal to its default disposition, so that nothing brig ignores (Rust
+/// ignores SIGPIPE) or inherited as ignored reaches the jailed program.
+pub fn reset_signal_dispositions() {
+    for signal in Signal::iterator() {
+        if matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL is always sound.
+        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) };
+    }
+}
+
+/// Ends the process at once: no atexit handlers, no unwinding, no stdio flushing that
+/// could repeat output buffered before a fork.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit(2) is always safe to call.
+    unsafe { libc::_exit(code) }
+}
+
+/// Whether descriptor `fd` is open in this process.
+pub fn is_fd_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only queries the descriptor table.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}
