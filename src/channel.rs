@@ -87,11 +87,14 @@ impl ChildEnd {
 
     /// False once the parent has exited (its end of `go` is closed then).
     pub fn parent_alive(&self) -> bool {
-        let mut fds = [nix::poll::PollFd::new(self.go.as_fd(), nix::poll::PollFlags::POLLIN)];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
-            Ok(0) => true,
-            _ => false,
-        }
+        let mut fds = [nix::poll::PollFd::new(
+            self.go.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO),
+            Ok(0)
+        )
     }
 
     pub fn send(&self, message: &Message) {
@@ -141,7 +144,9 @@ fn decode(mut bytes: &[u8]) -> Vec<Message> {
     while bytes.len() >= 5 {
         let tag = bytes[0];
         let length = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
-        let Some(payload) = bytes.get(5..5 + length) else { break };
+        let Some(payload) = bytes.get(5..5 + length) else {
+            break;
+        };
         let text = || String::from_utf8_lossy(payload).into_owned();
         let number = || payload.try_into().map(i32::from_le_bytes).unwrap_or(-1);
         messages.push(match tag {
@@ -172,10 +177,16 @@ mod tests {
             channel.report_read,
             channel.report_write,
         );
-        let child = ChildEnd { go: go_read, report: report_write };
+        let child = ChildEnd {
+            go: go_read,
+            report: report_write,
+        };
         let sent = [
             Message::SetupError("mount failed".into()),
-            Message::ExecError { code: 127, message: "nope".into() },
+            Message::ExecError {
+                code: 127,
+                message: "nope".into(),
+            },
             Message::Exited(3),
             Message::Signaled(9),
         ];
@@ -183,7 +194,10 @@ mod tests {
             child.send(message);
         }
         drop(child);
-        let parent = ParentEnd { go: go_write, report: report_read };
+        let parent = ParentEnd {
+            go: go_write,
+            report: report_read,
+        };
         assert_eq!(parent.collect(), sent);
     }
 }

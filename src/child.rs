@@ -37,7 +37,8 @@ pub fn run(plan: &Plan, channel: ChildEnd) -> ! {
 fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context(|| "set the parent-death signal".into())?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .context(|| "set the parent-death signal".into())?;
     if !channel.wait_for_go() {
         sys::exit_now(125);
     }
@@ -46,7 +47,8 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
     // since the jail user is not uid 0 of the namespace. Changing ids clears the
     // parent-death signal, so it is set again, then checked against a race with brig's exit.
     user::become_jail_user(&plan.identity)?;
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context(|| "set the parent-death signal".into())?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .context(|| "set the parent-death signal".into())?;
     if !channel.parent_alive() {
         sys::exit_now(125);
     }
@@ -84,8 +86,11 @@ fn drop_privileges(plan: &Plan) -> Result<()> {
     privs::drop_all_capabilities()?;
     privs::set_no_new_privs()?;
     nix::unistd::chdir(&plan.chdir).map_err(|errno| {
-        Error::os(format!("--chdir {} inside the jail", plan.chdir.display()), errno)
-            .hint("pick a directory that exists in the jail, e.g. /tmp or one you --bind")
+        Error::os(
+            format!("--chdir {} inside the jail", plan.chdir.display()),
+            errno,
+        )
+        .hint("pick a directory that exists in the jail, e.g. /tmp or one you --bind")
     })
 }
 
@@ -111,9 +116,7 @@ fn exec_program(plan: &Plan) -> (u8, String) {
     };
     let mut first_error = None;
     for candidate in &candidates {
-        let errno = match execve(&cstring(candidate), &argv, &envp) {
-            Err(errno) => errno,
-        };
+        let Err(errno) = execve(&cstring(candidate), &argv, &envp);
         if errno != Errno::ENOENT && errno != Errno::ENOTDIR {
             first_error.get_or_insert((candidate.clone(), errno));
         }
@@ -121,11 +124,16 @@ fn exec_program(plan: &Plan) -> (u8, String) {
     match first_error {
         Some((path, errno)) => (
             126,
-            format!("cannot execute {path} in the jail: {} ({errno:?})", errno.desc()),
+            format!(
+                "cannot execute {path} in the jail: {} ({errno:?})",
+                errno.desc()
+            ),
         ),
         None if program.contains('/') => (
             127,
-            format!("{program}: not found in the jail; bind it in with --ro-bind or check the path"),
+            format!(
+                "{program}: not found in the jail; bind it in with --ro-bind or check the path"
+            ),
         ),
         None => (
             127,

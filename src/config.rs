@@ -39,7 +39,9 @@ pub fn load_profile(name: &str) -> Result<JailOptions> {
         })?;
     let options = parse(text, &format!("profile {name}"))?;
     if options.profile.is_some() {
-        return Err(Error::input(format!("profile {name}: profiles cannot name a profile")));
+        return Err(Error::input(format!(
+            "profile {name}: profiles cannot name a profile"
+        )));
     }
     Ok(options)
 }
@@ -106,7 +108,10 @@ mod tests {
     fn unknown_key_names_key_and_line() {
         let err = parse("uid: 5\nbogus: 1\n", "c.yaml").unwrap_err();
         let text = err.message();
-        assert!(text.starts_with("c.yaml:2:1: unknown field `bogus`"), "{text}");
+        assert!(
+            text.starts_with("c.yaml:2:1: unknown field `bogus`"),
+            "{text}"
+        );
         assert!(!text.contains('\n'), "{text}");
     }
 
@@ -121,7 +126,11 @@ mod tests {
     #[test]
     fn bad_duration_is_explained() {
         let err = parse("time-limit: 5x\n", "c.yaml").unwrap_err();
-        assert!(err.message().contains("not a duration"), "{}", err.message());
+        assert!(
+            err.message().contains("not a duration"),
+            "{}",
+            err.message()
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@ impl Error {
         self
     }
 
+    #[cfg(test)]
     pub fn message(&self) -> &str {
         &self.message
     }

@@ -43,8 +43,12 @@ fn close_listed(first: u32, last: u32) -> Result<()> {
 pub fn ensure_standard_fds_open() {
     for fd in 0..=2 {
         if !sys::is_fd_open(fd) {
-            let _ = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDWR, nix::sys::stat::Mode::empty())
-                .map(std::mem::forget);
+            let _ = nix::fcntl::open(
+                "/dev/null",
+                nix::fcntl::OFlag::O_RDWR,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map(std::mem::forget);
         }
     }
 }

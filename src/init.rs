@@ -30,9 +30,8 @@ pub fn run(program: Pid, channel: &ChildEnd) -> ! {
     let hardened = privs::drop_all_capabilities()
         .and_then(|()| privs::set_no_new_privs())
         .and_then(|()| {
-            nix::sys::prctl::set_dumpable(false).map_err(|errno| {
-                crate::error::Error::os("make the jail's init undumpable", errno)
-            })
+            nix::sys::prctl::set_dumpable(false)
+                .map_err(|errno| crate::error::Error::os("make the jail's init undumpable", errno))
         });
     if let Err(err) = hardened {
         let _ = kill(program, Signal::SIGKILL);

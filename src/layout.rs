@@ -9,9 +9,13 @@ use std::path::{Path, PathBuf};
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum MountOp {
     /// The jail's root: a fresh tmpfs, made read-only once everything is mounted.
-    RootTmpfs { size: Size },
+    RootTmpfs {
+        size: Size,
+    },
     /// The jail's root: a prepared directory, bound read-only.
-    RootBind { src: PathBuf },
+    RootBind {
+        src: PathBuf,
+    },
     Dir {
         dst: PathBuf,
     },
@@ -28,7 +32,10 @@ pub enum MountOp {
         is_dir: bool,
     },
     /// A host device node (null, zero, ...) bound onto an empty file.
-    Device { src: PathBuf, dst: PathBuf },
+    Device {
+        src: PathBuf,
+        dst: PathBuf,
+    },
     Tmpfs {
         dst: PathBuf,
         size: Size,
@@ -46,7 +53,10 @@ pub enum MountOp {
         dst: PathBuf,
     },
     /// A small file brig writes into the (still writable) root, e.g. /etc/passwd.
-    File { dst: PathBuf, contents: String },
+    File {
+        dst: PathBuf,
+        contents: String,
+    },
 }
 
 impl MountOp {
@@ -77,7 +87,9 @@ fn octal<S: Serializer>(mode: &u32, serializer: S) -> Result<S::Ok, S::Error> {
 }
 
 /// Host directories bound read-only by default; merged-/usr symlinks stay symlinks.
-const HOST_SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"];
+const HOST_SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
 
 /// Host files and directories that make up the default /etc besides the generated files.
 const HOST_ETC_ENTRIES: &[&str] = &[
@@ -99,7 +111,9 @@ pub struct Inputs<'a> {
 
 /// The root built from the host's /usr and friends plus a synthesized /etc.
 pub fn host_root(inputs: &Inputs) -> Vec<MountOp> {
-    let mut ops = vec![MountOp::RootTmpfs { size: Size(1 << 20) }];
+    let mut ops = vec![MountOp::RootTmpfs {
+        size: Size(1 << 20),
+    }];
     for dir in HOST_SYSTEM_DIRS {
         let path = Path::new(dir);
         match std::fs::symlink_metadata(path) {

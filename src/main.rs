@@ -9,6 +9,8 @@ mod etc;
 mod fds;
 mod init;
 mod layout;
+#[cfg(test)]
+mod manpage;
 mod mnt;
 mod net;
 mod options;

@@ -26,8 +26,14 @@ const NEW_ROOT: &str = "/newroot";
 const OLD_ROOT: &str = "/oldroot";
 
 pub fn build_root(ops: &[MountOp]) -> Result<()> {
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .context(|| "make the host's mounts private in the jail's mount namespace".into())?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .context(|| "make the host's mounts private in the jail's mount namespace".into())?;
     mount(
         Some("tmpfs"),
         SCRATCH,
@@ -53,8 +59,12 @@ pub fn build_root(ops: &[MountOp]) -> Result<()> {
     }
 
     umount2(OLD_ROOT, MntFlags::MNT_DETACH).context(|| "detach the host's root".into())?;
-    let scratch_root = open("/", OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
-        .context(|| "open the scratch root".into())?;
+    let scratch_root = open(
+        "/",
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .context(|| "open the scratch root".into())?;
     chdir(NEW_ROOT).context(|| format!("chdir to {NEW_ROOT}"))?;
     // pivot_root(".", ".") stacks the scratch root on top of the new one; detaching it
     // from there leaves the new root alone, without needing a directory inside it.
@@ -103,15 +113,23 @@ fn apply(op: &MountOp) -> Result<()> {
         MountOp::RootBind { src } => {
             bind(&host(src), Path::new(NEW_ROOT))
                 .context(|| format!("bind --rootfs {} as the jail's root", src.display()))?;
-            set_flags(Path::new(NEW_ROOT), sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)
-                .context(|| format!("make --rootfs {} read-only", src.display()))
+            set_flags(
+                Path::new(NEW_ROOT),
+                sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
+            )
+            .context(|| format!("make --rootfs {} read-only", src.display()))
         }
         MountOp::Dir { dst } => make_mount_point(dst, Kind::Dir),
         MountOp::Symlink { dst, target } => {
             let parent = dst.parent().unwrap_or(Path::new("/"));
             make_mount_point(parent, Kind::Dir)?;
-            std::os::unix::fs::symlink(target, staged(dst))
-                .context(|| format!("create the symlink {} -> {}", dst.display(), target.display()))
+            std::os::unix::fs::symlink(target, staged(dst)).context(|| {
+                format!(
+                    "create the symlink {} -> {}",
+                    dst.display(),
+                    target.display()
+                )
+            })
         }
         MountOp::Bind {
             src,
@@ -132,7 +150,11 @@ fn apply(op: &MountOp) -> Result<()> {
             make_mount_point(dst, Kind::File)?;
             let what = || format!("bind the device {} into the jail", src.display());
             bind(&host(src), &staged(dst)).context(what)?;
-            set_flags(&staged(dst), sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC).context(what)
+            set_flags(
+                &staged(dst),
+                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+            )
+            .context(what)
         }
         MountOp::Tmpfs {
             dst,
@@ -193,7 +215,13 @@ fn mount_tmpfs(path: &Path, data: &str, flags: MsFlags) -> Result<(), Errno> {
 }
 
 fn bind(src: &Path, dst: &Path) -> Result<(), Errno> {
-    mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+    mount(
+        Some(src),
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
 }
 
 /// Adds mount flags to a mount and all mounts below it. Flags the host locked on a mount
@@ -288,7 +316,11 @@ fn make_mount_point(dst: &Path, kind: Kind) -> Result<()> {
                 }
                 let is_dir = file_type == SFlag::S_IFDIR;
                 if (want == Kind::Dir) != is_dir {
-                    let (expected, found) = if is_dir { ("a file", "a directory") } else { ("a directory", "a file") };
+                    let (expected, found) = if is_dir {
+                        ("a file", "a directory")
+                    } else {
+                        ("a directory", "a file")
+                    };
                     return Err(Error::input(format!(
                         "{}: {} is {found} in the jail but {expected} is needed there; pick another destination",
                         dst.display(),
@@ -312,7 +344,10 @@ fn make_mount_point(dst: &Path, kind: Kind) -> Result<()> {
                 })?;
             }
             Err(errno) => {
-                return Err(Error::os(format!("inspect {} in the jail", jail_path.display()), errno));
+                return Err(Error::os(
+                    format!("inspect {} in the jail", jail_path.display()),
+                    errno,
+                ));
             }
         }
     }

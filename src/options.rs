@@ -100,7 +100,11 @@ pub struct JailOptions {
     pub time_limit: Option<Span>,
 
     /// The program to run and its arguments.
-    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "PROGRAM",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
 }

@@ -18,6 +18,7 @@ const USER_NAME: &str = "sandbox";
 const MIN_TMPFS_SIZE: Size = Size(4 << 10);
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Plan {
     pub command: Vec<String>,
     pub identity: Identity,
@@ -34,6 +35,7 @@ pub struct Plan {
 }
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Identity {
     pub user: String,
     pub uid: u32,
@@ -47,6 +49,7 @@ pub struct Identity {
 }
 
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct Namespaces {
     pub user: bool,
     pub mount: bool,
@@ -147,7 +150,9 @@ impl Plan {
     fn check_strings(&self) -> Result<()> {
         let with_nul = |what: &str, text: &str| {
             if text.contains('\0') {
-                Err(Error::input(format!("{what}: contains a NUL byte; remove it")))
+                Err(Error::input(format!(
+                    "{what}: contains a NUL byte; remove it"
+                )))
             } else {
                 Ok(())
             }
@@ -167,7 +172,9 @@ fn resolve_identity(options: &JailOptions) -> Result<Identity> {
     let gid = options.gid.unwrap_or(DEFAULT_ID);
     for (flag, id) in [("--uid", uid), ("--gid", gid)] {
         if id == u32::MAX {
-            return Err(Error::input(format!("{flag} {id}: not a valid id; use e.g. 1000")));
+            return Err(Error::input(format!(
+                "{flag} {id}: not a valid id; use e.g. 1000"
+            )));
         }
     }
     let euid = nix::unistd::geteuid().as_raw();
@@ -298,7 +305,9 @@ fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<Mo
 /// A host path that must exist, made absolute with symlinks resolved.
 fn existing_path(field: &str, text: &str) -> Result<PathBuf> {
     if text.is_empty() {
-        return Err(Error::input(format!("{field}: empty path; give a host path")));
+        return Err(Error::input(format!(
+            "{field}: empty path; give a host path"
+        )));
     }
     std::fs::canonicalize(text).map_err(|err| {
         Error::input(format!(
@@ -416,7 +425,10 @@ mod tests {
     #[test]
     fn bad_inputs_name_the_field() {
         let cases = [
-            ("command: [true]\nbind: [/nonexistent-brig-src:/x]", "--bind"),
+            (
+                "command: [true]\nbind: [/nonexistent-brig-src:/x]",
+                "--bind",
+            ),
             ("command: [true]\nro-bind: [/usr:relative]", "relative"),
             ("command: [true]\ntmpfs: [/x:0]", "too small"),
             ("command: [true]\nhostname: 'bad name'", "--hostname"),

@@ -10,8 +10,7 @@ pub fn drop_all_capabilities() -> Result<()> {
         Error::setup(format!("drop the {what} capability set: {err}"))
     };
     caps::clear(None, CapSet::Ambient).map_err(|err| fail("ambient", err))?;
-    let supported = caps::runtime::procfs_all_supported(None)
-        .unwrap_or_else(|_| caps::all());
+    let supported = caps::runtime::procfs_all_supported(None).unwrap_or_else(|_| caps::all());
     for cap in supported {
         caps::drop(None, CapSet::Bounding, cap).map_err(|err| fail("bounding", err))?;
     }

@@ -43,7 +43,8 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     // Signals for the program arrive on a signalfd; the mask is inherited by the jail's
     // init, which waits for them synchronously too.
     let forwarded = init::forwarded_signals();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None).context(|| "block signals".into())?;
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
+        .context(|| "block signals".into())?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
     let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
@@ -74,7 +75,11 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let timed_out = jail.supervise(&signals, deadline)?;
     let status = jail.reap();
     let messages = channel.collect();
-    decide(messages, status, timed_out.then(|| plan.time_limit.map(|l| l.0)).flatten())
+    decide(
+        messages,
+        status,
+        timed_out.then(|| plan.time_limit.map(|l| l.0)).flatten(),
+    )
 }
 
 fn namespace_flags(plan: &Plan) -> u64 {

@@ -168,9 +168,17 @@ pub fn interface_up(name: &str) -> Result<(), Errno> {
     }
     // SAFETY: `request` is a valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS on an open socket.
     unsafe {
-        Errno::result(libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request))?;
+        Errno::result(libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCGIFFLAGS,
+            &mut request,
+        ))?;
         request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        Errno::result(libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request))?;
+        Errno::result(libc::ioctl(
+            socket.as_raw_fd(),
+            libc::SIOCSIFFLAGS,
+            &request,
+        ))?;
     }
     Ok(())
 }

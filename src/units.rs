@@ -38,7 +38,7 @@ impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let units = [(40, "T"), (30, "G"), (20, "M"), (10, "K")];
         for (shift, suffix) in units {
-            if self.0 != 0 && self.0 % (1u64 << shift) == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(1u64 << shift) {
                 return write!(f, "{}{}", self.0 >> shift, suffix);
             }
         }
@@ -78,7 +78,7 @@ impl FromStr for Span {
 impl fmt::Display for Span {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let millis = self.0.as_millis();
-        if millis % 1000 == 0 {
+        if millis.is_multiple_of(1000) {
             write!(f, "{}s", millis / 1000)
         } else {
             write!(f, "{millis}ms")
@@ -149,9 +149,15 @@ mod tests {
     #[test]
     fn durations_parse_with_units() {
         assert_eq!("5s".parse::<Span>().unwrap().0, Duration::from_secs(5));
-        assert_eq!("1500ms".parse::<Span>().unwrap().0, Duration::from_millis(1500));
+        assert_eq!(
+            "1500ms".parse::<Span>().unwrap().0,
+            Duration::from_millis(1500)
+        );
         assert_eq!("2m".parse::<Span>().unwrap().0, Duration::from_secs(120));
-        assert_eq!("2.5s".parse::<Span>().unwrap().0, Duration::from_millis(2500));
+        assert_eq!(
+            "2.5s".parse::<Span>().unwrap().0,
+            Duration::from_millis(2500)
+        );
         for bad in ["5", "s", "5x", "-1s", "1e3s", ""] {
             assert!(bad.parse::<Span>().is_err(), "{bad} should be rejected");
         }

@@ -20,8 +20,14 @@ pub fn write_id_maps(child: Pid, identity: &Identity) -> Result<()> {
     let proc_dir = format!("/proc/{child}");
     let files = [
         ("setgroups", "deny\n".to_string()),
-        ("uid_map", format!("{} {} 1\n", identity.uid, identity.host_uid)),
-        ("gid_map", format!("{} {} 1\n", identity.gid, identity.host_gid)),
+        (
+            "uid_map",
+            format!("{} {} 1\n", identity.uid, identity.host_uid),
+        ),
+        (
+            "gid_map",
+            format!("{} {} 1\n", identity.gid, identity.host_gid),
+        ),
     ];
     for (name, contents) in files {
         let path = format!("{proc_dir}/{name}");

@@ -1,0 +1,116 @@
+//! man/brig.1 is generated from the clap definitions, plus the hand-written sections
+//! below. `man_page_is_current` fails when the checked-in page is stale; regenerate with
+//! `BRIG_UPDATE_MAN=1 cargo test man_page`.
+
+use crate::cli::Cli;
+use clap::CommandFactory;
+use clap_mangen::Man;
+
+const THE_JAIL: &str = r#".SH THE JAIL
+By default the program runs with:
+.IP \(bu 2
+new user, mount, pid, network, ipc, uts and cgroup namespaces, and a time namespace where the kernel has one;
+.IP \(bu 2
+uid and gid 1000 (user \fBsandbox\fR) inside, mapped to the caller's ids when brig is rootless and to host uid/gid 65534 when brig runs as root, never to host root; setgroups denied;
+.IP \(bu 2
+a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid and nodev;
+.IP \(bu 2
+no network but \fBlo\fR; hostname \fBbrig\fR;
+.IP \(bu 2
+brig's child as PID 1 of the jail: it forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program, reaps zombies, and when the program exits everything else in the jail dies with it;
+.IP \(bu 2
+a new session without a controlling terminal, file descriptors 0, 1 and 2 only, and an environment of PATH, HOME, LANG=C.UTF-8 and TERM plus \fB\-\-env\fR and \fB\-\-env\-pass\fR;
+.IP \(bu 2
+every capability dropped from every set, and no_new_privs.
+"#;
+
+const EXIT_STATUS: &str = r#".SH EXIT STATUS
+.TP
+\fIN\fR
+the program exited with status \fIN\fR
+.TP
+128+\fIN\fR
+the program was killed by signal \fIN\fR
+.TP
+124
+brig killed the jail at \fB\-\-time\-limit\fR
+.TP
+125
+brig itself failed: a bad option, config or path, or a setup step the kernel refused; one line on standard error names what failed and the fix
+.TP
+126
+the program could not be executed
+.TP
+127
+the program was not found
+"#;
+
+const CONFIGURATION: &str = r#".SH CONFIGURATION
+\fB\-\-config\fR \fIFILE\fR reads a YAML mapping whose keys are the long option names without the dashes (\fBro\-bind\fR, \fBtime\-limit\fR, ...); repeatable options are lists, and the program is the list \fBcommand\fR. Layers apply in order: the profile (\fB\-\-profile\fR, or \fBprofile\fR in the file), the file, the command line. A later scalar wins, lists are appended, and a command given later replaces an earlier one. An unknown key or a wrong type is an error naming the file, line and column. The built-in profiles \fBpython\fR, \fBnode\fR and \fBshell\fR are compiled into brig; \fBbrig check\fR prints the fully resolved plan.
+"#;
+
+const EXAMPLES: &str = r#".SH EXAMPLES
+.nf
+brig run \-\-profile python \-\- python3 \-c 'print("hello from the jail")'
+brig run \-\-time\-limit 5s \-\-tmpfs\-size 16M \-\-ro\-bind ./task:/task \-\- python3 /task/main.py
+brig run \-\-bind "$PWD/out":/out \-\-chdir /out \-\- sh \-c 'echo result > answer.txt'
+brig check \-\-config judge.yaml \-\- ./solution
+.fi
+.SH SEE ALSO
+\fBbwrap\fR(1), \fBnsjail\fR(1), \fBnamespaces\fR(7), \fBuser_namespaces\fR(7), \fBcapabilities\fR(7)
+"#;
+
+pub fn render() -> String {
+    let command = Cli::command();
+    let man = Man::new(command.clone())
+        .date("")
+        .source("brig")
+        .manual("User Commands");
+    let mut page = Vec::new();
+    man.render_title(&mut page).unwrap();
+    man.render_name_section(&mut page).unwrap();
+    man.render_synopsis_section(&mut page).unwrap();
+    man.render_description_section(&mut page).unwrap();
+    page.extend_from_slice(b".SH COMMANDS\n");
+    for sub in command.get_subcommands() {
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        let line = format!(
+            ".TP\n\\fBbrig {}\\fR [\\fIOPTIONS\\fR] [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]\n{}\n",
+            sub.get_name(),
+            about.replace('-', "\\-")
+        );
+        page.extend_from_slice(line.as_bytes());
+    }
+    let run = command
+        .find_subcommand("run")
+        .expect("run subcommand")
+        .clone();
+    let mut options = Vec::new();
+    Man::new(run.bin_name("brig run"))
+        .render_options_section(&mut options)
+        .unwrap();
+    let options = String::from_utf8(options).unwrap();
+    page.extend_from_slice(
+        options
+            .replacen(".SH OPTIONS", ".SH \"OPTIONS OF RUN AND CHECK\"", 1)
+            .as_bytes(),
+    );
+    for section in [THE_JAIL, EXIT_STATUS, CONFIGURATION, EXAMPLES] {
+        page.extend_from_slice(section.as_bytes());
+    }
+    String::from_utf8(page).unwrap()
+}
+
+#[test]
+fn man_page_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/man/brig.1");
+    let fresh = render();
+    if std::env::var_os("BRIG_UPDATE_MAN").is_some() {
+        std::fs::write(path, &fresh).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        checked_in == fresh,
+        "man/brig.1 is stale: run `BRIG_UPDATE_MAN=1 cargo test man_page` and commit it"
+    );
+}

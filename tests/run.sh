@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# brig's whole test suite, from a fresh Debian machine: installs what the tests need,
+# checks formatting and lints, builds the static release binary, runs every test.
+# Run it as root (the suite runs brig both as root and, via setpriv, rootless).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v python3 >/dev/null || need+=(python3)
+command -v node >/dev/null || need+=(nodejs)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v file >/dev/null || need+=(file)
+command -v script >/dev/null || need+=(bsdutils)
+if ((${#need[@]})); then
+    echo "installing test dependencies: ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+
+cargo build --release
+binary=target/x86_64-unknown-linux-gnu/release/brig
+if ! file "$binary" | grep -q 'static-pie linked\|statically linked' ||
+    ldd "$binary" 2>&1 | grep -q '=>'; then
+    echo "FAIL: $binary is not statically linked:" >&2
+    file "$binary" >&2
+    exit 1
+fi
+echo "static binary: $(file -b "$binary" | cut -d, -f1-2), $(stat -c %s "$binary") bytes"
+
+cargo test --all-targets
