@@ -117,11 +117,18 @@ fn exec_program(plan: &Plan) -> (u8, String) {
     let mut first_error = None;
     for candidate in &candidates {
         let Err(errno) = execve(&cstring(candidate), &argv, &envp);
-        if errno != Errno::ENOENT && errno != Errno::ENOTDIR {
+        let exists = Path::new(candidate).exists();
+        if exists || (errno != Errno::ENOENT && errno != Errno::ENOTDIR) {
             first_error.get_or_insert((candidate.clone(), errno));
         }
     }
     match first_error {
+        Some((path, Errno::ENOENT)) => (
+            126,
+            format!(
+                "cannot execute {path} in the jail: its interpreter or dynamic loader is missing there; bind it in with --ro-bind"
+            ),
+        ),
         Some((path, errno)) => (
             126,
             format!(

@@ -57,6 +57,10 @@ pub enum MountOp {
         dst: PathBuf,
         contents: String,
     },
+    /// Makes the mount at `dst` read-only once it is populated, e.g. /dev.
+    ReadOnly {
+        dst: PathBuf,
+    },
 }
 
 impl MountOp {
@@ -71,7 +75,8 @@ impl MountOp {
             | MountOp::Tmpfs { dst, .. }
             | MountOp::Proc { dst }
             | MountOp::Devpts { dst }
-            | MountOp::File { dst, .. } => dst,
+            | MountOp::File { dst, .. }
+            | MountOp::ReadOnly { dst } => dst,
         }
     }
 }
@@ -194,6 +199,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
         owner: None,
         exec: false,
     });
+    ops.push(MountOp::ReadOnly { dst: "/dev".into() });
     ops.push(MountOp::Tmpfs {
         dst: "/tmp".into(),
         size: inputs.tmpfs_size,

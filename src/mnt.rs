@@ -201,6 +201,19 @@ fn apply(op: &MountOp) -> Result<()> {
             )
             .context(|| format!("mount a private devpts on {}", dst.display()))
         }
+        MountOp::ReadOnly { dst } => mount(
+            None::<&str>,
+            &staged(dst),
+            None::<&str>,
+            MsFlags::MS_REMOUNT
+                | MsFlags::MS_BIND
+                | MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV
+                | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        )
+        .context(|| format!("make {} read-only", dst.display())),
         MountOp::File { dst, contents } => {
             let parent = dst.parent().unwrap_or(Path::new("/"));
             make_mount_point(parent, Kind::Dir)?;

@@ -100,11 +100,7 @@ pub struct JailOptions {
     pub time_limit: Option<Span>,
 
     /// The program to run and its arguments.
-    #[arg(
-        value_name = "PROGRAM",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
 }
