@@ -5,7 +5,8 @@
 use crate::channel::{ChildEnd, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
-use crate::{fds, init, mnt, net, privs, sys, user, uts};
+use crate::relay::JailEnds;
+use crate::{fds, init, mnt, net, privs, rlimits, sys, user, uts};
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::execve;
@@ -13,8 +14,8 @@ use std::ffi::CString;
 use std::path::Path;
 
 /// Entry point in the cloned child; never returns.
-pub fn run(plan: &Plan, channel: ChildEnd) -> ! {
-    match assemble_jail(plan, &channel) {
+pub fn run(plan: &Plan, channel: ChildEnd, output: Option<JailEnds>) -> ! {
+    match assemble_jail(plan, &channel, output) {
         Ok(()) => {}
         Err(err) => {
             channel.send(&Message::SetupError(err.to_string()));
@@ -34,13 +35,19 @@ pub fn run(plan: &Plan, channel: ChildEnd) -> ! {
 }
 
 /// namespaces → identity → mounts → pivot_root, done once for the jail by its init.
-fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
+fn assemble_jail(plan: &Plan, channel: &ChildEnd, output: Option<JailEnds>) -> Result<()> {
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .context(|| "set the parent-death signal".into())?;
     if !channel.wait_for_go() {
         sys::exit_now(125);
+    }
+    // brig has moved this process into the jail's cgroup by now: root the cgroup
+    // namespace there, so the jail sees its cgroup as / and nothing of the host's tree.
+    if plan.namespaces.cgroup {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+            .context(|| "create the jail's cgroup namespace".into())?;
     }
     // Identity comes first: in a user namespace a file can only be created by an owner
     // the namespace maps, and as root brig's own uid is not mapped. Capabilities stay,
@@ -51,6 +58,13 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
         .context(|| "set the parent-death signal".into())?;
     if !channel.parent_alive() {
         sys::exit_now(125);
+    }
+    // With --output-limit, stdout and stderr are brig's relay pipes.
+    if let Some(output) = output {
+        nix::unistd::dup2_stdout(&output.stdout)
+            .context(|| "connect stdout to brig's relay".into())?;
+        nix::unistd::dup2_stderr(&output.stderr)
+            .context(|| "connect stderr to brig's relay".into())?;
     }
     fds::close_inherited(&channel.raw_fds())?;
     // Namespaces: a new session without a controlling terminal, the hostname, lo.
@@ -68,8 +82,8 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd) -> Result<()> {
     Ok(())
 }
 
-/// capabilities → no_new_privs → exec, in the program's process (which already has the
-/// jail's identity, see `assemble_jail`).
+/// rlimits → capabilities → no_new_privs → exec, in the program's process (which already
+/// has the jail's identity, see `assemble_jail`).
 fn become_program(plan: &Plan, channel: &ChildEnd) -> ! {
     if let Err(err) = drop_privileges(plan) {
         channel.send(&Message::SetupError(err.to_string()));
@@ -83,6 +97,7 @@ fn become_program(plan: &Plan, channel: &ChildEnd) -> ! {
 }
 
 fn drop_privileges(plan: &Plan) -> Result<()> {
+    rlimits::apply(&plan.limits.rlimits)?;
     privs::drop_all_capabilities()?;
     privs::set_no_new_privs()?;
     nix::unistd::chdir(&plan.chdir).map_err(|errno| {

@@ -1,5 +1,6 @@
 //! brig: run one untrusted program in a fresh Linux jail.
 
+mod cgroup;
 mod channel;
 mod child;
 mod cli;
@@ -16,17 +17,21 @@ mod net;
 mod options;
 mod plan;
 mod privs;
+mod relay;
+mod rlimits;
 mod supervisor;
 mod sys;
 mod units;
 mod user;
 mod uts;
+mod verdict;
 
 use clap::Parser;
 use cli::{Cli, Command, RunArgs};
 use error::{Error, Result};
-use plan::Plan;
+use plan::{Plan, ReportTarget};
 use supervisor::Outcome;
+use verdict::{Status, Verdict};
 
 /// Exit status when brig itself fails.
 const EXIT_BRIG_FAILED: i32 = 125;
@@ -53,19 +58,7 @@ fn main() {
 
 fn dispatch(command: Command) -> Result<i32> {
     match command {
-        Command::Run(args) => {
-            let plan = resolve(args)?;
-            let outcome = supervisor::run(&plan)?;
-            match &outcome {
-                Outcome::TimedOut(limit) => eprintln!(
-                    "brig: time limit of {} reached; the jail was killed",
-                    units::Span(*limit)
-                ),
-                Outcome::ExecFailed { message, .. } => eprintln!("brig: {message}"),
-                Outcome::Exited(_) | Outcome::Signaled(_) => {}
-            }
-            Ok(outcome.exit_code())
-        }
+        Command::Run(args) => Ok(run(args)),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)
@@ -73,6 +66,85 @@ fn dispatch(command: Command) -> Result<i32> {
             print!("{yaml}");
             Ok(0)
         }
+    }
+}
+
+/// Runs the jail and delivers the verdict: exit status, one line on stderr when brig
+/// ended or failed the run, the JSON report, the audit log.
+fn run(args: RunArgs) -> i32 {
+    // If the options do not resolve, the command line still says where the verdict goes.
+    let cli = args.options.clone();
+    let plan = match resolve(args) {
+        Ok(plan) => plan,
+        Err(err) => {
+            eprintln!("brig: {err}");
+            let verdict = Verdict::of_setup_error(None, &err);
+            let target = match (&cli.report, cli.report_fd) {
+                (Some(path), _) => Some(verdict::Target::File(path)),
+                (None, Some(fd)) => Some(verdict::Target::Fd(fd)),
+                (None, None) => None,
+            };
+            deliver(&verdict, target, cli.audit_log.as_deref(), None);
+            return verdict.brig_exit_code;
+        }
+    };
+    let verdict = match supervisor::run(&plan) {
+        Ok(report) => {
+            let verdict = Verdict::of_run(&plan, &report);
+            if let Some(line) = explain(&plan, &report.outcome, verdict.status) {
+                eprintln!("brig: {line}");
+            }
+            verdict
+        }
+        Err(err) => {
+            eprintln!("brig: {err}");
+            Verdict::of_setup_error(Some(&plan), &err)
+        }
+    };
+    let target = plan.report.as_ref().map(|target| match target {
+        ReportTarget::File(path) => verdict::Target::File(path),
+        ReportTarget::Fd(fd) => verdict::Target::Fd(*fd),
+    });
+    deliver(&verdict, target, plan.audit_log.as_deref(), Some(&plan));
+    verdict.brig_exit_code
+}
+
+/// One line for the runs brig or the kernel ended; the program's own endings need none.
+fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
+    let limits = &plan.limits;
+    match (outcome, status) {
+        (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
+        (_, Status::Timeout) => plan
+            .time_limit
+            .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
+        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
+            format!("output limit of {limit} reached; the output was cut and the jail killed")
+        }),
+        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
+            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+        }),
+        (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
+            format!("CPU time limit of {limit} reached; the kernel killed the program")
+        }),
+        _ => None,
+    }
+}
+
+fn deliver(
+    verdict: &Verdict,
+    target: Option<verdict::Target>,
+    audit_log: Option<&std::path::Path>,
+    plan: Option<&Plan>,
+) {
+    if let Some(target) = target
+        && let Err(err) = verdict::write(target, verdict)
+    {
+        eprintln!("brig: {err}");
+    }
+    if let Some(path) = audit_log
+        && let Err(err) = verdict::append_audit(path, plan, verdict)
+    {
+        eprintln!("brig: {err}");
     }
 }
 

@@ -99,6 +99,57 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_limit: Option<Span>,
 
+    /// Memory limit for the whole jail, a cgroup limit; no swap [default: 1G].
+    #[arg(long, value_name = "SIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Size>,
+
+    /// Most processes and threads the jail may have at once, a cgroup limit [default: 256].
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+
+    /// CPU bandwidth for the jail in CPUs, e.g. 0.5 or 2, a cgroup limit [default: unlimited].
+    #[arg(long, value_name = "CPUS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+
+    /// A delegated cgroup to create the jail's cgroup in (e.g. a unit with Delegate=yes).
+    #[arg(long, value_name = "PATH")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_parent: Option<PathBuf>,
+
+    /// A resource limit, NAME=VALUE or NAME=SOFT:HARD, e.g. nofile=4096 (repeatable)
+    /// [default: core=0 nofile=1024 fsize=1G].
+    #[arg(long, value_name = "NAME=VALUE")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rlimit: Vec<String>,
+
+    /// CPU-time limit per process (RLIMIT_CPU), e.g. 10s; reported apart from --time-limit.
+    #[arg(long, value_name = "DURATION")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_time: Option<Span>,
+
+    /// Relay at most SIZE bytes of stdout and stderr together, then kill the jail.
+    #[arg(long, value_name = "SIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_limit: Option<Size>,
+
+    /// Write the verdict, one JSON object, to FILE.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<PathBuf>,
+
+    /// Write the verdict, one JSON object, to the inherited descriptor N.
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_fd: Option<i32>,
+
+    /// Append one JSON line per run (time, caller, argv, config digest, verdict) to FILE.
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<PathBuf>,
+
     /// The program to run and its arguments.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -130,6 +181,16 @@ impl JailOptions {
             env: append(self.env, over.env),
             env_pass: append(self.env_pass, over.env_pass),
             time_limit: over.time_limit.or(self.time_limit),
+            memory: over.memory.or(self.memory),
+            pids: over.pids.or(self.pids),
+            cpus: over.cpus.or(self.cpus),
+            cgroup_parent: over.cgroup_parent.or(self.cgroup_parent),
+            rlimit: append(self.rlimit, over.rlimit),
+            cpu_time: over.cpu_time.or(self.cpu_time),
+            output_limit: over.output_limit.or(self.output_limit),
+            report: over.report.or(self.report),
+            report_fd: over.report_fd.or(self.report_fd),
+            audit_log: over.audit_log.or(self.audit_log),
             command: if over.command.is_empty() {
                 self.command
             } else {

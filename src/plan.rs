@@ -1,10 +1,12 @@
 //! The validated, fully resolved description of one jail. Everything the command line and
 //! config say is checked here, before any namespace exists; the child only executes it.
 
+use crate::cgroup;
 use crate::error::{Error, Result};
 use crate::etc;
 use crate::layout::{self, MountOp};
 use crate::options::{JailOptions, NetMode};
+use crate::rlimits::{self, Rlimit};
 use crate::units::{Size, Span};
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
@@ -12,6 +14,8 @@ use std::path::{Component, Path, PathBuf};
 pub const DEFAULT_ID: u32 = 1000;
 pub const UNPRIVILEGED_HOST_ID: u32 = 65534;
 pub const DEFAULT_TMPFS_SIZE: Size = Size(64 << 20);
+pub const DEFAULT_MEMORY: Size = Size(1 << 30);
+pub const DEFAULT_PIDS: u64 = 256;
 pub const DEFAULT_HOSTNAME: &str = "brig";
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 const USER_NAME: &str = "sandbox";
@@ -26,12 +30,47 @@ pub struct Plan {
     pub net: NetMode,
     pub hostname: String,
     pub time_limit: Option<Span>,
+    pub limits: Limits,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportTarget>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<PathBuf>,
     pub chdir: PathBuf,
     /// `NAME=value`, the program's whole environment.
     pub env: Vec<String>,
     pub mounts: Vec<MountOp>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// Everything that bounds the jail's resources.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Limits {
+    #[serde(flatten)]
+    pub cgroup: cgroup::Limits,
+    /// Where the jail's cgroup goes; absent when no cgroup is usable (then the default
+    /// memory and pids limits are reported as not enforced).
+    #[serde(rename = "cgroup", skip_serializing_if = "Option::is_none")]
+    pub placement: Option<cgroup::Placement>,
+    pub cpu_time: Option<Span>,
+    pub output_limit: Option<Size>,
+    pub tmpfs_size: Size,
+    pub rlimits: Vec<Rlimit>,
+}
+
+impl Limits {
+    pub fn cgroup_wanted(&self) -> bool {
+        let limits = &self.cgroup;
+        limits.memory.is_some() || limits.pids.is_some() || limits.cpus.is_some()
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReportTarget {
+    File(PathBuf),
+    Fd(i32),
 }
 
 #[derive(Debug, Serialize)]
@@ -111,6 +150,8 @@ impl Plan {
         mounts.retain(|op| !user_mounts.iter().any(|user| user.dst() == op.dst()));
         mounts.extend(user_mounts);
 
+        let limits = resolve_limits(&options, tmpfs_size)?;
+        let report = resolve_report(&options)?;
         let chdir = match &options.chdir {
             Some(dir) => jail_path("--chdir", &dir.to_string_lossy())?,
             None => identity.home.clone(),
@@ -137,6 +178,9 @@ impl Plan {
             net,
             hostname,
             time_limit: options.time_limit,
+            limits,
+            report,
+            audit_log: options.audit_log.clone(),
             chdir,
             env,
             mounts,
@@ -228,6 +272,65 @@ fn resolve_hostname(asked: Option<&str>) -> Result<String> {
         )));
     }
     Ok(name.into())
+}
+
+fn resolve_limits(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
+    if options.memory.is_some_and(|memory| memory < Size(4 << 20)) {
+        return Err(Error::input(
+            "--memory: below 4M nothing starts; give e.g. 256M",
+        ));
+    }
+    if options.pids == Some(0) {
+        return Err(Error::input(
+            "--pids: the program itself needs at least 1; give e.g. 64",
+        ));
+    }
+    if let Some(cpus) = options.cpus
+        && !(cpus.is_finite() && cpus >= 0.01)
+    {
+        return Err(Error::input(format!(
+            "--cpus {cpus}: give a number of CPUs of at least 0.01, e.g. 0.5"
+        )));
+    }
+    if options.cpu_time.is_some_and(|limit| limit.0.is_zero()) {
+        return Err(Error::input("--cpu-time: must be longer than 0; e.g. 2s"));
+    }
+    if options.output_limit == Some(Size(0)) {
+        return Err(Error::input(
+            "--output-limit: must be at least 1 byte; e.g. 1M",
+        ));
+    }
+    let explicit = options.memory.is_some() || options.pids.is_some() || options.cpus.is_some();
+    let cgroup_limits = cgroup::Limits {
+        memory: Some(options.memory.unwrap_or(DEFAULT_MEMORY)),
+        pids: Some(options.pids.unwrap_or(DEFAULT_PIDS)),
+        cpus: options.cpus,
+    };
+    let placement = cgroup::place(
+        &cgroup_limits,
+        options.cgroup_parent.as_deref(),
+        explicit || options.cgroup_parent.is_some(),
+    )?;
+    Ok(Limits {
+        cgroup: cgroup_limits,
+        placement,
+        cpu_time: options.cpu_time,
+        output_limit: options.output_limit,
+        tmpfs_size,
+        rlimits: rlimits::resolve(&options.rlimit, options.cpu_time)?,
+    })
+}
+
+fn resolve_report(options: &JailOptions) -> Result<Option<ReportTarget>> {
+    match (&options.report, options.report_fd) {
+        (Some(_), Some(_)) => Err(Error::input("--report and --report-fd: choose one of them")),
+        (Some(path), None) => Ok(Some(ReportTarget::File(path.clone()))),
+        (None, Some(fd)) if fd < 0 || !crate::sys::is_fd_open(fd) => Err(Error::input(format!(
+            "--report-fd {fd}: descriptor is not open; open it when starting brig, e.g. `3>verdict.json`"
+        ))),
+        (None, Some(fd)) => Ok(Some(ReportTarget::Fd(fd))),
+        (None, None) => Ok(None),
+    }
 }
 
 fn check_tmpfs_size(field: &str, size: Size) -> Result<()> {

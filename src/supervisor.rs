@@ -1,14 +1,19 @@
-//! brig's side of a run: create the jail's process in all its namespaces, write its id
-//! maps, then watch it — forwarding signals, enforcing the time limit — until it is gone.
+//! brig's side of a run: create the jail's cgroup and its process in all its namespaces,
+//! write its id maps, then watch it — forwarding signals, relaying bounded output,
+//! enforcing the time limit — until it is gone, and measure what it used.
 
+use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::channel::{Channel, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
+use crate::relay::{Counts, Relay};
 use crate::sys::{self, Cloned};
 use crate::{child, init, user};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeValLike;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,7 +24,10 @@ use std::time::{Duration, Instant};
 pub enum Outcome {
     Exited(i32),
     Signaled(i32),
-    TimedOut(Duration),
+    /// brig killed the jail at --time-limit.
+    TimedOut,
+    /// brig killed the jail at --output-limit.
+    OutputLimit,
     /// The program could not be executed (126) or found (127).
     ExecFailed {
         code: u8,
@@ -33,13 +41,25 @@ impl Outcome {
         match self {
             Outcome::Exited(code) => *code,
             Outcome::Signaled(signal) => 128 + signal,
-            Outcome::TimedOut(_) => 124,
+            Outcome::TimedOut | Outcome::OutputLimit => 124,
             Outcome::ExecFailed { code, .. } => i32::from(*code),
         }
     }
 }
 
-pub fn run(plan: &Plan) -> Result<Outcome> {
+/// Everything brig learned about one run.
+pub struct RunReport {
+    pub outcome: Outcome,
+    pub wall: Duration,
+    pub cpu_user: Duration,
+    pub cpu_sys: Duration,
+    pub max_rss_kib: u64,
+    pub cgroup_version: Option<Version>,
+    pub cgroup_usage: Option<Usage>,
+    pub output: Option<Counts>,
+}
+
+pub fn run(plan: &Plan) -> Result<RunReport> {
     // Signals for the program arrive on a signalfd; the mask is inherited by the jail's
     // init, which waits for them synchronously too.
     let forwarded = init::forwarded_signals();
@@ -48,40 +68,78 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
     let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
+    let (mut relay, jail_output) = match plan.limits.output_limit {
+        Some(limit) => {
+            let (relay, ends) = Relay::new(limit.0).context(|| "create the output pipes".into())?;
+            (Some(relay), Some(ends))
+        }
+        None => (None, None),
+    };
     user::drop_supplementary_groups(&plan.identity)?;
+    // Created before the jail so that the jail starts inside it; removed (after killing
+    // whatever is left inside) when dropped, on every path out of this function.
+    let cgroup = match &plan.limits.placement {
+        Some(placement) => Some(JailCgroup::create(placement, &plan.limits.cgroup)?),
+        None => None,
+    };
 
     let started = Instant::now();
-    let cloned = sys::clone_process(namespace_flags(plan)).map_err(|errno| {
+    let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
+    let cloned = sys::clone_process(namespace_flags(plan), cgroup_fd).map_err(|errno| {
         Error::os("create the jail's namespaces (clone3)", errno).hint(
             "user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`",
         )
     })?;
-    let (pid, pidfd) = match cloned {
-        Cloned::Child => child::run(plan, channel.child_end()),
-        Cloned::Parent { pid, pidfd } => (pid, pidfd),
+    let (pid, pidfd, in_cgroup) = match cloned {
+        Cloned::Child => child::run(plan, channel.child_end(), jail_output),
+        Cloned::Parent {
+            pid,
+            pidfd,
+            in_cgroup,
+        } => (pid, pidfd, in_cgroup),
     };
+    drop(jail_output);
     let channel = channel.parent_end();
     let jail = Jail { pid, pidfd };
-    if let Err(err) = user::write_id_maps(pid, &plan.identity) {
+    let prepared = (|| {
+        if let Some(cgroup) = &cgroup
+            && !in_cgroup
+        {
+            cgroup.add_process(pid)?;
+        }
+        user::write_id_maps(pid, &plan.identity)?;
+        channel.say_go().context(|| "tell the jail to start".into())
+    })();
+    if let Err(err) = prepared {
         jail.kill_and_reap();
         return Err(err);
     }
-    if let Err(errno) = channel.say_go() {
-        jail.kill_and_reap();
-        return Err(Error::os("tell the jail to start", errno));
-    }
 
     let deadline = plan.time_limit.map(|limit| started + limit.0);
-    let timed_out = jail.supervise(&signals, deadline)?;
-    let status = jail.reap();
+    let ended_by = jail.supervise(&signals, deadline, relay.as_mut())?;
+    let init_status = jail.reap();
+    let wall = started.elapsed();
+    if let Some(relay) = relay.as_mut() {
+        relay.drain();
+    }
     let messages = channel.collect();
-    decide(
-        messages,
-        status,
-        timed_out.then(|| plan.time_limit.map(|l| l.0)).flatten(),
-    )
+    let usage =
+        getrusage(UsageWho::RUSAGE_CHILDREN).context(|| "read the jail's resource usage".into())?;
+    let outcome = decide(messages, init_status, ended_by)?;
+    Ok(RunReport {
+        outcome,
+        wall,
+        cpu_user: Duration::from_micros(usage.user_time().num_microseconds().max(0) as u64),
+        cpu_sys: Duration::from_micros(usage.system_time().num_microseconds().max(0) as u64),
+        max_rss_kib: usage.max_rss().max(0) as u64,
+        cgroup_version: cgroup.as_ref().map(JailCgroup::version),
+        cgroup_usage: cgroup.as_ref().map(JailCgroup::usage),
+        output: relay.map(|relay| relay.counts),
+    })
 }
 
+/// The namespaces created with the jail's process. The cgroup namespace is not among
+/// them: the child unshares it once it sits in its own cgroup (see `child.rs`).
 fn namespace_flags(plan: &Plan) -> u64 {
     let namespaces = &plan.namespaces;
     let wanted = [
@@ -91,13 +149,20 @@ fn namespace_flags(plan: &Plan) -> u64 {
         (namespaces.net, libc::CLONE_NEWNET),
         (namespaces.ipc, libc::CLONE_NEWIPC),
         (namespaces.uts, libc::CLONE_NEWUTS),
-        (namespaces.cgroup, libc::CLONE_NEWCGROUP),
         (namespaces.time, libc::CLONE_NEWTIME),
     ];
     wanted
         .iter()
         .filter(|(on, _)| *on)
         .fold(0u64, |flags, (_, flag)| flags | *flag as u64)
+}
+
+/// Why brig itself ended the jail, if it did.
+#[derive(Clone, Copy, PartialEq)]
+enum EndedBy {
+    Program,
+    TimeLimit,
+    OutputLimit,
 }
 
 /// The jail's init process, as brig sees it.
@@ -107,13 +172,18 @@ struct Jail {
 }
 
 impl Jail {
-    /// Waits until init exits, passing signals on and killing the jail at the deadline.
-    /// Returns whether the deadline was reached.
-    fn supervise(&self, signals: &SignalFd, deadline: Option<Instant>) -> Result<bool> {
-        let mut timed_out = false;
+    /// Waits until init exits, passing signals on, relaying output, and killing the jail
+    /// at the deadline or past the output limit.
+    fn supervise(
+        &self,
+        signals: &SignalFd,
+        deadline: Option<Instant>,
+        mut relay: Option<&mut Relay>,
+    ) -> Result<EndedBy> {
+        let mut ended_by = EndedBy::Program;
         loop {
             let timeout = match deadline {
-                Some(deadline) if !timed_out => {
+                Some(deadline) if ended_by == EndedBy::Program => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     // Round up so the deadline has passed when poll returns.
                     let millis = left.as_micros().div_ceil(1000);
@@ -122,32 +192,61 @@ impl Jail {
                 }
                 _ => PollTimeout::NONE,
             };
-            let mut fds = [
+            let pipes = relay
+                .as_ref()
+                .map(|relay| relay.open_pipes())
+                .unwrap_or_default();
+            let mut fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
             ];
+            fds.extend(
+                pipes
+                    .iter()
+                    .map(|(_, fd)| PollFd::new(*fd, PollFlags::POLLIN)),
+            );
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(errno) => return Err(Error::os("wait for the jail", errno)),
             }
-            let exited = fds[0].any().unwrap_or(false);
-            let signalled = fds[1].any().unwrap_or(false);
-            if exited {
-                return Ok(timed_out);
+            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+            let ready_pipes: Vec<usize> = pipes
+                .iter()
+                .zip(&ready[2..])
+                .filter(|(_, ready)| **ready)
+                .map(|((index, _), _)| *index)
+                .collect();
+            drop(fds);
+            if let Some(relay) = relay.as_deref_mut() {
+                for index in ready_pipes {
+                    if !relay.pump(index) && ended_by == EndedBy::Program {
+                        self.kill();
+                        ended_by = EndedBy::OutputLimit;
+                    }
+                }
             }
-            if signalled {
+            if ready[0] {
+                return Ok(ended_by);
+            }
+            if ready[1] {
                 while let Ok(Some(info)) = signals.read_signal() {
                     if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
                         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), signal);
                     }
                 }
             }
-            if !timed_out && deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                // Killing init kills every process in its PID namespace.
-                let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
-                timed_out = true;
+            if ended_by == EndedBy::Program
+                && deadline.is_some_and(|deadline| Instant::now() >= deadline)
+            {
+                self.kill();
+                ended_by = EndedBy::TimeLimit;
             }
         }
+    }
+
+    /// Killing init kills every process in its PID namespace.
+    fn kill(&self) {
+        let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
     }
 
     fn reap(&self) -> Option<WaitStatus> {
@@ -161,7 +260,7 @@ impl Jail {
     }
 
     fn kill_and_reap(&self) {
-        let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
+        self.kill();
         self.reap();
     }
 }
@@ -169,7 +268,7 @@ impl Jail {
 fn decide(
     messages: Vec<Message>,
     init_status: Option<WaitStatus>,
-    timed_out: Option<Duration>,
+    ended_by: EndedBy,
 ) -> Result<Outcome> {
     let mut program_status = None;
     for message in messages {
@@ -182,18 +281,21 @@ fn decide(
             Message::Signaled(signal) => program_status = Some(Outcome::Signaled(signal)),
         }
     }
-    if let Some(status) = program_status {
-        return Ok(status);
-    }
-    if let Some(limit) = timed_out {
-        return Ok(Outcome::TimedOut(limit));
-    }
-    Err(Error::setup(format!(
-        "the jail's init ended before the program did ({}); this is a bug or the host killed it",
-        match init_status {
-            Some(WaitStatus::Signaled(_, signal, _)) => format!("killed by {signal}"),
-            Some(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
-            _ => "status unknown".into(),
+    match (ended_by, program_status, init_status) {
+        (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
+        (_, Some(status), _) => Ok(status),
+        (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
+        // The kernel killed the whole jail, init included: an OOM kill of the cgroup
+        // (memory.oom.group) — the verdict tells which.
+        (EndedBy::Program, None, Some(WaitStatus::Signaled(_, signal, _))) => {
+            Ok(Outcome::Signaled(signal as i32))
         }
-    )))
+        (EndedBy::Program, None, status) => Err(Error::setup(format!(
+            "the jail's init ended before the program did ({}); this is a bug",
+            match status {
+                Some(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
+                _ => "status unknown".into(),
+            }
+        ))),
+    }
 }

@@ -9,9 +9,17 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Result of a fork-like `clone3`.
 pub enum Cloned {
-    Parent { pid: Pid, pidfd: OwnedFd },
+    Parent {
+        pid: Pid,
+        pidfd: OwnedFd,
+        /// Whether the child started inside the requested cgroup.
+        in_cgroup: bool,
+    },
     Child,
 }
+
+/// CLONE_INTO_CGROUP does not fit libc's c_int constant.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// `struct clone_args` of clone3(2), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
 #[repr(C)]
@@ -31,28 +39,45 @@ struct CloneArgs {
 }
 
 /// Creates a child process in new namespaces (`flags` are `CLONE_NEW*`), like fork(2):
-/// the child continues from here on a copy of the caller's memory. Falls back to clone(2)
-/// on kernels without clone3, where a time namespace cannot be created this way.
+/// the child continues from here on a copy of the caller's memory. With `cgroup` (a v2
+/// cgroup directory) the child starts inside that cgroup (CLONE_INTO_CGROUP, Linux 5.7+);
+/// on older kernels it starts where brig is and `in_cgroup` says so. Falls back to
+/// clone(2) on kernels without clone3, where a time namespace cannot be created this way.
 ///
 /// The caller must be single-threaded, as after fork(2).
-pub fn clone_process(flags: u64) -> Result<Cloned, Errno> {
+pub fn clone_process(flags: u64, cgroup: Option<BorrowedFd>) -> Result<Cloned, Errno> {
     let mut pidfd: RawFd = -1;
-    let args = CloneArgs {
+    let mut args = CloneArgs {
         flags: flags | libc::CLONE_PIDFD as u64,
         pidfd: &mut pidfd as *mut RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
     };
-    // SAFETY: `args` is a valid clone_args of the size we pass; no stack is given, so the
-    // child runs on a copy-on-write copy of this stack exactly as after fork(2).
-    let mut ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
+    if let Some(cgroup) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = cgroup.as_raw_fd() as u64;
+    }
+    let clone3 = |args: &CloneArgs| {
+        // SAFETY: `args` is a valid clone_args of the size we pass; no stack is given, so
+        // the child runs on a copy-on-write copy of this stack exactly as after fork(2).
+        unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        }
     };
+    let mut ret = clone3(&args);
+    let mut in_cgroup = cgroup.is_some();
+    if ret == -1 && cgroup.is_some() && matches!(Errno::last(), Errno::EINVAL | Errno::E2BIG) {
+        args.flags &= !(CLONE_INTO_CGROUP);
+        args.cgroup = 0;
+        in_cgroup = false;
+        ret = clone3(&args);
+    }
     if ret == -1 && Errno::last() == Errno::ENOSYS {
+        in_cgroup = false;
         let legacy_flags = (flags & !(libc::CLONE_NEWTIME as u64)) | libc::CLONE_PIDFD as u64;
         // SAFETY: clone(2) without CLONE_VM and with a null stack behaves like fork(2);
         // the parent_tid argument receives the pidfd because of CLONE_PIDFD.
@@ -74,6 +99,7 @@ pub fn clone_process(flags: u64) -> Result<Cloned, Errno> {
             pid: Pid::from_raw(pid as i32),
             // SAFETY: the kernel returned a fresh pidfd that nothing else owns.
             pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+            in_cgroup,
         }),
     }
 }
@@ -206,4 +232,12 @@ pub fn exit_now(code: i32) -> ! {
 pub fn is_fd_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only queries the descriptor table.
     unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
+}
+
+/// Borrows a descriptor brig inherited (e.g. `--report-fd`) for the duration of a call.
+/// Callers check that it is open first.
+pub fn borrow_fd<'a>(fd: RawFd) -> BorrowedFd<'a> {
+    // SAFETY: the descriptor is open (checked by the caller) and brig never closes it
+    // while the borrow lives.
+    unsafe { BorrowedFd::borrow_raw(fd) }
 }

@@ -1,0 +1,322 @@
+//! Finding cgroup hierarchies and a place in them that brig may write.
+
+use crate::error::{Context, Error, Result};
+use nix::errno::Errno;
+use serde::Serialize;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// How the parent directory came to be brig's to use.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Parent {
+    /// `<hierarchy>/brig`, created by brig as root.
+    BrigSubtree,
+    /// `--cgroup-parent`, delegated by the operator.
+    Given,
+    /// brig's own v2 cgroup, delegated to the caller: brig moves itself into a leaf
+    /// below it first (no process may sit in a cgroup that hands controllers down).
+    OwnDelegated { own: PathBuf },
+}
+
+/// The cgroup mounts of this host, from /proc/self/mountinfo.
+pub struct Mounts {
+    unified: Option<PathBuf>,
+    /// (controller, mount point) for v1 hierarchies.
+    legacy: Vec<(String, PathBuf)>,
+}
+
+impl Mounts {
+    pub fn read() -> Result<Mounts> {
+        let text = fs::read_to_string("/proc/self/mountinfo")
+            .context(|| "read /proc/self/mountinfo".into())?;
+        let mut mounts = Mounts {
+            unified: None,
+            legacy: Vec::new(),
+        };
+        for line in text.lines() {
+            let Some((before, after)) = line.split_once(" - ") else {
+                continue;
+            };
+            let Some(mount_point) = before.split(' ').nth(4) else {
+                continue;
+            };
+            let mount_point = PathBuf::from(unescape(mount_point));
+            let mut after = after.split(' ');
+            match (after.next(), after.nth(1)) {
+                (Some("cgroup2"), _) => {
+                    mounts.unified.get_or_insert(mount_point);
+                }
+                (Some("cgroup"), Some(options)) => {
+                    for option in options.split(',') {
+                        if matches!(option, "memory" | "pids" | "cpu") {
+                            mounts
+                                .legacy
+                                .push((option.to_string(), mount_point.clone()));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(mounts)
+    }
+
+    fn legacy_mount(&self, controller: &str) -> Option<&Path> {
+        self.legacy
+            .iter()
+            .find(|(name, _)| name == controller)
+            .map(|(_, path)| path.as_path())
+    }
+}
+
+/// mountinfo escapes spaces and the like as \ooo.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let octal = bytes
+            .get(index + 1..index + 4)
+            .and_then(|digits| std::str::from_utf8(digits).ok())
+            .and_then(|digits| u8::from_str_radix(digits, 8).ok());
+        match (bytes[index], octal) {
+            (b'\\', Some(value)) => {
+                out.push(value);
+                index += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// brig's own cgroup path in a hierarchy, from /proc/self/cgroup ("0::/x" for v2).
+fn own_path(controller: Option<&str>) -> Option<PathBuf> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let matches = match controller {
+            None => controllers.is_empty(),
+            Some(wanted) => controllers.split(',').any(|c| c == wanted),
+        };
+        matches.then(|| PathBuf::from(path.trim_start_matches('/')))
+    })
+}
+
+fn has_controllers(file: &Path, wanted: &[&str]) -> bool {
+    let Ok(text) = fs::read_to_string(file) else {
+        return false;
+    };
+    let available: Vec<&str> = text.split_whitespace().collect();
+    wanted
+        .iter()
+        .all(|controller| available.contains(controller))
+}
+
+pub fn find_parent(
+    mounts: &Mounts,
+    controllers: &[&str],
+    rootless: bool,
+) -> Option<(Version, Vec<PathBuf>, Parent)> {
+    if let Some(unified) = &mounts.unified {
+        if !rootless && has_controllers(&unified.join("cgroup.subtree_control"), controllers) {
+            return Some((Version::V2, vec![unified.join("brig")], Parent::BrigSubtree));
+        }
+        if rootless
+            && let Some(own) = own_path(None).map(|path| unified.join(path))
+            && own != *unified
+            && fs::metadata(&own).is_ok_and(|meta| meta.uid() == nix::unistd::geteuid().as_raw())
+            && has_controllers(&own.join("cgroup.controllers"), controllers)
+        {
+            return Some((Version::V2, vec![own.clone()], Parent::OwnDelegated { own }));
+        }
+    }
+    if !rootless {
+        let parents: Option<Vec<PathBuf>> = controllers
+            .iter()
+            .map(|controller| {
+                mounts
+                    .legacy_mount(controller)
+                    .map(|mount| mount.join("brig"))
+            })
+            .collect();
+        if let Some(mut parents) = parents {
+            parents.dedup();
+            return Some((Version::V1, parents, Parent::BrigSubtree));
+        }
+    }
+    None
+}
+
+pub fn given_parent(
+    mounts: &Mounts,
+    path: &Path,
+    controllers: &[&str],
+) -> Result<(Version, Vec<PathBuf>, Parent)> {
+    let bad = |why: &str| {
+        Error::input(format!(
+            "--cgroup-parent {}: {why}; give a delegated cgroup directory, e.g. /sys/fs/cgroup/my.slice/brig",
+            path.display()
+        ))
+    };
+    if let Some(unified) = &mounts.unified {
+        let dir = match path.strip_prefix(unified) {
+            Ok(_) => path.to_path_buf(),
+            Err(_) => unified.join(path.strip_prefix("/").unwrap_or(path)),
+        };
+        if dir.is_dir() {
+            if !has_controllers(&dir.join("cgroup.controllers"), controllers) {
+                return Err(bad(&format!(
+                    "its parent does not hand down {}; enable them in the parent's cgroup.subtree_control",
+                    controllers.join(", ")
+                )));
+            }
+            return Ok((Version::V2, vec![dir], Parent::Given));
+        }
+    }
+    let mut parents = Vec::new();
+    for controller in controllers {
+        let mount = mounts.legacy_mount(controller).ok_or_else(|| {
+            bad(&format!(
+                "no cgroup hierarchy has the {controller} controller"
+            ))
+        })?;
+        let relative = mounts
+            .legacy
+            .iter()
+            .find_map(|(_, mount_point)| path.strip_prefix(mount_point).ok())
+            .unwrap_or_else(|| path.strip_prefix("/").unwrap_or(path));
+        let dir = mount.join(relative);
+        if !dir.is_dir() {
+            return Err(bad(&format!("{} does not exist", dir.display())));
+        }
+        parents.push(dir);
+    }
+    parents.dedup();
+    Ok((Version::V1, parents, Parent::Given))
+}
+
+/// Makes the parent ready to hold jail cgroups with the controllers enabled.
+pub fn prepare_parent(
+    version: Version,
+    parent: &Path,
+    kind: &Parent,
+    controllers: &[&str],
+) -> Result<()> {
+    if *kind == Parent::BrigSubtree {
+        match fs::create_dir(parent) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => {
+                return Err(err).context(|| format!("create the cgroup {}", parent.display()));
+            }
+        }
+    }
+    if let Parent::OwnDelegated { own } = kind {
+        let leaf = own.join(format!("brig-{}", std::process::id()));
+        match fs::create_dir(&leaf) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => {
+                return Err(err).context(|| format!("create the cgroup {}", leaf.display()));
+            }
+        }
+        fs::write(leaf.join("cgroup.procs"), "0")
+            .context(|| format!("move brig itself into {}", leaf.display()))?;
+    }
+    if version == Version::V2 {
+        enable_controllers(parent, controllers)?;
+    }
+    Ok(())
+}
+
+fn enable_controllers(parent: &Path, controllers: &[&str]) -> Result<()> {
+    let control = parent.join("cgroup.subtree_control");
+    if has_controllers(&control, controllers) {
+        return Ok(());
+    }
+    let request: Vec<String> = controllers.iter().map(|c| format!("+{c}")).collect();
+    fs::write(&control, request.join(" ")).map_err(|err| {
+        let errno = Errno::from_raw(err.raw_os_error().unwrap_or(0));
+        let what = format!("enable {} in {}", controllers.join(", "), control.display());
+        match errno {
+            Errno::EBUSY => Error::os(what, errno).hint(
+                "the cgroup still holds processes; give brig a subtree of its own with --cgroup-parent",
+            ),
+            _ => Error::os(what, errno),
+        }
+    })
+}
+
+/// Removes cgroups left by brig processes that died without cleaning up (SIGKILL).
+pub fn remove_stale_jails(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let owner = name
+            .strip_prefix("jail-")
+            .and_then(|rest| rest.split('-').next())
+            .or_else(|| name.strip_prefix("brig-"));
+        let Some(pid) = owner.and_then(|pid| pid.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// Kills every process still in the cgroup.
+pub fn kill_all(version: Version, dir: &Path) {
+    if version == Version::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    for _ in 0..100 {
+        let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) else {
+            return;
+        };
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// rmdir, retried while the last processes finish exiting.
+pub fn remove(dir: &Path) {
+    for attempt in 0..200u32 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => {
+                std::thread::sleep(Duration::from_micros(250 * u64::from(attempt.min(20) + 1)))
+            }
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! cgroups: one leaf cgroup per jail carries its memory, pids and cpu limits, tells how
+//! much it used, and lets brig kill whatever is left. cgroup v2 first; v1 hierarchies
+//! (hybrid and legacy hosts) as the fallback, with the same limits and the same verdict.
+//!
+//! Where the jail's cgroup goes is decided at plan time (reading only), in this order:
+//! 1. `--cgroup-parent PATH`, an explicitly delegated subtree;
+//! 2. as root: a `brig` subtree brig creates (never writing the root cgroup's controllers);
+//! 3. rootless: brig's own cgroup when it is delegated to the caller (owned by its uid).
+//!
+//! When a limit was asked for and none of these works, brig fails closed.
+
+mod hierarchy;
+mod v1;
+mod v2;
+
+use crate::error::{Context, Error, Result};
+use crate::units::Size;
+pub use hierarchy::Version;
+use hierarchy::{Mounts, Parent};
+use serde::Serialize;
+use std::fs;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The limits a cgroup enforces.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Limits {
+    pub memory: Option<Size>,
+    pub pids: Option<u64>,
+    pub cpus: Option<f64>,
+}
+
+impl Limits {
+    fn controllers(&self) -> Vec<&'static str> {
+        let mut wanted = Vec::new();
+        if self.memory.is_some() {
+            wanted.push("memory");
+        }
+        if self.pids.is_some() {
+            wanted.push("pids");
+        }
+        if self.cpus.is_some() {
+            wanted.push("cpu");
+        }
+        wanted
+    }
+}
+
+/// Where the jail's cgroup will be created, decided before anything is touched.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Placement {
+    pub version: Version,
+    /// Directories the jail's cgroup is created in (v1: one per controller hierarchy).
+    pub parents: Vec<PathBuf>,
+    #[serde(skip)]
+    parent_kind: Parent,
+    #[serde(skip)]
+    controllers: Vec<&'static str>,
+}
+
+/// Decides where the jail's cgroup goes. `Ok(None)` when no usable place exists and no
+/// limit was explicitly asked for (the default limits are then reported as not enforced).
+pub fn place(
+    limits: &Limits,
+    cgroup_parent: Option<&Path>,
+    explicit: bool,
+) -> Result<Option<Placement>> {
+    let controllers = limits.controllers();
+    if controllers.is_empty() {
+        return Ok(None);
+    }
+    let mounts = Mounts::read()?;
+    let rootless = !nix::unistd::geteuid().is_root();
+    let found = match cgroup_parent {
+        Some(path) => Some(hierarchy::given_parent(&mounts, path, &controllers)?),
+        None => hierarchy::find_parent(&mounts, &controllers, rootless),
+    };
+    match found {
+        Some((version, parents, parent_kind)) => Ok(Some(Placement {
+            version,
+            parents,
+            parent_kind,
+            controllers,
+        })),
+        None if explicit => Err(Error::input(format!(
+            "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; \
+             run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
+             or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)",
+            controllers.join(", ")
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// The jail's own cgroup(s). Dropping it kills every process left inside and removes it.
+pub struct JailCgroup {
+    version: Version,
+    dirs: Vec<PathBuf>,
+    /// v2: the cgroup's directory, for clone3(CLONE_INTO_CGROUP).
+    dir_fd: Option<OwnedFd>,
+}
+
+/// What the cgroup measured over the jail's life.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub memory_peak_bytes: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub pids_peak: Option<u64>,
+}
+
+impl JailCgroup {
+    /// Creates the jail's cgroup with its limits; nothing runs in it yet.
+    pub fn create(placement: &Placement, limits: &Limits) -> Result<JailCgroup> {
+        let name = format!("jail-{}-{}", std::process::id(), unique_suffix());
+        let mut cgroup = JailCgroup {
+            version: placement.version,
+            dirs: Vec::new(),
+            dir_fd: None,
+        };
+        for parent in &placement.parents {
+            hierarchy::prepare_parent(
+                placement.version,
+                parent,
+                &placement.parent_kind,
+                &placement.controllers,
+            )?;
+            hierarchy::remove_stale_jails(parent);
+            let dir = parent.join(&name);
+            fs::create_dir(&dir)
+                .context(|| format!("create the jail's cgroup {}", dir.display()))?;
+            cgroup.dirs.push(dir);
+        }
+        match placement.version {
+            Version::V2 => {
+                v2::write_limits(&cgroup.dirs[0], limits)?;
+                let fd = nix::fcntl::open(
+                    &cgroup.dirs[0],
+                    nix::fcntl::OFlag::O_DIRECTORY
+                        | nix::fcntl::OFlag::O_PATH
+                        | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .context(|| format!("open {}", cgroup.dirs[0].display()))?;
+                cgroup.dir_fd = Some(fd);
+            }
+            Version::V1 => {
+                for dir in &cgroup.dirs {
+                    v1::write_limits(dir, limits)?;
+                }
+            }
+        }
+        Ok(cgroup)
+    }
+
+    /// The v2 directory fd that lets clone3 start the jail inside the cgroup.
+    pub fn clone_into(&self) -> Option<BorrowedFd<'_>> {
+        self.dir_fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Moves a process in (v1, or v2 without CLONE_INTO_CGROUP).
+    pub fn add_process(&self, pid: nix::unistd::Pid) -> Result<()> {
+        for dir in &self.dirs {
+            let procs = dir.join("cgroup.procs");
+            fs::write(&procs, pid.to_string())
+                .context(|| format!("move the jail into {}", procs.display()))?;
+        }
+        Ok(())
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn usage(&self) -> Usage {
+        match self.version {
+            Version::V2 => v2::usage(&self.dirs[0]),
+            Version::V1 => v1::usage(&self.dirs),
+        }
+    }
+
+    fn kill_and_remove(&mut self) {
+        for dir in self.dirs.drain(..) {
+            hierarchy::kill_all(self.version, &dir);
+            hierarchy::remove(&dir);
+        }
+    }
+}
+
+impl Drop for JailCgroup {
+    fn drop(&mut self) {
+        self.kill_and_remove();
+    }
+}
+
+/// Distinguishes several jails started by one brig process (tests, future batch mode).
+fn unique_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Reads a cgroup file holding one number; `max` is None.
+fn read_number(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Reads `key value` lines (memory.events, memory.oom_control) and returns `key`'s value.
+fn read_keyed(path: &Path, key: &str) -> Option<u64> {
+    fs::read_to_string(path).ok()?.lines().find_map(|line| {
+        line.strip_prefix(key)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+fn write_file(dir: &Path, name: &str, value: &str) -> Result<()> {
+    let path = dir.join(name);
+    fs::write(&path, value).context(|| format!("write {value} to {}", path.display()))
+}

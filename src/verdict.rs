@@ -1,0 +1,331 @@
+//! The verdict: one JSON object that says what happened to the program, with enough for
+//! an online judge or an agent platform to decide everything from it alone. Its schema is
+//! versioned (`schema`) and documented in the README and brig(1).
+
+use crate::cgroup::Version;
+use crate::error::{Context, Error, Result};
+use crate::plan::Plan;
+use crate::rlimits::Rlimit;
+use crate::supervisor::{Outcome, RunReport};
+use serde::Serialize;
+use std::io::Write;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::path::Path;
+
+pub const SCHEMA: &str = "brig-verdict/1";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    NonzeroExit,
+    Signaled,
+    Timeout,
+    CpuTime,
+    Oom,
+    OutputLimit,
+    SetupError,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Verdict {
+    pub schema: &'static str,
+    pub status: Status,
+    /// brig's own exit status for this run.
+    pub brig_exit_code: i32,
+    /// The program's exit status, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the program, when one did.
+    pub signal: Option<i32>,
+    pub wall_ms: u64,
+    pub cpu_user_ms: u64,
+    pub cpu_sys_ms: u64,
+    pub max_rss_kib: u64,
+    pub memory_peak_bytes: Option<u64>,
+    pub oom_kills: Option<u64>,
+    pub pids_peak: Option<u64>,
+    /// Counted only with --output-limit (otherwise the program writes to brig's fds directly).
+    pub stdout_bytes: Option<u64>,
+    pub stderr_bytes: Option<u64>,
+    pub output_truncated: bool,
+    pub limits: Option<Limits>,
+    pub protections: Option<Protections>,
+    pub warnings: Vec<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Limits {
+    pub time_limit_ms: Option<u64>,
+    pub cpu_time_ms: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpus: Option<f64>,
+    /// Whether memory, pids and cpus are enforced by a cgroup in this run.
+    pub cgroup_enforced: bool,
+    pub output_limit_bytes: Option<u64>,
+    pub tmpfs_size_bytes: u64,
+    pub rlimits: Vec<Rlimit>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Protections {
+    pub namespaces: Vec<&'static str>,
+    pub cgroup: Option<Version>,
+    pub rootless: bool,
+    pub net: crate::options::NetMode,
+    pub capabilities: &'static str,
+    pub no_new_privs: bool,
+    pub landlock_abi: Option<u32>,
+    pub seccomp_profile: Option<String>,
+}
+
+impl Verdict {
+    /// The verdict of a run that got as far as starting the jail.
+    pub fn of_run(plan: &Plan, run: &RunReport) -> Verdict {
+        let usage = run.cgroup_usage.unwrap_or_default();
+        let oom = usage.oom_kills.is_some_and(|kills| kills > 0);
+        let cpu_used = run.cpu_user + run.cpu_sys;
+        let over_cpu_time = plan
+            .limits
+            .cpu_time
+            .is_some_and(|limit| cpu_used >= limit.0);
+        let (status, exit_code, signal) = match &run.outcome {
+            Outcome::TimedOut => (Status::Timeout, None, Some(libc::SIGKILL)),
+            Outcome::OutputLimit => (Status::OutputLimit, None, Some(libc::SIGKILL)),
+            Outcome::ExecFailed { .. } => (Status::SetupError, None, None),
+            Outcome::Signaled(signal) if oom => (Status::Oom, None, Some(*signal)),
+            Outcome::Exited(code) if oom => (Status::Oom, Some(*code), None),
+            Outcome::Signaled(signal)
+                if *signal == libc::SIGXCPU || (*signal == libc::SIGKILL && over_cpu_time) =>
+            {
+                (Status::CpuTime, None, Some(*signal))
+            }
+            Outcome::Signaled(signal) => (Status::Signaled, None, Some(*signal)),
+            Outcome::Exited(0) => (Status::Ok, Some(0), None),
+            Outcome::Exited(code) => (Status::NonzeroExit, Some(*code), None),
+        };
+        let error = match &run.outcome {
+            Outcome::ExecFailed { message, .. } => Some(message.clone()),
+            _ => None,
+        };
+        Verdict {
+            schema: SCHEMA,
+            status,
+            brig_exit_code: run.outcome.exit_code(),
+            exit_code,
+            signal,
+            wall_ms: run.wall.as_millis() as u64,
+            cpu_user_ms: run.cpu_user.as_millis() as u64,
+            cpu_sys_ms: run.cpu_sys.as_millis() as u64,
+            max_rss_kib: run.max_rss_kib,
+            memory_peak_bytes: usage.memory_peak_bytes,
+            oom_kills: usage.oom_kills,
+            pids_peak: usage.pids_peak,
+            stdout_bytes: run.output.map(|output| output.stdout_bytes),
+            stderr_bytes: run.output.map(|output| output.stderr_bytes),
+            output_truncated: run.output.is_some_and(|output| output.truncated),
+            limits: Some(limits(plan, run.cgroup_version.is_some())),
+            protections: Some(protections(plan, run.cgroup_version)),
+            warnings: warnings(plan, run.cgroup_version.is_some()),
+            error,
+        }
+    }
+
+    /// The verdict when brig failed before or while setting up the jail.
+    pub fn of_setup_error(plan: Option<&Plan>, error: &Error) -> Verdict {
+        Verdict {
+            schema: SCHEMA,
+            status: Status::SetupError,
+            brig_exit_code: 125,
+            exit_code: None,
+            signal: None,
+            wall_ms: 0,
+            cpu_user_ms: 0,
+            cpu_sys_ms: 0,
+            max_rss_kib: 0,
+            memory_peak_bytes: None,
+            oom_kills: None,
+            pids_peak: None,
+            stdout_bytes: None,
+            stderr_bytes: None,
+            output_truncated: false,
+            limits: plan.map(|plan| limits(plan, false)),
+            protections: None,
+            warnings: plan.map(|plan| plan.warnings.clone()).unwrap_or_default(),
+            error: Some(error.to_string()),
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a verdict always serializes")
+    }
+}
+
+fn limits(plan: &Plan, cgroup_enforced: bool) -> Limits {
+    let millis = |span: Option<crate::units::Span>| span.map(|span| span.0.as_millis() as u64);
+    Limits {
+        time_limit_ms: millis(plan.time_limit),
+        cpu_time_ms: millis(plan.limits.cpu_time),
+        memory_bytes: plan.limits.cgroup.memory.map(|size| size.0),
+        pids: plan.limits.cgroup.pids,
+        cpus: plan.limits.cgroup.cpus,
+        cgroup_enforced,
+        output_limit_bytes: plan.limits.output_limit.map(|size| size.0),
+        tmpfs_size_bytes: plan.limits.tmpfs_size.0,
+        rlimits: plan.limits.rlimits.clone(),
+    }
+}
+
+fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
+    let ns = &plan.namespaces;
+    let namespaces = [
+        (ns.user, "user"),
+        (ns.mount, "mount"),
+        (ns.pid, "pid"),
+        (ns.net, "net"),
+        (ns.ipc, "ipc"),
+        (ns.uts, "uts"),
+        (ns.cgroup, "cgroup"),
+        (ns.time, "time"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|(_, name)| *name)
+    .collect();
+    Protections {
+        namespaces,
+        cgroup,
+        rootless: plan.identity.rootless,
+        net: plan.net,
+        capabilities: "none",
+        no_new_privs: true,
+        landlock_abi: None,
+        seccomp_profile: None,
+    }
+}
+
+fn warnings(plan: &Plan, cgroup_enforced: bool) -> Vec<String> {
+    let mut warnings = plan.warnings.clone();
+    if !cgroup_enforced && plan.limits.cgroup_wanted() {
+        warnings.push(
+            "no usable cgroup here: the default memory and pids limits are not enforced (see `brig doctor`)".into(),
+        );
+    }
+    warnings
+}
+
+/// Where the verdict goes.
+pub enum Target<'a> {
+    File(&'a Path),
+    Fd(RawFd),
+}
+
+pub fn write(target: Target, verdict: &Verdict) -> Result<()> {
+    let mut line = verdict.to_json();
+    line.push('\n');
+    match target {
+        Target::File(path) => std::fs::write(path, line.as_bytes())
+            .context(|| format!("--report {}: write the verdict", path.display())),
+        Target::Fd(fd) => {
+            if !crate::sys::is_fd_open(fd) {
+                return Err(Error::input(format!(
+                    "--report-fd {fd}: descriptor is not open"
+                )));
+            }
+            let borrowed = crate::sys::borrow_fd(fd);
+            write_all(borrowed, line.as_bytes())
+                .context(|| format!("--report-fd {fd}: write the verdict"))
+        }
+    }
+}
+
+fn write_all(fd: BorrowedFd, mut bytes: &[u8]) -> std::result::Result<(), nix::errno::Errno> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(errno) => return Err(errno),
+        }
+    }
+    Ok(())
+}
+
+/// Appends one JSON line per run: who ran what, with which plan, and what happened.
+/// An exclusive lock around a single O_APPEND write keeps concurrent jails' lines whole.
+pub fn append_audit(path: &Path, plan: Option<&Plan>, verdict: &Verdict) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    #[derive(Serialize)]
+    struct Entry<'a> {
+        time: String,
+        uid: u32,
+        argv: Vec<String>,
+        config_digest: Option<String>,
+        verdict: &'a Verdict,
+    }
+    let config_digest = plan.map(|plan| {
+        let yaml = serde_saphyr::to_string(plan).unwrap_or_default();
+        let digest = Sha256::digest(yaml.as_bytes());
+        format!(
+            "sha256:{}",
+            digest
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    });
+    let entry = Entry {
+        time: rfc3339_now(),
+        uid: nix::unistd::getuid().as_raw(),
+        argv: std::env::args().collect(),
+        config_digest,
+        verdict,
+    };
+    let mut line = serde_json::to_string(&entry).expect("an audit entry always serializes");
+    line.push('\n');
+    let what = || format!("--audit-log {}: append the run", path.display());
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .context(what)?;
+    let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| Error::os(what(), errno))?;
+    (&*locked).write_all(line.as_bytes()).context(what)
+}
+
+/// UTC time as RFC 3339 with milliseconds, without a date crate.
+fn rfc3339_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = now.as_secs();
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        now.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_are_rfc3339() {
+        let stamp = super::rfc3339_now();
+        assert_eq!(stamp.len(), 24, "{stamp}");
+        assert!(stamp.starts_with("20") && stamp.ends_with('Z'), "{stamp}");
+    }
+}
