@@ -33,6 +33,12 @@ impl Error {
         }
     }
 
+    /// Puts the option or step the failure belongs to in front: `--bind a:b: ...`.
+    pub fn within(mut self, context: impl fmt::Display) -> Error {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+
     /// Adds the fix to the message.
     pub fn hint(mut self, fix: impl fmt::Display) -> Error {
         self.message = format!("{}; {fix}", self.message);

@@ -27,6 +27,7 @@ pub fn run(program: Pid, channel: &ChildEnd) -> ! {
     // Init needs no privilege from here on. Undumpable, so the program cannot ptrace it
     // or read its memory or environment (brig's) through /proc/1.
     let _ = nix::sys::prctl::set_name(c"brig-init");
+    sys::scrub_cmdline("brig-init");
     let hardened = privs::drop_all_capabilities()
         .and_then(|()| privs::set_no_new_privs())
         .and_then(|()| {

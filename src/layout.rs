@@ -30,6 +30,9 @@ pub enum MountOp {
         writable: bool,
         #[serde(skip)]
         is_dir: bool,
+        /// The option that asked for it; absent for brig's own mounts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
     },
     /// A host device node (null, zero, ...) bound onto an empty file.
     Device {
@@ -45,6 +48,8 @@ pub enum MountOp {
         #[serde(skip_serializing_if = "Option::is_none")]
         owner: Option<Owner>,
         exec: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
     },
     Proc {
         dst: PathBuf,
@@ -64,6 +69,14 @@ pub enum MountOp {
 }
 
 impl MountOp {
+    /// The option that asked for this operation, for error messages.
+    pub fn from(&self) -> Option<&str> {
+        match self {
+            MountOp::Bind { from, .. } | MountOp::Tmpfs { from, .. } => from.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Where in the jail this operation acts.
     pub fn dst(&self) -> &Path {
         match self {
@@ -168,6 +181,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
         mode: 0o755,
         owner: None,
         exec: false,
+        from: None,
     });
     for device in DEVICES {
         let path = Path::new("/dev").join(device);
@@ -198,6 +212,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
         mode: 0o1777,
         owner: None,
         exec: false,
+        from: None,
     });
     ops.push(MountOp::ReadOnly { dst: "/dev".into() });
     ops.push(MountOp::Tmpfs {
@@ -206,6 +221,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
         mode: 0o1777,
         owner: None,
         exec: true,
+        from: None,
     });
     ops.push(MountOp::Tmpfs {
         dst: inputs.home.into(),
@@ -216,6 +232,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
             gid: inputs.gid,
         }),
         exec: true,
+        from: None,
     });
 }
 
@@ -225,5 +242,6 @@ fn host_bind(path: &Path, writable: bool, is_dir: bool) -> MountOp {
         dst: path.into(),
         writable,
         is_dir,
+        from: None,
     }
 }

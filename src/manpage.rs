@@ -13,7 +13,7 @@ new user, mount, pid, network, ipc, uts and cgroup namespaces, and a time namesp
 .IP \(bu 2
 uid and gid 1000 (user \fBsandbox\fR) inside, mapped to the caller's ids when brig is rootless and to host uid/gid 65534 when brig runs as root, never to host root; setgroups denied;
 .IP \(bu 2
-a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid and nodev;
+a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid, and nodev except the device nodes and devpts;
 .IP \(bu 2
 no network but \fBlo\fR; hostname \fBbrig\fR;
 .IP \(bu 2

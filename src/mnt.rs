@@ -55,7 +55,10 @@ pub fn build_root(ops: &[MountOp]) -> Result<()> {
     let mut root_is_tmpfs = false;
     for op in ops {
         root_is_tmpfs |= matches!(op, MountOp::RootTmpfs { .. });
-        apply(op)?;
+        apply(op).map_err(|err| match op.from() {
+            Some(option) => err.within(option),
+            None => err,
+        })?;
     }
 
     umount2(OLD_ROOT, MntFlags::MNT_DETACH).context(|| "detach the host's root".into())?;
@@ -136,6 +139,7 @@ fn apply(op: &MountOp) -> Result<()> {
             dst,
             writable,
             is_dir,
+            ..
         } => {
             make_mount_point(dst, if *is_dir { Kind::Dir } else { Kind::File })?;
             let what = || format!("bind {} to {} in the jail", src.display(), dst.display());
@@ -162,6 +166,7 @@ fn apply(op: &MountOp) -> Result<()> {
             mode,
             owner,
             exec,
+            ..
         } => {
             make_mount_point(dst, Kind::Dir)?;
             let mut data = format!("mode={mode:04o},size={}", size.0);
@@ -322,8 +327,7 @@ fn make_mount_point(dst: &Path, kind: Kind) -> Result<()> {
                 let file_type = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
                 if file_type == SFlag::S_IFLNK {
                     return Err(Error::input(format!(
-                        "{}: {} is a symlink in the jail; name the real path instead, symlinks are not followed",
-                        dst.display(),
+                        "{} is a symlink in the jail; name the real path instead, symlinks are not followed",
                         jail_path.display()
                     )));
                 }
@@ -335,8 +339,7 @@ fn make_mount_point(dst: &Path, kind: Kind) -> Result<()> {
                         ("a directory", "a file")
                     };
                     return Err(Error::input(format!(
-                        "{}: {} is {found} in the jail but {expected} is needed there; pick another destination",
-                        dst.display(),
+                        "{} is {found} in the jail but {expected} is needed there; pick another destination",
                         jail_path.display()
                     )));
                 }

@@ -149,6 +149,7 @@ impl Plan {
         // A user mount replaces a default one at the same place (e.g. `--tmpfs /tmp:1G`).
         mounts.retain(|op| !user_mounts.iter().any(|user| user.dst() == op.dst()));
         mounts.extend(user_mounts);
+        check_destinations(&mounts)?;
 
         let limits = resolve_limits(&options, tmpfs_size)?;
         let report = resolve_report(&options)?;
@@ -372,6 +373,7 @@ fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<Mo
                 dst,
                 writable,
                 is_dir,
+                from: Some(field),
             });
         }
     }
@@ -399,10 +401,65 @@ fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<Mo
             mode: 0o755,
             owner: None,
             exec: true,
+            from: Some(field),
         });
     }
     mounts.sort_by_key(|op| op.dst().components().count());
     Ok(mounts)
+}
+
+/// Refuses, already at plan time so that `brig check` agrees with `brig run`, a user mount
+/// whose destination passes through a symlink of the planned root. The child checks
+/// again while it builds the root, which is what actually protects the host.
+fn check_destinations(mounts: &[MountOp]) -> Result<()> {
+    for (index, op) in mounts.iter().enumerate() {
+        let Some(option) = op.from() else { continue };
+        let mut prefix = PathBuf::from("/");
+        for component in op.dst().components().skip(1) {
+            prefix.push(component);
+            if let Some(target) = planned_symlink(&mounts[..index], &prefix) {
+                return Err(Error::input(format!(
+                    "{option}: {} is a symlink in the jail (to {}); name the real path instead, symlinks are not followed",
+                    prefix.display(),
+                    target.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The target of `path` if it is a symlink in the root planned by `earlier`: a planned
+/// symlink, or a host symlink inside a planned bind. The latest operation covering
+/// `path` decides, as it does when the mounts are stacked.
+fn planned_symlink(earlier: &[MountOp], path: &Path) -> Option<PathBuf> {
+    let host_symlink = |host: PathBuf| {
+        let is_link =
+            std::fs::symlink_metadata(&host).is_ok_and(|meta| meta.file_type().is_symlink());
+        if is_link {
+            std::fs::read_link(&host).ok()
+        } else {
+            None
+        }
+    };
+    for op in earlier.iter().rev() {
+        match op {
+            MountOp::Symlink { dst, target } if dst == path => return Some(target.clone()),
+            MountOp::Bind { src, dst, .. } if path.starts_with(dst) => {
+                return host_symlink(src.join(path.strip_prefix(dst).ok()?));
+            }
+            MountOp::RootBind { src } => {
+                return host_symlink(src.join(path.strip_prefix("/").ok()?));
+            }
+            MountOp::Tmpfs { dst, .. } | MountOp::Proc { dst } | MountOp::Devpts { dst }
+                if path.starts_with(dst) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A host path that must exist, made absolute with symlinks resolved.

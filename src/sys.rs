@@ -241,3 +241,37 @@ pub fn borrow_fd<'a>(fd: RawFd) -> BorrowedFd<'a> {
     // while the borrow lives.
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
+
+/// Overwrites this process's argument strings, which /proc/PID/cmdline shows to anyone
+/// in its PID namespace, with `name`. The jail's init is a fork of brig and would
+/// otherwise show the jail brig's whole command line (host paths of binds, configs).
+pub fn scrub_cmdline(name: &str) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the parenthesised command name start at field 3; arg_start and
+    // arg_end are fields 48 and 49 (proc(5)).
+    let Some((_, after_name)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let (Some(start), Some(end)) = (
+        fields.get(48 - 3).and_then(|f| f.parse::<usize>().ok()),
+        fields.get(49 - 3).and_then(|f| f.parse::<usize>().ok()),
+    ) else {
+        return;
+    };
+    if start == 0 || end <= start {
+        return;
+    }
+    let length = end - start;
+    // SAFETY: [arg_start, arg_end) is this process's own argument area on its initial
+    // stack, mapped and writable; nothing in this process reads argv afterwards, and the
+    // area keeps its size (only its bytes change).
+    unsafe {
+        let area = start as *mut u8;
+        std::ptr::write_bytes(area, 0, length);
+        let name = name.as_bytes();
+        std::ptr::copy_nonoverlapping(name.as_ptr(), area, name.len().min(length - 1));
+    }
+}

@@ -1,0 +1,536 @@
+//! Helpers shared by the integration tests: running brig as root and rootless, temporary
+//! directories that clean up after themselves, and checks on brig's output and on the
+//! host's process table.
+//!
+//! Every jail test runs twice: as root (brig started directly by the test, which runs as
+//! root) and rootless (brig started through `setpriv` as uid/gid 65534 with no
+//! supplementary groups). `both_modes!` generates the two `#[test]` functions.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The unprivileged host id: brig's default mapping as root, and the rootless caller.
+pub const NOBODY: u32 = 65534;
+
+/// How long one brig run may take before the test kills it and fails.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Prefix of the directory holding the copy of brig that uid 65534 can execute.
+pub const ROOTLESS_DIR_PREFIX: &str = "brig-tests-";
+
+/// Runs `fn NAME(mode: Mode)` as two tests, `NAME::root` and `NAME::rootless`.
+/// (Test files declare `#[macro_use] mod common;`.)
+macro_rules! both_modes {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn root() {
+                super::$name($crate::common::Mode::Root)
+            }
+            #[test]
+            fn rootless() {
+                super::$name($crate::common::Mode::Rootless)
+            }
+        }
+    )*};
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// brig runs as root (the test's own user).
+    Root,
+    /// brig runs as uid/gid 65534 via `setpriv`.
+    Rootless,
+}
+
+impl Mode {
+    /// The host uid/gid that the jail's user maps to by default in this mode.
+    pub fn host_id(self) -> u32 {
+        NOBODY
+    }
+}
+
+/// The brig binary cargo built for these tests.
+pub fn brig() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_brig"))
+}
+
+/// A copy of brig that uid 65534 can read and execute, in a 0755 directory named after
+/// this test process. It is removed when the test binary exits; copies left behind by
+/// test processes that no longer exist are removed when the next one makes its copy.
+pub fn rootless_brig() -> &'static Path {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    COPY.get_or_init(|| {
+        remove_stale_rootless_copies();
+        let dir = rootless_dir();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).expect("create the rootless brig directory");
+        set_mode(&dir, 0o755);
+        let copy = dir.join("brig");
+        // `cp` writes the copy in its own process: if this (multi-threaded) test process
+        // held the file open for writing, a concurrent fork could keep it open and make
+        // exec fail with ETXTBSY.
+        let status = Command::new("cp")
+            .arg(brig())
+            .arg(&copy)
+            .stdin(Stdio::null())
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "cp {} failed", brig().display());
+        set_mode(&copy, 0o755);
+        // SAFETY: registers a plain `extern "C" fn()` to run at process exit.
+        unsafe {
+            libc::atexit(remove_rootless_copy);
+        }
+        copy
+    })
+}
+
+fn rootless_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("{ROOTLESS_DIR_PREFIX}{}", std::process::id()))
+}
+
+extern "C" fn remove_rootless_copy() {
+    let _ = std::fs::remove_dir_all(rootless_dir());
+}
+
+fn remove_stale_rootless_copies() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(ROOTLESS_DIR_PREFIX) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+pub fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|err| panic!("chmod {mode:o} {}: {err}", path.display()));
+}
+
+/// The command line that starts brig with `args` in `mode`.
+pub fn argv(mode: Mode, args: &[&str]) -> Vec<OsString> {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the integration tests run brig as root and, through setpriv, rootless: run them as root"
+    );
+    let mut argv: Vec<OsString> = match mode {
+        Mode::Root => vec![brig().into()],
+        Mode::Rootless => vec![
+            "setpriv".into(),
+            "--reuid=65534".into(),
+            "--regid=65534".into(),
+            "--clear-groups".into(),
+            rootless_brig().into(),
+        ],
+    };
+    argv.extend(args.iter().map(OsString::from));
+    argv
+}
+
+/// A `Command` for `argv`: stdin from /dev/null, working directory `/` (readable by
+/// every user), and no TERM, so that the jail's environment is predictable.
+pub fn command_from(argv: &[OsString]) -> Command {
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .current_dir("/")
+        .env_remove("TERM")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A `Command` that runs brig with `args` in `mode`.
+pub fn command(mode: Mode, args: &[&str]) -> Command {
+    command_from(&argv(mode, args))
+}
+
+/// Runs brig with `args` in `mode` and returns what it printed and its status.
+pub fn run(mode: Mode, args: &[&str]) -> Output {
+    output_of(command(mode, args))
+}
+
+/// Runs `command` to completion, capturing stdout and stderr; kills it after
+/// `RUN_TIMEOUT` so that a hanging brig fails the test instead of blocking the suite.
+pub fn output_of(mut command: Command) -> Output {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = command
+        .spawn()
+        .unwrap_or_else(|err| panic!("spawn {command:?}: {err}"));
+    let watchdog = Watchdog::new(child.id(), RUN_TIMEOUT);
+    let output = child.wait_with_output().expect("wait for brig");
+    drop(watchdog);
+    output
+}
+
+/// Kills a process (by its pid, which this test started) if it is still running when
+/// the timeout expires; dropping the watchdog disarms it.
+pub struct Watchdog {
+    disarm: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    pub fn new(pid: u32, timeout: Duration) -> Watchdog {
+        let (disarm, armed) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            if let Err(mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(timeout) {
+                eprintln!("watchdog: pid {pid} still running after {timeout:?}; killing it");
+                kill(pid, libc::SIGKILL);
+            }
+        });
+        Watchdog {
+            disarm: Some(disarm),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.disarm.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A spawned brig that is killed and reaped if the test ends (or panics) before it does.
+pub struct Running {
+    pub child: Child,
+    watchdog: Option<Watchdog>,
+}
+
+impl Running {
+    pub fn spawn(mut command: Command) -> Running {
+        let child = command
+            .spawn()
+            .unwrap_or_else(|err| panic!("spawn {command:?}: {err}"));
+        let watchdog = Some(Watchdog::new(child.id(), RUN_TIMEOUT));
+        Running { child, watchdog }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the process, reading whatever stdout and stderr are still piped.
+    pub fn wait(mut self) -> Output {
+        let stdout = read_all(self.child.stdout.take());
+        let stderr = read_all(self.child.stderr.take());
+        let status = self.child.wait().expect("wait for brig");
+        self.watchdog.take();
+        Output {
+            status,
+            stdout: stdout.join().expect("read stdout"),
+            stderr: stderr.join().expect("read stderr"),
+        }
+    }
+}
+
+fn read_all<R: Read + Send + 'static>(pipe: Option<R>) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            kill(self.child.id(), libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+        self.watchdog.take();
+    }
+}
+
+/// Sends `signal` to `pid`, a process this test started.
+pub fn kill(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// The exit code, panicking with the output if the process died of a signal.
+pub fn code(output: &Output) -> i32 {
+    output
+        .status
+        .code()
+        .unwrap_or_else(|| panic!("brig died of a signal: {}", describe(output)))
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Status, stdout and stderr, for assertion messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}--- stderr\n{}---",
+        output.status,
+        stdout(output),
+        stderr(output)
+    )
+}
+
+/// Asserts that brig exited with `expected` and returns its stdout.
+pub fn assert_code(output: &Output, expected: i32) -> String {
+    assert_eq!(
+        output.status.code(),
+        Some(expected),
+        "expected exit status {expected}; {}",
+        describe(output)
+    );
+    stdout(output)
+}
+
+/// Asserts that the program ran and exited 0, and returns its stdout.
+pub fn assert_success(output: &Output) -> String {
+    assert_code(output, 0)
+}
+
+/// Asserts brig's contract for its own failures: exit status 125, nothing on stdout, and
+/// exactly one line on stderr that starts with `brig: ` and contains every needle.
+/// Returns that line.
+pub fn assert_one_line_error(output: &Output, needles: &[&str]) -> String {
+    if let Some(problem) = one_line_error_problem(output, needles) {
+        panic!("{problem}");
+    }
+    stderr(output)
+}
+
+/// What breaks the one-line-error contract in `output`, if anything.
+pub fn one_line_error_problem(output: &Output, needles: &[&str]) -> Option<String> {
+    let err = stderr(output);
+    let mut problems = Vec::new();
+    if output.status.code() != Some(125) {
+        problems.push(format!("exit status {:?}, not 125", output.status.code()));
+    }
+    if err.lines().count() != 1 || !err.ends_with('\n') {
+        problems.push("stderr is not exactly one line".to_string());
+    }
+    if !err.starts_with("brig: ") {
+        problems.push("stderr does not start with `brig: `".to_string());
+    }
+    for needle in needles {
+        if !err.contains(needle) {
+            problems.push(format!("stderr does not mention {needle:?}"));
+        }
+    }
+    if !output.stdout.is_empty() {
+        problems.push("something was printed on stdout".to_string());
+    }
+    (!problems.is_empty()).then(|| format!("{}; {}", problems.join(", "), describe(output)))
+}
+
+/// `key value...` lines printed by a jail script, as (key, rest of the line).
+pub fn fields(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+            (!key.is_empty()).then(|| (key.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// The value of the first `key value` line, panicking with the whole text if missing.
+pub fn field(text: &str, key: &str) -> String {
+    fields(text)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no line starting with {key:?} in:\n{text}"))
+}
+
+/// A token unique to this test process and call, for file and process names.
+pub fn unique(label: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{label}-{}-{}-{nanos:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh directory under the system temp dir, removed with its contents on drop.
+/// Its mode is 0755, so rootless brig (uid 65534) can read it; `writable_by_all` makes it
+/// 0777. Names start with `bt-` (never `brig`, which the leftover checks look for).
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        let path = std::env::temp_dir().join(unique(&format!("bt-{label}")));
+        std::fs::create_dir(&path).unwrap_or_else(|err| panic!("create {}: {err}", path.display()));
+        set_mode(&path, 0o755);
+        TempDir { path }
+    }
+
+    pub fn writable_by_all(self) -> TempDir {
+        set_mode(&self.path, 0o777);
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as a `&str`, for building brig arguments.
+    pub fn str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8")
+    }
+
+    /// Writes a file (mode 0644) inside the directory and returns its path.
+    pub fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents)
+            .unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
+        set_mode(&path, 0o644);
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A file directly in the system temp dir (e.g. /tmp), removed on drop.
+pub struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    pub fn new(label: &str, contents: &str) -> TempFile {
+        let path = std::env::temp_dir().join(unique(&format!("bt-{label}")));
+        std::fs::write(&path, contents)
+            .unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
+        set_mode(&path, 0o644);
+        TempFile { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Polls `done` every 20 ms until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Pids of host processes, as the test (root, host namespaces) sees them.
+pub fn host_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Host processes whose argv[0] is exactly `name` (set with `exec -a NAME` in the jail).
+pub fn processes_named(name: &str) -> Vec<u32> {
+    host_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|cmdline| cmdline.split(|&b| b == 0).next() == Some(name.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Host processes whose environment contains `needle`.
+pub fn processes_with_environ(needle: &str) -> Vec<u32> {
+    host_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|environ| {
+                    environ
+                        .split(|&b| b == 0)
+                        .any(|var| var == needle.as_bytes())
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Number of mounts in the test's (the host's) mount namespace.
+pub fn host_mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("read /proc/self/mountinfo")
+        .lines()
+        .count()
+}
+
+/// Entries of the system temp dir whose name contains `brig`, except the directories of
+/// rootless copies (made and swept by these tests).
+pub fn brig_named_temp_entries() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .expect("read the temp dir")
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("brig") && !name.starts_with(ROOTLESS_DIR_PREFIX))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `args` followed by `--` and `program`, as one argument list.
+pub fn with_program<'a>(args: &[&'a str], program: &[&'a str]) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    all.push("--");
+    all.extend_from_slice(program);
+    all
+}
