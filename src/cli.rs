@@ -8,7 +8,7 @@ const EXIT_CODES: &str = "\
 Exit status of `brig run`:
   N        the program exited with status N
   128+N    the program was killed by signal N
-  124      brig killed the jail at --time-limit
+  124      brig killed the jail at --time-limit or --output-limit
   125      brig itself failed (bad option or config, setup failure); one line on stderr says why
   126      the program could not be executed
   127      the program was not found";

@@ -17,7 +17,7 @@ a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /
 .IP \(bu 2
 no network but \fBlo\fR; hostname \fBbrig\fR;
 .IP \(bu 2
-brig's child as PID 1 of the jail: it forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program, reaps zombies, and when the program exits everything else in the jail dies with it;
+brig's child as PID 1 of the jail: it forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program (if the program is still running 2 seconds after one of the first four, brig kills the jail), reaps zombies, and when the program exits everything else in the jail dies with it;
 .IP \(bu 2
 a new session without a controlling terminal, file descriptors 0, 1 and 2 only, and an environment of PATH, HOME, LANG=C.UTF-8 and TERM plus \fB\-\-env\fR and \fB\-\-env\-pass\fR;
 .IP \(bu 2
@@ -33,7 +33,7 @@ the program exited with status \fIN\fR
 the program was killed by signal \fIN\fR
 .TP
 124
-brig killed the jail at \fB\-\-time\-limit\fR
+brig killed the jail at a limit it enforces itself, \fB\-\-time\-limit\fR or \fB\-\-output\-limit\fR
 .TP
 125
 brig itself failed: a bad option, config or path, or a setup step the kernel refused; one line on standard error names what failed and the fix
@@ -43,6 +43,12 @@ the program could not be executed
 .TP
 127
 the program was not found
+"#;
+
+const LIMITS_AND_VERDICT: &str = r#".SH LIMITS
+\fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125); the defaults are then reported as not enforced. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
+.SH VERDICT
+\fB\-\-report\fR \fIFILE\fR or \fB\-\-report\-fd\fR \fIN\fR writes one JSON object, schema \fBbrig\-verdict/1\fR, with the keys: \fBschema\fR; \fBstatus\fR (ok, nonzero_exit, signaled, timeout, cpu_time, oom, output_limit, setup_error); \fBbrig_exit_code\fR; \fBexit_code\fR and \fBsignal\fR of the program; \fBwall_ms\fR, \fBcpu_user_ms\fR, \fBcpu_sys_ms\fR, \fBmax_rss_kib\fR; \fBmemory_peak_bytes\fR, \fBoom_kills\fR, \fBpids_peak\fR from the cgroup; \fBstdout_bytes\fR, \fBstderr_bytes\fR, \fBoutput_truncated\fR (with \fB\-\-output\-limit\fR); \fBlimits\fR (the effective limits); \fBprotections\fR (namespaces, cgroup version, rootless, net, capabilities, no_new_privs, Landlock ABI, seccomp profile); \fBwarnings\fR; and \fBerror\fR for setup errors. \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: time, caller uid, argv, config digest and the verdict.
 "#;
 
 const CONFIGURATION: &str = r#".SH CONFIGURATION
@@ -95,7 +101,13 @@ pub fn render() -> String {
             .replacen(".SH OPTIONS", ".SH \"OPTIONS OF RUN AND CHECK\"", 1)
             .as_bytes(),
     );
-    for section in [THE_JAIL, EXIT_STATUS, CONFIGURATION, EXAMPLES] {
+    for section in [
+        THE_JAIL,
+        EXIT_STATUS,
+        LIMITS_AND_VERDICT,
+        CONFIGURATION,
+        EXAMPLES,
+    ] {
         page.extend_from_slice(section.as_bytes());
     }
     String::from_utf8(page).unwrap()

@@ -163,7 +163,13 @@ enum EndedBy {
     Program,
     TimeLimit,
     OutputLimit,
+    /// brig was told to stop and the program outlived the grace period.
+    Stopped,
 }
+
+/// How long the program has to act on a SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to
+/// brig before brig kills the jail, so that being stopped never leaves it behind.
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// The jail's init process, as brig sees it.
 struct Jail {
@@ -181,8 +187,14 @@ impl Jail {
         mut relay: Option<&mut Relay>,
     ) -> Result<EndedBy> {
         let mut ended_by = EndedBy::Program;
+        let mut deadline = deadline;
+        let mut stop_at: Option<Instant> = None;
         loop {
-            let timeout = match deadline {
+            let next = match (deadline, stop_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = match next {
                 Some(deadline) if ended_by == EndedBy::Program => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     // Round up so the deadline has passed when poll returns.
@@ -232,14 +244,22 @@ impl Jail {
                 while let Ok(Some(info)) = signals.read_signal() {
                     if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
                         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), signal);
+                        let stopping = !matches!(signal, Signal::SIGUSR1 | Signal::SIGUSR2);
+                        if stopping && stop_at.is_none() {
+                            stop_at = Some(Instant::now() + STOP_GRACE);
+                        }
                     }
                 }
             }
-            if ended_by == EndedBy::Program
-                && deadline.is_some_and(|deadline| Instant::now() >= deadline)
-            {
+            let now = Instant::now();
+            if ended_by == EndedBy::Program && deadline.is_some_and(|deadline| now >= deadline) {
                 self.kill();
                 ended_by = EndedBy::TimeLimit;
+                deadline = None;
+            }
+            if ended_by == EndedBy::Program && stop_at.is_some_and(|stop_at| now >= stop_at) {
+                self.kill();
+                ended_by = EndedBy::Stopped;
             }
         }
     }
@@ -285,6 +305,7 @@ fn decide(
         (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
         (_, Some(status), _) => Ok(status),
         (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
+        (EndedBy::Stopped, None, _) => Ok(Outcome::Signaled(libc::SIGKILL)),
         // The kernel killed the whole jail, init included: an OOM kill of the cgroup
         // (memory.oom.group) — the verdict tells which.
         (EndedBy::Program, None, Some(WaitStatus::Signaled(_, signal, _))) => {
