@@ -8,6 +8,7 @@ mod error;
 mod etc;
 mod fds;
 mod init;
+mod landlock;
 mod layout;
 #[cfg(test)]
 mod manpage;
@@ -16,14 +17,16 @@ mod net;
 mod options;
 mod plan;
 mod privs;
+mod seccomp;
 mod supervisor;
 mod sys;
+mod syscalls;
 mod units;
 mod user;
 mod uts;
 
 use clap::Parser;
-use cli::{Cli, Command, RunArgs};
+use cli::{Cli, Command, RunArgs, SeccompCommand};
 use error::{Error, Result};
 use plan::Plan;
 use supervisor::Outcome;
@@ -55,14 +58,31 @@ fn dispatch(command: Command) -> Result<i32> {
     match command {
         Command::Run(args) => {
             let plan = resolve(args)?;
-            let outcome = supervisor::run(&plan)?;
-            match &outcome {
+            let finished = supervisor::run(&plan)?;
+            let outcome = &finished.outcome;
+            match outcome {
                 Outcome::TimedOut(limit) => eprintln!(
                     "brig: time limit of {} reached; the jail was killed",
                     units::Span(*limit)
                 ),
                 Outcome::ExecFailed { message, .. } => eprintln!("brig: {message}"),
-                Outcome::Exited(_) | Outcome::Signaled(_) => {}
+                Outcome::Signaled {
+                    seccomp: true,
+                    syscall,
+                    ..
+                } => match syscall {
+                    Some(name) => {
+                        eprintln!("brig: the program was killed by seccomp (syscall {name})")
+                    }
+                    None => eprintln!(
+                        "brig: the program was killed by seccomp (a call its profile {} does not allow)",
+                        plan.seccomp.profile
+                    ),
+                },
+                Outcome::Exited(_) | Outcome::Signaled { .. } => {}
+            }
+            if plan.seccomp.mode == seccomp::Mode::Log {
+                report_seccomp_log(&plan, finished.seccomp_log.as_ref());
             }
             Ok(outcome.exit_code())
         }
@@ -73,6 +93,50 @@ fn dispatch(command: Command) -> Result<i32> {
             print!("{yaml}");
             Ok(0)
         }
+        Command::Seccomp(SeccompCommand::List) => {
+            for profile in seccomp::PROFILES {
+                println!("{:<8} {}", profile.name, profile.about);
+            }
+            println!("{:<8} no filter (reported as a warning)", "none");
+            Ok(0)
+        }
+        Command::Seccomp(SeccompCommand::Show { name }) => {
+            let profile = seccomp::builtin(&name).ok_or_else(|| {
+                Error::input(format!(
+                    "seccomp show {name}: no such built-in profile; choose one of {}",
+                    seccomp::names().join(", ")
+                ))
+            })?;
+            print!("{}", profile.json);
+            Ok(0)
+        }
+    }
+}
+
+/// `--seccomp-log`: one line naming the calls the profile would have denied.
+fn report_seccomp_log(plan: &Plan, logged: Option<&seccomp::Logged>) {
+    let profile = &plan.seccomp.profile;
+    match logged {
+        None => eprintln!(
+            "brig: --seccomp-log: only root can read the kernel's audit records here; as root, read them with `journalctl -k -g type=1326` or `dmesg | grep type=1326` (syscall=N is the number)"
+        ),
+        Some(logged) if logged.allowed.is_empty() => eprintln!(
+            "brig: --seccomp-log: the profile {profile} denied nothing{}",
+            if logged.lossy {
+                " (some audit records were lost)"
+            } else {
+                ""
+            }
+        ),
+        Some(logged) => eprintln!(
+            "brig: --seccomp-log: the profile {profile} would have denied: {}{}",
+            logged.allowed.join(", "),
+            if logged.lossy {
+                " (some audit records were lost; the list may be incomplete)"
+            } else {
+                ""
+            }
+        ),
     }
 }
 

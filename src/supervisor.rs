@@ -5,7 +5,7 @@ use crate::channel::{Channel, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
 use crate::sys::{self, Cloned};
-use crate::{child, init, user};
+use crate::{child, init, seccomp, user};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -18,7 +18,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub enum Outcome {
     Exited(i32),
-    Signaled(i32),
+    Signaled {
+        signal: i32,
+        /// SIGSYS while a seccomp filter was enforced: the profile killed the program.
+        seccomp: bool,
+        /// The call that killed it, when the kernel's audit records name it (root only).
+        syscall: Option<String>,
+    },
     TimedOut(Duration),
     /// The program could not be executed (126) or found (127).
     ExecFailed {
@@ -32,14 +38,23 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Exited(code) => *code,
-            Outcome::Signaled(signal) => 128 + signal,
+            Outcome::Signaled { signal, .. } => 128 + signal,
             Outcome::TimedOut(_) => 124,
             Outcome::ExecFailed { code, .. } => i32::from(*code),
         }
     }
 }
 
-pub fn run(plan: &Plan) -> Result<Outcome> {
+/// The outcome and what the kernel logged about the seccomp filter meanwhile.
+#[derive(Debug)]
+pub struct Finished {
+    pub outcome: Outcome,
+    /// With `--seccomp-log`: the calls the profile would have denied; None when brig could
+    /// not read the kernel's audit records (rootless).
+    pub seccomp_log: Option<seccomp::Logged>,
+}
+
+pub fn run(plan: &Plan) -> Result<Finished> {
     // Signals for the program arrive on a signalfd; the mask is inherited by the jail's
     // init, which waits for them synchronously too.
     let forwarded = init::forwarded_signals();
@@ -49,6 +64,12 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         .context(|| "create a signalfd".into())?;
     let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
     user::drop_supplementary_groups(&plan.identity)?;
+    // The kernel's seccomp records name the call that killed the program or, in log
+    // mode, the calls the profile would deny.
+    let mut audit = match plan.seccomp.mode {
+        seccomp::Mode::Off => None,
+        _ => seccomp::AuditLog::open(plan.identity.host_uid),
+    };
 
     let started = Instant::now();
     let cloned = sys::clone_process(namespace_flags(plan)).map_err(|errno| {
@@ -72,14 +93,45 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     }
 
     let deadline = plan.time_limit.map(|limit| started + limit.0);
-    let timed_out = jail.supervise(&signals, deadline)?;
+    let timed_out = jail.supervise(&signals, deadline, audit.as_mut())?;
     let status = jail.reap();
     let messages = channel.collect();
-    decide(
+    let mut outcome = decide(
         messages,
         status,
         timed_out.then(|| plan.time_limit.map(|l| l.0)).flatten(),
-    )
+    )?;
+    if let Outcome::Signaled {
+        signal, seccomp, ..
+    } = &mut outcome
+    {
+        *seccomp = *signal == libc::SIGSYS && plan.seccomp.mode == seccomp::Mode::Enforce;
+    }
+    let killed_by_seccomp = matches!(outcome, Outcome::Signaled { seccomp: true, .. });
+    let logged = audit.map(|audit| {
+        // The kernel's audit thread sends the records a moment after the fact.
+        let linger = if killed_by_seccomp || plan.seccomp.mode == seccomp::Mode::Log {
+            Duration::from_millis(200)
+        } else {
+            Duration::ZERO
+        };
+        let log_mode = plan.seccomp.mode == seccomp::Mode::Log;
+        audit.finish(linger, |logged| !log_mode && !logged.killed.is_empty())
+    });
+    if let (Outcome::Signaled { syscall, .. }, Some(logged)) = (&mut outcome, &logged)
+        && killed_by_seccomp
+    {
+        // Records carry no jail id: name the call only when every kill seen agrees.
+        if let Some(first) = logged.killed.first()
+            && logged.killed.iter().all(|name| name == first)
+        {
+            *syscall = Some(first.clone());
+        }
+    }
+    Ok(Finished {
+        outcome,
+        seccomp_log: logged.filter(|_| plan.seccomp.mode == seccomp::Mode::Log),
+    })
 }
 
 fn namespace_flags(plan: &Plan) -> u64 {
@@ -109,7 +161,12 @@ struct Jail {
 impl Jail {
     /// Waits until init exits, passing signals on and killing the jail at the deadline.
     /// Returns whether the deadline was reached.
-    fn supervise(&self, signals: &SignalFd, deadline: Option<Instant>) -> Result<bool> {
+    fn supervise(
+        &self,
+        signals: &SignalFd,
+        deadline: Option<Instant>,
+        mut audit: Option<&mut seccomp::AuditLog>,
+    ) -> Result<bool> {
         let mut timed_out = false;
         loop {
             let timeout = match deadline {
@@ -122,16 +179,24 @@ impl Jail {
                 }
                 _ => PollTimeout::NONE,
             };
-            let mut fds = [
+            let mut fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
                 PollFd::new(signals.as_fd(), PollFlags::POLLIN),
             ];
+            if let Some(audit) = &audit {
+                fds.push(PollFd::new(audit.fd(), PollFlags::POLLIN));
+            }
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(errno) => return Err(Error::os("wait for the jail", errno)),
             }
             let exited = fds[0].any().unwrap_or(false);
             let signalled = fds[1].any().unwrap_or(false);
+            let audited = fds.get(2).and_then(PollFd::any).unwrap_or(false);
+            drop(fds);
+            if audited && let Some(audit) = audit.as_mut() {
+                audit.drain();
+            }
             if exited {
                 return Ok(timed_out);
             }
@@ -179,7 +244,13 @@ fn decide(
                 return Ok(Outcome::ExecFailed { code, message });
             }
             Message::Exited(code) => program_status = Some(Outcome::Exited(code)),
-            Message::Signaled(signal) => program_status = Some(Outcome::Signaled(signal)),
+            Message::Signaled(signal) => {
+                program_status = Some(Outcome::Signaled {
+                    signal,
+                    seccomp: false,
+                    syscall: None,
+                })
+            }
         }
     }
     if let Some(status) = program_status {

@@ -207,3 +207,19 @@ pub fn is_fd_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only queries the descriptor table.
     unsafe { libc::fcntl(fd, libc::F_GETFD) != -1 }
 }
+
+/// The running kernel's Landlock ABI version: 0 when it has no Landlock or it is disabled.
+pub fn landlock_abi() -> u8 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only
+    // returns a number; nothing is read or written.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    ret.clamp(0, 255) as u8
+}
