@@ -180,6 +180,7 @@ pub fn enforce(plan: &LandlockPlan) -> Result<()> {
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|err| fail(&format!("add the rule for {}", rule.path.display()), &err))?;
     }
+    created = allow_standard_streams(created, abi)?;
     let status = created
         .restrict_self()
         .map_err(|err| fail("enforce the ruleset", &err))?;
@@ -190,6 +191,50 @@ pub fn enforce(plan: &LandlockPlan) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The files behind descriptors 0, 1 and 2 are the caller's, outside the jail's tree;
+/// reopening them through /proc/self/fd (`echo x > /dev/stderr`) would be denied. Each gets
+/// the rights it is open with, no more: a write-only stdout can be reopened for writing
+/// (and truncating) but not for reading. Pipes and sockets need no rule.
+fn allow_standard_streams(
+    mut created: landlock::RulesetCreated,
+    abi: ABI,
+) -> Result<landlock::RulesetCreated> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use nix::sys::stat::{SFlag, fstat};
+    for fd in 0..=2 {
+        let Some(borrowed) = sys::borrow_standard_fd(fd) else {
+            continue;
+        };
+        let (Ok(flags), Ok(stat)) = (fcntl(borrowed, FcntlArg::F_GETFL), fstat(borrowed)) else {
+            continue;
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
+            continue;
+        }
+        let mode = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE;
+        let mut access = BitFlags::<AccessFs>::empty();
+        if mode != OFlag::O_WRONLY {
+            access |= AccessFs::ReadFile;
+        }
+        if mode != OFlag::O_RDONLY {
+            access |= AccessFs::WriteFile;
+            if abi >= ABI::V3 && kind == SFlag::S_IFREG {
+                access |= AccessFs::Truncate;
+            }
+        }
+        let Ok(file) = PathFd::new(format!("/proc/self/fd/{fd}")) else {
+            continue;
+        };
+        created = created
+            .add_rule(PathBeneath::new(file, access))
+            .map_err(|err| {
+                Error::setup(format!("Landlock: add the rule for descriptor {fd}: {err}"))
+            })?;
+    }
+    Ok(created)
 }
 
 fn rights(access: Rights, abi: ABI) -> BitFlags<AccessFs> {

@@ -223,3 +223,13 @@ pub fn landlock_abi() -> u8 {
     };
     ret.clamp(0, 255) as u8
 }
+
+/// Descriptor 0, 1 or 2, borrowed; None if it is not open.
+pub fn borrow_standard_fd(fd: RawFd) -> Option<BorrowedFd<'static>> {
+    if !(0..=2).contains(&fd) || !is_fd_open(fd) {
+        return None;
+    }
+    // SAFETY: 0, 1 and 2 are open (checked above) and brig never closes them, so they
+    // outlive any borrow.
+    Some(unsafe { BorrowedFd::borrow_raw(fd) })
+}

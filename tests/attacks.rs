@@ -28,15 +28,22 @@ const NOBODY: &str = "65534";
 /// Where the kit directory appears in the jail.
 const IN_JAIL: &str = "/probe";
 
-/// brig and the probe, in a 0755 directory that uid 65534 can read.
+/// brig and the probe, in 0755 directories that uid 65534 can read. Only `bin` (the
+/// probes) is bound into jails; files a test keeps outside the jail live in `dir`.
 struct Kit {
     dir: PathBuf,
+    bin: PathBuf,
     brig: PathBuf,
 }
 
 impl Kit {
     fn probe(&self) -> PathBuf {
-        self.dir.join("probe")
+        self.bin.join("probe")
+    }
+
+    /// `--ro-bind` of the probes.
+    fn mount(&self) -> String {
+        format!("{}:{IN_JAIL}", self.bin.display())
     }
 }
 
@@ -75,10 +82,13 @@ fn build_kit() -> Kit {
     }
     let dir = tmp.join(format!("brig-attacks-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for made in [&dir, &bin] {
+        std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/probe/probe.c");
-    let probe = dir.join("probe");
+    let probe = bin.join("probe");
     let built = Command::new("gcc")
         .args(["-static", "-O1", "-Wall", "-o"])
         .arg(&probe)
@@ -91,13 +101,13 @@ fn build_kit() -> Kit {
         String::from_utf8_lossy(&built.stderr)
     );
     // A setuid-root copy: it must not gain anything in the jail.
-    let setuid = dir.join("probe-setuid");
+    let setuid = bin.join("probe-setuid");
     std::fs::copy(&probe, &setuid).unwrap();
     std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     let brig = dir.join("brig");
     std::fs::copy(env!("CARGO_BIN_EXE_brig"), &brig).unwrap();
     std::fs::set_permissions(&brig, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Kit { dir, brig }
+    Kit { dir, bin, brig }
 }
 
 fn command(kit: &Kit, who: Who, program: &Path) -> Command {
@@ -124,7 +134,7 @@ fn brig(kit: &Kit, who: Who, args: &[&str]) -> Output {
 /// `brig run POLICY --ro-bind KIT:/probe -- /probe/probe ATTACK...`: the probe's line.
 fn probe(who: Who, policy: &[&str], attack: &[&str]) -> String {
     let kit = kit().unwrap();
-    let mount = format!("{}:{IN_JAIL}", kit.dir.display());
+    let mount = kit.mount();
     let program = format!("{IN_JAIL}/probe");
     let mut args = vec!["run"];
     args.extend(policy);
@@ -329,7 +339,7 @@ fn setuid_binary_gains_nothing() {
     let program = format!("{IN_JAIL}/probe-setuid");
     for who in [Root, Rootless] {
         let kit = kit().unwrap();
-        let mount = format!("{}:{IN_JAIL}", kit.dir.display());
+        let mount = kit.mount();
         let out = brig(
             kit,
             who,
@@ -357,13 +367,21 @@ fn writable_bind_is_writable() {
     assert!(out_dir.join("new").exists());
 }
 
-/// Reopening stdout through /proc/self/fd when it is a host file: /proc is read-only to
-/// Landlock, so the program cannot turn its write-only stdout into a read-write file.
+/// Reopening stdout through /proc/self/fd when it is a host file outside the jail: Landlock
+/// lets the program reopen it the way it is open (write-only here: `echo > /dev/stdout`
+/// works), but not turn it into a read-write file.
 #[test]
-fn reopen_host_stdout_read_write() {
+fn reopen_host_stdout() {
     let Some(kit) = kit() else { return };
-    for (policy, expected) in [(&[][..], "errno=EACCES"), (LANDLOCK_OFF, "ok")] {
-        let path = kit.dir.join(format!("stdout-{}", policy.len()));
+    let cases: [(&[&str], &str, &str); 3] = [
+        (&[], "reopen-stdout", "errno=EACCES"),
+        (LANDLOCK_OFF, "reopen-stdout", "ok"),
+        // Write-only, as it is open: `echo > /dev/stdout` works.
+        (&[], "write", "brigok"),
+    ];
+    for (index, (policy, attack, expected)) in cases.into_iter().enumerate() {
+        // Not under `bin`, which the jail sees: only the descriptor leads to it.
+        let path = kit.dir.join(format!("stdout-{index}"));
         std::fs::write(&path, "").unwrap();
         // Writable for the jail's host uid, so that only Landlock can refuse.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
@@ -371,17 +389,24 @@ fn reopen_host_stdout_read_write() {
             .append(true)
             .open(&path)
             .unwrap();
-        let mount = format!("{}:{IN_JAIL}", kit.dir.display());
+        let mount = kit.mount();
         let mut args = vec!["run"];
         args.extend(policy);
-        args.extend(["--ro-bind", &mount, "--", "/probe/probe", "reopen-stdout"]);
+        args.extend(["--ro-bind", &mount, "--", "/probe/probe", attack]);
+        if attack == "write" {
+            args.push("/dev/stdout");
+        }
         let status = command(kit, Root, &kit.brig)
             .args(&args)
             .stdout(file)
             .status()
             .unwrap();
         assert!(status.success());
-        assert_eq!(std::fs::read_to_string(&path).unwrap().trim(), expected);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().trim(),
+            expected,
+            "{args:?}"
+        );
     }
 }
 
@@ -447,7 +472,7 @@ fn seccomp_kill_is_reported_with_the_call() {
     let _turn = AUDIT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mount = format!("{}:{IN_JAIL}", kit.dir.display());
+    let mount = kit.mount();
     let args = [
         "run",
         "--seccomp",
@@ -479,7 +504,7 @@ fn seccomp_log_lists_what_would_be_denied() {
     let _turn = AUDIT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mount = format!("{}:{IN_JAIL}", kit.dir.display());
+    let mount = kit.mount();
     let out = brig(
         kit,
         Root,
