@@ -116,6 +116,8 @@ struct Exec {
     envp: Vec<CString>,
     /// Each candidate path and whether it exists.
     candidates: Vec<(String, CString, bool)>,
+    /// A seccomp profile is enforced: EPERM from execve may be its answer.
+    filtered: bool,
 }
 
 impl Exec {
@@ -149,6 +151,7 @@ impl Exec {
                 .collect(),
             program,
             path_var,
+            filtered: plan.seccomp.mode == seccomp::Mode::Enforce,
         }
     }
 
@@ -173,8 +176,13 @@ impl Exec {
             Some((path, errno)) => (
                 126,
                 format!(
-                    "cannot execute {path} in the jail: {} ({errno:?})",
-                    errno.desc()
+                    "cannot execute {path} in the jail: {} ({errno:?}){}",
+                    errno.desc(),
+                    if errno == Errno::EPERM && self.filtered {
+                        "; a seccomp profile must allow execve"
+                    } else {
+                        ""
+                    }
                 ),
             ),
             None if program.contains('/') => (

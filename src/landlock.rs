@@ -288,6 +288,38 @@ mod tests {
     }
 
     #[test]
+    fn policy_options_parse_from_yaml_and_flags() {
+        let options = crate::config::parse(
+            "seccomp: strict\nseccomp-log: true\nlandlock: require=6\ncommand: [x]\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(options.seccomp.as_deref(), Some("strict"));
+        assert!(options.seccomp_log);
+        assert_eq!(options.landlock, Some(LandlockMode::Require(Some(6))));
+        for (text, mode) in [
+            ("best-effort", LandlockMode::BestEffort),
+            ("require", LandlockMode::Require(None)),
+            ("off", LandlockMode::Off),
+        ] {
+            assert_eq!(text.parse::<LandlockMode>(), Ok(mode));
+            assert_eq!(mode.to_string(), text);
+        }
+        for bad in [
+            "",
+            "on",
+            "require=",
+            "require=0",
+            "require=x",
+            "best_effort",
+        ] {
+            assert!(bad.parse::<LandlockMode>().is_err(), "{bad}");
+        }
+        let err = crate::config::parse("landlock: sometimes\n", "c.yaml").unwrap_err();
+        assert!(err.message().starts_with("c.yaml:1:"), "{}", err.message());
+    }
+
+    #[test]
     fn tcp_is_denied_only_without_network() {
         let none = plan_for("command: [true]");
         let host = plan_for("command: [true]\nnet: host");

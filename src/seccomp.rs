@@ -261,13 +261,18 @@ pub struct AuditLog {
 pub struct Logged {
     /// Calls the profile would have denied (SECCOMP_RET_LOG in log mode), sorted.
     pub allowed: Vec<String>,
-    /// Calls that killed a process, in order.
+    /// Calls that killed a process, each once, in the order first seen.
     pub killed: Vec<String>,
     /// The socket overflowed: some records were lost and the lists may be incomplete.
     pub lossy: bool,
 }
 
 const AUDIT_SECCOMP: u16 = 1326;
+/// AUDIT_ARCH_* of this architecture, as the records print it.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: &str = "c000003e";
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: &str = "c00000b7";
 const AUDIT_NLGRP_READLOG: u32 = 1;
 const RET_LOG: &str = "0x7ffc0000";
 const RET_KILL_PROCESS: &str = "0x80000000";
@@ -384,12 +389,20 @@ impl AuditLog {
         let Some(number) = field("syscall=").and_then(|nr| nr.parse::<u32>().ok()) else {
             return;
         };
-        let name = syscall_name(number).map_or_else(|| format!("#{number}"), str::to_string);
+        let name = match field("arch=") {
+            Some(AUDIT_ARCH) | None => {
+                syscall_name(number).map_or_else(|| format!("#{number}"), str::to_string)
+            }
+            Some("40000003") => format!("i386 #{number}"),
+            Some(arch) => format!("#{number} of arch {arch}"),
+        };
         match field("code=") {
             Some(RET_LOG) => {
                 self.allowed.insert(name);
             }
-            Some(RET_KILL_PROCESS | RET_KILL_THREAD) => self.logged.killed.push(name),
+            Some(RET_KILL_PROCESS | RET_KILL_THREAD) if !self.logged.killed.contains(&name) => {
+                self.logged.killed.push(name);
+            }
             _ => {}
         }
     }
@@ -544,8 +557,13 @@ mod tests {
             return; // not root: brig cannot read audit records here
         };
         let record = |uid: u32, syscall: u32, code: &str| {
+            let arch = if syscall == 20 {
+                "40000003"
+            } else {
+                AUDIT_ARCH
+            };
             let text = format!(
-                "audit(1.2:3): auid=4294967295 uid={uid} gid={uid} ses=4294967295 pid=9 comm=\"p\" exe=\"/p\" sig=0 arch=c000003e syscall={syscall} compat=0 ip=0x1 code={code}"
+                "audit(1.2:3): auid=4294967295 uid={uid} gid={uid} ses=4294967295 pid=9 comm=\"p\" exe=\"/p\" sig=0 arch={arch} syscall={syscall} compat=0 ip=0x1 code={code}"
             );
             let mut datagram = ((16 + text.len()) as u32).to_ne_bytes().to_vec();
             datagram.extend_from_slice(&AUDIT_SECCOMP.to_ne_bytes());
@@ -556,8 +574,9 @@ mod tests {
         log.parse_datagram(&record(65534, 321, "0x7ffc0000"));
         log.parse_datagram(&record(65534, 250, "0x80000000"));
         log.parse_datagram(&record(0, 1, "0x7ffc0000"));
+        log.parse_datagram(&record(65534, 20, "0x80000000"));
         let logged = log.finish(Duration::ZERO, |_| true);
         assert_eq!(logged.allowed, vec!["bpf"]);
-        assert_eq!(logged.killed, vec!["keyctl"]);
+        assert_eq!(logged.killed, vec!["keyctl", "i386 #20"]);
     }
 }

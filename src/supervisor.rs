@@ -122,10 +122,8 @@ pub fn run(plan: &Plan) -> Result<Finished> {
         && killed_by_seccomp
     {
         // Records carry no jail id: name the call only when every kill seen agrees.
-        if let Some(first) = logged.killed.first()
-            && logged.killed.iter().all(|name| name == first)
-        {
-            *syscall = Some(first.clone());
+        if let [only] = logged.killed.as_slice() {
+            *syscall = Some(only.clone());
         }
     }
     Ok(Finished {
