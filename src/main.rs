@@ -118,7 +118,7 @@ fn report_seccomp_log(plan: &Plan, logged: Option<&seccomp::Logged>) {
     let profile = &plan.seccomp.profile;
     match logged {
         None => eprintln!(
-            "brig: --seccomp-log: only root can read the kernel's audit records here; as root, read them with `journalctl -k -g type=1326` or `dmesg | grep type=1326` (syscall=N is the number)"
+            "brig: --seccomp-log: brig cannot read the kernel's audit records here (that takes root); as root, read them with `journalctl -k -g type=1326` or `dmesg | grep type=1326` (syscall=N is the number)"
         ),
         Some(logged) if logged.allowed.is_empty() => eprintln!(
             "brig: --seccomp-log: the profile {profile} denied nothing{}",
