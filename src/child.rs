@@ -6,7 +6,7 @@ use crate::channel::{ChildEnd, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
 use crate::relay::JailEnds;
-use crate::{fds, init, mnt, net, privs, rlimits, sys, user, uts};
+use crate::{fds, init, landlock, mnt, net, privs, rlimits, seccomp, sys, user, uts};
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::execve;
@@ -82,16 +82,28 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd, output: Option<JailEnds>) -> R
     Ok(())
 }
 
-/// rlimits → capabilities → no_new_privs → exec, in the program's process (which already
-/// has the jail's identity, see `assemble_jail`).
+/// rlimits → capabilities → no_new_privs → Landlock → seccomp → exec, in the program's
+/// process (which already has the jail's identity, see `assemble_jail`). The seccomp
+/// filter is installed last, so from there on only the exec loop runs: execve, and on
+/// failure one write to brig's pipe and exit_group.
 fn become_program(plan: &Plan, channel: &ChildEnd) -> ! {
-    if let Err(err) = drop_privileges(plan) {
+    let fail = |err: Error| -> ! {
         channel.send(&Message::SetupError(err.to_string()));
         sys::exit_now(125);
+    };
+    if let Err(err) = drop_privileges(plan) {
+        fail(err);
     }
+    if let Err(err) = landlock::enforce(&plan.landlock) {
+        fail(err);
+    }
+    let exec = Exec::prepare(plan);
     sys::reset_signal_dispositions();
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    let (code, message) = exec_program(plan);
+    if let Err(err) = seccomp::install(&plan.seccomp) {
+        fail(err);
+    }
+    let (code, message) = exec.run();
     channel.send(&Message::ExecError { code, message });
     sys::exit_now(code as i32);
 }
@@ -109,60 +121,99 @@ fn drop_privileges(plan: &Plan) -> Result<()> {
     })
 }
 
-/// execve with a PATH search in the jail's own PATH. Returns only on failure, with the
-/// exit status to report (126 cannot execute, 127 not found) and a one-line message.
-fn exec_program(plan: &Plan) -> (u8, String) {
-    let program = &plan.command[0];
-    let argv: Vec<CString> = plan.command.iter().map(|arg| cstring(arg)).collect();
-    let envp: Vec<CString> = plan.env.iter().map(|var| cstring(var)).collect();
-    let path_var = plan
-        .env
-        .iter()
-        .find_map(|var| var.strip_prefix("PATH="))
-        .unwrap_or("");
-    let candidates: Vec<String> = if program.contains('/') {
-        vec![program.clone()]
-    } else {
-        path_var
-            .split(':')
-            .filter(|dir| !dir.is_empty())
-            .map(|dir| Path::new(dir).join(program).display().to_string())
-            .collect()
-    };
-    let mut first_error = None;
-    for candidate in &candidates {
-        let Err(errno) = execve(&cstring(candidate), &argv, &envp);
-        let exists = Path::new(candidate).exists();
-        if exists || (errno != Errno::ENOENT && errno != Errno::ENOTDIR) {
-            first_error.get_or_insert((candidate.clone(), errno));
+/// execve with a PATH search in the jail's own PATH, prepared before the seccomp filter is
+/// installed: afterwards only execve runs, and on failure the message is formatted from
+/// what was looked up here.
+struct Exec {
+    program: String,
+    path_var: String,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    /// Each candidate path and whether it exists.
+    candidates: Vec<(String, CString, bool)>,
+    /// A seccomp profile is enforced: EPERM from execve may be its answer.
+    filtered: bool,
+}
+
+impl Exec {
+    fn prepare(plan: &Plan) -> Exec {
+        let program = plan.command[0].clone();
+        let path_var = plan
+            .env
+            .iter()
+            .find_map(|var| var.strip_prefix("PATH="))
+            .unwrap_or("")
+            .to_string();
+        let paths: Vec<String> = if program.contains('/') {
+            vec![program.clone()]
+        } else {
+            path_var
+                .split(':')
+                .filter(|dir| !dir.is_empty())
+                .map(|dir| Path::new(dir).join(&program).display().to_string())
+                .collect()
+        };
+        Exec {
+            argv: plan.command.iter().map(|arg| cstring(arg)).collect(),
+            envp: plan.env.iter().map(|var| cstring(var)).collect(),
+            candidates: paths
+                .into_iter()
+                .map(|path| {
+                    let exists = Path::new(&path).exists();
+                    let c_path = cstring(&path);
+                    (path, c_path, exists)
+                })
+                .collect(),
+            program,
+            path_var,
+            filtered: plan.seccomp.mode == seccomp::Mode::Enforce,
         }
     }
-    match first_error {
-        Some((path, Errno::ENOENT)) => (
-            126,
-            format!(
-                "cannot execute {path} in the jail: its interpreter or dynamic loader is missing there; bind it in with --ro-bind"
+
+    /// Returns only on failure, with the exit status to report (126 cannot execute, 127
+    /// not found) and a one-line message.
+    fn run(self) -> (u8, String) {
+        let mut first_error = None;
+        for (path, c_path, exists) in &self.candidates {
+            let Err(errno) = execve(c_path, &self.argv, &self.envp);
+            if *exists || (errno != Errno::ENOENT && errno != Errno::ENOTDIR) {
+                first_error.get_or_insert((path, errno));
+            }
+        }
+        let program = &self.program;
+        match first_error {
+            Some((path, Errno::ENOENT)) => (
+                126,
+                format!(
+                    "cannot execute {path} in the jail: its interpreter or dynamic loader is missing there; bind it in with --ro-bind"
+                ),
             ),
-        ),
-        Some((path, errno)) => (
-            126,
-            format!(
-                "cannot execute {path} in the jail: {} ({errno:?})",
-                errno.desc()
+            Some((path, errno)) => (
+                126,
+                format!(
+                    "cannot execute {path} in the jail: {} ({errno:?}){}",
+                    errno.desc(),
+                    if errno == Errno::EPERM && self.filtered {
+                        "; a seccomp profile must allow execve"
+                    } else {
+                        ""
+                    }
+                ),
             ),
-        ),
-        None if program.contains('/') => (
-            127,
-            format!(
-                "{program}: not found in the jail; bind it in with --ro-bind or check the path"
+            None if program.contains('/') => (
+                127,
+                format!(
+                    "{program}: not found in the jail; bind it in with --ro-bind or check the path"
+                ),
             ),
-        ),
-        None => (
-            127,
-            format!(
-                "{program}: not found in the jail's PATH ({path_var}); use an absolute path or bind it in with --ro-bind"
+            None => (
+                127,
+                format!(
+                    "{program}: not found in the jail's PATH ({}); use an absolute path or bind it in with --ro-bind",
+                    self.path_var
+                ),
             ),
-        ),
+        }
     }
 }
 

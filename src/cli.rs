@@ -7,7 +7,7 @@ use std::path::PathBuf;
 const EXIT_CODES: &str = "\
 Exit status of `brig run`:
   N        the program exited with status N
-  128+N    the program was killed by signal N
+  128+N    the program was killed by signal N (159 = SIGSYS: its seccomp profile killed it)
   124      brig killed the jail at --time-limit or --output-limit
   125      brig itself failed (bad option or config, setup failure); one line on stderr says why
   126      the program could not be executed
@@ -35,6 +35,21 @@ pub enum Command {
     Run(RunArgs),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
+    /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.
+    #[command(subcommand)]
+    Seccomp(SeccompCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SeccompCommand {
+    /// List the built-in seccomp profiles.
+    List,
+    /// Print a built-in profile (seccompiler JSON); a copy is a starting point for your own.
+    Show {
+        /// The profile's name, e.g. default.
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
 }
 
 #[derive(Args, Debug)]

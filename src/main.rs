@@ -9,6 +9,7 @@ mod error;
 mod etc;
 mod fds;
 mod init;
+mod landlock;
 mod layout;
 #[cfg(test)]
 mod manpage;
@@ -19,15 +20,17 @@ mod plan;
 mod privs;
 mod relay;
 mod rlimits;
+mod seccomp;
 mod supervisor;
 mod sys;
+mod syscalls;
 mod units;
 mod user;
 mod uts;
 mod verdict;
 
 use clap::Parser;
-use cli::{Cli, Command, RunArgs};
+use cli::{Cli, Command, RunArgs, SeccompCommand};
 use error::{Error, Result};
 use plan::{Plan, ReportTarget};
 use supervisor::Outcome;
@@ -66,6 +69,50 @@ fn dispatch(command: Command) -> Result<i32> {
             print!("{yaml}");
             Ok(0)
         }
+        Command::Seccomp(SeccompCommand::List) => {
+            for profile in seccomp::PROFILES {
+                println!("{:<8} {}", profile.name, profile.about);
+            }
+            println!("{:<8} no filter (reported as a warning)", "none");
+            Ok(0)
+        }
+        Command::Seccomp(SeccompCommand::Show { name }) => {
+            let profile = seccomp::builtin(&name).ok_or_else(|| {
+                Error::input(format!(
+                    "seccomp show {name}: no such built-in profile; choose one of {}",
+                    seccomp::names().join(", ")
+                ))
+            })?;
+            print!("{}", profile.json);
+            Ok(0)
+        }
+    }
+}
+
+/// `--seccomp-log`: one line naming the calls the profile would have denied.
+fn report_seccomp_log(plan: &Plan, logged: Option<&seccomp::Logged>) {
+    let profile = &plan.seccomp.profile;
+    match logged {
+        None => eprintln!(
+            "brig: --seccomp-log: brig cannot read the kernel's audit records here (that takes root); as root, read them with `journalctl -k -g type=1326` or `dmesg | grep type=1326` (syscall=N is the number)"
+        ),
+        Some(logged) if logged.allowed.is_empty() => eprintln!(
+            "brig: --seccomp-log: the profile {profile} denied nothing{}",
+            if logged.lossy {
+                " (some audit records were lost)"
+            } else {
+                ""
+            }
+        ),
+        Some(logged) => eprintln!(
+            "brig: --seccomp-log: the profile {profile} would have denied: {}{}",
+            logged.allowed.join(", "),
+            if logged.lossy {
+                " (some audit records were lost; the list may be incomplete)"
+            } else {
+                ""
+            }
+        ),
     }
 }
 
@@ -94,6 +141,9 @@ fn run(args: RunArgs) -> i32 {
             if let Some(line) = explain(&plan, &report.outcome, verdict.status) {
                 eprintln!("brig: {line}");
             }
+            if plan.seccomp.mode == seccomp::Mode::Log {
+                report_seccomp_log(&plan, report.seccomp_log.as_ref());
+            }
             verdict
         }
         Err(err) => {
@@ -114,6 +164,13 @@ fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
     let limits = &plan.limits;
     match (outcome, status) {
         (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
+        (Outcome::Signaled { syscall, .. }, Status::Seccomp) => Some(match syscall {
+            Some(name) => format!("the program was killed by seccomp (syscall {name})"),
+            None => format!(
+                "the program was killed by seccomp (a call its profile {} does not allow; `--seccomp-log` lists them)",
+                plan.seccomp.profile
+            ),
+        }),
         (_, Status::Timeout) => plan
             .time_limit
             .map(|limit| format!("time limit of {limit} reached; the jail was killed")),

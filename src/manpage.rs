@@ -21,7 +21,11 @@ brig's child as PID 1 of the jail: it forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT,
 .IP \(bu 2
 a new session without a controlling terminal, file descriptors 0, 1 and 2 only, and an environment of PATH, HOME, LANG=C.UTF-8 and TERM plus \fB\-\-env\fR and \fB\-\-env\-pass\fR;
 .IP \(bu 2
-every capability dropped from every set, and no_new_privs.
+every capability dropped from every set, and no_new_privs;
+.IP \(bu 2
+Landlock rules derived from the mounts: read and execute where the mounts are read\-only, full access to writable binds, /tmp, /dev/shm, the home directory and \fB\-\-tmpfs\fR mounts, read and write on the devices; TCP bind and connect denied without a network; abstract unix sockets and signals scoped to the jail (\fB\-\-landlock\fR);
+.IP \(bu 2
+last before the program starts, the seccomp profile \fBdefault\fR: an allowlist of system calls in which anything else fails with EPERM (\fB\-\-seccomp\fR, \fBbrig seccomp list\fR).
 "#;
 
 const EXIT_STATUS: &str = r#".SH EXIT STATUS
@@ -30,7 +34,7 @@ const EXIT_STATUS: &str = r#".SH EXIT STATUS
 the program exited with status \fIN\fR
 .TP
 128+\fIN\fR
-the program was killed by signal \fIN\fR
+the program was killed by signal \fIN\fR; 159 (SIGSYS) with a line saying so when its seccomp profile killed it
 .TP
 124
 brig killed the jail at a limit it enforces itself, \fB\-\-time\-limit\fR or \fB\-\-output\-limit\fR
@@ -80,12 +84,36 @@ pub fn render() -> String {
     page.extend_from_slice(b".SH COMMANDS\n");
     for sub in command.get_subcommands() {
         let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
-        let line = format!(
-            ".TP\n\\fBbrig {}\\fR [\\fIOPTIONS\\fR] [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]\n{}\n",
-            sub.get_name(),
-            about.replace('-', "\\-")
-        );
-        page.extend_from_slice(line.as_bytes());
+        let nested: Vec<_> = sub.get_subcommands().collect();
+        if nested.is_empty() {
+            let line = format!(
+                ".TP\n\\fBbrig {}\\fR [\\fIOPTIONS\\fR] [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]\n{}\n",
+                sub.get_name(),
+                about.replace('-', "\\-")
+            );
+            page.extend_from_slice(line.as_bytes());
+        }
+        for action in nested {
+            let about = action
+                .get_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            let operands: String = action
+                .get_positionals()
+                .filter_map(|arg| {
+                    arg.get_value_names()?
+                        .first()
+                        .map(|name| format!(" \\fI{name}\\fR"))
+                })
+                .collect();
+            let line = format!(
+                ".TP\n\\fBbrig {} {}\\fR{operands}\n{}\n",
+                sub.get_name(),
+                action.get_name(),
+                about.replace('-', "\\-")
+            );
+            page.extend_from_slice(line.as_bytes());
+        }
     }
     let run = command
         .find_subcommand("run")

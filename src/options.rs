@@ -4,7 +4,9 @@
 use crate::units::{Size, Span};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -14,6 +16,60 @@ pub enum NetMode {
     None,
     /// Share the host's network namespace (reported as a warning).
     Host,
+}
+
+/// How strictly Landlock must be enforced: `best-effort`, `require`, `require=ABI` or `off`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum LandlockMode {
+    /// Enforce what the kernel supports and report it.
+    #[default]
+    BestEffort,
+    /// Fail (125) unless the kernel enforces everything brig asks for, or at least this ABI.
+    Require(Option<u8>),
+    /// No Landlock (reported).
+    Off,
+}
+
+impl FromStr for LandlockMode {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "best-effort" => Ok(LandlockMode::BestEffort),
+            "require" => Ok(LandlockMode::Require(None)),
+            "off" => Ok(LandlockMode::Off),
+            _ => match text.strip_prefix("require=").map(str::parse::<u8>) {
+                Some(Ok(abi)) if abi >= 1 => Ok(LandlockMode::Require(Some(abi))),
+                _ => Err(format!(
+                    "'{text}' is not a Landlock mode; use best-effort, require, require=ABI (e.g. require=6) or off"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for LandlockMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LandlockMode::BestEffort => f.write_str("best-effort"),
+            LandlockMode::Require(None) => f.write_str("require"),
+            LandlockMode::Require(Some(abi)) => write!(f, "require={abi}"),
+            LandlockMode::Off => f.write_str("off"),
+        }
+    }
+}
+
+impl TryFrom<String> for LandlockMode {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<LandlockMode> for String {
+    fn from(mode: LandlockMode) -> String {
+        mode.to_string()
+    }
 }
 
 #[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
@@ -149,6 +205,22 @@ pub struct JailOptions {
     #[arg(long, value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit_log: Option<PathBuf>,
+    /// System-call filter: a built-in profile (default, strict), a seccompiler JSON file, or
+    /// none [default: default]. See `brig seccomp list`.
+    #[arg(long, value_name = "NAME|FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<String>,
+
+    /// Let calls outside the seccomp profile through and list them (the kernel logs them; brig
+    /// reads the log as root), to extend a profile for an interpreter.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seccomp_log: bool,
+
+    /// Landlock: best-effort, require, require=ABI or off [default: best-effort].
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<LandlockMode>,
 
     /// The program to run and its arguments.
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
@@ -191,6 +263,9 @@ impl JailOptions {
             report: over.report.or(self.report),
             report_fd: over.report_fd.or(self.report_fd),
             audit_log: over.audit_log.or(self.audit_log),
+            seccomp: over.seccomp.or(self.seccomp),
+            seccomp_log: self.seccomp_log || over.seccomp_log,
+            landlock: over.landlock.or(self.landlock),
             command: if over.command.is_empty() {
                 self.command
             } else {

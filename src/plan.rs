@@ -4,9 +4,11 @@
 use crate::cgroup;
 use crate::error::{Error, Result};
 use crate::etc;
+use crate::landlock::{self, LandlockPlan};
 use crate::layout::{self, MountOp};
-use crate::options::{JailOptions, NetMode};
+use crate::options::{JailOptions, LandlockMode, NetMode};
 use crate::rlimits::{self, Rlimit};
+use crate::seccomp::{self, SeccompPlan};
 use crate::units::{Size, Span};
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
@@ -39,6 +41,10 @@ pub struct Plan {
     /// `NAME=value`, the program's whole environment.
     pub env: Vec<String>,
     pub mounts: Vec<MountOp>,
+    /// The system-call filter, compiled here, installed right before execve.
+    pub seccomp: SeccompPlan,
+    /// The Landlock rules, derived from `mounts`.
+    pub landlock: LandlockPlan,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -162,6 +168,30 @@ impl Plan {
         if net == NetMode::Host {
             warnings.push("--net host: the jail shares the host's network namespace".into());
         }
+        let seccomp = seccomp::resolve(options.seccomp.as_deref(), options.seccomp_log)?;
+        match seccomp.mode {
+            seccomp::Mode::Off => warnings.push("--seccomp none: no system-call filter".into()),
+            seccomp::Mode::Log => warnings.push(format!(
+                "--seccomp-log: calls outside the profile {} are allowed and logged, not denied",
+                seccomp.profile
+            )),
+            seccomp::Mode::Enforce => {}
+        }
+        let landlock = landlock::plan(options.landlock.unwrap_or_default(), &mounts, net)?;
+        if landlock.mode == LandlockMode::Off {
+            warnings.push("--landlock off: no Landlock wall around the files".into());
+        } else if landlock.abi == 0 {
+            warnings.push(
+                "Landlock: this kernel does not have it; only the mounts guard the files".into(),
+            );
+        } else if landlock.abi < landlock::FULL_ABI {
+            warnings.push(format!(
+                "Landlock ABI {}: files only{}; TCP and signal scoping need ABI {}",
+                landlock.abi,
+                if landlock.deny_tcp { " and TCP" } else { "" },
+                landlock::FULL_ABI
+            ));
+        }
         let namespaces = Namespaces {
             user: true,
             mount: true,
@@ -185,6 +215,8 @@ impl Plan {
             chdir,
             env,
             mounts,
+            seccomp,
+            landlock,
             warnings,
         };
         plan.check_strings()?;

@@ -8,7 +8,7 @@ use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
 use crate::relay::{Counts, Relay};
 use crate::sys::{self, Cloned};
-use crate::{child, init, user};
+use crate::{child, init, seccomp, user};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
@@ -23,7 +23,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub enum Outcome {
     Exited(i32),
-    Signaled(i32),
+    Signaled {
+        signal: i32,
+        /// SIGSYS while a seccomp filter was enforced: the profile killed the program.
+        seccomp: bool,
+        /// The call that killed it, when the kernel's audit records name it (root only).
+        syscall: Option<String>,
+    },
     /// brig killed the jail at --time-limit.
     TimedOut,
     /// brig killed the jail at --output-limit.
@@ -40,7 +46,7 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match self {
             Outcome::Exited(code) => *code,
-            Outcome::Signaled(signal) => 128 + signal,
+            Outcome::Signaled { signal, .. } => 128 + signal,
             Outcome::TimedOut | Outcome::OutputLimit => 124,
             Outcome::ExecFailed { code, .. } => i32::from(*code),
         }
@@ -57,6 +63,9 @@ pub struct RunReport {
     pub cgroup_version: Option<Version>,
     pub cgroup_usage: Option<Usage>,
     pub output: Option<Counts>,
+    /// With `--seccomp-log`: the calls the profile would have denied; None when brig could
+    /// not read the kernel's audit records (rootless).
+    pub seccomp_log: Option<seccomp::Logged>,
 }
 
 pub fn run(plan: &Plan) -> Result<RunReport> {
@@ -76,6 +85,12 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
         None => (None, None),
     };
     user::drop_supplementary_groups(&plan.identity)?;
+    // The kernel's seccomp records name the call that killed the program or, in log
+    // mode, the calls the profile would deny.
+    let mut audit = match plan.seccomp.mode {
+        seccomp::Mode::Off => None,
+        _ => seccomp::AuditLog::open(plan.identity.host_uid),
+    };
     // Created before the jail so that the jail starts inside it; removed (after killing
     // whatever is left inside) when dropped, on every path out of this function.
     let cgroup = match &plan.limits.placement {
@@ -116,7 +131,7 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
     }
 
     let deadline = plan.time_limit.map(|limit| started + limit.0);
-    let ended_by = jail.supervise(&signals, deadline, relay.as_mut())?;
+    let ended_by = jail.supervise(&signals, deadline, relay.as_mut(), audit.as_mut())?;
     let init_status = jail.reap();
     let wall = started.elapsed();
     if let Some(relay) = relay.as_mut() {
@@ -125,7 +140,8 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
     let messages = channel.collect();
     let usage =
         getrusage(UsageWho::RUSAGE_CHILDREN).context(|| "read the jail's resource usage".into())?;
-    let outcome = decide(messages, init_status, ended_by)?;
+    let mut outcome = decide(messages, init_status, ended_by)?;
+    let seccomp_log = name_seccomp_kill(plan, &mut outcome, audit);
     Ok(RunReport {
         outcome,
         wall,
@@ -135,7 +151,42 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
         cgroup_version: cgroup.as_ref().map(JailCgroup::version),
         cgroup_usage: cgroup.as_ref().map(JailCgroup::usage),
         output: relay.map(|relay| relay.counts),
+        seccomp_log,
     })
+}
+
+/// Marks a SIGSYS death under an enforced filter as the profile's doing, names the call
+/// when the audit records agree on one, and returns the log-mode list.
+fn name_seccomp_kill(
+    plan: &Plan,
+    outcome: &mut Outcome,
+    audit: Option<seccomp::AuditLog>,
+) -> Option<seccomp::Logged> {
+    if let Outcome::Signaled {
+        signal, seccomp, ..
+    } = outcome
+    {
+        *seccomp = *signal == libc::SIGSYS && plan.seccomp.mode == seccomp::Mode::Enforce;
+    }
+    let killed_by_seccomp = matches!(outcome, Outcome::Signaled { seccomp: true, .. });
+    let log_mode = plan.seccomp.mode == seccomp::Mode::Log;
+    let logged = audit.map(|audit| {
+        // The kernel's audit thread sends the records a moment after the fact.
+        let linger = if killed_by_seccomp || log_mode {
+            Duration::from_millis(200)
+        } else {
+            Duration::ZERO
+        };
+        audit.finish(linger, |logged| !log_mode && !logged.killed.is_empty())
+    });
+    if let (Outcome::Signaled { syscall, .. }, Some(logged)) = (&mut *outcome, &logged)
+        && killed_by_seccomp
+        // Records carry no jail id: name the call only when every kill seen agrees.
+        && let [only] = logged.killed.as_slice()
+    {
+        *syscall = Some(only.clone());
+    }
+    logged.filter(|_| log_mode)
 }
 
 /// The namespaces created with the jail's process. The cgroup namespace is not among
@@ -185,6 +236,7 @@ impl Jail {
         signals: &SignalFd,
         deadline: Option<Instant>,
         mut relay: Option<&mut Relay>,
+        mut audit: Option<&mut seccomp::AuditLog>,
     ) -> Result<EndedBy> {
         let mut ended_by = EndedBy::Program;
         let mut deadline = deadline;
@@ -217,6 +269,9 @@ impl Jail {
                     .iter()
                     .map(|(_, fd)| PollFd::new(*fd, PollFlags::POLLIN)),
             );
+            if let Some(audit) = &audit {
+                fds.push(PollFd::new(audit.fd(), PollFlags::POLLIN));
+            }
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(errno) => return Err(Error::os("wait for the jail", errno)),
@@ -224,11 +279,15 @@ impl Jail {
             let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
             let ready_pipes: Vec<usize> = pipes
                 .iter()
-                .zip(&ready[2..])
+                .zip(&ready[2..2 + pipes.len()])
                 .filter(|(_, ready)| **ready)
                 .map(|((index, _), _)| *index)
                 .collect();
+            let audited = ready.get(2 + pipes.len()).copied().unwrap_or(false);
             drop(fds);
+            if audited && let Some(audit) = audit.as_mut() {
+                audit.drain();
+            }
             if let Some(relay) = relay.as_deref_mut() {
                 for index in ready_pipes {
                     if !relay.pump(index) && ended_by == EndedBy::Program {
@@ -298,18 +357,18 @@ fn decide(
                 return Ok(Outcome::ExecFailed { code, message });
             }
             Message::Exited(code) => program_status = Some(Outcome::Exited(code)),
-            Message::Signaled(signal) => program_status = Some(Outcome::Signaled(signal)),
+            Message::Signaled(signal) => program_status = Some(killed(signal)),
         }
     }
     match (ended_by, program_status, init_status) {
         (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
         (_, Some(status), _) => Ok(status),
         (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
-        (EndedBy::Stopped, None, _) => Ok(Outcome::Signaled(libc::SIGKILL)),
+        (EndedBy::Stopped, None, _) => Ok(killed(libc::SIGKILL)),
         // The kernel killed the whole jail, init included: an OOM kill of the cgroup
         // (memory.oom.group) — the verdict tells which.
         (EndedBy::Program, None, Some(WaitStatus::Signaled(_, signal, _))) => {
-            Ok(Outcome::Signaled(signal as i32))
+            Ok(killed(signal as i32))
         }
         (EndedBy::Program, None, status) => Err(Error::setup(format!(
             "the jail's init ended before the program did ({}); this is a bug",
@@ -318,5 +377,13 @@ fn decide(
                 _ => "status unknown".into(),
             }
         ))),
+    }
+}
+
+fn killed(signal: i32) -> Outcome {
+    Outcome::Signaled {
+        signal,
+        seccomp: false,
+        syscall: None,
     }
 }

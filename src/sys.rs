@@ -275,3 +275,27 @@ pub fn scrub_cmdline(name: &str) {
         std::ptr::copy_nonoverlapping(name.as_ptr(), area, name.len().min(length - 1));
     }
 }
+
+/// The running kernel's Landlock ABI version: 0 when it has no Landlock or it is disabled.
+pub fn landlock_abi() -> u8 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only
+    // returns a number; nothing is read or written.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    ret.clamp(0, 255) as u8
+}
+
+/// Descriptor 0, 1 or 2, borrowed; None if it is not open.
+pub fn borrow_standard_fd(fd: RawFd) -> Option<BorrowedFd<'static>> {
+    if !(0..=2).contains(&fd) || !is_fd_open(fd) {
+        return None;
+    }
+    Some(borrow_fd(fd))
+}

@@ -24,6 +24,8 @@ pub enum Status {
     CpuTime,
     Oom,
     OutputLimit,
+    /// The seccomp profile killed the program.
+    Seccomp,
     SetupError,
 }
 
@@ -76,7 +78,9 @@ pub struct Protections {
     pub net: crate::options::NetMode,
     pub capabilities: &'static str,
     pub no_new_privs: bool,
-    pub landlock_abi: Option<u32>,
+    /// The Landlock ABI enforced; null when Landlock is off or missing.
+    pub landlock_abi: Option<u8>,
+    /// The seccomp profile enforced (`NAME (log)` with --seccomp-log); null with none.
     pub seccomp_profile: Option<String>,
 }
 
@@ -94,14 +98,19 @@ impl Verdict {
             Outcome::TimedOut => (Status::Timeout, None, Some(libc::SIGKILL)),
             Outcome::OutputLimit => (Status::OutputLimit, None, Some(libc::SIGKILL)),
             Outcome::ExecFailed { .. } => (Status::SetupError, None, None),
-            Outcome::Signaled(signal) if oom => (Status::Oom, None, Some(*signal)),
+            Outcome::Signaled { signal, .. } if oom => (Status::Oom, None, Some(*signal)),
             Outcome::Exited(code) if oom => (Status::Oom, Some(*code), None),
-            Outcome::Signaled(signal)
+            Outcome::Signaled {
+                seccomp: true,
+                signal,
+                ..
+            } => (Status::Seccomp, None, Some(*signal)),
+            Outcome::Signaled { signal, .. }
                 if *signal == libc::SIGXCPU || (*signal == libc::SIGKILL && over_cpu_time) =>
             {
                 (Status::CpuTime, None, Some(*signal))
             }
-            Outcome::Signaled(signal) => (Status::Signaled, None, Some(*signal)),
+            Outcome::Signaled { signal, .. } => (Status::Signaled, None, Some(*signal)),
             Outcome::Exited(0) => (Status::Ok, Some(0), None),
             Outcome::Exited(code) => (Status::NonzeroExit, Some(*code), None),
         };
@@ -200,8 +209,12 @@ fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
         net: plan.net,
         capabilities: "none",
         no_new_privs: true,
-        landlock_abi: None,
-        seccomp_profile: None,
+        landlock_abi: Some(plan.landlock.abi).filter(|abi| *abi > 0),
+        seccomp_profile: match plan.seccomp.mode {
+            crate::seccomp::Mode::Enforce => Some(plan.seccomp.profile.clone()),
+            crate::seccomp::Mode::Log => Some(format!("{} (log)", plan.seccomp.profile)),
+            crate::seccomp::Mode::Off => None,
+        },
     }
 }
 

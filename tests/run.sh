@@ -11,6 +11,9 @@ command -v node >/dev/null || need+=(nodejs)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)
 command -v script >/dev/null || need+=(bsdutils)
+# tests/attacks.rs builds its probe with `gcc -static`, which needs libc.a
+command -v gcc >/dev/null || need+=(gcc)
+dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 if ((${#need[@]})); then
     echo "installing test dependencies: ${need[*]}"
     apt-get update -qq

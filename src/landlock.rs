@@ -1,0 +1,350 @@
+//! Landlock: a second wall around the files, derived from the mount plan. Read-only places
+//! get read (and execute) access, writable binds and the tmpfs mounts full access, devices
+//! read and write; nothing else is reachable, whatever the mounts would allow. With
+//! `--net none`, TCP bind and connect are denied (ABI 4); abstract unix sockets and signals
+//! are scoped to the jail (ABI 6).
+//!
+//! The rules are computed in the parent from the plan; the program's process opens the
+//! paths inside the jail (after pivot_root) and enforces them after no_new_privs and
+//! before seccomp.
+
+use crate::error::{Error, Result};
+use crate::layout::MountOp;
+use crate::options::{LandlockMode, NetMode};
+use crate::sys;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The newest Landlock ABI whose rights brig asks for (and was tested with). Newer kernels
+/// are used at this ABI.
+pub const MAX_ABI: u8 = 7;
+/// What `--landlock require` asks for: everything brig uses (fs 5, TCP 4, scopes 6).
+pub const FULL_ABI: u8 = 6;
+const NET_ABI: u8 = 4;
+const SCOPE_ABI: u8 = 6;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LandlockPlan {
+    pub mode: LandlockMode,
+    /// The ABI brig enforces: the kernel's, up to MAX_ABI; 0 when Landlock is off or the
+    /// kernel lacks it.
+    pub abi: u8,
+    /// The running kernel's Landlock ABI (0: none).
+    pub kernel_abi: u8,
+    /// TCP bind and connect are denied.
+    pub deny_tcp: bool,
+    /// Abstract unix sockets and signals are scoped to the jail.
+    pub scoped: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Rule {
+    pub path: PathBuf,
+    pub access: Rights,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rights {
+    /// List and read (procfs).
+    Read,
+    /// List, read and execute.
+    ReadExec,
+    /// Read, write and ioctl on existing files (device nodes); nothing created.
+    Device,
+    /// Everything: create, write, remove, execute.
+    Full,
+}
+
+/// Derives the rules from the mount plan and checks the mode against the kernel.
+pub fn plan(mode: LandlockMode, mounts: &[MountOp], net: NetMode) -> Result<LandlockPlan> {
+    let kernel_abi = sys::landlock_abi();
+    if let LandlockMode::Require(wanted) = mode {
+        let wanted = wanted.unwrap_or(FULL_ABI);
+        if wanted > MAX_ABI {
+            return Err(Error::input(format!(
+                "--landlock require={wanted}: brig uses Landlock up to ABI {MAX_ABI}; ask for at most require={MAX_ABI}"
+            )));
+        }
+        if kernel_abi < wanted {
+            return Err(Error::input(format!(
+                "--landlock {mode}: this kernel's Landlock ABI is {kernel_abi}{}; use --landlock best-effort, or a kernel with ABI {wanted} (Linux {})",
+                if kernel_abi == 0 { " (none)" } else { "" },
+                kernel_for(wanted)
+            )));
+        }
+    }
+    let abi = match mode {
+        LandlockMode::Off => 0,
+        _ => kernel_abi.min(MAX_ABI),
+    };
+    Ok(LandlockPlan {
+        mode,
+        abi,
+        kernel_abi,
+        deny_tcp: abi >= NET_ABI && net == NetMode::None,
+        scoped: abi >= SCOPE_ABI,
+        rules: if abi > 0 { rules(mounts) } else { Vec::new() },
+    })
+}
+
+fn kernel_for(abi: u8) -> &'static str {
+    match abi {
+        0 | 1 => "5.13",
+        2 => "5.19",
+        3 => "6.2",
+        4 => "6.7",
+        5 => "6.10",
+        6 => "6.12",
+        _ => "6.15",
+    }
+}
+
+/// One rule per mount: a read-only mount gives read access, a writable one full access.
+/// The jail's root covers everything that is not a mount of its own (/etc's files,
+/// directories, symlinks).
+pub fn rules(mounts: &[MountOp]) -> Vec<Rule> {
+    let mut rules: Vec<Rule> = Vec::new();
+    for op in mounts {
+        let (path, access) = match op {
+            MountOp::RootTmpfs { .. } | MountOp::RootBind { .. } => ("/".into(), Rights::ReadExec),
+            MountOp::Bind { dst, writable, .. } => (
+                dst.clone(),
+                if *writable {
+                    Rights::Full
+                } else {
+                    Rights::ReadExec
+                },
+            ),
+            MountOp::Device { dst, .. } => (dst.clone(), Rights::Device),
+            MountOp::Devpts { dst } => (dst.clone(), Rights::Device),
+            MountOp::Tmpfs { dst, .. } => (dst.clone(), Rights::Full),
+            MountOp::Proc { dst } => (dst.clone(), Rights::Read),
+            // A mount made read-only once populated (/dev) keeps only read access.
+            MountOp::ReadOnly { dst } => {
+                for rule in rules.iter_mut().filter(|rule| rule.path == *dst) {
+                    rule.access = Rights::ReadExec;
+                }
+                continue;
+            }
+            MountOp::Dir { .. } | MountOp::Symlink { .. } | MountOp::File { .. } => continue,
+        };
+        rules.push(Rule { path, access });
+    }
+    rules
+}
+
+/// Enforces the plan on the calling process (and what it executes). Fails unless every
+/// right brig asked for at the plan's ABI is enforced, so the plan's ABI is the truth.
+pub fn enforce(plan: &LandlockPlan) -> Result<()> {
+    if plan.abi == 0 {
+        return Ok(());
+    }
+    let abi = ABI::from(i32::from(plan.abi));
+    let fail = |what: &str, err: &dyn std::fmt::Display| {
+        Error::setup(format!("Landlock: {what}: {err}"))
+            .hint("run with --landlock off to do without it (reported), or report this as a bug")
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(|err| fail("handle file access", &err))?;
+    if plan.deny_tcp {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(|err| fail("handle TCP access", &err))?;
+    }
+    if plan.scoped {
+        ruleset = ruleset
+            .scope(Scope::from_all(abi))
+            .map_err(|err| fail("scope signals and abstract sockets", &err))?;
+    }
+    let mut created = ruleset
+        .create()
+        .map_err(|err| fail("create a ruleset", &err))?;
+    for rule in &plan.rules {
+        let fd = PathFd::new(&rule.path)
+            .map_err(|err| fail(&format!("open {} in the jail", rule.path.display()), &err))?;
+        let mut access = rights(rule.access, abi);
+        if !Path::new(&rule.path).is_dir() {
+            access &= AccessFs::from_file(abi);
+        }
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|err| fail(&format!("add the rule for {}", rule.path.display()), &err))?;
+    }
+    created = allow_standard_streams(created, abi)?;
+    let status = created
+        .restrict_self()
+        .map_err(|err| fail("enforce the ruleset", &err))?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(Error::setup(format!(
+            "Landlock: the kernel enforced the ruleset only partly ({:?}) at ABI {}; run with --landlock off to do without it (reported)",
+            status.ruleset, plan.abi
+        )));
+    }
+    Ok(())
+}
+
+/// The files behind descriptors 0, 1 and 2 are the caller's, outside the jail's tree;
+/// reopening them through /proc/self/fd (`echo x > /dev/stderr`) would be denied. Each gets
+/// the rights it is open with, no more: a write-only stdout can be reopened for writing
+/// (and truncating) but not for reading. Pipes and sockets need no rule.
+fn allow_standard_streams(
+    mut created: landlock::RulesetCreated,
+    abi: ABI,
+) -> Result<landlock::RulesetCreated> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use nix::sys::stat::{SFlag, fstat};
+    for fd in 0..=2 {
+        let Some(borrowed) = sys::borrow_standard_fd(fd) else {
+            continue;
+        };
+        let (Ok(flags), Ok(stat)) = (fcntl(borrowed, FcntlArg::F_GETFL), fstat(borrowed)) else {
+            continue;
+        };
+        let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+        if kind != SFlag::S_IFREG && kind != SFlag::S_IFCHR {
+            continue;
+        }
+        let mode = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE;
+        let mut access = BitFlags::<AccessFs>::empty();
+        if mode != OFlag::O_WRONLY {
+            access |= AccessFs::ReadFile;
+        }
+        if mode != OFlag::O_RDONLY {
+            access |= AccessFs::WriteFile;
+            if abi >= ABI::V3 && kind == SFlag::S_IFREG {
+                access |= AccessFs::Truncate;
+            }
+        }
+        let Ok(file) = PathFd::new(format!("/proc/self/fd/{fd}")) else {
+            continue;
+        };
+        created = created
+            .add_rule(PathBeneath::new(file, access))
+            .map_err(|err| {
+                Error::setup(format!("Landlock: add the rule for descriptor {fd}: {err}"))
+            })?;
+    }
+    Ok(created)
+}
+
+fn rights(access: Rights, abi: ABI) -> BitFlags<AccessFs> {
+    match access {
+        Rights::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+        Rights::ReadExec => AccessFs::from_read(abi),
+        Rights::Device => {
+            let mut device = AccessFs::ReadFile | AccessFs::WriteFile;
+            if abi >= ABI::V5 {
+                device |= AccessFs::IoctlDev;
+            }
+            device
+        }
+        Rights::Full => AccessFs::from_all(abi),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_for(yaml: &str) -> crate::plan::Plan {
+        crate::plan::Plan::resolve(crate::config::parse(yaml, "test").unwrap()).unwrap()
+    }
+
+    fn access_of(rules: &[Rule], path: &str) -> Option<Rights> {
+        rules
+            .iter()
+            .rev()
+            .find(|rule| rule.path == Path::new(path))
+            .map(|rule| rule.access)
+    }
+
+    #[test]
+    fn rules_follow_the_mount_plan() {
+        let plan =
+            plan_for("command: [true]\nbind: [/tmp:/out]\nro-bind: [/usr:/ro]\ntmpfs: [/scratch]");
+        let rules = rules(&plan.mounts);
+        assert_eq!(access_of(&rules, "/"), Some(Rights::ReadExec));
+        assert_eq!(access_of(&rules, "/usr"), Some(Rights::ReadExec));
+        assert_eq!(access_of(&rules, "/out"), Some(Rights::Full));
+        assert_eq!(access_of(&rules, "/ro"), Some(Rights::ReadExec));
+        assert_eq!(access_of(&rules, "/scratch"), Some(Rights::Full));
+        assert_eq!(access_of(&rules, "/tmp"), Some(Rights::Full));
+        assert_eq!(access_of(&rules, "/home/sandbox"), Some(Rights::Full));
+        assert_eq!(access_of(&rules, "/dev/shm"), Some(Rights::Full));
+        assert_eq!(access_of(&rules, "/dev"), Some(Rights::ReadExec));
+        assert_eq!(access_of(&rules, "/dev/null"), Some(Rights::Device));
+        assert_eq!(access_of(&rules, "/proc"), Some(Rights::Read));
+        assert_eq!(access_of(&rules, "/etc"), None);
+    }
+
+    #[test]
+    fn policy_options_parse_from_yaml_and_flags() {
+        let options = crate::config::parse(
+            "seccomp: strict\nseccomp-log: true\nlandlock: require=6\ncommand: [x]\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(options.seccomp.as_deref(), Some("strict"));
+        assert!(options.seccomp_log);
+        assert_eq!(options.landlock, Some(LandlockMode::Require(Some(6))));
+        for (text, mode) in [
+            ("best-effort", LandlockMode::BestEffort),
+            ("require", LandlockMode::Require(None)),
+            ("off", LandlockMode::Off),
+        ] {
+            assert_eq!(text.parse::<LandlockMode>(), Ok(mode));
+            assert_eq!(mode.to_string(), text);
+        }
+        for bad in [
+            "",
+            "on",
+            "require=",
+            "require=0",
+            "require=x",
+            "best_effort",
+        ] {
+            assert!(bad.parse::<LandlockMode>().is_err(), "{bad}");
+        }
+        let err = crate::config::parse("landlock: sometimes\n", "c.yaml").unwrap_err();
+        assert!(err.message().starts_with("c.yaml:1:"), "{}", err.message());
+    }
+
+    #[test]
+    fn tcp_is_denied_only_without_network() {
+        let none = plan_for("command: [true]");
+        let host = plan_for("command: [true]\nnet: host");
+        if none.landlock.abi >= NET_ABI {
+            assert!(none.landlock.deny_tcp);
+        }
+        assert!(!host.landlock.deny_tcp);
+    }
+
+    #[test]
+    fn require_checks_the_kernel() {
+        let kernel = sys::landlock_abi();
+        let too_new = LandlockMode::Require(Some(MAX_ABI + 1));
+        let err = plan(too_new, &[], NetMode::None).unwrap_err();
+        assert!(
+            err.message().contains("at most require=7"),
+            "{}",
+            err.message()
+        );
+        if kernel < MAX_ABI {
+            let err =
+                plan(LandlockMode::Require(Some(kernel + 1)), &[], NetMode::None).unwrap_err();
+            assert!(err.message().contains("best-effort"), "{}", err.message());
+        }
+        let off = plan(LandlockMode::Off, &[], NetMode::None).unwrap();
+        assert_eq!((off.abi, off.deny_tcp, off.scoped), (0, false, false));
+    }
+}

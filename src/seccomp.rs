@@ -1,0 +1,582 @@
+//! seccomp: a system-call allowlist. A profile is a seccompiler JSON file; the built-in ones
+//! (`seccomp-profiles/ARCH/`) are compiled into brig. The parent chooses and compiles the
+//! profile while it resolves the plan; the program's process installs it as the very last
+//! step before execve, so profiles never need to allow brig's own setup calls. What runs
+//! under the filter before the program is the exec loop: execve, and on failure a `write`
+//! to brig's pipe and `exit_group`.
+//!
+//! A profile file may hold several named filters; brig installs all of them, in name order.
+//! The kernel runs every filter on every call and applies the strictest answer, so a filter
+//! that only answers `clone3` with ENOSYS can sit beside the allowlist.
+
+use crate::error::{Error, Result};
+use crate::syscalls;
+use seccompiler::{BpfProgram, TargetArch};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! profile_dir {
+    () => {
+        "../seccomp-profiles/x86_64/"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! profile_dir {
+    () => {
+        "../seccomp-profiles/aarch64/"
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
+
+pub struct Profile {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub json: &'static str,
+}
+
+/// The shipped profiles, for this architecture.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "default",
+        about: "what python, node and sh need: files, processes, threads, pipes, unix and \
+                IP sockets; no namespaces, mounts, tracing, kernel keyrings, BPF, perf, \
+                io_uring, modules or clock setting. Other calls fail with EPERM",
+        json: include_str!(concat!(profile_dir!(), "default.json")),
+    },
+    Profile {
+        name: "strict",
+        about: "compute-only programs (compiled C, C++, Rust): read-only file access, \
+                memory, threads, clocks, stdin and stdout. Any other call kills the program",
+        json: include_str!(concat!(profile_dir!(), "strict.json")),
+    },
+];
+
+pub const DEFAULT_PROFILE: &str = "default";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Calls outside the profile get the profile's answer (EPERM, or death).
+    Enforce,
+    /// `--seccomp-log`: calls outside the profile are allowed and logged by the kernel.
+    Log,
+    /// `--seccomp none`: no filter.
+    Off,
+}
+
+/// The filter as the plan carries it: `profile` and `mode` are printed by `brig check`,
+/// the compiled programs travel to the child in memory.
+#[derive(Debug, Serialize)]
+pub struct SeccompPlan {
+    /// A built-in profile's name, a file's path, or `none`.
+    pub profile: String,
+    pub mode: Mode,
+    /// Compiled BPF, in install order.
+    #[serde(skip)]
+    pub filters: Vec<BpfProgram>,
+}
+
+/// `--seccomp NAME|FILE|none` and `--seccomp-log`, resolved and compiled.
+pub fn resolve(choice: Option<&str>, log: bool) -> Result<SeccompPlan> {
+    let choice = choice.unwrap_or(DEFAULT_PROFILE);
+    let field = format!("--seccomp {choice}");
+    if choice == "none" {
+        if log {
+            return Err(Error::input(
+                "--seccomp-log: there is no profile to log with --seccomp none; drop one of the two",
+            ));
+        }
+        return Ok(SeccompPlan {
+            profile: "none".into(),
+            mode: Mode::Off,
+            filters: Vec::new(),
+        });
+    }
+    let text = match builtin(choice) {
+        Some(profile) => profile.json.to_string(),
+        None if choice.contains('/') || choice.ends_with(".json") => {
+            std::fs::read_to_string(choice).map_err(|err| {
+                Error::input(format!(
+                    "{field}: cannot read it: {err}; give the path of a readable seccompiler JSON profile"
+                ))
+            })?
+        }
+        None => {
+            return Err(Error::input(format!(
+                "{field}: unknown profile; choose {}, none, or give a path to a seccompiler JSON file (`brig seccomp list`)",
+                names().join(", ")
+            )));
+        }
+    };
+    let filters = compile(&text, ARCH).map_err(|why| {
+        Error::input(format!(
+            "{field}: not a valid seccompiler profile: {why}; see `brig seccomp show default` for the format"
+        ))
+    })?;
+    let filters = if log {
+        let logged = to_log_mode(&text)
+            .map_err(|why| Error::input(format!("--seccomp-log with {field}: {why}")))?;
+        compile(&logged, ARCH)
+            .map_err(|why| Error::input(format!("--seccomp-log with {field}: {why}")))?
+    } else {
+        filters
+    };
+    Ok(SeccompPlan {
+        profile: choice.into(),
+        mode: if log { Mode::Log } else { Mode::Enforce },
+        filters,
+    })
+}
+
+pub fn builtin(name: &str) -> Option<&'static Profile> {
+    PROFILES.iter().find(|profile| profile.name == name)
+}
+
+pub fn names() -> Vec<&'static str> {
+    PROFILES.iter().map(|profile| profile.name).collect()
+}
+
+/// Compiles every filter of a profile, in install order; the error is one line.
+///
+/// Installing a filter is itself a system call that the filters already installed must
+/// allow. So filters that allow what they do not match (denylists such as `enosys`) go
+/// first and allowlists last, each group in name order; an allowlist installed before
+/// another one would have to allow `seccomp`.
+fn compile(text: &str, arch: TargetArch) -> std::result::Result<Vec<BpfProgram>, String> {
+    let map = seccompiler::compile_from_json(text.as_bytes(), arch)
+        .map_err(|err| one_line(&err.to_string()))?;
+    if map.is_empty() {
+        return Err("it holds no filter".into());
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|err| one_line(&err.to_string()))?;
+    let allows_the_rest = |name: &str| {
+        let filter = &value[name];
+        let mismatch = filter
+            .get("mismatch_action")
+            .or_else(|| filter.get("default_action"));
+        mismatch.and_then(serde_json::Value::as_str) == Some("allow")
+    };
+    let ordered: BTreeMap<(bool, String), BpfProgram> = map
+        .into_iter()
+        .map(|(name, program)| ((!allows_the_rest(&name), name), program))
+        .collect();
+    Ok(ordered.into_values().collect())
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Log mode: every answer that denies a call (an errno, a kill, a trap) becomes `log`,
+/// which lets the call through and has the kernel log it. ENOSYS stays: it is how a
+/// profile makes libc fall back to an older call it can inspect (clone3 → clone), not a
+/// denial the program notices.
+fn to_log_mode(text: &str) -> std::result::Result<String, String> {
+    let mut value: serde_json::Value =
+        serde_json::from_str(text).map_err(|err| one_line(&err.to_string()))?;
+    let filters = value
+        .as_object_mut()
+        .ok_or("the profile is not a JSON object of filters")?;
+    for filter in filters.values_mut() {
+        let Some(filter) = filter.as_object_mut() else {
+            continue;
+        };
+        for key in [
+            "mismatch_action",
+            "default_action",
+            "match_action",
+            "filter_action",
+        ] {
+            if let Some(action) = filter.get_mut(key)
+                && denies(action)
+            {
+                *action = serde_json::Value::String("log".into());
+            }
+        }
+    }
+    Ok(value.to_string())
+}
+
+fn denies(action: &serde_json::Value) -> bool {
+    match action {
+        serde_json::Value::String(name) => {
+            matches!(name.as_str(), "kill_process" | "kill_thread" | "trap")
+        }
+        serde_json::Value::Object(map) => match map.get("errno") {
+            Some(errno) => errno.as_u64() != Some(libc::ENOSYS as u64),
+            None => map.contains_key("trace"),
+        },
+        _ => false,
+    }
+}
+
+/// Installs the plan's filters on the calling thread. The last step before execve.
+pub fn install(plan: &SeccompPlan) -> Result<()> {
+    for filter in &plan.filters {
+        seccompiler::apply_filter(filter).map_err(|err| {
+            Error::setup(format!(
+                "install the seccomp profile {}: {}",
+                plan.profile,
+                one_line(&err.to_string())
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// The name of system call `number` on this architecture, if brig knows it.
+pub fn syscall_name(number: u32) -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    let table = syscalls::X86_64;
+    #[cfg(not(target_arch = "x86_64"))]
+    let table: &[(u32, &str)] = &[];
+    table
+        .binary_search_by_key(&number, |(nr, _)| *nr)
+        .ok()
+        .map(|index| table[index].1)
+}
+
+/// The kernel's audit records of seccomp actions (type 1326, AUDIT_SECCOMP), read from the
+/// audit netlink socket's read-only multicast group. Unlike the copies the kernel prints to
+/// its log, these are not rate-limited. Reading them needs CAP_AUDIT_READ, i.e. root, so a
+/// rootless brig cannot name the calls. Records carry the host uid and pid but nothing that
+/// names a jail: brig keeps those of the jail's host uid seen while the jail ran.
+pub struct AuditLog {
+    socket: OwnedFd,
+    host_uid: String,
+    logged: Logged,
+    allowed: BTreeSet<String>,
+}
+
+/// What the kernel logged while the jail ran.
+#[derive(Debug, Default)]
+pub struct Logged {
+    /// Calls the profile would have denied (SECCOMP_RET_LOG in log mode), sorted.
+    pub allowed: Vec<String>,
+    /// Calls that killed a process, each once, in the order first seen.
+    pub killed: Vec<String>,
+    /// The socket overflowed: some records were lost and the lists may be incomplete.
+    pub lossy: bool,
+}
+
+const AUDIT_SECCOMP: u16 = 1326;
+/// AUDIT_ARCH_* of this architecture, as the records print it.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: &str = "c000003e";
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: &str = "c00000b7";
+const AUDIT_NLGRP_READLOG: u32 = 1;
+const RET_LOG: &str = "0x7ffc0000";
+const RET_KILL_PROCESS: &str = "0x80000000";
+const RET_KILL_THREAD: &str = "0x0";
+
+impl AuditLog {
+    /// Starts listening; only records from now on count. None where brig may not read
+    /// the audit records (not root) or the kernel has no audit support.
+    pub fn open(host_uid: u32) -> Option<AuditLog> {
+        use nix::sys::socket::{
+            AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, setsockopt, socket,
+            sockopt,
+        };
+        let socket = socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            SockProtocol::NetlinkAudit,
+        )
+        .ok()?;
+        bind(
+            socket.as_raw_fd(),
+            &NetlinkAddr::new(0, AUDIT_NLGRP_READLOG),
+        )
+        .ok()?;
+        // Room for bursts between two reads; brig also reads while the jail runs.
+        let _ = setsockopt(&socket, sockopt::RcvBufForce, &(8 << 20));
+        Some(AuditLog {
+            socket,
+            host_uid: host_uid.to_string(),
+            logged: Logged::default(),
+            allowed: BTreeSet::new(),
+        })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+
+    /// Reads every record that has arrived.
+    pub fn drain(&mut self) {
+        let mut buffer = vec![0u8; 16384];
+        loop {
+            match nix::sys::socket::recv(
+                self.socket.as_raw_fd(),
+                &mut buffer,
+                nix::sys::socket::MsgFlags::empty(),
+            ) {
+                Ok(0) => return,
+                Ok(count) => self.parse_datagram(&buffer[..count]),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::ENOBUFS) => self.logged.lossy = true,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Reads what is left. The kernel's audit thread sends records shortly after the
+    /// fact, so this waits up to `linger` for the first record that `enough` accepts.
+    pub fn finish(mut self, linger: Duration, enough: impl Fn(&Logged) -> bool) -> Logged {
+        let deadline = Instant::now() + linger;
+        loop {
+            self.drain();
+            let now = Instant::now();
+            if enough(&self.logged) || now >= deadline {
+                break;
+            }
+            let mut fds = [nix::poll::PollFd::new(
+                self.socket.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            let millis = u16::try_from((deadline - now).as_millis()).unwrap_or(u16::MAX);
+            if let Err(errno) = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(millis))
+                && errno != nix::errno::Errno::EINTR
+            {
+                break;
+            }
+        }
+        let mut logged = std::mem::take(&mut self.logged);
+        logged.allowed = std::mem::take(&mut self.allowed).into_iter().collect();
+        logged
+    }
+
+    /// A datagram holds netlink messages: a 16-byte header (length, type, ...) and text.
+    fn parse_datagram(&mut self, mut bytes: &[u8]) {
+        while bytes.len() >= 16 {
+            let length = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+            let kind = u16::from_ne_bytes([bytes[4], bytes[5]]);
+            let Some(message) = bytes.get(16..length.max(16)) else {
+                return;
+            };
+            if kind == AUDIT_SECCOMP {
+                self.note(&String::from_utf8_lossy(message));
+            }
+            // Messages are 4-byte aligned.
+            let next = length.div_ceil(4) * 4;
+            if next == 0 || next > bytes.len() {
+                return;
+            }
+            bytes = &bytes[next..];
+        }
+    }
+
+    /// One record: `audit(T:N): auid=... uid=U ... syscall=N compat=0 ip=... code=C`.
+    fn note(&mut self, record: &str) {
+        let field = |name: &str| {
+            record
+                .split_whitespace()
+                .find_map(|token| token.strip_prefix(name))
+        };
+        if field("uid=") != Some(self.host_uid.as_str()) {
+            return;
+        }
+        let Some(number) = field("syscall=").and_then(|nr| nr.parse::<u32>().ok()) else {
+            return;
+        };
+        let name = match field("arch=") {
+            Some(AUDIT_ARCH) | None => {
+                syscall_name(number).map_or_else(|| format!("#{number}"), str::to_string)
+            }
+            Some("40000003") => format!("i386 #{number}"),
+            Some(arch) => format!("#{number} of arch {arch}"),
+        };
+        match field("code=") {
+            Some(RET_LOG) => {
+                self.allowed.insert(name);
+            }
+            Some(RET_KILL_PROCESS | RET_KILL_THREAD) if !self.logged.killed.contains(&name) => {
+                self.logged.killed.push(name);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aarch64_text(name: &str) -> &'static str {
+        match name {
+            "default" => include_str!("../seccomp-profiles/aarch64/default.json"),
+            "strict" => include_str!("../seccomp-profiles/aarch64/strict.json"),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn shipped_profiles_compile_for_x86_64_and_aarch64() {
+        for profile in PROFILES {
+            let x86 = include_str_x86_64(profile.name);
+            assert!(compile(x86, TargetArch::x86_64).is_ok(), "{}", profile.name);
+            let arm = aarch64_text(profile.name);
+            if let Err(why) = compile(arm, TargetArch::aarch64) {
+                panic!("aarch64 {}: {why}", profile.name);
+            }
+            assert!(compile(&to_log_mode(x86).unwrap(), TargetArch::x86_64).is_ok());
+        }
+    }
+
+    fn include_str_x86_64(name: &str) -> &'static str {
+        match name {
+            "default" => include_str!("../seccomp-profiles/x86_64/default.json"),
+            "strict" => include_str!("../seccomp-profiles/x86_64/strict.json"),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Whether aarch64 has a system call of this name (seccompiler knows it there).
+    fn on_aarch64(name: &str) -> bool {
+        let probe = format!(
+            r#"{{"f":{{"mismatch_action":"allow","match_action":{{"errno":1}},"filter":[{{"syscall":"{name}"}}]}}}}"#
+        );
+        seccompiler::compile_from_json(probe.as_bytes(), TargetArch::aarch64).is_ok()
+    }
+
+    /// The aarch64 profiles are the x86_64 ones without the calls aarch64 does not have
+    /// (open, stat, fork, pipe, ...: it only has the *at and newer forms). The files hold
+    /// one rule per line; regenerate with `BRIG_UPDATE_PROFILES=1 cargo test aarch64_profiles`.
+    #[test]
+    fn aarch64_profiles_follow_x86_64() {
+        for profile in PROFILES {
+            let x86 = include_str_x86_64(profile.name);
+            let mut lines: Vec<String> = Vec::new();
+            for line in x86.lines() {
+                let rule: Option<serde_json::Value> =
+                    serde_json::from_str(line.trim().trim_end_matches(',')).ok();
+                let syscall = rule.as_ref().and_then(|rule| rule.get("syscall"));
+                if let Some(name) = syscall.and_then(|name| name.as_str()) {
+                    if !on_aarch64(name) {
+                        continue;
+                    }
+                    lines.push(format!("{},", line.trim_end_matches(',')));
+                } else {
+                    // The line closing a rule list: the rule before it takes no comma.
+                    if line.trim() == "]"
+                        && let Some(last) = lines.last_mut()
+                    {
+                        last.pop();
+                    }
+                    lines.push(line.to_string());
+                }
+            }
+            let expected = lines.join("\n") + "\n";
+            let path = format!(
+                "{}/seccomp-profiles/aarch64/{}.json",
+                env!("CARGO_MANIFEST_DIR"),
+                profile.name
+            );
+            if std::env::var_os("BRIG_UPDATE_PROFILES").is_some() {
+                std::fs::write(&path, &expected).unwrap();
+            }
+            let actual = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                actual == expected,
+                "{path} is stale: run `BRIG_UPDATE_PROFILES=1 cargo test aarch64_profiles`"
+            );
+        }
+    }
+
+    #[test]
+    fn names_match_seccompiler() {
+        for (number, name) in syscalls::X86_64 {
+            let probe = format!(
+                r#"{{"f":{{"mismatch_action":"allow","match_action":{{"errno":1}},"filter":[{{"syscall":"{name}"}}]}}}}"#
+            );
+            let map = seccompiler::compile_from_json(probe.as_bytes(), TargetArch::x86_64)
+                .unwrap_or_else(|err| panic!("{name}: {err}"));
+            let program = &map["f"];
+            assert!(
+                program
+                    .iter()
+                    .any(|insn| insn.k == *number && insn.code == 0x15),
+                "{name} is not {number}"
+            );
+        }
+        assert!(
+            syscalls::X86_64
+                .windows(2)
+                .all(|pair| pair[0].0 < pair[1].0)
+        );
+        assert_eq!(syscall_name(0), Some("read"));
+    }
+
+    #[test]
+    fn log_mode_keeps_enosys_and_allows_the_rest() {
+        let text = to_log_mode(include_str_x86_64("default")).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["allowlist"]["mismatch_action"], "log");
+        assert_eq!(value["enosys"]["match_action"]["errno"], 38);
+        let text = to_log_mode(include_str_x86_64("strict")).unwrap();
+        assert!(text.contains(r#""mismatch_action":"log""#));
+    }
+
+    #[test]
+    fn bad_choices_name_the_field_and_fix() {
+        let err = resolve(Some("nope"), false).unwrap_err();
+        assert!(err.message().starts_with("--seccomp nope: unknown profile"));
+        let dir = std::env::temp_dir().join(format!("brig-seccomp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"f\": {\"mismatch_action\": \"allow\"").unwrap();
+        let err = resolve(Some(bad.to_str().unwrap()), false).unwrap_err();
+        assert!(
+            err.message().contains("not a valid seccompiler profile"),
+            "{}",
+            err.message()
+        );
+        assert!(!err.message().contains('\n'));
+        std::fs::write(&bad, r#"{"f": {"mismatch_action": {"errno": 1}, "match_action": "allow", "filter": [{"syscall": "no_such_call"}]}}"#).unwrap();
+        let err = resolve(Some(bad.to_str().unwrap()), false).unwrap_err();
+        assert!(err.message().contains("no_such_call"), "{}", err.message());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(resolve(Some("none"), true).is_err());
+        assert_eq!(resolve(Some("none"), false).unwrap().mode, Mode::Off);
+        assert_eq!(resolve(None, true).unwrap().mode, Mode::Log);
+    }
+
+    #[test]
+    fn audit_records_are_parsed() {
+        let Some(mut log) = AuditLog::open(65534) else {
+            return; // not root: brig cannot read audit records here
+        };
+        let record = |uid: u32, syscall: u32, code: &str| {
+            let arch = if syscall == 20 {
+                "40000003"
+            } else {
+                AUDIT_ARCH
+            };
+            let text = format!(
+                "audit(1.2:3): auid=4294967295 uid={uid} gid={uid} ses=4294967295 pid=9 comm=\"p\" exe=\"/p\" sig=0 arch={arch} syscall={syscall} compat=0 ip=0x1 code={code}"
+            );
+            let mut datagram = ((16 + text.len()) as u32).to_ne_bytes().to_vec();
+            datagram.extend_from_slice(&AUDIT_SECCOMP.to_ne_bytes());
+            datagram.extend_from_slice(&[0; 10]);
+            datagram.extend_from_slice(text.as_bytes());
+            datagram
+        };
+        log.parse_datagram(&record(65534, 321, "0x7ffc0000"));
+        log.parse_datagram(&record(65534, 250, "0x80000000"));
+        log.parse_datagram(&record(0, 1, "0x7ffc0000"));
+        log.parse_datagram(&record(65534, 20, "0x80000000"));
+        let logged = log.finish(Duration::ZERO, |_| true);
+        assert_eq!(logged.allowed, vec!["bpf"]);
+        assert_eq!(logged.killed, vec!["keyctl", "i386 #20"]);
+    }
+}
