@@ -511,7 +511,7 @@ fn seccomp_kill_is_reported_with_the_call() {
     assert_eq!(out.status.code(), Some(128 + 31));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr).trim(),
-        "brig: the program was killed by seccomp (a call its profile strict does not allow)"
+        "brig: the program was killed by seccomp (a call its profile strict does not allow; `--seccomp-log` lists them)"
     );
 }
 

@@ -299,14 +299,14 @@ const NET_SCRIPT: &str = r#"
 import errno, socket
 lines = open("/proc/net/dev").read().splitlines()[2:]
 print("ifaces", *sorted(line.split(":")[0].strip() for line in lines))
-server = socket.socket()
+# UDP: with --net none, Landlock denies TCP bind and connect even on lo (see attacks.rs).
+server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 server.bind(("127.0.0.1", 0))
-server.listen(1)
-client = socket.create_connection(server.getsockname(), timeout=5)
-conn, _ = server.accept()
-client.sendall(b"ping")
-print("loopback", conn.recv(4).decode())
-outside = socket.socket()
+server.settimeout(5)
+client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+client.sendto(b"ping", server.getsockname())
+print("loopback", server.recv(4).decode())
+outside = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 outside.settimeout(2)
 try:
     outside.connect(("192.0.2.1", 80))
