@@ -38,7 +38,8 @@ pub enum Message {
     /// The program exited with this code.
     Exited(i32),
     /// The program was killed by this signal.
-    Signaled(i32),
+    /// The program was killed by `signal` after using `cpu_ms` of CPU itself.
+    Signaled { signal: i32, cpu_ms: u64 },
 }
 
 impl Channel {
@@ -129,7 +130,11 @@ fn send(fd: &impl AsFd, message: &Message) {
             (b'X', payload)
         }
         Message::Exited(code) => (b'S', code.to_le_bytes().to_vec()),
-        Message::Signaled(signal) => (b'K', signal.to_le_bytes().to_vec()),
+        Message::Signaled { signal, cpu_ms } => {
+            let mut payload = signal.to_le_bytes().to_vec();
+            payload.extend_from_slice(&cpu_ms.to_le_bytes());
+            (b'K', payload)
+        }
     };
     let mut frame = Vec::with_capacity(payload.len() + 5);
     frame.push(tag);
@@ -156,7 +161,10 @@ fn decode(mut bytes: &[u8]) -> Vec<Message> {
                 message: String::from_utf8_lossy(&payload[1..]).into_owned(),
             },
             b'S' => Message::Exited(number()),
-            b'K' => Message::Signaled(number()),
+            b'K' if payload.len() == 12 => Message::Signaled {
+                signal: i32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]),
+                cpu_ms: u64::from_le_bytes(payload[4..12].try_into().unwrap_or_default()),
+            },
             _ => break,
         });
         bytes = &bytes[5 + length..];
@@ -188,7 +196,10 @@ mod tests {
                 message: "nope".into(),
             },
             Message::Exited(3),
-            Message::Signaled(9),
+            Message::Signaled {
+                signal: 9,
+                cpu_ms: 1500,
+            },
         ];
         for message in &sent {
             child.send(message);

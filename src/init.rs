@@ -4,7 +4,7 @@
 use crate::channel::{ChildEnd, Message};
 use crate::{privs, sys};
 use nix::sys::signal::{SigSet, Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// The signals brig and the jail's init pass on to the program.
@@ -54,6 +54,14 @@ pub fn run(program: Pid, channel: &ChildEnd) -> ! {
 
 /// Reaps every exited child; when it is the program, reports its status and exits.
 fn reap(program: Pid, channel: &ChildEnd) {
+    // Read the program's own CPU time while it is a zombie: reaped, it is gone. (Per
+    // process, as RLIMIT_CPU counts it; the verdict tells a CPU-time kill by it.)
+    let program_exited = waitid(
+        Id::Pid(program),
+        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+    )
+    .is_ok_and(|status| status != WaitStatus::StillAlive);
+    let cpu_before_reaping = program_exited.then(|| own_cpu_ms(program)).flatten();
     loop {
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) if pid == program => {
@@ -61,11 +69,27 @@ fn reap(program: Pid, channel: &ChildEnd) {
                 sys::exit_now(code);
             }
             Ok(WaitStatus::Signaled(pid, signal, _)) if pid == program => {
-                channel.send(&Message::Signaled(signal as i32));
+                channel.send(&Message::Signaled {
+                    signal: signal as i32,
+                    cpu_ms: cpu_before_reaping.unwrap_or(0),
+                });
                 sys::exit_now(128 + signal as i32);
             }
             Ok(WaitStatus::StillAlive) | Err(_) => return,
             Ok(_) => {}
         }
     }
+}
+
+/// User plus system CPU time of one process itself, from /proc/PID/stat (fields 14, 15).
+fn own_cpu_ms(pid: Pid) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 =
+        fields.get(14 - 3)?.parse::<u64>().ok()? + fields.get(15 - 3)?.parse::<u64>().ok()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()??
+        .max(1) as u64;
+    Some(ticks * 1000 / per_second)
 }

@@ -34,7 +34,7 @@ use cli::{Cli, Command, RunArgs, SeccompCommand};
 use error::{Error, Result};
 use plan::{Plan, ReportTarget};
 use supervisor::Outcome;
-use verdict::{Status, Verdict};
+use verdict::{Sinks, Status, Verdict};
 
 /// Exit status when brig itself fails.
 const EXIT_BRIG_FAILED: i32 = 125;
@@ -126,20 +126,38 @@ fn run(args: RunArgs) -> i32 {
         Err(err) => {
             eprintln!("brig: {err}");
             let verdict = Verdict::of_setup_error(None, &err);
-            let target = match (&cli.report, cli.report_fd) {
-                (Some(path), _) => Some(verdict::Target::File(path)),
-                (None, Some(fd)) => Some(verdict::Target::Fd(fd)),
-                (None, None) => None,
-            };
-            deliver(&verdict, target, cli.audit_log.as_deref(), None);
+            let report_fd = cli.report_fd.filter(|fd| sys::is_fd_open(*fd));
+            if let Ok(sinks) =
+                Sinks::open(cli.report.as_deref(), report_fd, cli.audit_log.as_deref())
+            {
+                sinks.deliver(&verdict, None);
+            }
             return verdict.brig_exit_code;
+        }
+    };
+    let (report, report_fd) = match &plan.report {
+        Some(ReportTarget::File(path)) => (Some(path.as_path()), None),
+        Some(ReportTarget::Fd(fd)) => (None, Some(*fd)),
+        None => (None, None),
+    };
+    let sinks = match Sinks::open(report, report_fd, plan.audit_log.as_deref()) {
+        Ok(sinks) => sinks,
+        Err(err) => {
+            eprintln!("brig: {err}");
+            return 125;
         }
     };
     let verdict = match supervisor::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);
             if let Some(line) = explain(&plan, &report.outcome, verdict.status) {
-                eprintln!("brig: {line}");
+                // After output cut mid-line, start brig's own line on a fresh one.
+                let fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {
+                    "\n"
+                } else {
+                    ""
+                };
+                eprintln!("{fresh_line}brig: {line}");
             }
             if plan.seccomp.mode == seccomp::Mode::Log {
                 report_seccomp_log(&plan, report.seccomp_log.as_ref());
@@ -151,11 +169,7 @@ fn run(args: RunArgs) -> i32 {
             Verdict::of_setup_error(Some(&plan), &err)
         }
     };
-    let target = plan.report.as_ref().map(|target| match target {
-        ReportTarget::File(path) => verdict::Target::File(path),
-        ReportTarget::Fd(fd) => verdict::Target::Fd(*fd),
-    });
-    deliver(&verdict, target, plan.audit_log.as_deref(), Some(&plan));
+    sinks.deliver(&verdict, Some(&plan));
     verdict.brig_exit_code
 }
 
@@ -184,24 +198,6 @@ fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
             format!("CPU time limit of {limit} reached; the kernel killed the program")
         }),
         _ => None,
-    }
-}
-
-fn deliver(
-    verdict: &Verdict,
-    target: Option<verdict::Target>,
-    audit_log: Option<&std::path::Path>,
-    plan: Option<&Plan>,
-) {
-    if let Some(target) = target
-        && let Err(err) = verdict::write(target, verdict)
-    {
-        eprintln!("brig: {err}");
-    }
-    if let Some(path) = audit_log
-        && let Err(err) = verdict::append_audit(path, plan, verdict)
-    {
-        eprintln!("brig: {err}");
     }
 }
 

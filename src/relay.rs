@@ -18,6 +18,8 @@ pub struct Counts {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub truncated: bool,
+    /// The last byte forwarded to stderr was not a newline.
+    pub stderr_mid_line: bool,
 }
 
 pub struct Relay {
@@ -99,6 +101,9 @@ impl Relay {
             }
             let allowed = self.limit.saturating_sub(self.forwarded).min(count as u64) as usize;
             forward(self.streams[index].target, &self.buffer[..allowed]);
+            if index == 1 && allowed > 0 {
+                self.counts.stderr_mid_line = self.buffer[allowed - 1] != b'\n';
+            }
             self.forwarded += allowed as u64;
             if allowed < count {
                 self.counts.truncated = true;

@@ -29,6 +29,8 @@ pub enum Outcome {
         seccomp: bool,
         /// The call that killed it, when the kernel's audit records name it (root only).
         syscall: Option<String>,
+        /// The program's own CPU time, when init could read it.
+        cpu: Option<Duration>,
     },
     /// brig killed the jail at --time-limit.
     TimedOut,
@@ -131,7 +133,12 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
     }
 
     let deadline = plan.time_limit.map(|limit| started + limit.0);
-    let ended_by = jail.supervise(&signals, deadline, relay.as_mut(), audit.as_mut())?;
+    let watch = Watch {
+        relay: relay.as_mut(),
+        audit: audit.as_mut(),
+        oom: cgroup.as_ref().and_then(JailCgroup::oom_events),
+    };
+    let ending = jail.supervise(&signals, deadline, watch)?;
     let init_status = jail.reap();
     let wall = started.elapsed();
     if let Some(relay) = relay.as_mut() {
@@ -140,16 +147,31 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
     let messages = channel.collect();
     let usage =
         getrusage(UsageWho::RUSAGE_CHILDREN).context(|| "read the jail's resource usage".into())?;
-    let mut outcome = decide(messages, init_status, ended_by)?;
+    let mut outcome = decide(messages, init_status, ending.by)?;
     let seccomp_log = name_seccomp_kill(plan, &mut outcome, audit);
+    let cgroup_usage = cgroup.as_ref().map(JailCgroup::usage);
+    // The cgroup counts every process of the jail. Without one: rusage counts what was
+    // reaped, plus what brig measured just before it killed the rest.
+    let reaped = |time: nix::sys::time::TimeVal| {
+        Duration::from_micros(time.num_microseconds().max(0) as u64)
+    };
+    let (killed_user, killed_sys) = ending.cpu_at_kill.unwrap_or_default();
+    let cpu_user = cgroup_usage
+        .and_then(|usage| usage.cpu_user_usec)
+        .map(Duration::from_micros)
+        .unwrap_or_else(|| reaped(usage.user_time()) + killed_user);
+    let cpu_sys = cgroup_usage
+        .and_then(|usage| usage.cpu_sys_usec)
+        .map(Duration::from_micros)
+        .unwrap_or_else(|| reaped(usage.system_time()) + killed_sys);
     Ok(RunReport {
         outcome,
         wall,
-        cpu_user: Duration::from_micros(usage.user_time().num_microseconds().max(0) as u64),
-        cpu_sys: Duration::from_micros(usage.system_time().num_microseconds().max(0) as u64),
+        cpu_user,
+        cpu_sys,
         max_rss_kib: usage.max_rss().max(0) as u64,
         cgroup_version: cgroup.as_ref().map(JailCgroup::version),
-        cgroup_usage: cgroup.as_ref().map(JailCgroup::usage),
+        cgroup_usage,
         output: relay.map(|relay| relay.counts),
         seccomp_log,
     })
@@ -216,11 +238,123 @@ enum EndedBy {
     OutputLimit,
     /// brig was told to stop and the program outlived the grace period.
     Stopped,
+    /// The kernel OOM-killed a process of the jail (v1; v2 ends the jail itself).
+    OutOfMemory,
 }
 
 /// How long the program has to act on a SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to
 /// brig before brig kills the jail, so that being stopped never leaves it behind.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Why the jail ended and, when brig ended it, the CPU its processes had used by then.
+struct Ending {
+    by: EndedBy,
+    cpu_at_kill: Option<(Duration, Duration)>,
+}
+
+impl Ending {
+    fn end(&mut self, jail: &Jail, why: EndedBy) {
+        if self.by == EndedBy::Program {
+            // Processes killed now are not credited to brig's rusage; count them first.
+            self.cpu_at_kill = Some(descendants_cpu(jail.pid));
+            jail.kill();
+            self.by = why;
+        }
+    }
+}
+
+/// User and system CPU time of every live descendant of `root` (not `root` itself),
+/// including what they reaped, from /proc/PID/stat.
+fn descendants_cpu(root: Pid) -> (Duration, Duration) {
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100)
+        .max(1) as u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (Duration::ZERO, Duration::ZERO);
+    };
+    // pid -> (ppid, user ticks, system ticks)
+    let mut table = std::collections::HashMap::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, after_name)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<u64> = after_name
+            .split_whitespace()
+            .skip(1)
+            .take(15)
+            .map(|field| field.parse().unwrap_or(0))
+            .collect();
+        // After the state: ppid is field 4; utime, stime, cutime, cstime are 14 to 17.
+        if let [
+            ppid,
+            _,
+            _,
+            _,
+            _,
+            _,
+            _,
+            _,
+            _,
+            _,
+            utime,
+            stime,
+            cutime,
+            cstime,
+            ..,
+        ] = fields[..]
+        {
+            table.insert(pid, (ppid as i32, utime + cutime, stime + cstime));
+        }
+    }
+    let is_descendant = |mut pid: i32| {
+        for _ in 0..table.len() {
+            match table.get(&pid) {
+                Some((ppid, _, _)) if *ppid == root.as_raw() => return true,
+                Some((ppid, _, _)) if *ppid > 1 => pid = *ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let (mut user, mut system) = (0, 0);
+    for (pid, (_, utime, stime)) in &table {
+        if is_descendant(*pid) {
+            user += utime;
+            system += stime;
+        }
+    }
+    let to_duration = |ticks: u64| Duration::from_millis(ticks * 1000 / ticks_per_second);
+    (to_duration(user), to_duration(system))
+}
+
+/// What brig watches besides the jail's exit and its own signals.
+struct Watch<'a> {
+    relay: Option<&'a mut Relay>,
+    audit: Option<&'a mut seccomp::AuditLog>,
+    /// v1 OOM notifications (see `JailCgroup::oom_events`).
+    oom: Option<OwnedFd>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Source {
+    Exit,
+    Signals,
+    Output(usize),
+    Audit,
+    Oom,
+}
 
 /// The jail's init process, as brig sees it.
 struct Jail {
@@ -230,25 +364,25 @@ struct Jail {
 
 impl Jail {
     /// Waits until init exits, passing signals on, relaying output, and killing the jail
-    /// at the deadline or past the output limit.
+    /// at the deadline, past the output limit, on an OOM kill (v1), or when brig is
+    /// stopped and the grace period is over.
     fn supervise(
         &self,
         signals: &SignalFd,
         deadline: Option<Instant>,
-        mut relay: Option<&mut Relay>,
-        mut audit: Option<&mut seccomp::AuditLog>,
-    ) -> Result<EndedBy> {
-        let mut ended_by = EndedBy::Program;
+        mut watch: Watch,
+    ) -> Result<Ending> {
+        let mut ending = Ending {
+            by: EndedBy::Program,
+            cpu_at_kill: None,
+        };
         let mut deadline = deadline;
         let mut stop_at: Option<Instant> = None;
         loop {
-            let next = match (deadline, stop_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = [deadline, stop_at].into_iter().flatten().min();
             let timeout = match next {
-                Some(deadline) if ended_by == EndedBy::Program => {
-                    let left = deadline.saturating_duration_since(Instant::now());
+                Some(next) if ending.by == EndedBy::Program => {
+                    let left = next.saturating_duration_since(Instant::now());
                     // Round up so the deadline has passed when poll returns.
                     let millis = left.as_micros().div_ceil(1000);
                     PollTimeout::try_from(millis.min(i32::MAX as u128) as i32)
@@ -256,69 +390,86 @@ impl Jail {
                 }
                 _ => PollTimeout::NONE,
             };
-            let pipes = relay
-                .as_ref()
-                .map(|relay| relay.open_pipes())
-                .unwrap_or_default();
-            let mut fds = vec![
-                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
-                PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            let mut sources = vec![
+                (Source::Exit, self.pidfd.as_fd()),
+                (Source::Signals, signals.as_fd()),
             ];
-            fds.extend(
-                pipes
-                    .iter()
-                    .map(|(_, fd)| PollFd::new(*fd, PollFlags::POLLIN)),
-            );
-            if let Some(audit) = &audit {
-                fds.push(PollFd::new(audit.fd(), PollFlags::POLLIN));
+            if let Some(relay) = &watch.relay {
+                sources.extend(
+                    relay
+                        .open_pipes()
+                        .into_iter()
+                        .map(|(index, fd)| (Source::Output(index), fd)),
+                );
             }
+            if let Some(audit) = &watch.audit {
+                sources.push((Source::Audit, audit.fd()));
+            }
+            if let Some(oom) = &watch.oom {
+                sources.push((Source::Oom, oom.as_fd()));
+            }
+            let mut fds: Vec<PollFd> = sources
+                .iter()
+                .map(|(_, fd)| PollFd::new(*fd, PollFlags::POLLIN))
+                .collect();
             match poll(&mut fds, timeout) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
                 Err(errno) => return Err(Error::os("wait for the jail", errno)),
             }
-            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
-            let ready_pipes: Vec<usize> = pipes
+            let ready: Vec<Source> = sources
                 .iter()
-                .zip(&ready[2..2 + pipes.len()])
-                .filter(|(_, ready)| **ready)
-                .map(|((index, _), _)| *index)
+                .zip(&fds)
+                .filter(|(_, fd)| fd.any().unwrap_or(false))
+                .map(|((source, _), _)| *source)
                 .collect();
-            let audited = ready.get(2 + pipes.len()).copied().unwrap_or(false);
             drop(fds);
-            if audited && let Some(audit) = audit.as_mut() {
-                audit.drain();
-            }
-            if let Some(relay) = relay.as_deref_mut() {
-                for index in ready_pipes {
-                    if !relay.pump(index) && ended_by == EndedBy::Program {
-                        self.kill();
-                        ended_by = EndedBy::OutputLimit;
-                    }
-                }
-            }
-            if ready[0] {
-                return Ok(ended_by);
-            }
-            if ready[1] {
-                while let Ok(Some(info)) = signals.read_signal() {
-                    if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
-                        let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), signal);
-                        let stopping = !matches!(signal, Signal::SIGUSR1 | Signal::SIGUSR2);
-                        if stopping && stop_at.is_none() {
-                            stop_at = Some(Instant::now() + STOP_GRACE);
+            drop(sources);
+            for source in &ready {
+                match source {
+                    Source::Output(index) => {
+                        if let Some(relay) = watch.relay.as_deref_mut()
+                            && !relay.pump(*index)
+                        {
+                            ending.end(self, EndedBy::OutputLimit);
                         }
                     }
+                    Source::Audit => {
+                        if let Some(audit) = watch.audit.as_deref_mut() {
+                            audit.drain();
+                        }
+                    }
+                    // The kernel killed a process for memory: end the jail, as v2's
+                    // memory.oom.group does by itself.
+                    Source::Oom => {
+                        ending.end(self, EndedBy::OutOfMemory);
+                        watch.oom = None;
+                    }
+                    Source::Signals => {
+                        while let Ok(Some(info)) = signals.read_signal() {
+                            let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
+                                continue;
+                            };
+                            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), signal);
+                            let stopping = !matches!(signal, Signal::SIGUSR1 | Signal::SIGUSR2);
+                            if stopping && stop_at.is_none() {
+                                stop_at = Some(Instant::now() + STOP_GRACE);
+                            }
+                        }
+                    }
+                    Source::Exit => {}
                 }
             }
+            if ready.contains(&Source::Exit) {
+                return Ok(ending);
+            }
             let now = Instant::now();
-            if ended_by == EndedBy::Program && deadline.is_some_and(|deadline| now >= deadline) {
-                self.kill();
-                ended_by = EndedBy::TimeLimit;
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                ending.end(self, EndedBy::TimeLimit);
                 deadline = None;
             }
-            if ended_by == EndedBy::Program && stop_at.is_some_and(|stop_at| now >= stop_at) {
-                self.kill();
-                ended_by = EndedBy::Stopped;
+            if stop_at.is_some_and(|stop_at| now >= stop_at) {
+                ending.end(self, EndedBy::Stopped);
+                stop_at = None;
             }
         }
     }
@@ -357,14 +508,21 @@ fn decide(
                 return Ok(Outcome::ExecFailed { code, message });
             }
             Message::Exited(code) => program_status = Some(Outcome::Exited(code)),
-            Message::Signaled(signal) => program_status = Some(killed(signal)),
+            Message::Signaled { signal, cpu_ms } => {
+                program_status = Some(Outcome::Signaled {
+                    signal,
+                    seccomp: false,
+                    syscall: None,
+                    cpu: Some(Duration::from_millis(cpu_ms)),
+                })
+            }
         }
     }
     match (ended_by, program_status, init_status) {
         (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
         (_, Some(status), _) => Ok(status),
         (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
-        (EndedBy::Stopped, None, _) => Ok(killed(libc::SIGKILL)),
+        (EndedBy::Stopped | EndedBy::OutOfMemory, None, _) => Ok(killed(libc::SIGKILL)),
         // The kernel killed the whole jail, init included: an OOM kill of the cgroup
         // (memory.oom.group) — the verdict tells which.
         (EndedBy::Program, None, Some(WaitStatus::Signaled(_, signal, _))) => {
@@ -385,5 +543,6 @@ fn killed(signal: i32) -> Outcome {
         signal,
         seccomp: false,
         syscall: None,
+        cpu: None,
     }
 }

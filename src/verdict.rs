@@ -10,7 +10,8 @@ use crate::supervisor::{Outcome, RunReport};
 use serde::Serialize;
 use std::io::Write;
 use std::os::fd::{BorrowedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub const SCHEMA: &str = "brig-verdict/1";
 
@@ -89,11 +90,13 @@ impl Verdict {
     pub fn of_run(plan: &Plan, run: &RunReport) -> Verdict {
         let usage = run.cgroup_usage.unwrap_or_default();
         let oom = usage.oom_kills.is_some_and(|kills| kills > 0);
-        let cpu_used = run.cpu_user + run.cpu_sys;
-        let over_cpu_time = plan
-            .limits
-            .cpu_time
-            .is_some_and(|limit| cpu_used >= limit.0);
+        // RLIMIT_CPU is per process: a SIGKILL is its doing only when the program itself
+        // used up the limit (having ignored the SIGXCPU before).
+        let hit_cpu_limit = |cpu: &Option<Duration>| {
+            plan.limits
+                .cpu_time
+                .is_some_and(|limit| cpu.is_some_and(|cpu| cpu >= limit.0))
+        };
         let (status, exit_code, signal) = match &run.outcome {
             Outcome::TimedOut => (Status::Timeout, None, Some(libc::SIGKILL)),
             Outcome::OutputLimit => (Status::OutputLimit, None, Some(libc::SIGKILL)),
@@ -105,8 +108,8 @@ impl Verdict {
                 signal,
                 ..
             } => (Status::Seccomp, None, Some(*signal)),
-            Outcome::Signaled { signal, .. }
-                if *signal == libc::SIGXCPU || (*signal == libc::SIGKILL && over_cpu_time) =>
+            Outcome::Signaled { signal, cpu, .. }
+                if *signal == libc::SIGXCPU || (*signal == libc::SIGKILL && hit_cpu_limit(cpu)) =>
             {
                 (Status::CpuTime, None, Some(*signal))
             }
@@ -228,27 +231,80 @@ fn warnings(plan: &Plan, cgroup_enforced: bool) -> Vec<String> {
     warnings
 }
 
-/// Where the verdict goes.
-pub enum Target<'a> {
-    File(&'a Path),
+/// Where the verdict and the audit line go. Opened before the jail starts, so that an
+/// unwritable path fails the run (125) instead of losing the record afterwards.
+pub struct Sinks {
+    report: Option<ReportSink>,
+    audit: Option<(PathBuf, std::fs::File)>,
+}
+
+enum ReportSink {
+    File(PathBuf, std::fs::File),
     Fd(RawFd),
 }
 
-pub fn write(target: Target, verdict: &Verdict) -> Result<()> {
-    let mut line = verdict.to_json();
-    line.push('\n');
-    match target {
-        Target::File(path) => std::fs::write(path, line.as_bytes())
-            .context(|| format!("--report {}: write the verdict", path.display())),
-        Target::Fd(fd) => {
-            if !crate::sys::is_fd_open(fd) {
+impl Sinks {
+    pub fn open(
+        report: Option<&Path>,
+        report_fd: Option<RawFd>,
+        audit_log: Option<&Path>,
+    ) -> Result<Sinks> {
+        let report = match (report, report_fd) {
+            (Some(path), _) => {
+                let file = std::fs::File::create(path).map_err(|err| {
+                    Error::input(format!(
+                        "--report {}: cannot write it: {err}; give a writable path",
+                        path.display()
+                    ))
+                })?;
+                Some(ReportSink::File(path.into(), file))
+            }
+            (None, Some(fd)) if crate::sys::is_fd_open(fd) => Some(ReportSink::Fd(fd)),
+            (None, Some(fd)) => {
                 return Err(Error::input(format!(
-                    "--report-fd {fd}: descriptor is not open"
+                    "--report-fd {fd}: descriptor is not open; open it when starting brig, e.g. `3>verdict.json`"
                 )));
             }
-            let borrowed = crate::sys::borrow_fd(fd);
-            write_all(borrowed, line.as_bytes())
-                .context(|| format!("--report-fd {fd}: write the verdict"))
+            (None, None) => None,
+        };
+        let audit = match audit_log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .map_err(|err| {
+                        Error::input(format!(
+                            "--audit-log {}: cannot append to it: {err}; give a writable path",
+                            path.display()
+                        ))
+                    })?;
+                Some((path.into(), file))
+            }
+            None => None,
+        };
+        Ok(Sinks { report, audit })
+    }
+
+    /// Writes the verdict and the audit line; a failure is reported on stderr.
+    pub fn deliver(&self, verdict: &Verdict, plan: Option<&Plan>) {
+        let mut line = verdict.to_json();
+        line.push('\n');
+        let written = match &self.report {
+            Some(ReportSink::File(path, file)) => (&*file)
+                .write_all(line.as_bytes())
+                .context(|| format!("--report {}: write the verdict", path.display())),
+            Some(ReportSink::Fd(fd)) => write_all(crate::sys::borrow_fd(*fd), line.as_bytes())
+                .context(|| format!("--report-fd {fd}: write the verdict")),
+            None => Ok(()),
+        };
+        if let Err(err) = written {
+            eprintln!("brig: {err}");
+        }
+        if let Some((path, file)) = &self.audit
+            && let Err(err) = append_audit(path, file, plan, verdict)
+        {
+            eprintln!("brig: {err}");
         }
     }
 }
@@ -266,7 +322,12 @@ fn write_all(fd: BorrowedFd, mut bytes: &[u8]) -> std::result::Result<(), nix::e
 
 /// Appends one JSON line per run: who ran what, with which plan, and what happened.
 /// An exclusive lock around a single O_APPEND write keeps concurrent jails' lines whole.
-pub fn append_audit(path: &Path, plan: Option<&Plan>, verdict: &Verdict) -> Result<()> {
+fn append_audit(
+    path: &Path,
+    file: &std::fs::File,
+    plan: Option<&Plan>,
+    verdict: &Verdict,
+) -> Result<()> {
     use sha2::{Digest, Sha256};
     #[derive(Serialize)]
     struct Entry<'a> {
@@ -297,11 +358,7 @@ pub fn append_audit(path: &Path, plan: Option<&Plan>, verdict: &Verdict) -> Resu
     let mut line = serde_json::to_string(&entry).expect("an audit entry always serializes");
     line.push('\n');
     let what = || format!("--audit-log {}: append the run", path.display());
-    let file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .context(what)?;
+    let file = file.try_clone().context(what)?;
     let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, errno)| Error::os(what(), errno))?;
     (&*locked).write_all(line.as_bytes()).context(what)

@@ -57,7 +57,7 @@ impl Mounts {
                 }
                 (Some("cgroup"), Some(options)) => {
                     for option in options.split(',') {
-                        if matches!(option, "memory" | "pids" | "cpu") {
+                        if matches!(option, "memory" | "pids" | "cpu" | "cpuacct") {
                             mounts
                                 .legacy
                                 .push((option.to_string(), mount_point.clone()));
@@ -154,8 +154,11 @@ pub fn find_parent(
             })
             .collect();
         if let Some(mut parents) = parents {
-            parents.dedup();
-            return Some((Version::V1, parents, Parent::BrigSubtree));
+            // cpuacct is not a limit, but it is where v1 counts the jail's CPU time.
+            if let Some(mount) = mounts.legacy_mount("cpuacct") {
+                parents.push(mount.join("brig"));
+            }
+            return Some((Version::V1, distinct(parents), Parent::BrigSubtree));
         }
     }
     None
@@ -205,8 +208,24 @@ pub fn given_parent(
         }
         parents.push(dir);
     }
-    parents.dedup();
-    Ok((Version::V1, parents, Parent::Given))
+    if let Some(mount) = mounts.legacy_mount("cpuacct") {
+        let relative = path.strip_prefix("/").unwrap_or(path);
+        if mount.join(relative).is_dir() {
+            parents.push(mount.join(relative));
+        }
+    }
+    Ok((Version::V1, distinct(parents), Parent::Given))
+}
+
+/// Hierarchies mounted together (cpu,cpuacct) share one directory: keep it once.
+fn distinct(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut seen = Vec::new();
+    for path in paths {
+        if !seen.contains(&path) {
+            seen.push(path);
+        }
+    }
+    seen
 }
 
 /// Makes the parent ready to hold jail cgroups with the controllers enabled.

@@ -108,6 +108,9 @@ pub struct Usage {
     pub memory_peak_bytes: Option<u64>,
     pub oom_kills: Option<u64>,
     pub pids_peak: Option<u64>,
+    /// CPU time of every process that ran in the cgroup, reaped or not.
+    pub cpu_user_usec: Option<u64>,
+    pub cpu_sys_usec: Option<u64>,
 }
 
 impl JailCgroup {
@@ -167,6 +170,20 @@ impl JailCgroup {
                 .context(|| format!("move the jail into {}", procs.display()))?;
         }
         Ok(())
+    }
+
+    /// v1 only (v2 has memory.oom.group): an eventfd that becomes readable when the
+    /// kernel OOM-kills a process in the jail, so that brig ends the whole jail as v2
+    /// would. None where the memory hierarchy offers no notification.
+    pub fn oom_events(&self) -> Option<OwnedFd> {
+        if self.version != Version::V1 {
+            return None;
+        }
+        let memory = self
+            .dirs
+            .iter()
+            .find(|dir| dir.join("memory.oom_control").exists())?;
+        v1::oom_eventfd(memory)
     }
 
     pub fn version(&self) -> Version {

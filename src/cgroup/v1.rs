@@ -3,6 +3,7 @@
 
 use super::{Limits, Usage, read_keyed, read_number, write_file};
 use crate::error::Result;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 const CPU_PERIOD_US: u64 = 100_000;
@@ -42,6 +43,23 @@ pub fn usage(dirs: &[PathBuf]) -> Usage {
         if let Some(peak) = read_number(&dir.join("pids.peak")) {
             usage.pids_peak = Some(peak);
         }
+        if let Some(user_ns) = read_number(&dir.join("cpuacct.usage_user")) {
+            usage.cpu_user_usec = Some(user_ns / 1000);
+            usage.cpu_sys_usec = read_number(&dir.join("cpuacct.usage_sys")).map(|ns| ns / 1000);
+        }
     }
     usage
+}
+
+/// Registers an eventfd for OOM notifications of a v1 memory cgroup
+/// (`cgroup.event_control`, see the kernel's cgroup-v1/memory.rst).
+pub fn oom_eventfd(memory: &Path) -> Option<OwnedFd> {
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    use std::os::fd::AsRawFd;
+    let events = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).ok()?;
+    let control = std::fs::File::open(memory.join("memory.oom_control")).ok()?;
+    let registration = format!("{} {}", events.as_raw_fd(), control.as_raw_fd());
+    std::fs::write(memory.join("cgroup.event_control"), registration).ok()?;
+    // The registration lives as long as the eventfd; the control file may close.
+    Some(events.into())
 }

@@ -31,5 +31,7 @@ pub fn usage(dir: &Path) -> Usage {
         memory_peak_bytes: read_number(&dir.join("memory.peak")),
         oom_kills: read_keyed(&dir.join("memory.events"), "oom_kill"),
         pids_peak: read_number(&dir.join("pids.peak")),
+        cpu_user_usec: read_keyed(&dir.join("cpu.stat"), "user_usec"),
+        cpu_sys_usec: read_keyed(&dir.join("cpu.stat"), "system_usec"),
     }
 }
