@@ -97,9 +97,10 @@ fn tools(options: &Options) -> Vec<Tool> {
             ),
         },
         Tool {
-            // Full isolation: all namespaces, default rootfs, seccomp, Landlock, no caps.
+            // Full isolation: all namespaces, default rootfs, seccomp, Landlock, no caps;
+            // no cgroup limits (those are the next variant).
             name: "brig",
-            prefix: vec![options.brig.clone(), "run".into(), "--".into()],
+            prefix: words(&format!("{} run --memory max --pids max --", options.brig)),
         },
         Tool {
             name: "brig+limits",
