@@ -1,7 +1,7 @@
 //! The jail's options: one struct that is both the `brig run` command line and the YAML
 //! config schema, so every option has the same name in both places.
 
-use crate::units::{Size, Span};
+use crate::units::{Count, Limit, Size, Span};
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -155,15 +155,17 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_limit: Option<Span>,
 
-    /// Memory limit for the whole jail, a cgroup limit; no swap [default: 1G].
+    /// Memory limit for the whole jail, a cgroup limit; no swap; `max` for none
+    /// [default: 1G].
     #[arg(long, value_name = "SIZE")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<Size>,
+    pub memory: Option<Limit<Size>>,
 
-    /// Most processes and threads the jail may have at once, a cgroup limit [default: 256].
+    /// Most processes and threads the jail may have at once, a cgroup limit; `max` for
+    /// none [default: 256].
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pids: Option<u64>,
+    pub pids: Option<Limit<Count>>,
 
     /// CPU bandwidth for the jail in CPUs, e.g. 0.5 or 2, a cgroup limit [default: unlimited].
     #[arg(long, value_name = "CPUS")]

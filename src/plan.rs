@@ -9,7 +9,7 @@ use crate::layout::{self, MountOp};
 use crate::options::{JailOptions, LandlockMode, NetMode};
 use crate::rlimits::{self, Rlimit};
 use crate::seccomp::{self, SeccompPlan};
-use crate::units::{Size, Span};
+use crate::units::{Count, Limit, Size, Span};
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
 
@@ -308,12 +308,14 @@ fn resolve_hostname(asked: Option<&str>) -> Result<String> {
 }
 
 fn resolve_limits(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
-    if options.memory.is_some_and(|memory| memory < Size(4 << 20)) {
+    if let Some(Limit::To(memory)) = options.memory
+        && memory < Size(4 << 20)
+    {
         return Err(Error::input(
             "--memory: below 4M nothing starts; give e.g. 256M",
         ));
     }
-    if options.pids == Some(0) {
+    if options.pids == Some(Limit::To(Count(0))) {
         return Err(Error::input(
             "--pids: the program itself needs at least 1; give e.g. 64",
         ));
@@ -333,10 +335,17 @@ fn resolve_limits(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
             "--output-limit: must be at least 1 byte; e.g. 1M",
         ));
     }
-    let explicit = options.memory.is_some() || options.pids.is_some() || options.cpus.is_some();
+    // An explicit limit must be enforced or brig fails; `max` asks for none.
+    let explicit = matches!(options.memory, Some(Limit::To(_)))
+        || matches!(options.pids, Some(Limit::To(_)))
+        || options.cpus.is_some();
     let cgroup_limits = cgroup::Limits {
-        memory: Some(options.memory.unwrap_or(DEFAULT_MEMORY)),
-        pids: Some(options.pids.unwrap_or(DEFAULT_PIDS)),
+        memory: options.memory.unwrap_or(Limit::To(DEFAULT_MEMORY)).value(),
+        pids: options
+            .pids
+            .unwrap_or(Limit::To(Count(DEFAULT_PIDS)))
+            .value()
+            .map(|count| count.0),
         cpus: options.cpus,
     };
     let placement = cgroup::place(

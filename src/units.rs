@@ -147,6 +147,18 @@ mod tests {
     }
 
     #[test]
+    fn limits_take_max_for_none() {
+        assert_eq!("max".parse::<Limit<Size>>().unwrap(), Limit::Max);
+        assert_eq!(
+            "64M".parse::<Limit<Size>>().unwrap(),
+            Limit::To(Size(64 << 20))
+        );
+        assert_eq!("12".parse::<Limit<Count>>().unwrap(), Limit::To(Count(12)));
+        assert!("-1".parse::<Limit<Count>>().is_err());
+        assert!("lots".parse::<Limit<Size>>().unwrap_err().contains("max"));
+    }
+
+    #[test]
     fn durations_parse_with_units() {
         assert_eq!("5s".parse::<Span>().unwrap().0, Duration::from_secs(5));
         assert_eq!(
@@ -163,3 +175,64 @@ mod tests {
         }
     }
 }
+
+/// A limit that can also be switched off with `max` (cgroup v2's word for "no limit").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit<T> {
+    Max,
+    To(T),
+}
+
+impl<T> Limit<T> {
+    pub fn value(self) -> Option<T> {
+        match self {
+            Limit::Max => None,
+            Limit::To(value) => Some(value),
+        }
+    }
+}
+
+impl<T: FromStr<Err = String>> FromStr for Limit<T> {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "max" => Ok(Limit::Max),
+            other => other
+                .parse()
+                .map(Limit::To)
+                .map_err(|why| format!("{why}, or max for no limit")),
+        }
+    }
+}
+
+impl<T: fmt::Display> fmt::Display for Limit<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Max => f.write_str("max"),
+            Limit::To(value) => value.fmt(f),
+        }
+    }
+}
+
+/// A count such as a number of processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Count(pub u64);
+
+impl FromStr for Count {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        text.trim()
+            .parse()
+            .map(Count)
+            .map_err(|_| format!("'{text}' is not a whole number"))
+    }
+}
+
+impl fmt::Display for Count {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+serde_via_str!(Limit<Size>);
+serde_via_str!(Limit<Count>);

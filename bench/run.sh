@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# brig's benchmark: builds brig in release mode, installs bubblewrap if missing, and
+# measures brig against bwrap and a bare exec in one interleaved run. Results go to
+# stdout as a table with the brig/bwrap ratios, and to bench/results.json.
+# Run as root on an otherwise idle machine: `bench/run.sh [--rounds N] [--seconds S]`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v bwrap >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+fi
+cargo build --release -q -p brig -p brig-bench
+exec target/x86_64-unknown-linux-gnu/release/brig-bench \
+    --brig target/x86_64-unknown-linux-gnu/release/brig --json bench/results.json "$@"
