@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Mode, assert_one_line_error, code, describe, stdout};
+use std::path::Path;
 use std::process::Command;
 
 /// Every line of the human output is `ok    name: detail`, `warn  ...` or `FAIL  ...`,
@@ -248,4 +249,80 @@ _brig brig "" completions; echo "3:${{COMPREPLY[*]}}"
 fn completions_for_an_unknown_shell_is_a_one_line_error() {
     let output = common::run(Mode::Root, &["completions", "tcsh"]);
     assert_one_line_error(&output, &["tcsh"]);
+}
+
+/// `brig doctor` on a pure cgroup v2 kernel (this host is hybrid): the layout, where jails
+/// go as root, a delegated `--cgroup-parent`, and what uid 65534 gets inside a cgroup
+/// delegated to it. One boot of `../shared/vm/run-in-vm.sh` (about 25 s under TCG).
+#[test]
+fn doctor_on_pure_cgroup_v2_in_a_vm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let vm = root.join("../shared/vm/run-in-vm.sh");
+    if !vm.exists() {
+        eprintln!("SKIPPED: {} is missing", vm.display());
+        return;
+    }
+    let share = common::TempDir::new("doctor-vm");
+    let brig = share.path().join("brig");
+    let copied = Command::new("cp")
+        .arg(common::brig())
+        .arg(&brig)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let script = r#"
+B="$1"
+echo "== plain"; "$B" doctor; echo "exit $?"
+D=/sys/fs/cgroup/deleg
+mkdir $D && chown 65534:65534 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads
+echo "== parent"; "$B" doctor --no-run --cgroup-parent $D; echo "exit $?"
+echo $$ > $D/cgroup.procs
+echo "== inside"; "$B" doctor --no-run; echo "exit $?"
+"#;
+    let output = Command::new(&vm)
+        .args(["--quiet", "--cpus", "1", "--timeout", "150", "--share"])
+        .arg(share.path())
+        .args(["--", "sh", "-c", script, "sh"])
+        .arg(&brig)
+        .output()
+        .expect("run-in-vm.sh");
+    let text = stdout(&output).replace('\r', "");
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let section = |name: &str| -> String {
+        text.split(&format!("== {name}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n== ").next())
+            .unwrap_or_else(|| panic!("no section {name}:\n{text}"))
+            .to_string()
+    };
+    let plain = section("plain");
+    assert!(plain.contains("exit 0"), "{plain}");
+    assert!(
+        plain.contains("ok    cgroup layout: v2 (unified): cgroup2 at /sys/fs/cgroup with "),
+        "{plain}"
+    );
+    assert!(
+        plain
+            .contains("ok    cgroup limits (as root): v2, jail cgroups under /sys/fs/cgroup/brig;"),
+        "{plain}"
+    );
+    assert!(plain.contains("ok    end to end (as root)"), "{plain}");
+    let parent = section("parent");
+    assert!(parent.contains("exit 0"), "{parent}");
+    let line = parent
+        .lines()
+        .find(|line| line.contains("--cgroup-parent /sys/fs/cgroup/deleg: "))
+        .unwrap_or_else(|| panic!("{parent}"));
+    assert!(line.starts_with("ok    "), "{line}");
+    assert!(
+        line.contains("memory") && line.contains("pids") && line.ends_with("writable"),
+        "{line}"
+    );
+    let inside = section("inside");
+    assert!(
+        inside.contains(
+            "ok    cgroup limits (rootless, uid 65534): v2, jail cgroups under /sys/fs/cgroup/deleg"
+        ),
+        "{inside}"
+    );
 }
