@@ -47,7 +47,7 @@ pub enum Command {
         #[arg(value_name = "SHELL")]
         shell: CompletionShell,
     },
-    /// Hermetic root filesystems for `--rootfs`: `brig rootfs build`, `brig rootfs verify`.
+    /// Hermetic root filesystems for `--rootfs`: `brig rootfs build`, `verify`, `show`.
     #[command(subcommand)]
     Rootfs(RootfsCommand),
 }
