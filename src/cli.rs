@@ -1,7 +1,7 @@
 //! The command line.
 
 use crate::options::JailOptions;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 const EXIT_CODES: &str = "\
@@ -38,6 +38,72 @@ pub enum Command {
     /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.
     #[command(subcommand)]
     Seccomp(SeccompCommand),
+    /// Probe this host: what works, what does not, and the fix; exit 0 when a default jail
+    /// can run here.
+    Doctor(DoctorArgs),
+    /// Print a shell completion script: `source <(brig completions bash)`.
+    Completions {
+        /// bash, zsh or fish.
+        #[arg(value_name = "SHELL")]
+        shell: CompletionShell,
+    },
+    /// Hermetic root filesystems for `--rootfs`: `brig rootfs build`, `verify`, `show`.
+    #[command(subcommand)]
+    Rootfs(RootfsCommand),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the checks as one JSON object instead of one line each.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also check this delegated cgroup, as `brig run --cgroup-parent PATH` would use it.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_parent: Option<PathBuf>,
+
+    /// Skip the end-to-end runs of `brig run` (only probe the kernel).
+    #[arg(long)]
+    pub no_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RootfsCommand {
+    /// Build a root filesystem from a manifest (a YAML file, or python, node or shell for the
+    /// shipped ones) into a new directory OUT, with its digest in OUT/.brig-rootfs-digest.
+    Build {
+        /// The manifest: a path, or the name of a shipped one (python, node, shell).
+        #[arg(value_name = "MANIFEST")]
+        manifest: String,
+        /// The directory to create.
+        #[arg(value_name = "OUT")]
+        out: PathBuf,
+        /// Also write the root as a reproducible tar archive (fixed owners and times).
+        #[arg(long, value_name = "FILE")]
+        tar: Option<PathBuf>,
+        /// Replace OUT if it is a root brig built before.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Recompute the digest of a root and compare it with the one recorded at build time.
+    Verify {
+        /// The root's directory.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print a shipped manifest, a starting point for your own.
+    Show {
+        /// python, node or shell.
+        #[arg(value_name = "NAME")]
+        name: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

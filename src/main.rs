@@ -5,6 +5,7 @@ mod channel;
 mod child;
 mod cli;
 mod config;
+mod doctor;
 mod error;
 mod etc;
 mod fds;
@@ -30,7 +31,7 @@ mod uts;
 mod verdict;
 
 use clap::Parser;
-use cli::{Cli, Command, RunArgs, SeccompCommand};
+use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand};
 use error::{Error, Result};
 use plan::{Plan, ReportTarget};
 use supervisor::Outcome;
@@ -84,6 +85,80 @@ fn dispatch(command: Command) -> Result<i32> {
                 ))
             })?;
             print!("{}", profile.json);
+            Ok(0)
+        }
+        Command::Doctor(args) => Ok(doctor::run(&args)),
+        Command::Completions { shell } => {
+            print!("{}", completions(shell));
+            Ok(0)
+        }
+        Command::Rootfs(command) => rootfs(command),
+    }
+}
+
+/// The completion script for `shell`, generated from the command-line definitions.
+pub fn completions(shell: CompletionShell) -> String {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    let shell = match shell {
+        CompletionShell::Bash => Shell::Bash,
+        CompletionShell::Zsh => Shell::Zsh,
+        CompletionShell::Fish => Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "brig", &mut script);
+    String::from_utf8(script).expect("completion scripts are UTF-8")
+}
+
+fn rootfs(command: RootfsCommand) -> Result<i32> {
+    match command {
+        RootfsCommand::Build {
+            manifest,
+            out,
+            tar,
+            force,
+        } => {
+            let options = brig_rootfs::Options {
+                tar: tar.clone(),
+                force,
+            };
+            let summary = brig_rootfs::build(&manifest, &out, &options)
+                .map_err(|err| Error::input(format!("rootfs build: {err}")))?;
+            for note in &summary.notes {
+                eprintln!("brig: rootfs build: note: {note}");
+            }
+            for deb in &summary.debs {
+                eprintln!("brig: rootfs build: unpacked {deb}");
+            }
+            println!(
+                "{} {} ({} entries, {} bytes in files)",
+                summary.digest,
+                out.display(),
+                summary.entries,
+                summary.bytes
+            );
+            if let Some(tar) = tar {
+                println!("tar archive: {}", tar.display());
+            }
+            Ok(0)
+        }
+        RootfsCommand::Verify { dir } => {
+            let digest = brig_rootfs::verify(&dir)
+                .map_err(|err| Error::input(format!("rootfs verify: {err}")))?;
+            println!("{digest} {}", dir.display());
+            Ok(0)
+        }
+        RootfsCommand::Show { name } => {
+            let (_, text) = brig_rootfs::SHIPPED
+                .iter()
+                .find(|(known, _)| *known == name)
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "rootfs show {name}: no such shipped manifest; choose one of {}",
+                        brig_rootfs::shipped_names().join(", ")
+                    ))
+                })?;
+            print!("{text}");
             Ok(0)
         }
     }

@@ -1,9 +1,11 @@
-//! man/brig.1 is generated from the clap definitions, plus the hand-written sections
-//! below. `man_page_is_current` fails when the checked-in page is stale; regenerate with
+//! man/brig.1 and man/brig-config.5 are generated from the clap definitions, plus the
+//! hand-written sections below. Every command, every option and every YAML key (the long
+//! option names of `brig run`) comes from clap, so the pages cannot drift from `--help`.
+//! `man_pages_are_current` fails when a checked-in page is stale; regenerate both with
 //! `BRIG_UPDATE_MAN=1 cargo test man_page`.
 
 use crate::cli::Cli;
-use clap::CommandFactory;
+use clap::{ArgAction, CommandFactory};
 use clap_mangen::Man;
 
 const THE_JAIL: &str = r#".SH THE JAIL
@@ -13,7 +15,7 @@ new user, mount, pid, network, ipc, uts and cgroup namespaces, and a time namesp
 .IP \(bu 2
 uid and gid 1000 (user \fBsandbox\fR) inside, mapped to the caller's ids when brig is rootless and to host uid/gid 65534 when brig runs as root, never to host root; setgroups denied;
 .IP \(bu 2
-a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid, and nodev except the device nodes and devpts;
+a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid, and nodev except the device nodes and devpts; with \fB\-\-rootfs\fR, a prepared root (see \fBROOT FILESYSTEMS\fR) replaces the host's /usr and the synthesized /etc;
 .IP \(bu 2
 no network but \fBlo\fR; hostname \fBbrig\fR;
 .IP \(bu 2
@@ -29,6 +31,7 @@ last before the program starts, the seccomp profile \fBdefault\fR: an allowlist 
 "#;
 
 const EXIT_STATUS: &str = r#".SH EXIT STATUS
+Of \fBbrig run\fR:
 .TP
 \fIN\fR
 the program exited with status \fIN\fR
@@ -47,16 +50,34 @@ the program could not be executed
 .TP
 127
 the program was not found
+.PP
+\fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. The other commands exit 0, or 125 with one line on standard error.
 "#;
 
 const LIMITS_AND_VERDICT: &str = r#".SH LIMITS
 \fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125); the defaults are then reported as not enforced. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
 .SH VERDICT
-\fB\-\-report\fR \fIFILE\fR or \fB\-\-report\-fd\fR \fIN\fR writes one JSON object, schema \fBbrig\-verdict/1\fR, with the keys: \fBschema\fR; \fBstatus\fR (ok, nonzero_exit, signaled, timeout, cpu_time, oom, output_limit, setup_error); \fBbrig_exit_code\fR; \fBexit_code\fR and \fBsignal\fR of the program; \fBwall_ms\fR, \fBcpu_user_ms\fR, \fBcpu_sys_ms\fR, \fBmax_rss_kib\fR; \fBmemory_peak_bytes\fR, \fBoom_kills\fR, \fBpids_peak\fR from the cgroup; \fBstdout_bytes\fR, \fBstderr_bytes\fR, \fBoutput_truncated\fR (with \fB\-\-output\-limit\fR); \fBlimits\fR (the effective limits); \fBprotections\fR (namespaces, cgroup version, rootless, net, capabilities, no_new_privs, Landlock ABI, seccomp profile); \fBwarnings\fR; and \fBerror\fR for setup errors. \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: time, caller uid, argv, config digest and the verdict.
+\fB\-\-report\fR \fIFILE\fR or \fB\-\-report\-fd\fR \fIN\fR writes one JSON object, schema \fBbrig\-verdict/1\fR, described key by key in \fBbrig\-config\fR(5). \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: time, caller uid, argv, config digest and the verdict.
 "#;
 
 const CONFIGURATION: &str = r#".SH CONFIGURATION
-\fB\-\-config\fR \fIFILE\fR reads a YAML mapping whose keys are the long option names without the dashes (\fBro\-bind\fR, \fBtime\-limit\fR, ...); repeatable options are lists, and the program is the list \fBcommand\fR. Layers apply in order: the profile (\fB\-\-profile\fR, or \fBprofile\fR in the file), the file, the command line. A later scalar wins, lists are appended, and a command given later replaces an earlier one. An unknown key or a wrong type is an error naming the file, line and column. The built-in profiles \fBpython\fR, \fBnode\fR and \fBshell\fR are compiled into brig; \fBbrig check\fR prints the fully resolved plan.
+\fB\-\-config\fR \fIFILE\fR reads a YAML mapping whose keys are the long option names without the dashes (\fBro\-bind\fR, \fBtime\-limit\fR, ...); repeatable options are lists, and the program is the list \fBcommand\fR. Layers apply in order: the profile (\fB\-\-profile\fR, or \fBprofile\fR in the file), the file, the command line. A later scalar wins, lists are appended, and a command given later replaces an earlier one. An unknown key or a wrong type is an error naming the file, line and column. The built-in profiles \fBpython\fR, \fBnode\fR and \fBshell\fR are compiled into brig; \fBbrig check\fR prints the fully resolved plan. Every key is listed in \fBbrig\-config\fR(5).
+"#;
+
+const OPERATORS: &str = r#".SH DOCTOR
+\fBbrig doctor\fR probes the host and prints one line per check, \fBok\fR, \fBwarn\fR or \fBFAIL\fR, with the fix for each problem: the user namespace settings (\fIuser.max_user_namespaces\fR, \fIkernel.unprivileged_userns_clone\fR, Ubuntu's \fIkernel.apparmor_restrict_unprivileged_userns\fR); a child cloned into the jail's namespaces that maps its ids, makes its mounts private, mounts a fresh /proc (which container runtimes that mask /proc prevent), pivot_roots and unshares cgroup and time namespaces; the cgroup layout and where \fBbrig run\fR would put the jail's cgroup (and, with \fB\-\-cgroup\-parent\fR, whether that subtree is usable and writable); the Landlock ABI; the default seccomp profile, installed in a child where it must deny a call, and the seccomp log and user-notify actions; and brig's own binary running \fBbrig run \-\-profile python \-\- python3 \-c pass\fR (or the shell profile without python3). As root it runs the namespace, cgroup and end-to-end probes again as uid 65534, to show what an unprivileged user gets; those failures are warnings. \fB\-\-json\fR prints the same as one object, schema \fBbrig\-doctor/1\fR: \fBok\fR, \fBrootless\fR and \fBchecks\fR, each with \fBname\fR, \fBstatus\fR (ok, warn, fail), \fBdetail\fR and \fBfix\fR.
+.SH ROOT FILESYSTEMS
+\fBbrig rootfs build\fR \fIMANIFEST\fR \fIOUT\fR builds a hermetic root filesystem for \fB\-\-rootfs\fR, so that a jail sees nothing of the host's /usr: the programs a YAML manifest lists, with their ELF closure (the loader from PT_INTERP and the libraries from DT_NEEDED, found through DT_RPATH, DT_RUNPATH, the host's loader cache and the standard directories), whole directories (e.g. the Python standard library), single files, symlinks, a generated /etc (passwd and group with the user \fBsandbox\fR, 1000, hosts, hostname, nsswitch.conf) and the mount points brig needs (/proc, /dev, /tmp, /home/sandbox). Debian packages can be a source too: downloaded with \fBapt\-get download\fR and unpacked with \fBdpkg\-deb \-x\fR, never installed. The shipped manifests are \fBpython\fR, \fBnode\fR and \fBshell\fR (\fBbrig rootfs show NAME\fR); the keys are in \fBbrig\-config\fR(5).
+.PP
+The output is reproducible: the same inputs give the same bytes. Directories are 0755, files 0755 or 0644, every time is \fBSOURCE_DATE_EPOCH\fR (else 0), and \fB\-\-tar\fR \fIFILE\fR writes a tar archive in path order with owner 0:0. The digest, SHA-256 over a canonical listing (type, mode, size, content hash and path of every entry), is written to \fIOUT\fR/.brig\-rootfs\-digest with the listing in \fIOUT\fR/.brig\-rootfs\-listing; \fBbrig run \-\-rootfs\fR reports it in the verdict (\fBprotections.rootfs\fR), and \fBbrig rootfs verify\fR \fIDIR\fR recomputes it.
+.SH COMPLETIONS
+\fBbrig completions\fR \fISHELL\fR prints a completion script for bash, zsh or fish, generated from the same definitions as this page:
+.PP
+.nf
+brig completions bash > /etc/bash_completion.d/brig
+brig completions zsh > /usr/local/share/zsh/site\-functions/_brig
+brig completions fish > ~/.config/fish/completions/brig.fish
+.fi
 "#;
 
 const EXAMPLES: &str = r#".SH EXAMPLES
@@ -64,13 +85,77 @@ const EXAMPLES: &str = r#".SH EXAMPLES
 brig run \-\-profile python \-\- python3 \-c 'print("hello from the jail")'
 brig run \-\-time\-limit 5s \-\-tmpfs\-size 16M \-\-ro\-bind ./task:/task \-\- python3 /task/main.py
 brig run \-\-bind "$PWD/out":/out \-\-chdir /out \-\- sh \-c 'echo result > answer.txt'
+brig run \-\-report\-fd 3 \-\- python3 main.py 3> verdict.json
 brig check \-\-config judge.yaml \-\- ./solution
+brig doctor
+brig rootfs build python /srv/roots/python && brig run \-\-rootfs /srv/roots/python \-\- python3 \-c 'print(1)'
+systemd\-run \-\-user \-\-scope \-p Delegate=yes brig run \-\-memory 256M \-\- python3 main.py
 .fi
+.SH FILES
+.TP
+\fIdeploy/\fR (in the source tree)
+a systemd unit with Delegate=yes and its worker, a GitHub Actions step, an AppArmor profile for hosts that restrict unprivileged user namespaces, and Python and Node clients that read the verdict.
 .SH SEE ALSO
-\fBbwrap\fR(1), \fBnsjail\fR(1), \fBnamespaces\fR(7), \fBuser_namespaces\fR(7), \fBcapabilities\fR(7)
+\fBbrig\-config\fR(5), \fBbwrap\fR(1), \fBnsjail\fR(1), \fBnamespaces\fR(7), \fBuser_namespaces\fR(7), \fBcapabilities\fR(7), \fBsystemd.resource\-control\fR(5)
 "#;
 
-pub fn render() -> String {
+/// Escapes text for a roff line: backslashes and dashes, and a leading dot or quote.
+fn roff(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with(['.', '\'']) {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
+/// `brig NAME [OPTIONS] OPERANDS` for one (sub)command.
+fn synopsis(path: &str, command: &clap::Command) -> String {
+    let mut line = format!("\\fB{}\\fR", roff(path));
+    let has_options = command
+        .get_arguments()
+        .any(|arg| !arg.is_positional() && arg.get_id() != "help");
+    if has_options {
+        line.push_str(" [\\fIOPTIONS\\fR]");
+    }
+    for arg in command.get_positionals() {
+        if arg.get_id() == "command" {
+            line.push_str(" [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]");
+            continue;
+        }
+        let name = arg
+            .get_value_names()
+            .and_then(|names| names.first())
+            .map(|name| name.to_string())
+            .unwrap_or_else(|| arg.get_id().to_string().to_uppercase());
+        if arg.is_required_set() {
+            line.push_str(&format!(" \\fI{name}\\fR"));
+        } else {
+            line.push_str(&format!(" [\\fI{name}\\fR]"));
+        }
+    }
+    line
+}
+
+fn about(command: &clap::Command) -> String {
+    command
+        .get_about()
+        .map(|text| roff(&text.to_string()))
+        .unwrap_or_default()
+}
+
+/// An OPTIONS section for one subcommand, rendered by clap_mangen.
+fn options_section(command: &clap::Command, bin_name: &str, title: &str) -> String {
+    let mut out = Vec::new();
+    Man::new(command.clone().bin_name(bin_name.to_string()))
+        .render_options_section(&mut out)
+        .unwrap();
+    String::from_utf8(out)
+        .unwrap()
+        .replacen(".SH OPTIONS", &format!(".SH \"{title}\""), 1)
+}
+
+pub fn render_brig1() -> String {
     let command = Cli::command();
     let man = Man::new(command.clone())
         .date("")
@@ -81,76 +166,329 @@ pub fn render() -> String {
     man.render_name_section(&mut page).unwrap();
     man.render_synopsis_section(&mut page).unwrap();
     man.render_description_section(&mut page).unwrap();
-    page.extend_from_slice(b".SH COMMANDS\n");
+    let mut text = String::from_utf8(page).unwrap();
+    text.push_str(".SH COMMANDS\n");
     for sub in command.get_subcommands() {
-        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
         let nested: Vec<_> = sub.get_subcommands().collect();
         if nested.is_empty() {
-            let line = format!(
-                ".TP\n\\fBbrig {}\\fR [\\fIOPTIONS\\fR] [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]\n{}\n",
-                sub.get_name(),
-                about.replace('-', "\\-")
-            );
-            page.extend_from_slice(line.as_bytes());
+            let path = format!("brig {}", sub.get_name());
+            text.push_str(&format!(".TP\n{}\n{}\n", synopsis(&path, sub), about(sub)));
+            for arg in sub.get_positionals() {
+                let values: Vec<String> = arg
+                    .get_possible_values()
+                    .iter()
+                    .map(|value| value.get_name().to_string())
+                    .collect();
+                if !values.is_empty() {
+                    let name = arg
+                        .get_value_names()
+                        .and_then(|names| names.first())
+                        .map(|name| name.to_string())
+                        .unwrap_or_default();
+                    text.push_str(&format!(
+                        ".br\n\\fI{name}\\fR is one of {}.\n",
+                        values.join(", ")
+                    ));
+                }
+            }
         }
         for action in nested {
-            let about = action
-                .get_about()
-                .map(|a| a.to_string())
-                .unwrap_or_default();
-            let operands: String = action
-                .get_positionals()
-                .filter_map(|arg| {
-                    arg.get_value_names()?
-                        .first()
-                        .map(|name| format!(" \\fI{name}\\fR"))
-                })
-                .collect();
-            let line = format!(
-                ".TP\n\\fBbrig {} {}\\fR{operands}\n{}\n",
-                sub.get_name(),
-                action.get_name(),
-                about.replace('-', "\\-")
-            );
-            page.extend_from_slice(line.as_bytes());
+            let path = format!("brig {} {}", sub.get_name(), action.get_name());
+            text.push_str(&format!(
+                ".TP\n{}\n{}\n",
+                synopsis(&path, action),
+                about(action)
+            ));
         }
     }
-    let run = command
-        .find_subcommand("run")
-        .expect("run subcommand")
-        .clone();
-    let mut options = Vec::new();
-    Man::new(run.bin_name("brig run"))
-        .render_options_section(&mut options)
-        .unwrap();
-    let options = String::from_utf8(options).unwrap();
-    page.extend_from_slice(
-        options
-            .replacen(".SH OPTIONS", ".SH \"OPTIONS OF RUN AND CHECK\"", 1)
-            .as_bytes(),
-    );
+    let find = |path: &[&str]| {
+        let mut found = command.clone();
+        for name in path {
+            found = found
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("subcommand {name}"))
+                .clone();
+        }
+        found
+    };
+    text.push_str(&options_section(
+        &find(&["run"]),
+        "brig run",
+        "OPTIONS OF RUN AND CHECK",
+    ));
+    text.push_str(&options_section(
+        &find(&["doctor"]),
+        "brig doctor",
+        "OPTIONS OF DOCTOR",
+    ));
+    text.push_str(&options_section(
+        &find(&["rootfs", "build"]),
+        "brig rootfs build",
+        "OPTIONS OF ROOTFS BUILD",
+    ));
     for section in [
         THE_JAIL,
         EXIT_STATUS,
         LIMITS_AND_VERDICT,
         CONFIGURATION,
+        OPERATORS,
         EXAMPLES,
     ] {
-        page.extend_from_slice(section.as_bytes());
+        text.push_str(section);
     }
-    String::from_utf8(page).unwrap()
+    text
+}
+
+const CONFIG_HEAD: &str = r#".TH brig\-config 5 "" brig "File Formats"
+.SH NAME
+brig\-config \- brig's YAML configuration, root filesystem manifests and verdict
+.SH DESCRIPTION
+\fBbrig run \-\-config\fR \fIFILE\fR (and \fBbrig check\fR) reads a YAML mapping. Its keys are the long options of \fBbrig run\fR without the dashes, with the same values: an option that may be repeated is a list, a flag is \fBtrue\fR or \fBfalse\fR, and the program with its arguments is the list \fBcommand\fR. The built-in profiles (\fB\-\-profile\fR python, node, shell) are files of the same format compiled into brig.
+.PP
+Layers apply in this order: the profile (named on the command line or by \fBprofile\fR in the file), the file, the command line. A later scalar wins, lists are appended, and a non-empty \fBcommand\fR replaces the one below. An unknown key or a value of the wrong type is an error that names the file, the line and the column, e.g. \fIjudge.yaml:3:1: unknown field `tmpfs_size`, expected one of ...\fR (brig exits 125).
+.SH KEYS
+"#;
+
+const CONFIG_EXAMPLE: &str = r#".SH EXAMPLE
+.nf
+profile: python
+time\-limit: 10s
+memory: 256M
+tmpfs\-size: 32M
+ro\-bind:
+  \- /srv/task:/task
+env:
+  \- MODE=judge
+chdir: /task
+report: /srv/out/verdict.json
+command: [python3, main.py]
+.fi
+.PP
+Sizes take binary suffixes (64M, 1G, 512K) and durations a unit (1500ms, 5s, 2m, 1h). Paths inside the jail are absolute and may not contain \fB..\fR.
+"#;
+
+const MANIFEST: &str = r#".SH ROOT FILESYSTEM MANIFESTS
+\fBbrig rootfs build\fR \fIMANIFEST\fR \fIOUT\fR reads a YAML manifest (unknown keys are errors with the line). Paths are absolute; in \fBtrees\fR a \fB*\fR or \fB?\fR in a path picks every match, and \fBexclude\fR patterns also take \fB**\fR for any number of directories. A path is looked up in the unpacked Debian packages first, then on the host, and every symlink on the way is recreated in the root, so merged-/usr layouts work as on the host. The keys, applied in this order:
+.TP
+\fBdebian\-packages\fR: list of \fINAME\fR or \fINAME\fR=\fIVERSION\fR
+Debian packages downloaded with \fBapt\-get download\fR and unpacked with \fBdpkg\-deb \-x\fR into a staging tree that is searched before the host; nothing is installed and no maintainer script runs. Pin versions for reproducible roots.
+.TP
+\fBprograms\fR: list of paths or names
+Programs, by absolute path or by name in /usr/local/bin, /usr/bin, /bin, /usr/sbin and /sbin. Each comes with its loader and the libraries it needs (PT_INTERP, DT_NEEDED through DT_RPATH, DT_RUNPATH, the loader cache and the standard directories), recursively; a script brings its #! interpreter. A missing library is an error.
+.TP
+\fBtrees\fR: list of \fISRC\fR or \fISRC\fR:\fIDST\fR
+Directories copied whole. ELF files in them bring their libraries (a missing one is a note, since the host cannot load it either), and symlinks that point out of the tree bring their targets.
+.TP
+\fBfiles\fR: list of \fISRC\fR or \fISRC\fR:\fIDST\fR
+Single files.
+.TP
+\fBdirs\fR: list of paths
+Empty directories, e.g. mount points for \fB\-\-bind\fR.
+.TP
+\fBsymlinks\fR: mapping \fIPATH\fR: \fITARGET\fR
+Symlinks to create.
+.TP
+\fBwrite\fR: mapping \fIPATH\fR: \fICONTENTS\fR
+Files to write with the given contents.
+.TP
+\fBexclude\fR: list of patterns
+Paths left out of \fBtrees\fR, e.g. /usr/lib/python3.*/test or /usr/**/__pycache__.
+.TP
+\fBetc\fR: mapping
+The generated /etc/passwd, group, hosts, hostname and nsswitch.conf: \fBuser\fR (sandbox), \fBuid\fR (1000), \fBgid\fR (1000), \fBhome\fR (/home/sandbox), \fBshell\fR (/bin/sh), \fBhostname\fR (brig).
+.PP
+Every root also gets /etc, /proc, /dev, /tmp and the home directory, the mount points brig needs. Example, the shipped \fBnode\fR manifest plus a CA bundle:
+.PP
+.nf
+programs: [node]
+files: [/etc/ssl/certs/ca\-certificates.crt]
+.fi
+"#;
+
+const VERDICT: &str = r#".SH VERDICT
+\fBbrig run \-\-report\fR \fIFILE\fR or \fB\-\-report\-fd\fR \fIN\fR writes one JSON object when the run ends, also for setup errors. Schema \fBbrig\-verdict/1\fR; a key's meaning never changes within a schema version, and new keys may be added.
+.TP
+\fBschema\fR
+"brig\-verdict/1"
+.TP
+\fBstatus\fR
+ok, nonzero_exit, signaled, seccomp (the profile killed it), timeout, cpu_time, oom, output_limit or setup_error
+.TP
+\fBbrig_exit_code\fR
+brig's exit status for this run (see \fBbrig\fR(1))
+.TP
+\fBexit_code\fR, \fBsignal\fR
+the program's exit status, or the signal that ended it; null when not applicable
+.TP
+\fBwall_ms\fR, \fBcpu_user_ms\fR, \fBcpu_sys_ms\fR
+wall-clock time of the jail, and the CPU time of all its processes
+.TP
+\fBmax_rss_kib\fR
+the largest resident set of any process in the jail
+.TP
+\fBmemory_peak_bytes\fR, \fBoom_kills\fR, \fBpids_peak\fR
+from the jail's cgroup; null without one, or where the kernel lacks the counter
+.TP
+\fBstdout_bytes\fR, \fBstderr_bytes\fR, \fBoutput_truncated\fR
+what the program wrote, counted with \fB\-\-output\-limit\fR only (null otherwise)
+.TP
+\fBlimits\fR
+the effective limits: time_limit_ms, cpu_time_ms, memory_bytes, pids, cpus, cgroup_enforced, output_limit_bytes, tmpfs_size_bytes, rlimits (name, soft, hard)
+.TP
+\fBprotections\fR
+what was enforced: namespaces, cgroup (v1, v2 or null), rootless, net, capabilities, no_new_privs, landlock_abi, seccomp_profile, and rootfs: null for the host's /usr, else path and digest (the one \fBbrig rootfs build\fR recorded, null for a root without one)
+.TP
+\fBwarnings\fR
+things a reviewer should know, e.g. \-\-net host, or limits not enforced
+.TP
+\fBerror\fR
+for setup_error: the one-line message brig printed
+.PP
+\fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: \fBtime\fR (UTC, RFC 3339), \fBuid\fR (the caller), \fBargv\fR, \fBconfig_digest\fR (SHA-256 of the resolved plan) and \fBverdict\fR.
+.SH SEE ALSO
+\fBbrig\fR(1)
+"#;
+
+/// brig-config(5): every YAML key, from the options of `brig run`.
+pub fn render_config5() -> String {
+    let command = Cli::command();
+    let run = command.find_subcommand("run").expect("run subcommand");
+    let mut text = String::from(CONFIG_HEAD);
+    for arg in run.get_arguments() {
+        let id = arg.get_id().as_str();
+        // `--config` names the file itself; help is not an option of the jail.
+        if id == "config" || id == "help" {
+            continue;
+        }
+        let key = match arg.get_long() {
+            Some(long) => long.to_string(),
+            None => id.to_string(),
+        };
+        let value_name = arg
+            .get_value_names()
+            .and_then(|names| names.first())
+            .map(|name| name.to_string())
+            .unwrap_or_else(|| "VALUE".into());
+        let kind = match arg.get_action() {
+            ArgAction::SetTrue => "true or false".to_string(),
+            ArgAction::Append => format!("list of \\fI{}\\fR", roff(&value_name)),
+            _ if id == "command" => "list of strings, the program and its arguments".into(),
+            _ => format!("\\fI{}\\fR", roff(&value_name)),
+        };
+        let help = arg
+            .get_long_help()
+            .or_else(|| arg.get_help())
+            .map(|help| help.to_string())
+            .unwrap_or_default();
+        let mut help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !help.ends_with('.') {
+            help.push('.');
+        }
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|value| !value.is_hide_set())
+            .map(|value| value.get_name().to_string())
+            .collect();
+        let mut line = roff(&help);
+        if !values.is_empty() {
+            line.push_str(&format!(" One of: {}.", values.join(", ")));
+        }
+        if arg.get_long().is_some() {
+            line.push_str(&format!(" (\\fB\\-\\-{}\\fR)", roff(&key)));
+        }
+        text.push_str(&format!(".TP\n\\fB{}\\fR: {kind}\n{line}\n", roff(&key)));
+    }
+    text.push_str(CONFIG_EXAMPLE);
+    text.push_str(MANIFEST);
+    text.push_str(VERDICT);
+    text
+}
+
+fn check_page(name: &str, fresh: &str) {
+    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("BRIG_UPDATE_MAN").is_some() {
+        std::fs::write(&path, fresh).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == fresh,
+        "man/{name} is stale: run `BRIG_UPDATE_MAN=1 cargo test man_page` and commit it"
+    );
 }
 
 #[test]
-fn man_page_is_current() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/man/brig.1");
-    let fresh = render();
-    if std::env::var_os("BRIG_UPDATE_MAN").is_some() {
-        std::fs::write(path, &fresh).unwrap();
+fn man_pages_are_current() {
+    check_page("brig.1", &render_brig1());
+    check_page("brig-config.5", &render_config5());
+}
+
+/// The keys serde lists in "unknown field `x`, expected one of a, b, c (at ...)".
+#[cfg(test)]
+fn expected_keys(message: &str) -> Vec<String> {
+    let list = message.split("expected one of ").nth(1).unwrap_or("");
+    let list = list.split(" (at").next().unwrap_or("");
+    list.split(", ")
+        .map(|key| key.trim_matches('`').to_string())
+        .filter(|key| !key.is_empty())
+        .collect()
+}
+
+#[test]
+fn man_page_config_lists_every_key() {
+    // Every key serde accepts is on the page, and nothing else is called a key.
+    let err = crate::config::parse("no-such-key: 1\n", "t").unwrap_err();
+    let keys = expected_keys(err.message());
+    assert!(keys.len() > 20, "{}", err.message());
+    let page = render_config5();
+    for key in keys {
+        assert!(
+            page.contains(&format!(".TP\n\\fB{}\\fR:", roff(&key))),
+            "brig-config(5) lacks the key {key}"
+        );
     }
-    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        checked_in == fresh,
-        "man/brig.1 is stale: run `BRIG_UPDATE_MAN=1 cargo test man_page` and commit it"
-    );
+}
+
+#[test]
+fn man_page_lists_every_manifest_key() {
+    let err = brig_rootfs::check_manifest("no-such-key: 1\n").unwrap_err();
+    let keys = expected_keys(&err);
+    assert!(keys.len() >= 9, "{err}");
+    let page = render_config5();
+    for key in keys {
+        assert!(
+            page.contains(&format!(".TP\n\\fB{}\\fR:", roff(&key))),
+            "brig-config(5) lacks the manifest key {key}"
+        );
+    }
+}
+
+#[test]
+fn man_pages_render_without_warnings() {
+    for name in ["brig.1", "brig-config.5"] {
+        let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+        let output = match std::process::Command::new("man")
+            .args(["--warnings", "-l", &path])
+            .env("MANWIDTH", "80")
+            .env("MAN_KEEP_FORMATTING", "0")
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(output) => output,
+            Err(err) => {
+                eprintln!("man is not installed ({err}); not rendering {name}");
+                return;
+            }
+        };
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "man -l {name}: {stderr}");
+        assert!(
+            stderr.trim().is_empty(),
+            "man --warnings -l {name}:\n{stderr}"
+        );
+        assert!(
+            output.stdout.len() > 1000,
+            "man -l {name} printed almost nothing"
+        );
+    }
 }

@@ -41,6 +41,9 @@ pub struct Plan {
     /// `NAME=value`, the program's whole environment.
     pub env: Vec<String>,
     pub mounts: Vec<MountOp>,
+    /// `--rootfs`: the prepared root and the digest `brig rootfs build` recorded in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<Rootfs>,
     /// The system-call filter, compiled here, installed right before execve.
     pub seccomp: SeccompPlan,
     /// The Landlock rules, derived from `mounts`.
@@ -70,6 +73,14 @@ impl Limits {
         let limits = &self.cgroup;
         limits.memory.is_some() || limits.pids.is_some() || limits.cpus.is_some()
     }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Rootfs {
+    pub path: PathBuf,
+    /// `sha256:...` from the root's `.brig-rootfs-digest`, as recorded at build time (not
+    /// recomputed: `brig rootfs verify DIR` does that); None for a root without one.
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -138,6 +149,7 @@ impl Plan {
                 hostname: &hostname,
             }),
         };
+        let mut rootfs_info = None;
         let mut mounts = match &options.rootfs {
             Some(dir) => {
                 let rootfs = existing_path("--rootfs", &dir.to_string_lossy())?;
@@ -147,6 +159,10 @@ impl Plan {
                         dir.display()
                     )));
                 }
+                rootfs_info = Some(Rootfs {
+                    digest: brig_rootfs::recorded_digest(&rootfs),
+                    path: rootfs.clone(),
+                });
                 layout::prepared_root(&rootfs, &inputs)
             }
             None => layout::host_root(&inputs),
@@ -215,6 +231,7 @@ impl Plan {
             chdir,
             env,
             mounts,
+            rootfs: rootfs_info,
             seccomp,
             landlock,
             warnings,

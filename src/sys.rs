@@ -299,3 +299,19 @@ pub fn borrow_standard_fd(fd: RawFd) -> Option<BorrowedFd<'static>> {
     }
     Some(borrow_fd(fd))
 }
+
+/// Whether the kernel knows the seccomp return action `action` (SECCOMP_GET_ACTION_AVAIL):
+/// a query only, nothing is installed.
+pub fn seccomp_action_available(action: u32) -> Result<(), Errno> {
+    const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
+    // SAFETY: the kernel reads one u32 from the pointer, which points at `action`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &action as *const u32,
+        )
+    };
+    Errno::result(ret).map(drop)
+}

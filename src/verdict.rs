@@ -83,6 +83,8 @@ pub struct Protections {
     pub landlock_abi: Option<u8>,
     /// The seccomp profile enforced (`NAME (log)` with --seccomp-log); null with none.
     pub seccomp_profile: Option<String>,
+    /// `--rootfs`: its path and recorded digest; null when the jail uses the host's /usr.
+    pub rootfs: Option<crate::plan::Rootfs>,
 }
 
 impl Verdict {
@@ -218,6 +220,7 @@ fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
             crate::seccomp::Mode::Log => Some(format!("{} (log)", plan.seccomp.profile)),
             crate::seccomp::Mode::Off => None,
         },
+        rootfs: plan.rootfs.clone(),
     }
 }
 

@@ -14,7 +14,15 @@ command -v script >/dev/null || need+=(bsdutils)
 # tests/attacks.rs builds its probe with `gcc -static`, which needs libc.a
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
-if ((${#need[@]})); then
+# tests/operators.rs syntax-checks the zsh and fish completions (bash is always there)
+command -v zsh >/dev/null || need+=(zsh)
+command -v fish >/dev/null || need+=(fish)
+# brig(1) and brig-config(5) must render without warnings (man --warnings -l)
+command -v man >/dev/null || need+=(man-db)
+# tests/rootfs.rs builds the `shell` root from Debian's busybox-static (apt-get download)
+apt_lists_known=yes
+apt-cache show busybox-static >/dev/null 2>&1 || apt_lists_known=no
+if ((${#need[@]})) || [[ $apt_lists_known == no ]]; then
     echo "installing test dependencies: ${need[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -70,6 +70,16 @@ impl Mounts {
         Ok(mounts)
     }
 
+    /// The cgroup2 mount, if there is one.
+    pub fn unified(&self) -> Option<&Path> {
+        self.unified.as_deref()
+    }
+
+    /// (controller, mount point) of the v1 memory, pids and cpu hierarchies.
+    pub fn legacy(&self) -> &[(String, PathBuf)] {
+        &self.legacy
+    }
+
     fn legacy_mount(&self, controller: &str) -> Option<&Path> {
         self.legacy
             .iter()
@@ -103,7 +113,7 @@ fn unescape(field: &str) -> String {
 }
 
 /// brig's own cgroup path in a hierarchy, from /proc/self/cgroup ("0::/x" for v2).
-fn own_path(controller: Option<&str>) -> Option<PathBuf> {
+pub fn own_path(controller: Option<&str>) -> Option<PathBuf> {
     let text = fs::read_to_string("/proc/self/cgroup").ok()?;
     text.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');

@@ -94,6 +94,44 @@ pub fn place(
     }
 }
 
+/// The host's cgroup layout as `place` sees it, for `brig doctor`.
+#[derive(Debug)]
+pub struct Layout {
+    /// The cgroup2 mount and the controllers its root offers (`cgroup.controllers`).
+    pub unified: Option<(PathBuf, Vec<String>)>,
+    /// (controller, mount point) of the v1 memory, pids and cpu hierarchies.
+    pub legacy: Vec<(String, PathBuf)>,
+    /// brig's own cgroup in the cgroup2 hierarchy, as a directory.
+    pub own_v2: Option<PathBuf>,
+}
+
+pub fn layout() -> Result<Layout> {
+    let mounts = Mounts::read()?;
+    let unified = mounts.unified().map(|dir| {
+        let controllers = fs::read_to_string(dir.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        (dir.to_path_buf(), controllers)
+    });
+    let own_v2 = mounts
+        .unified()
+        .zip(hierarchy::own_path(None))
+        .map(|(dir, own)| {
+            if own.as_os_str().is_empty() {
+                dir.to_path_buf()
+            } else {
+                dir.join(own)
+            }
+        });
+    Ok(Layout {
+        unified,
+        legacy: mounts.legacy().to_vec(),
+        own_v2,
+    })
+}
+
 /// The jail's own cgroup(s). Dropping it kills every process left inside and removes it.
 pub struct JailCgroup {
     version: Version,

@@ -1,0 +1,305 @@
+//! The deployment files in deploy/, exercised as far as this machine allows: the systemd
+//! unit is verified, the worker, both clients and the CI step run against the built brig,
+//! and the AppArmor profile is parsed where an AppArmor 4 parser exists.
+
+#[macro_use]
+mod common;
+
+use common::{Mode, TempDir, describe, stdout};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn deploy(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(path)
+}
+
+/// The brig binary a client started in `mode` should run.
+fn brig_for(mode: Mode) -> &'static Path {
+    match mode {
+        Mode::Root => common::brig(),
+        Mode::Rootless => common::rootless_brig(),
+    }
+}
+
+/// The system's interpreter (`/usr/bin/NAME`) where there is one: a PATH lookup may find a
+/// per-user shim (pyenv) that uid 65534 cannot run.
+fn interpreter(name: &str) -> String {
+    let system = Path::new("/usr/bin").join(name);
+    if system.exists() {
+        system.display().to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// A command for `program args...`, run as root or (via setpriv) as uid 65534.
+fn command_as(mode: Mode, program: &str, args: &[&str]) -> Command {
+    let mut argv: Vec<String> = match mode {
+        Mode::Root => vec![],
+        Mode::Rootless => [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    argv.push(interpreter(program));
+    argv.extend(args.iter().map(|arg| arg.to_string()));
+    let mut command = Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .current_dir("/")
+        .env("BRIG", brig_for(mode));
+    command
+}
+
+#[test]
+fn systemd_unit_verifies() {
+    let unit = deploy("systemd/brig-worker.service");
+    let verify = |path: &Path| {
+        Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(path)
+            .output()
+    };
+    let output = match verify(&unit) {
+        Ok(output) => output,
+        Err(err) => {
+            eprintln!("systemd-analyze is not installed ({err}); the unit is not verified");
+            return;
+        }
+    };
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        output.stderr.is_empty(),
+        "systemd-analyze warns about the unit:\n{}",
+        describe(&output)
+    );
+    // The check notices a mistake: a misspelt key is reported.
+    let dir = TempDir::new("unit");
+    let text = std::fs::read_to_string(&unit)
+        .unwrap()
+        .replace("Delegate=yes", "Delegat=yes");
+    let bad = dir.file("brig-worker.service", &text);
+    let output = verify(&bad).unwrap();
+    assert!(
+        common::stderr(&output).contains("Unknown key 'Delegat'"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn worker_runs_jobs_from_its_spool() {
+    let spool = TempDir::new("spool");
+    std::fs::create_dir(spool.path().join("inbox")).unwrap();
+    let job = |name: &str, code: &str| {
+        let path = spool.path().join("inbox").join(name);
+        std::fs::write(&path, code).unwrap();
+        common::set_mode(&path, 0o644);
+    };
+    job("hello.py", "import sys\nprint('hello from', sys.argv[0])\n");
+    job("spin.py", "while True:\n    pass\n");
+    let output = Command::new(interpreter("python3"))
+        .arg(deploy("systemd/brig-worker.py"))
+        .arg("--once")
+        .arg(spool.path())
+        .env("BRIG", common::brig())
+        .env("BRIG_WORKER_ARGS", "--time-limit 1s --pids 32")
+        .env_remove("INVOCATION_ID")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    let record = |name: &str| -> serde_json::Value {
+        let path = spool.path().join("outbox").join(name);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let hello = record("hello.json");
+    assert_eq!(hello["exit"], 0, "{hello}");
+    assert_eq!(hello["stdout"], "hello from main.py\n", "{hello}");
+    assert_eq!(hello["verdict"]["status"], "ok", "{hello}");
+    assert_eq!(hello["verdict"]["limits"]["pids"], 32, "{hello}");
+    let spin = record("spin.json");
+    assert_eq!(spin["exit"], 124, "{spin}");
+    assert_eq!(spin["verdict"]["status"], "timeout", "{spin}");
+    for name in ["hello.py", "spin.py"] {
+        assert!(spool.path().join("done").join(name).exists());
+        assert!(!spool.path().join("inbox").join(name).exists());
+    }
+}
+
+/// The client's one JSON line.
+fn client_result(output: &std::process::Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", describe(output));
+    serde_json::from_str(stdout(output).trim())
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(output)))
+}
+
+fn python_client_reads_the_verdict(mode: Mode) {
+    let client = deploy("clients/python_client.py");
+    let client = client.to_str().unwrap();
+    let output = command_as(mode, "python3", &[client, "print(6 * 7)"])
+        .output()
+        .unwrap();
+    let result = client_result(&output);
+    assert_eq!(result["exit"], 0, "{result}");
+    assert_eq!(result["status"], "ok", "{result}");
+    assert_eq!(result["stdout"], "42\n", "{result}");
+    assert_eq!(result["schema"], "brig-verdict/1", "{result}");
+    let output = command_as(mode, "python3", &[client, "while True: pass", "1s"])
+        .output()
+        .unwrap();
+    let result = client_result(&output);
+    assert_eq!(result["exit"], 124, "{result}");
+    assert_eq!(result["status"], "timeout", "{result}");
+}
+
+fn node_client_reads_the_verdict(mode: Mode) {
+    let client = deploy("clients/node_client.js");
+    let client = client.to_str().unwrap();
+    let output = command_as(mode, "node", &[client, "console.log(6 * 7)"])
+        .output()
+        .unwrap();
+    let result = client_result(&output);
+    assert_eq!(result["exit"], 0, "{result}");
+    assert_eq!(result["status"], "ok", "{result}");
+    assert_eq!(result["stdout"], "42\n", "{result}");
+    let output = command_as(mode, "node", &[client, "process.exit(3)"])
+        .output()
+        .unwrap();
+    let result = client_result(&output);
+    assert_eq!(result["exit"], 3, "{result}");
+    assert_eq!(result["status"], "nonzero_exit", "{result}");
+    assert_eq!(result["exit_code"], 3, "{result}");
+}
+
+both_modes!(
+    python_client_reads_the_verdict,
+    node_client_reads_the_verdict
+);
+
+/// The workflow as JSON, parsed with the YAML parser brig uses for its configs.
+fn workflow() -> serde_json::Value {
+    let text = std::fs::read_to_string(deploy("ci/github-actions.yml")).unwrap();
+    serde_saphyr::from_str(&text).expect("github-actions.yml is valid YAML")
+}
+
+#[test]
+fn github_actions_job_parses() {
+    let workflow = workflow();
+    let jobs = workflow["jobs"].as_object().expect("jobs");
+    let job = &jobs["run-untrusted"];
+    assert!(job["runs-on"].as_str().unwrap().starts_with("ubuntu"));
+    let steps = job["steps"].as_array().expect("steps");
+    for step in steps {
+        assert!(
+            step["run"].is_string() || step["uses"].is_string(),
+            "a step without run or uses: {step}"
+        );
+    }
+    let runs: Vec<&str> = steps
+        .iter()
+        .filter_map(|step| step["run"].as_str())
+        .collect();
+    assert!(runs.iter().any(|run| run.contains("brig doctor")));
+    assert!(runs.iter().any(|run| run.contains("apparmor_parser -r")));
+    assert!(runs.iter().any(|run| run.contains("brig run")));
+}
+
+/// Runs the workflow's "Run the untrusted script under brig" step with bash as GitHub
+/// does, in a workspace with an untrusted/main.py, against the built brig.
+fn run_ci_step(script: &str) -> (std::process::Output, TempDir) {
+    let workflow = workflow();
+    let step = workflow["jobs"]["run-untrusted"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["name"] == "Run the untrusted script under brig")
+        .expect("the step");
+    let run = step["run"].as_str().unwrap();
+    let workspace = TempDir::new("ci-workspace").writable_by_all();
+    std::fs::create_dir(workspace.path().join("untrusted")).unwrap();
+    common::set_mode(&workspace.path().join("untrusted"), 0o755);
+    let main = workspace.path().join("untrusted/main.py");
+    std::fs::write(&main, script).unwrap();
+    common::set_mode(&main, 0o644);
+    // `brig` and `sudo` for the step: the test already is root, so sudo only runs its
+    // arguments.
+    let bin = workspace.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(common::brig(), bin.join("brig")).unwrap();
+    std::fs::write(bin.join("sudo"), "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    common::set_mode(&bin.join("sudo"), 0o755);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("bash")
+        .args(["--noprofile", "--norc", "-eo", "pipefail", "-c", run])
+        .current_dir(workspace.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    (output, workspace)
+}
+
+#[test]
+fn github_actions_step_runs_the_script_under_brig() {
+    let (output, workspace) = run_ci_step(
+        "import os\nprint('files:', sorted(os.listdir('/task')), 'uid', os.getuid())\n",
+    );
+    assert!(output.status.success(), "{}", describe(&output));
+    let text = stdout(&output);
+    assert!(text.contains("files: ['main.py'] uid 1000"), "{text}");
+    assert!(text.contains("brig verdict: ok exit 0"), "{text}");
+    let verdict: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace.path().join("verdict.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(verdict["limits"]["memory_bytes"], 512u64 << 20);
+    // A failing script fails the step with its status.
+    let (output, _workspace) = run_ci_step("raise SystemExit(7)\n");
+    assert_eq!(output.status.code(), Some(7), "{}", describe(&output));
+    assert!(stdout(&output).contains("brig verdict: nonzero_exit exit 7"));
+}
+
+#[test]
+fn apparmor_profile_parses() {
+    let profile = deploy("apparmor/brig");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    // Structure, checked everywhere: one profile for brig's installed path, unconfined,
+    // allowing user namespaces, with balanced braces.
+    assert!(text.contains("profile brig /usr/local/bin/brig flags=(unconfined) {"));
+    assert!(text.lines().any(|line| line.trim() == "userns,"));
+    assert!(text.contains("abi <abi/4.0>,"));
+    assert_eq!(text.matches('{').count(), text.matches('}').count());
+    let version = Command::new("apparmor_parser").arg("--version").output();
+    let Ok(version) = version else {
+        eprintln!(
+            "apparmor_parser is not installed; the profile's structure was checked, not parsed"
+        );
+        return;
+    };
+    let version_text = stdout(&version);
+    let major: u32 = version_text
+        .split_whitespace()
+        .find_map(|word| word.split('.').next()?.parse().ok())
+        .unwrap_or(0);
+    if major < 4 {
+        eprintln!(
+            "apparmor_parser {major}.x cannot parse `userns,` (AppArmor 4); the profile's structure was checked, not parsed"
+        );
+        return;
+    }
+    let output = Command::new("apparmor_parser")
+        .args(["-Q", "-K"])
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+}
