@@ -198,6 +198,7 @@ fn assert_verdict_shape(v: &Value) {
             key_set(&[
                 "namespaces",
                 "cgroup",
+                "rootfs",
                 "rootless",
                 "net",
                 "capabilities",
