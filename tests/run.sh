@@ -29,7 +29,7 @@ if ((${#need[@]})) || [[ $apt_lists_known == no ]]; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
 cargo build --release
 binary=target/x86_64-unknown-linux-gnu/release/brig
@@ -41,4 +41,4 @@ if ! file "$binary" | grep -q 'static-pie linked\|statically linked' ||
 fi
 echo "static binary: $(file -b "$binary" | cut -d, -f1-2), $(stat -c %s "$binary") bytes"
 
-cargo test --all-targets
+cargo test --workspace --all-targets
