@@ -8,12 +8,21 @@
 //! A profile file may hold several named filters; brig installs all of them, in name order.
 //! The kernel runs every filter on every call and applies the strictest answer, so a filter
 //! that only answers `clone3` with ENOSYS can sit beside the allowlist.
+//!
+//! Every program gets a binary-search dispatcher in front of seccompiler's linear chain
+//! (`dispatch`).
+
+mod compile;
+mod dispatch;
+#[cfg(test)]
+mod equivalence;
 
 use crate::error::{Error, Result};
 use crate::syscalls;
+use compile::{compile, one_line};
 use seccompiler::{BpfProgram, TargetArch};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -141,38 +150,6 @@ pub fn builtin(name: &str) -> Option<&'static Profile> {
 
 pub fn names() -> Vec<&'static str> {
     PROFILES.iter().map(|profile| profile.name).collect()
-}
-
-/// Compiles every filter of a profile, in install order; the error is one line.
-///
-/// Installing a filter is itself a system call that the filters already installed must
-/// allow. So filters that allow what they do not match (denylists such as `enosys`) go
-/// first and allowlists last, each group in name order; an allowlist installed before
-/// another one would have to allow `seccomp`.
-fn compile(text: &str, arch: TargetArch) -> std::result::Result<Vec<BpfProgram>, String> {
-    let map = seccompiler::compile_from_json(text.as_bytes(), arch)
-        .map_err(|err| one_line(&err.to_string()))?;
-    if map.is_empty() {
-        return Err("it holds no filter".into());
-    }
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|err| one_line(&err.to_string()))?;
-    let allows_the_rest = |name: &str| {
-        let filter = &value[name];
-        let mismatch = filter
-            .get("mismatch_action")
-            .or_else(|| filter.get("default_action"));
-        mismatch.and_then(serde_json::Value::as_str) == Some("allow")
-    };
-    let ordered: BTreeMap<(bool, String), BpfProgram> = map
-        .into_iter()
-        .map(|(name, program)| ((!allows_the_rest(&name), name), program))
-        .collect();
-    Ok(ordered.into_values().collect())
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Log mode: every answer that denies a call (an errno, a kill, a trap) becomes `log`,
