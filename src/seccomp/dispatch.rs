@@ -20,7 +20,8 @@
 //! straight to the call's own header, which then matches, or to the chain's end. Nothing of
 //! the chain changes: its jumps are relative and all of them lie after the insertion point.
 //!
-//! Any program that does not have this shape is left as it is.
+//! Any program that does not have this shape is left as it is. This file is also compiled
+//! into build.rs, which precompiles the built-in profiles; it depends on seccompiler only.
 
 use seccompiler::sock_filter;
 
