@@ -35,7 +35,7 @@ const CLASS_MASK: u16 = 0x07;
 const CLASS_JMP: u16 = 0x05;
 /// `offsetof(struct seccomp_data, nr)`.
 const NR_OFFSET: u32 = 0;
-/// The kernel's BPF_MAXINSNS; the result stays below it.
+/// The kernel's BPF_MAXINSNS; the result stays below it, as seccompiler's programs do.
 const MAX_INSNS: usize = 4096;
 /// Most `jeq`s in a leaf of the search tree.
 pub const BUCKET: usize = 4;
@@ -78,7 +78,7 @@ pub fn add_dispatcher(program: &[sock_filter]) -> Result<Vec<sock_filter>, Strin
     let length = tree.len();
     if program.len() + length >= MAX_INSNS {
         return Err(format!(
-            "{} instructions with the dispatcher: BPF allows fewer than {MAX_INSNS}",
+            "{} instructions with the dispatcher: not below BPF_MAXINSNS ({MAX_INSNS})",
             program.len() + length
         ));
     }
