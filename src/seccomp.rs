@@ -8,12 +8,27 @@
 //! A profile file may hold several named filters; brig installs all of them, in name order.
 //! The kernel runs every filter on every call and applies the strictest answer, so a filter
 //! that only answers `clone3` with ENOSYS can sit beside the allowlist.
+//!
+//! Every program gets a binary-search dispatcher in front of seccompiler's linear chain
+//! (`dispatch`). build.rs compiles the built-in profiles with it, so that enforcing one
+//! costs no JSON work; files and log mode are compiled at run time, the same way.
+
+mod compile;
+mod dispatch;
+#[cfg(test)]
+mod equivalence;
+
+mod precompiled {
+    include!(concat!(env!("OUT_DIR"), "/seccomp_profiles.rs"));
+}
 
 use crate::error::{Error, Result};
 use crate::syscalls;
-use seccompiler::{BpfProgram, TargetArch};
+use compile::{compile, one_line};
+use seccompiler::{TargetArch, sock_filter};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -78,9 +93,10 @@ pub struct SeccompPlan {
     /// A built-in profile's name, a file's path, or `none`.
     pub profile: String,
     pub mode: Mode,
-    /// Compiled BPF, in install order.
+    /// Compiled BPF, in install order: a built-in profile's precompiled programs, or
+    /// programs compiled at run time.
     #[serde(skip)]
-    pub filters: Vec<BpfProgram>,
+    pub filters: Vec<Cow<'static, [sock_filter]>>,
 }
 
 /// `--seccomp NAME|FILE|none` and `--seccomp-log`, resolved and compiled.
@@ -99,14 +115,24 @@ pub fn resolve(choice: Option<&str>, log: bool) -> Result<SeccompPlan> {
             filters: Vec::new(),
         });
     }
-    let text = match builtin(choice) {
-        Some(profile) => profile.json.to_string(),
+    let mode = if log { Mode::Log } else { Mode::Enforce };
+    let (text, is_file) = match builtin(choice) {
+        // Enforcing a built-in profile: build.rs compiled it.
+        Some(profile) if !log => {
+            return Ok(SeccompPlan {
+                profile: choice.into(),
+                mode,
+                filters: precompiled(profile.name).map(Cow::Borrowed).collect(),
+            });
+        }
+        Some(profile) => (profile.json.to_string(), false),
         None if choice.contains('/') || choice.ends_with(".json") => {
-            std::fs::read_to_string(choice).map_err(|err| {
+            let text = std::fs::read_to_string(choice).map_err(|err| {
                 Error::input(format!(
                     "{field}: cannot read it: {err}; give the path of a readable seccompiler JSON profile"
                 ))
-            })?
+            })?;
+            (text, true)
         }
         None => {
             return Err(Error::input(format!(
@@ -115,24 +141,44 @@ pub fn resolve(choice: Option<&str>, log: bool) -> Result<SeccompPlan> {
             )));
         }
     };
-    let filters = compile(&text, ARCH).map_err(|why| {
-        Error::input(format!(
-            "{field}: not a valid seccompiler profile: {why}; see `brig seccomp show default` for the format"
-        ))
-    })?;
     let filters = if log {
+        // A file may not compile: say so of the file rather than of its log-mode copy.
+        // (Built-in profiles compile: build.rs saw to it.)
+        if is_file {
+            validate(&text, &field)?;
+        }
         let logged = to_log_mode(&text)
             .map_err(|why| Error::input(format!("--seccomp-log with {field}: {why}")))?;
         compile(&logged, ARCH)
             .map_err(|why| Error::input(format!("--seccomp-log with {field}: {why}")))?
     } else {
-        filters
+        validate(&text, &field)?
     };
     Ok(SeccompPlan {
         profile: choice.into(),
-        mode: if log { Mode::Log } else { Mode::Enforce },
-        filters,
+        mode,
+        filters: filters.into_iter().map(Cow::Owned).collect(),
     })
+}
+
+/// Compiles a profile given by the user; the error says it is not a valid profile.
+fn validate(text: &str, field: &str) -> Result<Vec<Vec<sock_filter>>> {
+    compile(text, ARCH).map_err(|why| {
+        Error::input(format!(
+            "{field}: not a valid seccompiler profile: {why}; see `brig seccomp show default` for the format"
+        ))
+    })
+}
+
+/// The programs build.rs compiled for the built-in profile `name`, in install order.
+fn precompiled(name: &str) -> impl Iterator<Item = &'static [sock_filter]> {
+    precompiled::PRECOMPILED
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, filters)| *filters)
+        .unwrap_or_else(|| panic!("build.rs precompiled no profile {name}"))
+        .iter()
+        .copied()
 }
 
 pub fn builtin(name: &str) -> Option<&'static Profile> {
@@ -141,38 +187,6 @@ pub fn builtin(name: &str) -> Option<&'static Profile> {
 
 pub fn names() -> Vec<&'static str> {
     PROFILES.iter().map(|profile| profile.name).collect()
-}
-
-/// Compiles every filter of a profile, in install order; the error is one line.
-///
-/// Installing a filter is itself a system call that the filters already installed must
-/// allow. So filters that allow what they do not match (denylists such as `enosys`) go
-/// first and allowlists last, each group in name order; an allowlist installed before
-/// another one would have to allow `seccomp`.
-fn compile(text: &str, arch: TargetArch) -> std::result::Result<Vec<BpfProgram>, String> {
-    let map = seccompiler::compile_from_json(text.as_bytes(), arch)
-        .map_err(|err| one_line(&err.to_string()))?;
-    if map.is_empty() {
-        return Err("it holds no filter".into());
-    }
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|err| one_line(&err.to_string()))?;
-    let allows_the_rest = |name: &str| {
-        let filter = &value[name];
-        let mismatch = filter
-            .get("mismatch_action")
-            .or_else(|| filter.get("default_action"));
-        mismatch.and_then(serde_json::Value::as_str) == Some("allow")
-    };
-    let ordered: BTreeMap<(bool, String), BpfProgram> = map
-        .into_iter()
-        .map(|(name, program)| ((!allows_the_rest(&name), name), program))
-        .collect();
-    Ok(ordered.into_values().collect())
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Log mode: every answer that denies a call (an errno, a kill, a trap) becomes `log`,
@@ -489,6 +503,37 @@ mod tests {
             assert!(
                 actual == expected,
                 "{path} is stale: run `BRIG_UPDATE_PROFILES=1 cargo test aarch64_profiles`"
+            );
+        }
+    }
+
+    /// build.rs compiled the built-in profiles as brig would at run time.
+    #[test]
+    fn precompiled_profiles_are_the_compiled_ones() {
+        let mut names: Vec<&str> = precompiled::PRECOMPILED
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        names.sort();
+        let mut builtins = super::names();
+        builtins.sort();
+        assert_eq!(names, builtins);
+        for profile in PROFILES {
+            let compiled = compile(profile.json, ARCH).unwrap();
+            let built: Vec<&[sock_filter]> = precompiled(profile.name).collect();
+            assert_eq!(built.len(), compiled.len(), "{}", profile.name);
+            for (built, compiled) in built.iter().zip(&compiled) {
+                assert_eq!(*built, &compiled[..], "{}", profile.name);
+            }
+            let plan = resolve(Some(profile.name), false).unwrap();
+            assert!(matches!(plan.filters[0], Cow::Borrowed(_)));
+            // The allowlist (installed last) has its dispatcher.
+            let map = seccompiler::compile_from_json(profile.json.as_bytes(), ARCH).unwrap();
+            let original = map["allowlist"].len();
+            assert!(
+                plan.filters.last().unwrap().len() > original,
+                "{}",
+                profile.name
             );
         }
     }
