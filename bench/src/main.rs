@@ -20,6 +20,8 @@ struct Options {
     json: Option<String>,
     /// Extra `brig run` options for a second brig variant, e.g. cgroup limits.
     limits: Vec<String>,
+    /// Only these tools (e.g. inside a VM without bwrap).
+    only: Option<Vec<String>>,
 }
 
 fn parse_options() -> Options {
@@ -34,6 +36,7 @@ fn parse_options() -> Options {
             "--pids".into(),
             "64".into(),
         ],
+        only: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -50,6 +53,7 @@ fn parse_options() -> Options {
             }
             "--json" => options.json = Some(value()),
             "--limits" => options.limits = value().split_whitespace().map(String::from).collect(),
+            "--tools" => options.only = Some(value().split(',').map(String::from).collect()),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown option {other}")),
         }
@@ -62,7 +66,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,bwrap,brig,brig+limits] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -218,7 +222,20 @@ struct Report {
 
 fn main() {
     let options = parse_options();
-    let tools = tools(&options);
+    let tools: Vec<Tool> = tools(&options)
+        .into_iter()
+        .filter(|tool| {
+            options
+                .only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|name| name == tool.name))
+        })
+        .collect();
+    // A program this machine lacks (no python3 in a minimal VM) is left out.
+    let programs: Vec<&(&str, &[&str])> = PROGRAMS
+        .iter()
+        .filter(|(_, argv)| std::path::Path::new(argv[0]).exists())
+        .collect();
     let mut report = Report {
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .unwrap_or_default()
@@ -233,7 +250,7 @@ fn main() {
         ratios: BTreeMap::new(),
     };
 
-    for (label, program) in PROGRAMS {
+    for (label, program) in &programs {
         let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); tools.len()];
         // Warm the page cache and the dentry cache first.
         for tool in &tools {
@@ -260,7 +277,7 @@ fn main() {
         let per_tool = tools
             .iter()
             .map(|tool| {
-                let rate = throughput(tool, PROGRAMS[0].1, workers, options.throughput_for);
+                let rate = throughput(tool, programs[0].1, workers, options.throughput_for);
                 (tool.name.to_string(), rate)
             })
             .collect();
@@ -269,12 +286,18 @@ fn main() {
             .insert(format!("true, {workers} worker(s)"), per_tool);
     }
     for (label, per_tool) in &report.latency {
+        if !has_brig_and_bwrap(per_tool) {
+            continue;
+        }
         report.ratios.insert(
             format!("latency {label}: brig/bwrap"),
             per_tool["brig"].median_ms / per_tool["bwrap"].median_ms,
         );
     }
     for (label, per_tool) in &report.throughput {
+        if !has_brig_and_bwrap(per_tool) {
+            continue;
+        }
         report.ratios.insert(
             format!("throughput {label}: brig/bwrap"),
             per_tool["brig"] / per_tool["bwrap"],
@@ -286,6 +309,10 @@ fn main() {
         std::fs::write(path, json + "\n").unwrap_or_else(|err| panic!("write {path}: {err}"));
         println!("\nwrote {path}");
     }
+}
+
+fn has_brig_and_bwrap<V>(per_tool: &BTreeMap<String, V>) -> bool {
+    per_tool.contains_key("brig") && per_tool.contains_key("bwrap")
 }
 
 fn print_table(report: &Report, tools: &[Tool]) {
