@@ -61,35 +61,8 @@ pub fn parse(text: &str, origin: &str) -> Result<JailOptions> {
     if text.trim().is_empty() {
         return Ok(JailOptions::default());
     }
-    serde_saphyr::from_str::<JailOptions>(text).map_err(|err| {
-        // serde-saphyr renders a multi-line snippet; keep its first line without the
-        // "error: line L column C:" prefix, and quote the offending source line instead.
-        let rendered = err.to_string();
-        let first_line = rendered.lines().next().unwrap_or_default();
-        let message = first_line
-            .split_once(": ")
-            .map(|(_, rest)| rest)
-            .map(|rest| match rest.split_once(": ") {
-                Some((position, detail)) if position.starts_with("line ") => detail,
-                _ => rest,
-            })
-            .unwrap_or(first_line)
-            .trim_start_matches("error: ");
-        match err.location() {
-            Some(at) => {
-                let source_line = text.lines().nth(at.line().saturating_sub(1) as usize);
-                let quoted = source_line
-                    .map(|line| format!(" (at `{}`)", line.trim()))
-                    .unwrap_or_default();
-                Error::input(format!(
-                    "{origin}:{}:{}: {message}{quoted}",
-                    at.line(),
-                    at.column()
-                ))
-            }
-            None => Error::input(format!("{origin}: {message}")),
-        }
-    })
+    serde_saphyr::from_str::<JailOptions>(text)
+        .map_err(|err| Error::input(brig_rootfs::yaml_error_line(&err, text, origin)))
 }
 
 #[cfg(test)]

@@ -78,19 +78,7 @@ pub fn build_root(ops: &[MountOp]) -> Result<()> {
     drop(scratch_root);
     chdir("/").context(|| "chdir to the jail's root".into())?;
     if root_is_tmpfs {
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REMOUNT
-                | MsFlags::MS_BIND
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_NODEV
-                | MsFlags::MS_NOEXEC,
-            None::<&str>,
-        )
-        .context(|| "make the jail's root read-only".into())?;
+        remount_read_only(Path::new("/")).context(|| "make the jail's root read-only".into())?;
     }
     Ok(())
 }
@@ -206,19 +194,9 @@ fn apply(op: &MountOp) -> Result<()> {
             )
             .context(|| format!("mount a private devpts on {}", dst.display()))
         }
-        MountOp::ReadOnly { dst } => mount(
-            None::<&str>,
-            &staged(dst),
-            None::<&str>,
-            MsFlags::MS_REMOUNT
-                | MsFlags::MS_BIND
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_NODEV
-                | MsFlags::MS_NOEXEC,
-            None::<&str>,
-        )
-        .context(|| format!("make {} read-only", dst.display())),
+        MountOp::ReadOnly { dst } => {
+            remount_read_only(&staged(dst)).context(|| format!("make {} read-only", dst.display()))
+        }
         MountOp::File { dst, contents } => {
             let parent = dst.parent().unwrap_or(Path::new("/"));
             make_mount_point(parent, Kind::Dir)?;
@@ -226,6 +204,17 @@ fn apply(op: &MountOp) -> Result<()> {
                 .context(|| format!("write {} in the jail", dst.display()))
         }
     }
+}
+
+/// A mount brig made itself (a tmpfs): read-only, and nothing on it runs or is a device.
+fn remount_read_only(path: &Path) -> Result<(), Errno> {
+    let flags = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    mount(None::<&str>, path, None::<&str>, flags, None::<&str>)
 }
 
 fn mount_tmpfs(path: &Path, data: &str, flags: MsFlags) -> Result<(), Errno> {

@@ -23,6 +23,35 @@ mod tar;
 
 pub use manifest::{SHIPPED, shipped_names};
 
+/// A serde-saphyr error as one line: `origin:line:column: message (at `source line`)`.
+/// serde-saphyr renders a multi-line snippet; this keeps its first line without the
+/// "error: line L column C:" prefix and quotes the offending source line instead, which
+/// names the key. Shared with brig's `--config` parser.
+pub fn yaml_error_line(err: &serde_saphyr::Error, text: &str, origin: &str) -> String {
+    let rendered = err.to_string();
+    let first_line = rendered.lines().next().unwrap_or_default();
+    let message = first_line
+        .split_once(": ")
+        .map(|(_, rest)| rest)
+        .map(|rest| match rest.split_once(": ") {
+            Some((position, detail)) if position.starts_with("line ") => detail,
+            _ => rest,
+        })
+        .unwrap_or(first_line)
+        .trim_start_matches("error: ");
+    match err.location() {
+        Some(at) => {
+            let quoted = text
+                .lines()
+                .nth(at.line().saturating_sub(1) as usize)
+                .map(|line| format!(" (at `{}`)", line.trim()))
+                .unwrap_or_default();
+            format!("{origin}:{}:{}: {message}{quoted}", at.line(), at.column())
+        }
+        None => format!("{origin}: {message}"),
+    }
+}
+
 use glob::Glob;
 use image::{Image, Need, Source};
 use std::fmt;

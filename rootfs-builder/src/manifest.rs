@@ -105,34 +105,8 @@ pub fn parse(text: &str, origin: &str) -> Result<Manifest, Error> {
     if text.trim().is_empty() {
         return Ok(Manifest::default());
     }
-    serde_saphyr::from_str::<Manifest>(text).map_err(|err| {
-        let rendered = err.to_string();
-        let first_line = rendered.lines().next().unwrap_or_default();
-        let message = first_line
-            .split_once(": ")
-            .map(|(_, rest)| rest)
-            .map(|rest| match rest.split_once(": ") {
-                Some((position, detail)) if position.starts_with("line ") => detail,
-                _ => rest,
-            })
-            .unwrap_or(first_line)
-            .trim_start_matches("error: ");
-        match err.location() {
-            Some(at) => {
-                let quoted = text
-                    .lines()
-                    .nth(at.line().saturating_sub(1) as usize)
-                    .map(|line| format!(" (at `{}`)", line.trim()))
-                    .unwrap_or_default();
-                Error::new(format!(
-                    "{origin}:{}:{}: {message}{quoted}",
-                    at.line(),
-                    at.column()
-                ))
-            }
-            None => Error::new(format!("{origin}: {message}")),
-        }
-    })
+    serde_saphyr::from_str::<Manifest>(text)
+        .map_err(|err| Error::new(crate::yaml_error_line(&err, text, origin)))
 }
 
 #[cfg(test)]
