@@ -288,7 +288,12 @@ fn assert_no_jail_cgroups(pid: u32) {
 
 /// The v1 cgroup directory of brig `pid`'s jail in `controller`'s hierarchy.
 fn v1_jail_cgroup(controller: &str, pid: u32) -> Option<PathBuf> {
-    let parent = Path::new("/sys/fs/cgroup").join(controller).join("brig");
+    v1_jail_cgroup_in(controller, "brig", pid)
+}
+
+/// The jail cgroup of brig `pid` under `parent` in a v1 hierarchy.
+fn v1_jail_cgroup_in(controller: &str, parent: &str, pid: u32) -> Option<PathBuf> {
+    let parent = Path::new("/sys/fs/cgroup").join(controller).join(parent);
     let prefix = format!("jail-{pid}-");
     std::fs::read_dir(parent)
         .ok()?
@@ -1313,15 +1318,32 @@ fn missing_cgroup_parent_is_rejected(mode: Mode) {
 /// brig creates) puts the jail there, with the limits.
 #[test]
 fn cgroup_parent_places_the_jail() {
-    // Make sure the parents exist: brig creates <hierarchy>/brig on a normal run.
-    let (done, _) = jail_with_verdict(Mode::Root, &["--cpus", "1"], &["true"]);
-    assert_code(&done.output, 0);
+    // The operator's delegated subtree: this test's own cgroup in each v1 hierarchy
+    // brig uses, removed again at the end (brig leaves a given parent alone).
+    let name = format!("brigtest-parent-{}", std::process::id());
+    let parents: Vec<PathBuf> = ["pids", "memory", "cpuacct"]
+        .iter()
+        .map(|hierarchy| Path::new("/sys/fs/cgroup").join(hierarchy).join(&name))
+        .collect();
+    for parent in &parents {
+        std::fs::create_dir(parent).expect("create the test's parent cgroup");
+    }
+    struct RemoveParents(Vec<PathBuf>);
+    impl Drop for RemoveParents {
+        fn drop(&mut self) {
+            for parent in &self.0 {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+    }
+    let _cleanup = RemoveParents(parents.clone());
+    let given = format!("/{name}");
     let mut brig = command(
         Mode::Root,
         &[
             "run",
             "--cgroup-parent",
-            "/brig",
+            &given,
             "--memory",
             "40M",
             "--pids",
@@ -1339,20 +1361,29 @@ fn cgroup_parent_places_the_jail() {
     let pid = running.pid();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            v1_jail_cgroup("pids", pid).is_some() && v1_jail_cgroup("memory", pid).is_some()
+            v1_jail_cgroup_in("pids", &name, pid).is_some()
+                && v1_jail_cgroup_in("memory", &name, pid).is_some()
         }),
         "no jail cgroup under the given parent"
     );
-    let pids_dir = v1_jail_cgroup("pids", pid).unwrap();
-    let memory_dir = v1_jail_cgroup("memory", pid).unwrap();
+    let pids_dir = v1_jail_cgroup_in("pids", &name, pid).unwrap();
+    let memory_dir = v1_jail_cgroup_in("memory", &name, pid).unwrap();
     assert_eq!(read_trimmed(&pids_dir.join("pids.max")), "20");
     assert_eq!(
         read_trimmed(&memory_dir.join("memory.limit_in_bytes")),
         (40 * MIB).to_string()
     );
+    assert!(pids_dir.starts_with(&parents[0]), "{}", pids_dir.display());
     drop(running.child.stdin.take());
     let done = finish(running);
     assert_code(&done.output, 0);
+    for parent in &parents {
+        assert!(
+            parent.is_dir(),
+            "brig removed the given parent {}",
+            parent.display()
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

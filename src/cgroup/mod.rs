@@ -136,6 +136,8 @@ pub fn layout() -> Result<Layout> {
 pub struct JailCgroup {
     version: Version,
     dirs: Vec<PathBuf>,
+    /// The parents are `brig` subtrees brig created: remove them when they are empty.
+    remove_parents: bool,
     /// v2: the cgroup's directory, for clone3(CLONE_INTO_CGROUP).
     dir_fd: Option<OwnedFd>,
 }
@@ -159,18 +161,32 @@ impl JailCgroup {
             version: placement.version,
             dirs: Vec::new(),
             dir_fd: None,
+            remove_parents: placement.parent_kind == hierarchy::Parent::BrigSubtree,
         };
         for parent in &placement.parents {
-            hierarchy::prepare_parent(
-                placement.version,
-                parent,
-                &placement.parent_kind,
-                &placement.controllers,
-            )?;
-            hierarchy::remove_stale_jails(parent);
             let dir = parent.join(&name);
-            fs::create_dir(&dir)
-                .context(|| format!("create the jail's cgroup {}", dir.display()))?;
+            // The last jail to leave a `brig` subtree removes it; a concurrent brig may do
+            // so between preparing the parent and creating the jail's cgroup: prepare again.
+            let mut attempts = 0;
+            loop {
+                hierarchy::prepare_parent(
+                    placement.version,
+                    parent,
+                    &placement.parent_kind,
+                    &placement.controllers,
+                )?;
+                hierarchy::remove_stale_jails(parent);
+                match fs::create_dir(&dir) {
+                    Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
+                        attempts += 1
+                    }
+                    created => {
+                        created
+                            .context(|| format!("create the jail's cgroup {}", dir.display()))?;
+                        break;
+                    }
+                }
+            }
             cgroup.dirs.push(dir);
         }
         match placement.version {
@@ -239,6 +255,12 @@ impl JailCgroup {
         for dir in self.dirs.drain(..) {
             hierarchy::kill_all(self.version, &dir);
             hierarchy::remove(&dir);
+            if self.remove_parents
+                && let Some(parent) = dir.parent()
+            {
+                // Fails (EBUSY) while other jails use it, as it should.
+                let _ = fs::remove_dir(parent);
+            }
         }
     }
 }

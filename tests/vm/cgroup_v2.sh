@@ -127,7 +127,7 @@ fi
 touch $W/sync/go
 wait $pid
 check jail-cgroup-removed-after-the-run "$(jails_of $CG/brig $pid)" no_jails_of $CG/brig $pid
-check brig-parent-stays "" test -d $CG/brig
+check brig-parent-removed-when-empty "" test ! -d $CG/brig
 
 # --- Memory -----------------------------------------------------------------------------
 section "Memory"
