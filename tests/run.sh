@@ -6,8 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-command -v python3 >/dev/null || need+=(python3)
-command -v node >/dev/null || need+=(nodejs)
+# The jails bind the host's /usr: the interpreters must live there (a pyenv or nvm
+# shim earlier in PATH does not count).
+[[ -x /usr/bin/python3 ]] || need+=(python3)
+[[ -x /usr/bin/node ]] || need+=(nodejs)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)
 command -v script >/dev/null || need+=(bsdutils)
