@@ -2,6 +2,7 @@
 //! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
 
 use crate::channel::{ChildEnd, Message};
+use crate::procfs::Stat;
 use crate::{privs, sys};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
@@ -61,7 +62,13 @@ fn reap(program: Pid, channel: &ChildEnd) {
         WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
     )
     .is_ok_and(|status| status != WaitStatus::StillAlive);
-    let cpu_before_reaping = program_exited.then(|| own_cpu_ms(program)).flatten();
+    let cpu_before_reaping = program_exited
+        .then(|| Stat::read(program))
+        .flatten()
+        .map(|stat| {
+            let (user, system) = stat.cpu(false);
+            (user + system).as_millis() as u64
+        });
     loop {
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) if pid == program => {
@@ -79,17 +86,4 @@ fn reap(program: Pid, channel: &ChildEnd) {
             Ok(_) => {}
         }
     }
-}
-
-/// User plus system CPU time of one process itself, from /proc/PID/stat (fields 14, 15).
-fn own_cpu_ms(pid: Pid) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, after_name) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 =
-        fields.get(14 - 3)?.parse::<u64>().ok()? + fields.get(15 - 3)?.parse::<u64>().ok()?;
-    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()??
-        .max(1) as u64;
-    Some(ticks * 1000 / per_second)
 }

@@ -19,6 +19,7 @@ mod net;
 mod options;
 mod plan;
 mod privs;
+mod procfs;
 mod relay;
 mod rlimits;
 mod seccomp;

@@ -6,6 +6,7 @@ use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::channel::{Channel, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
+use crate::procfs::Stat;
 use crate::relay::{Counts, Relay};
 use crate::sys::{self, Cloned};
 use crate::{child, init, seccomp, user};
@@ -266,77 +267,33 @@ impl Ending {
 /// User and system CPU time of every live descendant of `root` (not `root` itself),
 /// including what they reaped, from /proc/PID/stat.
 fn descendants_cpu(root: Pid) -> (Duration, Duration) {
-    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100)
-        .max(1) as u64;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return (Duration::ZERO, Duration::ZERO);
     };
-    // pid -> (ppid, user ticks, system ticks)
-    let mut table = std::collections::HashMap::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some((_, after_name)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<u64> = after_name
-            .split_whitespace()
-            .skip(1)
-            .take(15)
-            .map(|field| field.parse().unwrap_or(0))
-            .collect();
-        // After the state: ppid is field 4; utime, stime, cutime, cstime are 14 to 17.
-        if let [
-            ppid,
-            _,
-            _,
-            _,
-            _,
-            _,
-            _,
-            _,
-            _,
-            _,
-            utime,
-            stime,
-            cutime,
-            cstime,
-            ..,
-        ] = fields[..]
-        {
-            table.insert(pid, (ppid as i32, utime + cutime, stime + cstime));
-        }
-    }
-    let is_descendant = |mut pid: i32| {
+    // pid -> (ppid, its CPU time including what it reaped)
+    let table: std::collections::HashMap<u64, (u64, (Duration, Duration))> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u64>().ok())
+        .filter_map(|pid| {
+            let stat = Stat::read(pid)?;
+            Some((pid, (stat.field(4)?, stat.cpu(true))))
+        })
+        .collect();
+    let root = root.as_raw() as u64;
+    let is_descendant = |mut pid: u64| {
         for _ in 0..table.len() {
             match table.get(&pid) {
-                Some((ppid, _, _)) if *ppid == root.as_raw() => return true,
-                Some((ppid, _, _)) if *ppid > 1 => pid = *ppid,
+                Some((ppid, _)) if *ppid == root => return true,
+                Some((ppid, _)) if *ppid > 1 => pid = *ppid,
                 _ => return false,
             }
         }
         false
     };
-    let (mut user, mut system) = (0, 0);
-    for (pid, (_, utime, stime)) in &table {
-        if is_descendant(*pid) {
-            user += utime;
-            system += stime;
-        }
-    }
-    let to_duration = |ticks: u64| Duration::from_millis(ticks * 1000 / ticks_per_second);
-    (to_duration(user), to_duration(system))
+    table.iter().filter(|(pid, _)| is_descendant(**pid)).fold(
+        (Duration::ZERO, Duration::ZERO),
+        |(user, system), (_, (_, cpu))| (user + cpu.0, system + cpu.1),
+    )
 }
 
 /// What brig watches besides the jail's exit and its own signals.

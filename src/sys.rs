@@ -246,21 +246,14 @@ pub fn borrow_fd<'a>(fd: RawFd) -> BorrowedFd<'a> {
 /// in its PID namespace, with `name`. The jail's init is a fork of brig and would
 /// otherwise show the jail brig's whole command line (host paths of binds, configs).
 pub fn scrub_cmdline(name: &str) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Some(stat) = crate::procfs::Stat::read("self") else {
         return;
     };
-    // Fields after the parenthesised command name start at field 3; arg_start and
-    // arg_end are fields 48 and 49 (proc(5)).
-    let Some((_, after_name)) = stat.rsplit_once(')') else {
+    // arg_start and arg_end (proc(5)).
+    let (Some(start), Some(end)) = (stat.field(48), stat.field(49)) else {
         return;
     };
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let (Some(start), Some(end)) = (
-        fields.get(48 - 3).and_then(|f| f.parse::<usize>().ok()),
-        fields.get(49 - 3).and_then(|f| f.parse::<usize>().ok()),
-    ) else {
-        return;
-    };
+    let (start, end) = (start as usize, end as usize);
     if start == 0 || end <= start {
         return;
     }
