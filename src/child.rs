@@ -1,5 +1,5 @@
 //! The jail side. After clone this process is PID 1 of the new namespaces; it assembles
-//! the jail, then forks: the fork becomes the program, this process stays as init.
+//! the jail, then spawns the program and stays as its init.
 //! Every step runs in the order below.
 
 use crate::channel::{ChildEnd, Message};
@@ -22,9 +22,10 @@ pub fn run(plan: &Plan, channel: ChildEnd, output: Option<JailEnds>) -> ! {
             sys::exit_now(125);
         }
     }
-    match sys::fork_process() {
-        Ok(Some(program)) => init::run(program, &channel),
-        Ok(None) => become_program(plan, &channel),
+    // The program's process shares init's memory until its exec (vfork-like): cheaper
+    // than a fork, whose copy of brig the exec would only tear down again.
+    match sys::spawn_sharing_memory(&mut || become_program(plan, &channel)) {
+        Ok(program) => init::run(program, &channel),
         Err(errno) => {
             channel.send(&Message::SetupError(
                 Error::os("fork the program inside the jail", errno).to_string(),
@@ -75,6 +76,9 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd, output: Option<JailEnds>) -> R
     }
     // Mounts, then pivot_root into the new root.
     mnt::build_root(&plan.mounts)?;
+    // The jail needs no capability it does not already hold: empty the bounding set
+    // here, once, for both init and the program.
+    privs::empty_bounding_set()?;
     // SIGCHLD joins the signals brig already blocked; init waits for them synchronously.
     let mut blocked = init::forwarded_signals();
     blocked.add(Signal::SIGCHLD);

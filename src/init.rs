@@ -55,14 +55,15 @@ pub fn run(program: Pid, channel: &ChildEnd) -> ! {
 
 /// Reaps every exited child; when it is the program, reports its status and exits.
 fn reap(program: Pid, channel: &ChildEnd) {
-    // Read the program's own CPU time while it is a zombie: reaped, it is gone. (Per
-    // process, as RLIMIT_CPU counts it; the verdict tells a CPU-time kill by it.)
-    let program_exited = waitid(
+    // A program killed by a signal: read its own CPU time while it is a zombie; reaped,
+    // it is gone. (Per process, as RLIMIT_CPU counts it; the verdict tells a CPU-time
+    // kill by it.)
+    let program_signaled = waitid(
         Id::Pid(program),
         WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
     )
-    .is_ok_and(|status| status != WaitStatus::StillAlive);
-    let cpu_before_reaping = program_exited
+    .is_ok_and(|status| matches!(status, WaitStatus::Signaled(..)));
+    let cpu_before_reaping = program_signaled
         .then(|| Stat::read(program))
         .flatten()
         .map(|stat| {

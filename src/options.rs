@@ -161,8 +161,8 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Limit<Size>>,
 
-    /// Most processes and threads the jail may have at once, a cgroup limit; `max` for
-    /// none [default: 256].
+    /// Most processes and threads the jail may have at once, brig's init among them, a
+    /// cgroup limit of at least 2; `max` for none [default: 256].
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<Limit<Count>>,

@@ -332,10 +332,12 @@ fn resolve_limits(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
             "--memory: below 4M nothing starts; give e.g. 256M",
         ));
     }
-    if options.pids == Some(Limit::To(Count(0))) {
-        return Err(Error::input(
-            "--pids: the program itself needs at least 1; give e.g. 64",
-        ));
+    if let Some(Limit::To(Count(pids))) = options.pids
+        && pids < 2
+    {
+        return Err(Error::input(format!(
+            "--pids {pids}: the jail's init and the program need at least 2; give e.g. 64"
+        )));
     }
     if let Some(cpus) = options.cpus
         && !(cpus.is_finite() && cpus >= 0.01)

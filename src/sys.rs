@@ -113,6 +113,45 @@ pub fn fork_process() -> Result<Option<Pid>, Errno> {
     }
 }
 
+/// The stack a [`spawn_sharing_memory`] child runs on. Pages are touched only as used.
+const SHARED_CHILD_STACK: usize = 256 * 1024;
+
+/// Runs `child` in a new process that shares this one's memory, as vfork(2) does: the
+/// calling thread waits until the child has exec'd or exited, then gets its pid. Nothing
+/// is copied, unlike fork(2), and the child's exec has no copy of brig to tear down.
+/// `child` runs on a stack of its own and must end in exec or exit; memory it changes
+/// before that is changed for the caller too.
+///
+/// The caller must be single-threaded, as for fork(2).
+pub fn spawn_sharing_memory(child: &mut dyn FnMut()) -> Result<Pid, Errno> {
+    extern "C" fn trampoline(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the `&mut dyn FnMut` below, which outlives the child's
+        // use of it: CLONE_VFORK holds the caller until the child execs or exits.
+        let child = unsafe { &mut *arg.cast::<&mut dyn FnMut()>() };
+        child();
+        // Not reached: `child` execs or exits. Were it to return, the child exits with
+        // brig's status for a failed setup.
+        125
+    }
+    // calloc of this size is a fresh zeroed mapping: no page is written here.
+    let mut stack = vec![0u8; SHARED_CHILD_STACK];
+    // The stack grows down from its end, which must be 16-byte aligned.
+    let end = stack.as_mut_ptr_range().end as usize & !15;
+    let mut child: &mut dyn FnMut() = child;
+    // SAFETY: the child runs `trampoline` on its own stack; CLONE_VFORK keeps this frame,
+    // `stack` and `child` alive until the child no longer uses them.
+    let pid = unsafe {
+        libc::clone(
+            trampoline,
+            end as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut child as *mut &mut dyn FnMut()).cast(),
+        )
+    };
+    drop(stack);
+    Errno::result(pid).map(Pid::from_raw)
+}
+
 pub fn pidfd_send_signal(pidfd: BorrowedFd, signal: Signal) -> Result<(), Errno> {
     // SAFETY: plain syscall on a valid fd; no pointers passed.
     let ret = unsafe {
@@ -219,6 +258,24 @@ pub fn reset_signal_dispositions() {
         // SAFETY: installing SIG_DFL is always sound.
         let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) };
     }
+}
+
+/// Drops every capability in the bounding set, up to the last one the running kernel
+/// knows (PR_CAPBSET_READ answers EINVAL past it), skipping those already dropped.
+pub fn drop_bounding_set() -> Result<(), Errno> {
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_READ and PR_CAPBSET_DROP take a capability number only.
+        match unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong) } {
+            1 => {
+                // SAFETY: as above.
+                Errno::result(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) })?;
+            }
+            0 => {}
+            _ if Errno::last() == Errno::EINVAL => return Ok(()),
+            _ => return Err(Errno::last()),
+        }
+    }
+    Ok(())
 }
 
 /// Ends the process at once: no atexit handlers, no unwinding, no stdio flushing that

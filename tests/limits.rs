@@ -977,6 +977,7 @@ fn setup_errors_write_a_verdict(mode: Mode) {
     for (args, needle) in [
         (&["--memory", "1M"][..], "--memory"),
         (&["--pids", "0"][..], "--pids"),
+        (&["--pids", "1"][..], "--pids 1"),
         (&["--cpu-time", "0s"][..], "--cpu-time"),
         (&["--rlimit", "nofile=x"][..], "--rlimit"),
         (&["--ro-bind", "/no/such/brig-test-source"][..], "/no/such"),
