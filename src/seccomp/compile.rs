@@ -1,5 +1,5 @@
-//! A seccompiler JSON profile compiled to BPF programs, in install order, each with the
-//! dispatcher of [`super::dispatch`]. brig uses it at run time for `--seccomp FILE` and
+//! A seccompiler JSON profile compiled to BPF programs, in install order, each laid out
+//! compactly by [`super::dispatch`]. brig uses it at run time for `--seccomp FILE` and
 //! `--seccomp-log`; build.rs compiles the same file to precompile the built-in profiles.
 
 use super::dispatch;

@@ -1,9 +1,10 @@
-//! The dispatcher changes no answer: a classic-BPF interpreter runs seccompiler's programs
-//! and the same programs with the dispatcher, for every shipped profile on both
-//! architectures, over system call numbers, architectures and argument values, and
-//! compares the actions. It also counts the instructions each run executes.
+//! The compact layout changes no answer: a classic-BPF interpreter runs seccompiler's
+//! programs and their compact forms, for every shipped profile on both architectures, over
+//! system call numbers (every one up to 1023, and both sides of every range boundary),
+//! architectures and argument values, and compares the actions. It also counts the
+//! instructions each run executes.
 
-use super::dispatch::{BUCKET, add_dispatcher, optimize};
+use super::dispatch::{compact, optimize};
 use seccompiler::{TargetArch, sock_filter};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -289,14 +290,18 @@ fn compare(
         args.iter_mut().for_each(|arg| *arg = random.next());
         [[0; 6], [u64::MAX; 6], args]
     };
-    // Every number a call can have, and some that none has.
-    let numbers = (0..=1023u32).chain([
-        0x7fff_ffff,
-        0x8000_0000,
-        0xffff_ffff,
-        0xffff_fffe,
-        0x3fff_ffff,
-    ]);
+    // Every number a call can have, some that none has, and both sides of every boundary.
+    let edges = edges(&[original, optimized]);
+    let numbers: BTreeSet<u32> = (0..=1023u32)
+        .chain([
+            0x7fff_ffff,
+            0x8000_0000,
+            0xffff_ffff,
+            0xffff_fffe,
+            0x3fff_ffff,
+        ])
+        .chain(edges.iter().copied())
+        .collect();
     for nr in numbers {
         let data = |args| Data {
             nr,
@@ -322,7 +327,8 @@ fn compare(
         }
     }
     // x32 numbers (a sample), and the wrong architectures.
-    for nr in (0..=1023u32).step_by(3).chain([16, 41, 56, 135, 512, 513]) {
+    let x32 = (0..=1023u32).step_by(3).chain([16, 41, 56, 135, 512, 513]);
+    for nr in x32.chain(edges.iter().copied()) {
         for args in few(&mut random) {
             check(Data {
                 nr: nr | X32_SYSCALL_BIT,
@@ -351,6 +357,16 @@ fn compare(
     checked
 }
 
+/// Both sides of every comparison either program makes with the accumulator: for the
+/// number, the first and last number of every range and the numbers just outside it.
+fn edges(programs: &[&[sock_filter]]) -> BTreeSet<u32> {
+    (programs.iter().flat_map(|program| program.iter()))
+        // jeq, jgt, jge (BPF_K)
+        .filter(|insn| matches!(insn.code, 0x15 | 0x25 | 0x35))
+        .flat_map(|insn| [insn.k.wrapping_sub(1), insn.k, insn.k.wrapping_add(1)])
+        .collect()
+}
+
 fn summary(steps: &[usize]) -> (usize, f64) {
     let max = steps.iter().copied().max().unwrap_or(0);
     (
@@ -370,7 +386,7 @@ fn worst(steps: &Steps, after: bool, checked: bool) -> usize {
 }
 
 #[test]
-fn the_dispatcher_changes_no_answer() {
+fn the_compact_layout_changes_no_answer() {
     let (mut report, mut worst_cases) = (Vec::new(), Vec::new());
     for (arch, audit) in ARCHES {
         for name in ["default", "strict"] {
@@ -381,15 +397,13 @@ fn the_dispatcher_changes_no_answer() {
             for (filter, original) in &map {
                 let what = format!("{arch:?} {name} {filter}");
                 let optimized = optimize(original);
+                let compacted =
+                    compact(original).unwrap_or_else(|why| panic!("{what}: not compacted: {why}"));
+                assert_eq!(optimized, compacted);
+                // enosys, one call, gets shorter too; allowlists by far.
+                assert!(optimized.len() < original.len(), "{what}");
                 if filter == "allowlist" {
-                    let optimized_too = add_dispatcher(original)
-                        .unwrap_or_else(|why| panic!("{what}: no dispatcher: {why}"));
-                    assert_eq!(optimized, optimized_too);
-                    assert!(optimized.len() > original.len());
-                } else {
-                    // enosys: one call, nothing to gain.
-                    assert!(add_dispatcher(original).is_err(), "{what}");
-                    assert_eq!(&optimized, original);
+                    assert!(optimized.len() * 3 < original.len(), "{what}");
                 }
                 assert_kernel_accepts(original);
                 assert_kernel_accepts(&optimized);
@@ -417,11 +431,13 @@ fn the_dispatcher_changes_no_answer() {
     }
     println!("{}", report.join("\n"));
     for (what, before, after, plain) in worst_cases {
+        // The arch check, `ld nr`, a search of a few dozen leaves, the `ret`.
         assert!(
-            plain <= 24,
+            plain <= 12,
             "{what}: worst case without argument checks {plain}"
         );
-        assert!(after <= 48, "{what}: worst case {after}");
+        // The same plus a body: socket's, all its rules failing.
+        assert!(after <= 36, "{what}: worst case {after}");
         assert!(after * 5 < before, "{what}: worst case {before} -> {after}");
     }
 }
@@ -462,7 +478,7 @@ fn allowlist() -> Vec<sock_filter> {
 }
 
 fn declined(program: &[sock_filter], because: &str) {
-    let why = add_dispatcher(program).expect_err(because);
+    let why = compact(program).expect_err(because);
     assert!(why.contains(because), "{why}");
     assert_eq!(optimize(program), program);
 }
@@ -475,10 +491,21 @@ fn header(program: &[sock_filter], nr: u32) -> usize {
         .unwrap()
 }
 
+/// What `program` answers for call `nr` with `args` on x86_64.
+fn answer(program: &[sock_filter], nr: u32, args: [u64; 6]) -> u32 {
+    let data = Data {
+        nr,
+        arch: AUDIT_ARCH_X86_64,
+        ip: 0,
+        args,
+    };
+    run(program, &data).action
+}
+
 #[test]
 fn unexpected_shapes_are_left_alone() {
     let program = allowlist();
-    assert!(add_dispatcher(&program).is_ok());
+    assert!(compact(&program).is_ok());
 
     // A header whose jf skips elsewhere.
     let mut bent = program.clone();
@@ -497,7 +524,7 @@ fn unexpected_shapes_are_left_alone() {
     bent[second].k = 1;
     declined(&bent, "not ascending");
 
-    // The arch check jumping past `ld nr`: the dispatcher would take its place.
+    // The arch check jumping past `ld nr`, into what is replaced.
     let mut bent = program.clone();
     bent[1].jt = 2;
     declined(&bent, "past `ld nr`");
@@ -514,8 +541,133 @@ fn unexpected_shapes_are_left_alone() {
     declined(&map["f"], "no `ld nr`");
 }
 
-/// A chain of `calls` blocks of seccompiler's shape, each allowing its call.
-fn synthetic(calls: u32) -> Vec<sock_filter> {
+/// A jump out of a body, onto the chain's path for unmatched numbers (a later header, a skip
+/// jump, the chain's end), answers the mismatch action while A still holds the number; once
+/// the body has loaded an argument into A, only the chain's end does.
+#[test]
+fn jumps_out_of_a_body() {
+    let program = allowlist();
+    let ioctl = header(&program, 16);
+    let end = program.len() - 1;
+    let ja = |from: usize, to: usize| sock_filter {
+        code: 0x05,
+        jt: 0,
+        jf: 0,
+        k: (to - from - 1) as u32,
+    };
+    let vectors = argument_vectors(profile_text(TargetArch::x86_64, "default"));
+    let same = |what: &str, bent: &[sock_filter]| {
+        let compacted = compact(bent).unwrap_or_else(|why| panic!("{what}: {why}"));
+        assert_kernel_accepts(&compacted);
+        for program in [bent, &compacted] {
+            assert_eq!(
+                answer(program, 16, [0, 0x5413, 0, 0, 0, 0]),
+                RET_ERRNO_EPERM
+            );
+            assert_eq!(answer(program, 17, [0; 6]), RET_ALLOW);
+        }
+        let mut steps = Steps::default();
+        compare(
+            what,
+            bent,
+            &compacted,
+            AUDIT_ARCH_X86_64,
+            &vectors,
+            &mut steps,
+        );
+    };
+    // ioctl's block: header, `ja 1` (its start), `ja 6`, `ld args[1]`, `jeq TIOCLINUX, 3, 0`,
+    // `ld args[1]`, `jeq TIOCSTI, 1, 0`, `ret ALLOW`, `ret EPERM`.
+    assert_eq!(
+        (program[ioctl + 4].k, program[ioctl + 6].k),
+        (0x541c, 0x5412)
+    );
+    for target in [header(&program, 17), header(&program, 18) + 2, end] {
+        let mut bent = program.clone();
+        bent[ioctl + 1] = ja(ioctl + 1, target);
+        same(&format!("ioctl's start to {target}"), &bent);
+    }
+    // After the load, the allowing `ret` replaced by a jump out.
+    let mut bent = program.clone();
+    bent[ioctl + 7] = ja(ioctl + 7, end);
+    same("ioctl's allow to the end", &bent);
+    bent[ioctl + 7] = ja(ioctl + 7, header(&program, 18) + 2);
+    declined(&bent, "with A no longer the number");
+    // A body that jumps other than onto the path is left alone too, A changed or not: into
+    // the next call's body (its `ja 1`)...
+    bent[ioctl + 7] = ja(ioctl + 7, header(&program, 17) + 1);
+    declined(&bent, "jumps out of its body");
+    // (Only `ja`s from the start would make ioctl a plain call, allowed like pread64; so
+    // its first load becomes a check of the number that jumps there only on paper.)
+    let mut bent = program.clone();
+    bent[ioctl + 3] = sock_filter {
+        code: 0x15,
+        jt: 0,
+        jf: (header(&program, 17) + 1 - (ioctl + 4)) as u8,
+        k: 16,
+    };
+    declined(&bent, "jumps out of its body");
+    // ...or falling off its end.
+    let mut bent = program.clone();
+    bent[header(&program, 17) - 1] = sock_filter {
+        code: 0x20,
+        jt: 0,
+        jf: 0,
+        k: 0,
+    };
+    declined(&bent, "falls off its body");
+}
+
+/// A body is copied as it is, so a conditional jump out of it must reach the mismatch `ret`
+/// in 8 bits; past other long bodies it cannot, and the program is left alone.
+#[test]
+fn long_bodies_keep_their_answers() {
+    // `read` with 60 rules (300 instructions), then `write` with one.
+    let rules: Vec<String> = (0..60)
+        .map(|value| format!(r#"{{"syscall": "read", "args": [{{"index": 0, "type": "dword", "op": "eq", "val": {value}}}]}}"#))
+        .collect();
+    let text = format!(
+        r#"{{"f": {{"mismatch_action": {{"errno": 1}}, "match_action": "allow", "filter": [{},
+            {{"syscall": "write", "args": [{{"index": 0, "type": "dword", "op": "eq", "val": 1}}]}}]}}}}"#,
+        rules.join(",")
+    );
+    let map = seccompiler::compile_from_json(text.as_bytes(), TargetArch::x86_64).unwrap();
+    let program = &map["f"];
+    // The search reaches the `ret`s past read's body through trampolines.
+    let compacted = compact(program).unwrap();
+    assert_kernel_accepts(&compacted);
+    let mut steps = Steps::default();
+    compare(
+        "read with 60 rules",
+        program,
+        &compacted,
+        AUDIT_ARCH_X86_64,
+        &argument_vectors(&text),
+        &mut steps,
+    );
+    for (nr, value, action) in [
+        (0, 59, RET_ALLOW),
+        (0, 60, RET_ERRNO_EPERM),
+        (1, 1, RET_ALLOW),
+    ] {
+        assert_eq!(answer(&compacted, nr, [value, 0, 0, 0, 0, 0]), action);
+    }
+
+    // write's block, the last: header, `ja 1`, `ja 4`, `ld`, `jeq 1, 0, 1`, two `ret`s. Its
+    // check bent to jump to the chain's end when it fails: the copy, placed before read's,
+    // would have to jump past it.
+    let write = program.len() - 8;
+    assert_eq!(program[write].k, 1);
+    let mut bent = program.clone();
+    assert_eq!((bent[write + 4].code, bent[write + 4].jf), (0x15, 1));
+    bent[write + 4].jf = 2;
+    assert_eq!(write + 4 + 1 + 2, bent.len() - 1);
+    declined(&bent, "out of reach");
+}
+
+/// A chain of `calls` blocks of seccompiler's shape for the even numbers, each allowing its
+/// call; every `checked`th one (none for 0) only if argument 0 is 1.
+fn synthetic(calls: u32, checked: u32) -> Vec<sock_filter> {
     let insn = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     let mut program = vec![
         insn(0x20, 0, 0, 4),
@@ -526,7 +678,13 @@ fn synthetic(calls: u32) -> Vec<sock_filter> {
     for nr in 0..calls {
         program.push(insn(0x15, 0, 1, nr * 2));
         program.push(insn(0x05, 0, 0, 1));
-        program.push(insn(0x05, 0, 0, 2));
+        if checked != 0 && nr % checked == 0 {
+            program.push(insn(0x05, 0, 0, 4));
+            program.push(insn(0x20, 0, 0, 16));
+            program.push(insn(0x15, 0, 1, 1));
+        } else {
+            program.push(insn(0x05, 0, 0, 2));
+        }
         program.push(insn(0x06, 0, 0, RET_ALLOW));
         program.push(insn(0x06, 0, 0, RET_ERRNO_EPERM));
     }
@@ -535,29 +693,139 @@ fn synthetic(calls: u32) -> Vec<sock_filter> {
 }
 
 #[test]
-fn too_short_or_too_long_is_left_alone() {
-    declined(&synthetic(BUCKET as u32), "a chain this short");
-    // 800 calls fit in 4005 instructions, but not with a dispatcher.
-    let long = synthetic(800);
+fn long_and_short_chains_keep_their_answers() {
+    // (calls, one in how many checked)
+    let cases = [
+        // 4005 instructions; the search alone is longer than jt and jf reach.
+        (800, 0),
+        (300, 3),
+        (100, 1),
+        (1, 0),
+        (0, 0),
+    ];
+    for (calls, checked) in cases {
+        let program = synthetic(calls, checked);
+        assert!(program.len() < 4096);
+        let compacted = compact(&program).unwrap();
+        assert_kernel_accepts(&compacted);
+        let mut steps = Steps::default();
+        let what = format!("synthetic {calls}");
+        let vectors = [[1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]];
+        compare(
+            &what,
+            &program,
+            &compacted,
+            AUDIT_ARCH_X86_64,
+            &vectors,
+            &mut steps,
+        );
+        let jas = (compacted.iter())
+            .filter(|insn| insn.code == 0x05 && insn.k > 0)
+            .count();
+        println!(
+            "{what}: {} -> {} insns ({jas} `ja`s, bodies' included), worst {:?} -> {:?}",
+            program.len(),
+            compacted.len(),
+            summary(&steps.before),
+            summary(&steps.after)
+        );
+        assert!(summary(&steps.after).0 <= 24, "{what}");
+        if calls == 800 {
+            assert!(jas > 0, "no trampolines");
+        }
+    }
+    // 500 calls with argument checks take 3505 instructions; the search and its trampolines
+    // would add more than dropping the headers saves.
+    let long = synthetic(500, 1);
     assert!(long.len() < 4096);
     declined(&long, "not below BPF_MAXINSNS");
-    // 500 do, and every number gets the same answer.
-    let program = synthetic(500);
-    let optimized = add_dispatcher(&program).unwrap();
-    assert_kernel_accepts(&optimized);
-    let mut steps = Steps::default();
-    compare(
-        "synthetic",
-        &program,
-        &optimized,
-        AUDIT_ARCH_X86_64,
-        &[],
-        &mut steps,
+}
+
+/// The kernel takes the compact default allowlist and answers as the interpreter does: a
+/// child installs it and makes calls it allows and denies, by number and by argument.
+#[test]
+fn the_kernel_runs_the_compact_allowlist() {
+    let text = profile_text(super::ARCH, "default");
+    let map = seccompiler::compile_from_json(text.as_bytes(), super::ARCH).unwrap();
+    let program = compact(&map["allowlist"]).unwrap();
+    let filter = libc::sock_fprog {
+        len: program.len() as u16,
+        // seccompiler's sock_filter is the kernel's struct.
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: the child only makes raw system calls (no allocation, no lock) and exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: as above; `filter` points into `program`, alive in this copy too.
+        unsafe { libc::_exit(under_filter(&filter)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "check {} failed",
+        libc::WEXITSTATUS(status)
     );
-    println!(
-        "synthetic: worst {:?} -> {:?}",
-        summary(&steps.before),
-        summary(&steps.after)
-    );
-    assert!(summary(&steps.after).0 <= 24);
+}
+
+/// Installs `filter` and makes calls with known answers; returns 0, or the failed check.
+///
+/// # Safety
+/// To be run in a child forked from a multithreaded process: raw system calls only.
+unsafe fn under_filter(filter: &libc::sock_fprog) -> i32 {
+    // SAFETY: each call passes valid pointers or none.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return 100;
+        }
+        if libc::syscall(libc::SYS_seccomp, 1, 0, filter as *const _) != 0 {
+            return 101;
+        }
+        let errno = || *libc::__errno_location();
+        let denied = |result: libc::c_long| result == -1 && errno() == libc::EPERM;
+        let checks: &[(bool, i32)] = &[
+            (libc::syscall(libc::SYS_getpid) > 0, 1),
+            (libc::syscall(libc::SYS_getppid) > 0, 2),
+            (denied(libc::syscall(libc::SYS_bpf, 0, 0, 0)), 3),
+            (denied(libc::syscall(libc::SYS_ptrace, 0, 0, 0, 0)), 4),
+            (denied(libc::syscall(libc::SYS_unshare, 0)), 5),
+            // A bad descriptor reaches the kernel: the filter let it through.
+            (
+                libc::ioctl(-1, libc::FIONREAD, 0) == -1 && errno() == libc::EBADF,
+                6,
+            ),
+            (denied(libc::ioctl(-1, libc::TIOCSTI, 0) as libc::c_long), 7),
+            (
+                denied(libc::socket(libc::AF_INET, libc::SOCK_RAW, 1) as libc::c_long),
+                8,
+            ),
+            (
+                libc::close(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)) == 0,
+                9,
+            ),
+            (
+                denied(libc::syscall(libc::SYS_personality, 0x0040_0000)),
+                10,
+            ),
+            (
+                libc::syscall(libc::SYS_personality, 0xffff_ffffu32) >= 0,
+                11,
+            ),
+            // Beyond every call, and x32 numbers: the mismatch action, not ENOSYS.
+            (denied(libc::syscall(1000)), 12),
+            (denied(libc::syscall(0x7fff_ffff)), 13),
+            #[cfg(target_arch = "x86_64")]
+            (denied(libc::syscall(0x4000_0000 | libc::SYS_getpid)), 14),
+        ];
+        for &(passed, check) in checks {
+            if !passed {
+                return check;
+            }
+        }
+        0
+    }
 }
