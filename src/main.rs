@@ -1,5 +1,8 @@
 //! brig: run one untrusted program in a fresh Linux jail.
 
+// The C runtime calls brig's `main` directly: see there.
+#![cfg_attr(not(test), no_main)]
+
 mod cgroup;
 mod channel;
 mod child;
@@ -41,7 +44,21 @@ use verdict::{Sinks, Status, Verdict};
 /// Exit status when brig itself fails.
 const EXIT_BRIG_FAILED: i32 = 125;
 
-fn main() {
+/// brig's entry, called by the C runtime without Rust's runtime setup, which would cost
+/// every jail a read of /proc/self/maps and an alternate signal stack for its stack
+/// overflow message. Of that setup brig keeps what it needs: SIGPIPE ignored, so that a
+/// closed pipe is an error to handle and not brig's death. Every path out ends in
+/// `std::process::exit`, which flushes stdout.
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    brig_main()
+}
+
+// Unit tests have the test harness's main instead.
+#[cfg_attr(test, allow(dead_code))]
+fn brig_main() -> ! {
+    sys::ignore_sigpipe();
     fds::ensure_standard_fds_open();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -278,6 +278,15 @@ pub fn drop_bounding_set() -> Result<(), Errno> {
     Ok(())
 }
 
+/// SIGPIPE ignored, as Rust's runtime sets it up: writing to a closed pipe fails with
+/// EPIPE instead of killing brig. The program gets the default back (see
+/// `reset_signal_dispositions`).
+pub fn ignore_sigpipe() {
+    // SAFETY: installing SIG_IGN is always sound.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn) };
+}
+
 /// Ends the process at once: no atexit handlers, no unwinding, no stdio flushing that
 /// could repeat output buffered before a fork.
 pub fn exit_now(code: i32) -> ! {
