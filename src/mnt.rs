@@ -6,7 +6,8 @@
 //!    complete (host /tmp included), and the jail is assembled at /newroot;
 //! 3. run the operations in order: sources come from /oldroot, destinations are created
 //!    under /newroot without ever following a symlink;
-//! 4. detach /oldroot, pivot into /newroot, detach the scratch root;
+//! 4. pivot into /newroot and detach the scratch root, /oldroot with it: one detach, as
+//!    each one waits for an (expedited) RCU grace period;
 //! 5. make the root read-only.
 
 use crate::error::{Context, Error, Result};
@@ -61,7 +62,6 @@ pub fn build_root(ops: &[MountOp]) -> Result<()> {
         })?;
     }
 
-    umount2(OLD_ROOT, MntFlags::MNT_DETACH).context(|| "detach the host's root".into())?;
     let scratch_root = open(
         "/",
         OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
@@ -70,11 +70,13 @@ pub fn build_root(ops: &[MountOp]) -> Result<()> {
     .context(|| "open the scratch root".into())?;
     chdir(NEW_ROOT).context(|| format!("chdir to {NEW_ROOT}"))?;
     // pivot_root(".", ".") stacks the scratch root on top of the new one; detaching it
-    // from there leaves the new root alone, without needing a directory inside it.
+    // from there leaves the new root alone, without needing a directory inside it. The
+    // host's tree, still mounted on the scratch root's /oldroot, goes with it.
     let dot = CString::new(".").expect("no NUL");
     sys::pivot_root(&dot, &dot).context(|| format!("pivot_root into {NEW_ROOT}"))?;
     fchdir(&scratch_root).context(|| "chdir to the scratch root".into())?;
-    umount2(".", MntFlags::MNT_DETACH).context(|| "detach the scratch root".into())?;
+    umount2(".", MntFlags::MNT_DETACH)
+        .context(|| "detach the scratch root and the host's tree".into())?;
     drop(scratch_root);
     chdir("/").context(|| "chdir to the jail's root".into())?;
     if root_is_tmpfs {
