@@ -6,7 +6,7 @@ use crate::channel::{ChildEnd, Message};
 use crate::error::{Context, Error, Result};
 use crate::plan::Plan;
 use crate::relay::JailEnds;
-use crate::{fds, init, landlock, mnt, net, privs, rlimits, seccomp, sys, user, uts};
+use crate::{cgroup, fds, init, landlock, mnt, net, privs, rlimits, seccomp, sys, user, uts};
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::execve;
@@ -14,8 +14,13 @@ use std::ffi::CString;
 use std::path::Path;
 
 /// Entry point in the cloned child; never returns.
-pub fn run(plan: &Plan, channel: ChildEnd, output: Option<JailEnds>) -> ! {
-    match assemble_jail(plan, &channel, output) {
+pub fn run(
+    plan: &Plan,
+    channel: ChildEnd,
+    output: Option<JailEnds>,
+    cgroup: Option<&cgroup::Entry>,
+) -> ! {
+    match assemble_jail(plan, &channel, output, cgroup) {
         Ok(()) => {}
         Err(err) => {
             channel.send(&Message::SetupError(err.to_string()));
@@ -36,7 +41,12 @@ pub fn run(plan: &Plan, channel: ChildEnd, output: Option<JailEnds>) -> ! {
 }
 
 /// namespaces → identity → mounts → pivot_root, done once for the jail by its init.
-fn assemble_jail(plan: &Plan, channel: &ChildEnd, output: Option<JailEnds>) -> Result<()> {
+fn assemble_jail(
+    plan: &Plan,
+    channel: &ChildEnd,
+    output: Option<JailEnds>,
+    cgroup: Option<&cgroup::Entry>,
+) -> Result<()> {
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -44,8 +54,12 @@ fn assemble_jail(plan: &Plan, channel: &ChildEnd, output: Option<JailEnds>) -> R
     if !channel.wait_for_go() {
         sys::exit_now(125);
     }
-    // brig has moved this process into the jail's cgroup by now: root the cgroup
-    // namespace there, so the jail sees its cgroup as / and nothing of the host's tree.
+    // Into the jail's cgroup: v2 started this process there; on v1 it joins by itself.
+    // Then root the cgroup namespace there, so the jail sees its cgroup as / and nothing
+    // of the host's tree.
+    if let Some(cgroup) = cgroup {
+        cgroup.join()?;
+    }
     if plan.namespaces.cgroup {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
             .context(|| "create the jail's cgroup namespace".into())?;

@@ -65,6 +65,9 @@ pub struct RunReport {
     pub max_rss_kib: u64,
     pub cgroup_version: Option<Version>,
     pub cgroup_usage: Option<Usage>,
+    /// brig ended the jail on the kernel's OOM notification (v1); its kill may come
+    /// before the kernel's own, which the cgroup's OOM-kill counter would show.
+    pub out_of_memory: bool,
     pub output: Option<Counts>,
     /// With `--seccomp-log`: the calls the profile would have denied; None when brig could
     /// not read the kernel's audit records (rootless).
@@ -109,7 +112,12 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
         )
     })?;
     let (pid, pidfd, in_cgroup) = match cloned {
-        Cloned::Child => child::run(plan, channel.child_end(), jail_output),
+        Cloned::Child => child::run(
+            plan,
+            channel.child_end(),
+            jail_output,
+            cgroup.as_ref().and_then(JailCgroup::entry),
+        ),
         Cloned::Parent {
             pid,
             pidfd,
@@ -122,6 +130,7 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
     let prepared = (|| {
         if let Some(cgroup) = &cgroup
             && !in_cgroup
+            && cgroup.entry().is_none()
         {
             cgroup.add_process(pid)?;
         }
@@ -173,6 +182,7 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
         max_rss_kib: usage.max_rss().max(0) as u64,
         cgroup_version: cgroup.as_ref().map(JailCgroup::version),
         cgroup_usage,
+        out_of_memory: ending.by == EndedBy::OutOfMemory,
         output: relay.map(|relay| relay.counts),
         seccomp_log,
     })

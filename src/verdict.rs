@@ -91,7 +91,7 @@ impl Verdict {
     /// The verdict of a run that got as far as starting the jail.
     pub fn of_run(plan: &Plan, run: &RunReport) -> Verdict {
         let usage = run.cgroup_usage.unwrap_or_default();
-        let oom = usage.oom_kills.is_some_and(|kills| kills > 0);
+        let oom = run.out_of_memory || usage.oom_kills.is_some_and(|kills| kills > 0);
         // RLIMIT_CPU is per process: a SIGKILL is its doing only when the program itself
         // used up the limit (having ignored the SIGXCPU before).
         let hit_cpu_limit = |cpu: &Option<Duration>| {

@@ -140,6 +140,28 @@ pub struct JailCgroup {
     remove_parents: bool,
     /// v2: the cgroup's directory, for clone3(CLONE_INTO_CGROUP).
     dir_fd: Option<OwnedFd>,
+    /// v1: the way in for the jail's first process (see [`Entry`]).
+    entry: Option<Entry>,
+}
+
+/// How the jail's first process joins its v1 cgroups by itself: brig opens each
+/// hierarchy's `tasks` file, and the process writes 0 (itself) to it after clone. v1 has
+/// no CLONE_INTO_CGROUP, and brig writing the process's pid to `cgroup.procs` waits for an
+/// RCU grace period, 8-14 ms here unless another move happened just before (the lock it
+/// takes covers every thread group; a thread moving itself needs none). The kernel checks
+/// the credentials of whoever opened the file, so the process may already be in its own
+/// user namespace.
+pub struct Entry(Vec<OwnedFd>);
+
+impl Entry {
+    /// Moves the calling thread, the only one of its process, into the cgroups.
+    pub fn join(&self) -> Result<()> {
+        for tasks in &self.0 {
+            nix::unistd::write(tasks, b"0")
+                .context(|| "join the jail's cgroup (write 0 to its tasks file)".into())?;
+        }
+        Ok(())
+    }
 }
 
 /// What the cgroup measured over the jail's life.
@@ -161,6 +183,7 @@ impl JailCgroup {
             version: placement.version,
             dirs: Vec::new(),
             dir_fd: None,
+            entry: None,
             remove_parents: placement.parent_kind == hierarchy::Parent::BrigSubtree,
         };
         for parent in &placement.parents {
@@ -203,9 +226,17 @@ impl JailCgroup {
                 cgroup.dir_fd = Some(fd);
             }
             Version::V1 => {
+                let mut tasks_files = Vec::new();
                 for dir in &cgroup.dirs {
                     v1::write_limits(dir, limits)?;
+                    let tasks = dir.join("tasks");
+                    let file = fs::OpenOptions::new()
+                        .write(true)
+                        .open(&tasks)
+                        .context(|| format!("open {}", tasks.display()))?;
+                    tasks_files.push(OwnedFd::from(file));
                 }
+                cgroup.entry = Some(Entry(tasks_files));
             }
         }
         Ok(cgroup)
@@ -216,7 +247,12 @@ impl JailCgroup {
         self.dir_fd.as_ref().map(|fd| fd.as_fd())
     }
 
-    /// Moves a process in (v1, or v2 without CLONE_INTO_CGROUP).
+    /// v1: the way in for the jail's first process, which then joins by itself.
+    pub fn entry(&self) -> Option<&Entry> {
+        self.entry.as_ref()
+    }
+
+    /// Moves a process in (v2 without CLONE_INTO_CGROUP).
     pub fn add_process(&self, pid: nix::unistd::Pid) -> Result<()> {
         for dir in &self.dirs {
             let procs = dir.join("cgroup.procs");
