@@ -67,7 +67,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,bwrap,brig,brig+limits] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -91,6 +91,12 @@ fn tools(options: &Options) -> Vec<Tool> {
         Tool {
             name: "bare",
             prefix: Vec::new(),
+        },
+        Tool {
+            // The floor: user, mount, pid, ipc, net and uts namespaces and a fork, nothing
+            // else (no root filesystem, no policy).
+            name: "unshare",
+            prefix: words("unshare -Urmpin --fork --"),
         },
         Tool {
             // All namespaces, read-only /usr, /proc, /dev, tmpfs /tmp; no seccomp, no limits.
