@@ -33,7 +33,7 @@ pub fn run(
         Ok(program) => init::run(program, &channel),
         Err(errno) => {
             channel.send(&Message::SetupError(
-                Error::os("fork the program inside the jail", errno).to_string(),
+                Error::os("start the program's process inside the jail", errno).to_string(),
             ));
             sys::exit_now(125);
         }
