@@ -17,7 +17,7 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The newest Landlock ABI whose rights brig asks for (and was tested with). Newer kernels
 /// are used at this ABI.
@@ -48,6 +48,10 @@ pub struct LandlockPlan {
 pub struct Rule {
     pub path: PathBuf,
     pub access: Rights,
+    /// A directory (else a file, which takes only file rights); known from the mount
+    /// plan, so the jail does not stat it again.
+    #[serde(skip)]
+    pub is_dir: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -113,20 +117,28 @@ fn kernel_for(abi: u8) -> &'static str {
 pub fn rules(mounts: &[MountOp]) -> Vec<Rule> {
     let mut rules: Vec<Rule> = Vec::new();
     for op in mounts {
-        let (path, access) = match op {
-            MountOp::RootTmpfs { .. } | MountOp::RootBind { .. } => ("/".into(), Rights::ReadExec),
-            MountOp::Bind { dst, writable, .. } => (
+        let (path, access, is_dir) = match op {
+            MountOp::RootTmpfs { .. } | MountOp::RootBind { .. } => {
+                ("/".into(), Rights::ReadExec, true)
+            }
+            MountOp::Bind {
+                dst,
+                writable,
+                is_dir,
+                ..
+            } => (
                 dst.clone(),
                 if *writable {
                     Rights::Full
                 } else {
                     Rights::ReadExec
                 },
+                *is_dir,
             ),
-            MountOp::Device { dst, .. } => (dst.clone(), Rights::Device),
-            MountOp::Devpts { dst } => (dst.clone(), Rights::Device),
-            MountOp::Tmpfs { dst, .. } => (dst.clone(), Rights::Full),
-            MountOp::Proc { dst } => (dst.clone(), Rights::Read),
+            MountOp::Device { dst, .. } => (dst.clone(), Rights::Device, false),
+            MountOp::Devpts { dst } => (dst.clone(), Rights::Device, true),
+            MountOp::Tmpfs { dst, .. } => (dst.clone(), Rights::Full, true),
+            MountOp::Proc { dst } => (dst.clone(), Rights::Read, true),
             // A mount made read-only once populated (/dev) keeps only read access.
             MountOp::ReadOnly { dst } => {
                 for rule in rules.iter_mut().filter(|rule| rule.path == *dst) {
@@ -136,7 +148,11 @@ pub fn rules(mounts: &[MountOp]) -> Vec<Rule> {
             }
             MountOp::Dir { .. } | MountOp::Symlink { .. } | MountOp::File { .. } => continue,
         };
-        rules.push(Rule { path, access });
+        rules.push(Rule {
+            path,
+            access,
+            is_dir,
+        });
     }
     rules
 }
@@ -173,7 +189,7 @@ pub fn enforce(plan: &LandlockPlan) -> Result<()> {
         let fd = PathFd::new(&rule.path)
             .map_err(|err| fail(&format!("open {} in the jail", rule.path.display()), &err))?;
         let mut access = rights(rule.access, abi);
-        if !Path::new(&rule.path).is_dir() {
+        if !rule.is_dir {
             access &= AccessFs::from_file(abi);
         }
         created = created
@@ -255,6 +271,7 @@ fn rights(access: Rights, abi: ABI) -> BitFlags<AccessFs> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn plan_for(yaml: &str) -> crate::plan::Plan {
         crate::plan::Plan::resolve(crate::config::parse(yaml, "test").unwrap()).unwrap()
