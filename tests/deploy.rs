@@ -132,46 +132,36 @@ fn worker_runs_jobs_from_its_spool() {
     }
 }
 
-/// The client's one JSON line.
-fn client_result(output: &std::process::Output) -> serde_json::Value {
-    assert!(output.status.success(), "{}", describe(output));
-    serde_json::from_str(stdout(output).trim())
-        .unwrap_or_else(|err| panic!("{err}: {}", describe(output)))
+/// Runs a client (`interpreter client args...`) and returns its one JSON line.
+fn run_client(mode: Mode, interpreter: &str, client: &str, args: &[&str]) -> serde_json::Value {
+    let client = deploy(client);
+    let mut argv = vec![client.to_str().unwrap()];
+    argv.extend_from_slice(args);
+    let output = command_as(mode, interpreter, &argv).output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    serde_json::from_str(stdout(&output).trim())
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)))
 }
 
 fn python_client_reads_the_verdict(mode: Mode) {
-    let client = deploy("clients/python_client.py");
-    let client = client.to_str().unwrap();
-    let output = command_as(mode, "python3", &[client, "print(6 * 7)"])
-        .output()
-        .unwrap();
-    let result = client_result(&output);
+    let client = "clients/python_client.py";
+    let result = run_client(mode, "python3", client, &["print(6 * 7)"]);
     assert_eq!(result["exit"], 0, "{result}");
     assert_eq!(result["status"], "ok", "{result}");
     assert_eq!(result["stdout"], "42\n", "{result}");
     assert_eq!(result["schema"], "brig-verdict/1", "{result}");
-    let output = command_as(mode, "python3", &[client, "while True: pass", "1s"])
-        .output()
-        .unwrap();
-    let result = client_result(&output);
+    let result = run_client(mode, "python3", client, &["while True: pass", "1s"]);
     assert_eq!(result["exit"], 124, "{result}");
     assert_eq!(result["status"], "timeout", "{result}");
 }
 
 fn node_client_reads_the_verdict(mode: Mode) {
-    let client = deploy("clients/node_client.js");
-    let client = client.to_str().unwrap();
-    let output = command_as(mode, "node", &[client, "console.log(6 * 7)"])
-        .output()
-        .unwrap();
-    let result = client_result(&output);
+    let client = "clients/node_client.js";
+    let result = run_client(mode, "node", client, &["console.log(6 * 7)"]);
     assert_eq!(result["exit"], 0, "{result}");
     assert_eq!(result["status"], "ok", "{result}");
     assert_eq!(result["stdout"], "42\n", "{result}");
-    let output = command_as(mode, "node", &[client, "process.exit(3)"])
-        .output()
-        .unwrap();
-    let result = client_result(&output);
+    let result = run_client(mode, "node", client, &["process.exit(3)"]);
     assert_eq!(result["exit"], 3, "{result}");
     assert_eq!(result["status"], "nonzero_exit", "{result}");
     assert_eq!(result["exit_code"], 3, "{result}");

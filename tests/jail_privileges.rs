@@ -281,13 +281,8 @@ fn host_secret_in_brigs_environment_is_absent_inside(mode: Mode) {
     assert_eq!(field(&out, "ptrace-init"), "EPERM", "{out}");
 
     // And with nothing added, the environment is exactly PATH, HOME and LANG.
-    let mut plain = command(mode, &["run", "--", "/usr/bin/env"]);
-    plain.env("BRIG_TEST_SECRET", "s3cr3t");
-    let out = assert_success(&output_of(plain));
-    let mut vars: Vec<&str> = out.lines().collect();
-    vars.sort();
     assert_eq!(
-        vars,
+        jail_environment(mode, "BRIG_TEST_SECRET", "s3cr3t"),
         [
             "HOME=/home/sandbox",
             "LANG=C.UTF-8",
@@ -296,14 +291,19 @@ fn host_secret_in_brigs_environment_is_absent_inside(mode: Mode) {
     );
 }
 
-fn term_is_passed_through_when_set(mode: Mode) {
+/// The program's environment, sorted, when brig runs with `name=value` in its own.
+fn jail_environment(mode: Mode, name: &str, value: &str) -> Vec<String> {
     let mut jail = command(mode, &["run", "--", "/usr/bin/env"]);
-    jail.env("TERM", "xterm-brig-test");
+    jail.env(name, value);
     let out = assert_success(&output_of(jail));
-    let mut vars: Vec<&str> = out.lines().collect();
+    let mut vars: Vec<String> = out.lines().map(String::from).collect();
     vars.sort();
+    vars
+}
+
+fn term_is_passed_through_when_set(mode: Mode) {
     assert_eq!(
-        vars,
+        jail_environment(mode, "TERM", "xterm-brig-test"),
         [
             "HOME=/home/sandbox",
             "LANG=C.UTF-8",
