@@ -455,20 +455,19 @@ for label, path, how in [("create", "/new", "w"), ("write-marker", "/marker", "a
         print(label, errno.errorcode[e.errno])
 print("usr-python", os.path.exists("/usr/bin/python3"))
 "#;
-    let out = assert_success(&run(
-        mode,
-        &[
+    let in_root = |program: &[&str]| {
+        let mut args = vec![
             "run",
             "--rootfs",
             root.str(),
             "--ro-bind",
             "/usr:/usr",
             "--",
-            "/bin/python3",
-            "-c",
-            script,
-        ],
-    ));
+        ];
+        args.extend_from_slice(program);
+        assert_success(&run(mode, &args))
+    };
+    let out = in_root(&["/bin/python3", "-c", script]);
     assert_eq!(
         field(&out, "root"),
         "bin data dev home lib lib64 marker proc tmp usr",
@@ -485,20 +484,7 @@ print("usr-python", os.path.exists("/usr/bin/python3"))
     );
 
     // The same root with the shell from the brief.
-    let out = assert_success(&run(
-        mode,
-        &[
-            "run",
-            "--rootfs",
-            root.str(),
-            "--ro-bind",
-            "/usr:/usr",
-            "--",
-            "/bin/sh",
-            "-c",
-            "ls /",
-        ],
-    ));
+    let out = in_root(&["/bin/sh", "-c", "ls /"]);
     assert_eq!(
         words(&out),
         words("bin data dev home lib lib64 marker proc tmp usr")
