@@ -1644,3 +1644,47 @@ while True:
         assert_eq!(v["limits"]["memory_bytes"], 32 * MIB, "{v}");
     }
 }
+
+/// On v1 the jail's first process joins its cgroups through `tasks` files brig opened as
+/// root; none of those descriptors may survive into the jail, where the program could use
+/// them to move itself out of its limits. Checked from the host, for every process in the
+/// jail's cgroups (init included, which the program cannot inspect itself).
+#[test]
+fn no_jail_process_keeps_a_descriptor_into_the_cgroup_tree() {
+    let mut brig = command(
+        Mode::Root,
+        &["run", "--memory", "64M", "--", "sleep", "1000"],
+    );
+    brig.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut running = Running::spawn(brig);
+    let pid = running.pid();
+    let jail_pids = || -> Vec<String> {
+        let mut pids: Vec<String> = jail_cgroups_of(pid)
+            .iter()
+            .filter_map(|dir| std::fs::read_to_string(dir.join("cgroup.procs")).ok())
+            .flat_map(|text| text.lines().map(String::from).collect::<Vec<_>>())
+            .collect();
+        pids.sort();
+        pids.dedup();
+        pids
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || jail_pids().len() >= 2),
+        "the jail's init and program never showed up in its cgroups"
+    );
+    for jail_pid in jail_pids() {
+        let fds = std::fs::read_dir(format!("/proc/{jail_pid}/fd")).unwrap();
+        for fd in fds.flatten() {
+            let target = std::fs::read_link(fd.path()).unwrap_or_default();
+            assert!(
+                !target.starts_with("/sys/fs/cgroup"),
+                "jail process {jail_pid} holds {} -> {}",
+                fd.path().display(),
+                target.display()
+            );
+        }
+    }
+    kill(pid, libc::SIGTERM);
+    running.child.wait().unwrap();
+    assert_no_jail_cgroups(pid);
+}
