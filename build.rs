@@ -1,24 +1,13 @@
 //! Precompiles the built-in seccomp profiles (`seccomp-profiles/TARGET_ARCH/*.json`) to BPF,
-//! with the same code brig uses at run time (src/seccomp/compile.rs and dispatch.rs), so
+//! with the same code brig uses at run time (the workspace crate `brig-seccomp`), so
 //! that a jail with a built-in profile does no JSON work. Writes `$OUT_DIR/seccomp_profiles.rs`:
 //! `PRECOMPILED`, (profile name, its filters in install order), sorted by name.
-
-#[path = "src/seccomp/compile.rs"]
-mod compile;
-#[path = "src/seccomp/dispatch.rs"]
-mod dispatch;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    for source in [
-        "build.rs",
-        "src/seccomp/compile.rs",
-        "src/seccomp/dispatch.rs",
-    ] {
-        println!("cargo:rerun-if-changed={source}");
-    }
+    println!("cargo:rerun-if-changed=build.rs");
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
     let dir = Path::new("seccomp-profiles").join(&arch);
     // A directory: cargo reruns when any file in it changes, or one is added or removed.
@@ -39,7 +28,7 @@ fn main() {
             let name = path.file_stem().unwrap().to_str().unwrap().to_string();
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|err| panic!("read {}: {err}", path.display()));
-            let filters = compile::compile(&text, target)
+            let filters = brig_seccomp::compile(&text, target)
                 .unwrap_or_else(|why| panic!("compile {}: {why}", path.display()));
             writeln!(code, "    ({name:?}, &[").unwrap();
             for filter in filters {

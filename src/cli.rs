@@ -1,17 +1,10 @@
 //! The command line.
 
-use crate::options::JailOptions;
+use brig::ExitStatus;
+pub use brig::doctor::DoctorArgs;
+use brig::options::JailOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-
-const EXIT_CODES: &str = "\
-Exit status of `brig run`:
-  N        the program exited with status N
-  128+N    the program was killed by signal N (159 = SIGSYS: its seccomp profile killed it)
-  124      brig killed the jail at --time-limit or --output-limit
-  125      brig itself failed (bad option or config, setup failure); one line on stderr says why
-  126      the program could not be executed
-  127      the program was not found";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -21,7 +14,7 @@ Exit status of `brig run`:
     long_about = "Run one untrusted program in a fresh Linux jail: new user, mount, pid, net, \
                   ipc, uts, cgroup and time namespaces, a minimal read-only root filesystem, \
                   a non-root user, no capabilities and no_new_privs.",
-    after_help = EXIT_CODES
+    after_help = ExitStatus::help_text()
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -31,7 +24,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run PROGRAM in a fresh jail and exit with its status.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = ExitStatus::help_text())]
     Run(RunArgs),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
@@ -57,21 +50,6 @@ pub enum CompletionShell {
     Bash,
     Zsh,
     Fish,
-}
-
-#[derive(Args, Debug)]
-pub struct DoctorArgs {
-    /// Print the checks as one JSON object instead of one line each.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Also check this delegated cgroup, as `brig run --cgroup-parent PATH` would use it.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup_parent: Option<PathBuf>,
-
-    /// Skip the end-to-end runs of `brig run` (only probe the kernel).
-    #[arg(long)]
-    pub no_run: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,12 +1,102 @@
 //! brig's own failures. Every one is a single line that says what failed, on which path,
-//! and, where there is one, the fix. All of them end brig with exit status 125.
+//! and, where there is one, the fix; it carries a kind (whose fault, for a caller to branch
+//! on) and, for a step in the jail, the stage and the errno. All of them end `brig run`
+//! with exit status 125.
 
 use nix::errno::Errno;
+use serde::Serialize;
 use std::fmt;
 
-#[derive(Debug)]
+/// Whose fault a failure is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// A flag, config, path, size or message is wrong: the message names it and the fix.
+    BadInput,
+    /// The host lacks something brig needs (user namespaces, a usable cgroup, a kernel
+    /// feature): `brig doctor` tells what.
+    HostLacks,
+    /// A setup step failed: the kernel refused it, or brig could not do it.
+    SetupFailed,
+    /// The program could not be executed or found (exit status 126 or 127).
+    ExecFailed,
+}
+
+/// The step of building the jail a failure belongs to, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// The jail's cgroup, created and limited by brig before the jail exists.
+    Cgroup,
+    /// clone3 into every namespace.
+    Namespaces,
+    /// The uid/gid maps, written by brig.
+    IdMaps,
+    /// The jail's first process joins its cgroup and roots a cgroup namespace there.
+    CgroupJoin,
+    /// The jail's uid and gid.
+    Identity,
+    /// Standard streams and the descriptors the jail must not inherit.
+    Descriptors,
+    /// Session, hostname, `lo`.
+    Isolation,
+    /// The mount tree and pivot_root.
+    Mounts,
+    /// The program's process, spawned by the jail's init.
+    Spawn,
+    Rlimits,
+    Capabilities,
+    NoNewPrivs,
+    /// The working directory.
+    Chdir,
+    Landlock,
+    Seccomp,
+    /// The jail's init, hardening itself.
+    Init,
+    /// execve of the program.
+    Exec,
+}
+
+impl Stage {
+    const ALL: [Stage; 17] = [
+        Stage::Cgroup,
+        Stage::Namespaces,
+        Stage::IdMaps,
+        Stage::CgroupJoin,
+        Stage::Identity,
+        Stage::Descriptors,
+        Stage::Isolation,
+        Stage::Mounts,
+        Stage::Spawn,
+        Stage::Rlimits,
+        Stage::Capabilities,
+        Stage::NoNewPrivs,
+        Stage::Chdir,
+        Stage::Landlock,
+        Stage::Seccomp,
+        Stage::Init,
+        Stage::Exec,
+    ];
+
+    /// A stable number for the parent/child channel.
+    pub fn to_wire(self) -> u8 {
+        Stage::ALL
+            .iter()
+            .position(|stage| *stage == self)
+            .unwrap_or(0) as u8
+    }
+
+    pub fn from_wire(byte: u8) -> Option<Stage> {
+        Stage::ALL.get(byte as usize).copied()
+    }
+}
+
+#[derive(Debug, Clone)]
 pub struct Error {
+    kind: ErrorKind,
     message: String,
+    stage: Option<Stage>,
+    errno: Option<Errno>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -14,22 +104,46 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// Bad input (flag, config, path, size): the message names the field and the fix.
     pub fn input(message: impl Into<String>) -> Error {
-        Error {
-            message: message.into(),
-        }
+        Error::new(ErrorKind::BadInput, message)
+    }
+
+    /// The host lacks what brig needs; the message says what and the fix.
+    pub fn host(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::HostLacks, message)
     }
 
     /// A setup step failed for a reason other than a system call's errno.
     pub fn setup(message: impl Into<String>) -> Error {
-        Error {
-            message: message.into(),
-        }
+        Error::new(ErrorKind::SetupFailed, message)
     }
 
     /// A system call failed: `what` names the operation and its path.
     pub fn os(what: impl fmt::Display, errno: Errno) -> Error {
         Error {
-            message: format!("{what}: {} ({errno:?})", errno.desc()),
+            errno: Some(errno),
+            ..Error::new(
+                ErrorKind::SetupFailed,
+                format!("{what}: {} ({errno:?})", errno.desc()),
+            )
+        }
+    }
+
+    /// A failure the jail reported over its channel, already one line.
+    pub fn from_jail(message: String, stage: Option<Stage>, errno: Option<Errno>) -> Error {
+        Error {
+            kind: ErrorKind::SetupFailed,
+            message,
+            stage,
+            errno,
+        }
+    }
+
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+            stage: None,
+            errno: None,
         }
     }
 
@@ -45,7 +159,30 @@ impl Error {
         self
     }
 
-    #[cfg(test)]
+    /// Marks the failure as the host's lack, not a broken step.
+    pub fn host_lacks(mut self) -> Error {
+        self.kind = ErrorKind::HostLacks;
+        self
+    }
+
+    /// The step the failure belongs to, unless a deeper one already said.
+    pub fn at(mut self, stage: Stage) -> Error {
+        self.stage.get_or_insert(stage);
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn stage(&self) -> Option<Stage> {
+        self.stage
+    }
+
+    pub fn errno(&self) -> Option<Errno> {
+        self.errno
+    }
+
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -56,6 +193,8 @@ impl fmt::Display for Error {
         f.write_str(&self.message)
     }
 }
+
+impl std::error::Error for Error {}
 
 /// Attaches "what failed, on which path" to a raw errno result.
 pub trait Context<T> {
@@ -74,5 +213,29 @@ impl<T> Context<T> for std::io::Result<T> {
             Some(code) => Error::os(what(), Errno::from_raw(code)),
             None => Error::input(format!("{}: {err}", what())),
         })
+    }
+}
+
+/// Tags every error of a result with its stage.
+pub trait AtStage<T> {
+    fn at(self, stage: Stage) -> Result<T>;
+}
+
+impl<T> AtStage<T> for Result<T> {
+    fn at(self, stage: Stage) -> Result<T> {
+        self.map_err(|err| err.at(stage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_cross_the_wire() {
+        for stage in Stage::ALL {
+            assert_eq!(Stage::from_wire(stage.to_wire()), Some(stage));
+        }
+        assert_eq!(Stage::from_wire(200), None);
     }
 }

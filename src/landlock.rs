@@ -9,7 +9,7 @@
 //! before seccomp.
 
 use crate::error::{Error, Result};
-use crate::layout::MountOp;
+use crate::mount::MountOp;
 use crate::options::{LandlockMode, NetMode};
 use crate::sys;
 use landlock::{
@@ -78,7 +78,7 @@ pub fn plan(mode: LandlockMode, mounts: &[MountOp], net: NetMode) -> Result<Land
             )));
         }
         if kernel_abi < wanted {
-            return Err(Error::input(format!(
+            return Err(Error::host(format!(
                 "--landlock {mode}: this kernel's Landlock ABI is {kernel_abi}{}; use --landlock best-effort, or a kernel with ABI {wanted} (Linux {})",
                 if kernel_abi == 0 { " (none)" } else { "" },
                 kernel_for(wanted)

@@ -3,46 +3,17 @@
 // The C runtime calls brig's `main` directly: see there.
 #![cfg_attr(not(test), no_main)]
 
-mod cgroup;
-mod channel;
-mod child;
 mod cli;
-mod config;
-mod doctor;
-mod error;
-mod etc;
-mod fds;
-mod init;
-mod landlock;
-mod layout;
 #[cfg(test)]
 mod manpage;
-mod mnt;
-mod net;
-mod options;
-mod plan;
-mod privs;
-mod procfs;
-mod relay;
-mod rlimits;
-mod seccomp;
-mod supervisor;
-mod sys;
-mod syscalls;
-mod units;
-mod user;
-mod uts;
-mod verdict;
 
+use brig::error::{Error, Result};
+use brig::jail::Outcome;
+use brig::plan::{Plan, ReportTarget};
+use brig::verdict::{Sinks, Status, Verdict};
+use brig::{ExitStatus, config, doctor, seccomp};
 use clap::Parser;
 use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand};
-use error::{Error, Result};
-use plan::{Plan, ReportTarget};
-use supervisor::Outcome;
-use verdict::{Sinks, Status, Verdict};
-
-/// Exit status when brig itself fails.
-const EXIT_BRIG_FAILED: i32 = 125;
 
 /// brig's entry, called by the C runtime without Rust's runtime setup, which would cost
 /// every jail a read of /proc/self/maps and an alternate signal stack for its stack
@@ -58,21 +29,20 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 // Unit tests have the test harness's main instead.
 #[cfg_attr(test, allow(dead_code))]
 fn brig_main() -> ! {
-    sys::ignore_sigpipe();
-    fds::ensure_standard_fds_open();
+    brig::prepare_process();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) if !err.use_stderr() => err.exit(), // --help, --version
         Err(err) => {
             eprintln!("brig: {}", one_line_clap_error(&err));
-            std::process::exit(EXIT_BRIG_FAILED);
+            std::process::exit(ExitStatus::BRIG_FAILED);
         }
     };
     let code = match dispatch(cli.command) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("brig: {err}");
-            EXIT_BRIG_FAILED
+            ExitStatus::BRIG_FAILED
         }
     };
     std::process::exit(code);
@@ -182,33 +152,6 @@ fn rootfs(command: RootfsCommand) -> Result<i32> {
     }
 }
 
-/// `--seccomp-log`: one line naming the calls the profile would have denied.
-fn report_seccomp_log(plan: &Plan, logged: Option<&seccomp::Logged>) {
-    let profile = &plan.seccomp.profile;
-    match logged {
-        None => eprintln!(
-            "brig: --seccomp-log: brig cannot read the kernel's audit records here (that takes root); as root, read them with `journalctl -k -g type=1326` or `dmesg | grep type=1326` (syscall=N is the number)"
-        ),
-        Some(logged) if logged.allowed.is_empty() => eprintln!(
-            "brig: --seccomp-log: the profile {profile} denied nothing{}",
-            if logged.lossy {
-                " (some audit records were lost)"
-            } else {
-                ""
-            }
-        ),
-        Some(logged) => eprintln!(
-            "brig: --seccomp-log: the profile {profile} would have denied: {}{}",
-            logged.allowed.join(", "),
-            if logged.lossy {
-                " (some audit records were lost; the list may be incomplete)"
-            } else {
-                ""
-            }
-        ),
-    }
-}
-
 /// Runs the jail and delivers the verdict: exit status, one line on stderr when brig
 /// ended or failed the run, the JSON report, the audit log.
 fn run(args: RunArgs) -> i32 {
@@ -219,7 +162,7 @@ fn run(args: RunArgs) -> i32 {
         Err(err) => {
             eprintln!("brig: {err}");
             let verdict = Verdict::of_setup_error(None, &err);
-            let report_fd = cli.report_fd.filter(|fd| sys::is_fd_open(*fd));
+            let report_fd = cli.report_fd;
             if let Ok(sinks) =
                 Sinks::open(cli.report.as_deref(), report_fd, cli.audit_log.as_deref())
             {
@@ -237,10 +180,10 @@ fn run(args: RunArgs) -> i32 {
         Ok(sinks) => sinks,
         Err(err) => {
             eprintln!("brig: {err}");
-            return 125;
+            return ExitStatus::BRIG_FAILED;
         }
     };
-    let verdict = match supervisor::run(&plan) {
+    let verdict = match brig::jail::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);
             if let Some(line) = explain(&plan, &report.outcome, verdict.status) {
@@ -253,7 +196,8 @@ fn run(args: RunArgs) -> i32 {
                 eprintln!("{fresh_line}brig: {line}");
             }
             if plan.seccomp.mode == seccomp::Mode::Log {
-                report_seccomp_log(&plan, report.seccomp_log.as_ref());
+                let line = seccomp::report_log(&plan.seccomp.profile, report.seccomp_log.as_ref());
+                eprintln!("brig: {line}");
             }
             verdict
         }

@@ -3,10 +3,11 @@
 //! versioned (`schema`) and documented in the README and brig(1).
 
 use crate::cgroup::Version;
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Error, ErrorKind, Result, Stage};
+use crate::exit::ExitStatus;
+use crate::jail::{Outcome, RunReport};
 use crate::plan::Plan;
 use crate::rlimits::Rlimit;
-use crate::supervisor::{Outcome, RunReport};
 use serde::Serialize;
 use std::io::Write;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -55,6 +56,12 @@ pub struct Verdict {
     pub protections: Option<Protections>,
     pub warnings: Vec<String>,
     pub error: Option<String>,
+    /// For `setup_error`: whose fault (`bad_input`, `host_lacks`, `setup_failed`,
+    /// `exec_failed`).
+    pub error_kind: Option<ErrorKind>,
+    /// For `setup_error`: the step that failed (`cgroup`, `namespaces`, `id_maps`,
+    /// `mounts`, `landlock`, `seccomp`, `exec`, ...), when it is known.
+    pub error_stage: Option<Stage>,
 }
 
 #[derive(Debug, Serialize)]
@@ -84,7 +91,7 @@ pub struct Protections {
     /// The seccomp profile enforced (`NAME (log)` with --seccomp-log); null with none.
     pub seccomp_profile: Option<String>,
     /// `--rootfs`: its path and recorded digest; null when the jail uses the host's /usr.
-    pub rootfs: Option<crate::plan::Rootfs>,
+    pub rootfs: Option<crate::mount::Rootfs>,
 }
 
 impl Verdict {
@@ -126,7 +133,7 @@ impl Verdict {
         Verdict {
             schema: SCHEMA,
             status,
-            brig_exit_code: run.outcome.exit_code(),
+            brig_exit_code: run.outcome.exit_status().code(),
             exit_code,
             signal,
             wall_ms: run.wall.as_millis() as u64,
@@ -142,6 +149,8 @@ impl Verdict {
             limits: Some(limits(plan, run.cgroup_version.is_some())),
             protections: Some(protections(plan, run.cgroup_version)),
             warnings: warnings(plan, run.cgroup_version.is_some()),
+            error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
+            error_stage: error.as_ref().map(|_| Stage::Exec),
             error,
         }
     }
@@ -151,7 +160,7 @@ impl Verdict {
         Verdict {
             schema: SCHEMA,
             status: Status::SetupError,
-            brig_exit_code: 125,
+            brig_exit_code: ExitStatus::BRIG_FAILED,
             exit_code: None,
             signal: None,
             wall_ms: 0,
@@ -168,6 +177,8 @@ impl Verdict {
             protections: None,
             warnings: plan.map(|plan| plan.warnings.clone()).unwrap_or_default(),
             error: Some(error.to_string()),
+            error_kind: Some(error.kind()),
+            error_stage: error.stage(),
         }
     }
 

@@ -84,7 +84,7 @@ pub fn place(
             parent_kind,
             controllers,
         })),
-        None if explicit => Err(Error::input(format!(
+        None if explicit => Err(Error::host(format!(
             "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; \
              run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
              or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)",

@@ -9,8 +9,8 @@
 //! Exit status: 0 when no check failed, i.e. a default jail can run here; 1 otherwise.
 
 use crate::cgroup::{self, Version};
-use crate::cli::DoctorArgs;
-use crate::plan::{DEFAULT_MEMORY, DEFAULT_PIDS, UNPRIVILEGED_HOST_ID};
+use crate::identity::UNPRIVILEGED_HOST_ID;
+use crate::limits::{DEFAULT_MEMORY, DEFAULT_PIDS};
 use crate::sys::{self, Cloned};
 use crate::{landlock, seccomp};
 use nix::errno::Errno;
@@ -58,6 +58,22 @@ impl Check {
         self.fix = Some(fix.into());
         self
     }
+}
+
+/// `brig doctor`'s options.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the checks as one JSON object instead of one line each.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also check this delegated cgroup, as `brig run --cgroup-parent PATH` would use it.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup_parent: Option<PathBuf>,
+
+    /// Skip the end-to-end runs of `brig run` (only probe the kernel).
+    #[arg(long)]
+    pub no_run: bool,
 }
 
 #[derive(Serialize)]

@@ -1,9 +1,11 @@
 //! The jail's PID 1: forwards signals to the program, reaps zombies, and exits with the
 //! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
 
-use crate::channel::{ChildEnd, Message};
+use super::channel::{ChildEnd, Message};
+use crate::error::Stage;
+use crate::exit::ExitStatus;
 use crate::procfs::Stat;
-use crate::{privs, sys};
+use crate::{privileges, sys};
 use nix::sys::signal::{SigSet, Signal, kill};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
@@ -29,16 +31,16 @@ pub fn run(program: Pid, channel: &ChildEnd) -> ! {
     // or read its memory or environment (brig's) through /proc/1.
     let _ = nix::sys::prctl::set_name(c"brig-init");
     sys::scrub_cmdline("brig-init");
-    let hardened = privs::drop_all_capabilities()
-        .and_then(|()| privs::set_no_new_privs())
+    let hardened = privileges::drop_all_capabilities()
+        .and_then(|()| privileges::set_no_new_privs())
         .and_then(|()| {
             nix::sys::prctl::set_dumpable(false)
                 .map_err(|errno| crate::error::Error::os("make the jail's init undumpable", errno))
         });
     if let Err(err) = hardened {
         let _ = kill(program, Signal::SIGKILL);
-        channel.send(&Message::SetupError(err.to_string()));
-        sys::exit_now(125);
+        channel.send_error(&err.at(Stage::Init));
+        sys::exit_now(ExitStatus::BRIG_FAILED);
     }
     let mut waited = forwarded_signals();
     waited.add(Signal::SIGCHLD);

@@ -1,8 +1,8 @@
 //! A seccompiler JSON profile compiled to BPF programs, in install order, each laid out
-//! compactly by [`super::dispatch`]. brig uses it at run time for `--seccomp FILE` and
+//! compactly by [`crate::dispatch`]. brig uses it at run time for `--seccomp FILE` and
 //! `--seccomp-log`; build.rs compiles the same file to precompile the built-in profiles.
 
-use super::dispatch;
+use crate::dispatch;
 use seccompiler::{BpfProgram, TargetArch};
 use std::collections::BTreeMap;
 

@@ -2,14 +2,18 @@
 //! write its id maps, then watch it — forwarding signals, relaying bounded output,
 //! enforcing the time limit — until it is gone, and measure what it used.
 
+use super::Program;
+use super::channel::{Channel, Message, ParentEnd};
+use super::relay::{Counts, Relay};
+use super::{child, init};
 use crate::cgroup::{JailCgroup, Usage, Version};
-use crate::channel::{Channel, Message};
-use crate::error::{Context, Error, Result};
+use crate::error::{AtStage, Context, Error, Result, Stage};
+use crate::exit::ExitStatus;
 use crate::plan::Plan;
 use crate::procfs::Stat;
-use crate::relay::{Counts, Relay};
 use crate::sys::{self, Cloned};
-use crate::{child, init, seccomp, user};
+use crate::{identity, seccomp};
+use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
@@ -46,12 +50,15 @@ pub enum Outcome {
 
 impl Outcome {
     /// brig's exit status for this outcome.
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_status(&self) -> ExitStatus {
         match self {
-            Outcome::Exited(code) => *code,
-            Outcome::Signaled { signal, .. } => 128 + signal,
-            Outcome::TimedOut | Outcome::OutputLimit => 124,
-            Outcome::ExecFailed { code, .. } => i32::from(*code),
+            Outcome::Exited(code) => ExitStatus::Exited(*code),
+            Outcome::Signaled { signal, .. } => ExitStatus::Signaled(*signal),
+            Outcome::TimedOut | Outcome::OutputLimit => ExitStatus::LimitReached,
+            Outcome::ExecFailed { code, .. } if i32::from(*code) == ExitStatus::NOT_FOUND => {
+                ExitStatus::NotFound
+            }
+            Outcome::ExecFailed { .. } => ExitStatus::CannotExecute,
         }
     }
 }
@@ -74,118 +81,202 @@ pub struct RunReport {
     pub seccomp_log: Option<seccomp::Logged>,
 }
 
-pub fn run(plan: &Plan) -> Result<RunReport> {
-    // Signals for the program arrive on a signalfd; the mask is inherited by the jail's
-    // init, which waits for them synchronously too.
-    let forwarded = init::forwarded_signals();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
-        .context(|| "block signals".into())?;
-    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .context(|| "create a signalfd".into())?;
-    let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
-    let (mut relay, jail_output) = match plan.limits.output_limit {
-        Some(limit) => {
-            let (relay, ends) = Relay::new(limit.0).context(|| "create the output pipes".into())?;
-            (Some(relay), Some(ends))
-        }
-        None => (None, None),
-    };
-    user::drop_supplementary_groups(&plan.identity)?;
-    // The kernel's seccomp records name the call that killed the program or, in log
-    // mode, the calls the profile would deny.
-    let mut audit = match plan.seccomp.mode {
-        seccomp::Mode::Off => None,
-        _ => seccomp::AuditLog::open(plan.identity.host_uid),
-    };
-    // Created before the jail so that the jail starts inside it; removed (after killing
-    // whatever is left inside) when dropped, on every path out of this function.
-    let cgroup = match &plan.limits.placement {
-        Some(placement) => Some(JailCgroup::create(placement, &plan.limits.cgroup)?),
-        None => None,
-    };
+/// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
+/// waits for a program. Dropped without running one, it is killed and its cgroup removed.
+pub struct Jail<'p> {
+    plan: &'p Plan,
+    init: Init,
+    channel: ParentEnd,
+    signals: SignalFd,
+    relay: Option<Relay>,
+    audit: Option<seccomp::AuditLog>,
+    // Declared last: dropped (killing what is left inside, then removed) after `init` is
+    // reaped on every path.
+    cgroup: Option<JailCgroup>,
+    reaped: bool,
+}
 
-    let started = Instant::now();
-    let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
-    let cloned = sys::clone_process(namespace_flags(plan), cgroup_fd).map_err(|errno| {
-        Error::os("create the jail's namespaces (clone3)", errno).hint(
-            "user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`",
-        )
-    })?;
-    let (pid, pidfd, in_cgroup) = match cloned {
-        Cloned::Child => child::run(
+impl<'p> Jail<'p> {
+    /// Builds the jail `plan` describes, up to the point where only the program is missing.
+    pub fn assemble(plan: &'p Plan) -> Result<Jail<'p>> {
+        // The jail's first process is cloned without exec and allocates: in a process
+        // with other threads it could inherit a lock one of them held.
+        if Stat::read("self").and_then(|stat| stat.field(20)) != Some(1) {
+            return Err(Error::setup(
+                "brig must create jails from a single-threaded process (another thread could hold a lock the jail's process inherits); create them before starting threads, or from a helper process",
+            )
+            .at(Stage::Namespaces));
+        }
+        // Signals for the program arrive on a signalfd; the mask is inherited by the jail's
+        // init, which waits for them synchronously too.
+        let forwarded = init::forwarded_signals();
+        sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
+            .context(|| "block signals".into())?;
+        let signals =
+            SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+                .context(|| "create a signalfd".into())?;
+        let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
+        let (relay, jail_output) = match plan.limits.output_limit {
+            Some(limit) => {
+                let (relay, ends) =
+                    Relay::new(limit.0).context(|| "create the output pipes".into())?;
+                (Some(relay), Some(ends))
+            }
+            None => (None, None),
+        };
+        identity::drop_supplementary_groups(&plan.identity).at(Stage::Identity)?;
+        // The kernel's seccomp records name the call that killed the program or, in log
+        // mode, the calls the profile would deny.
+        let audit = match plan.seccomp.mode {
+            seccomp::Mode::Off => None,
+            _ => seccomp::AuditLog::open(plan.identity.host_uid),
+        };
+        // Created before the jail so that the jail starts inside it; removed (after
+        // killing whatever is left inside) when dropped.
+        let cgroup = match &plan.limits.placement {
+            Some(placement) => {
+                Some(JailCgroup::create(placement, &plan.limits.cgroup).at(Stage::Cgroup)?)
+            }
+            None => None,
+        };
+
+        let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
+        let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
+            Error::os("create the jail's namespaces (clone3)", errno)
+                .hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
+                .host_lacks()
+                .at(Stage::Namespaces)
+        })?;
+        let (pid, pidfd, in_cgroup) = match cloned {
+            Cloned::Child => child::run(
+                plan,
+                channel.child_end(),
+                jail_output,
+                cgroup.as_ref().and_then(JailCgroup::entry),
+            ),
+            Cloned::Parent {
+                pid,
+                pidfd,
+                in_cgroup,
+            } => (pid, pidfd, in_cgroup),
+        };
+        drop(jail_output);
+        let mut jail = Jail {
             plan,
-            channel.child_end(),
-            jail_output,
-            cgroup.as_ref().and_then(JailCgroup::entry),
-        ),
-        Cloned::Parent {
-            pid,
-            pidfd,
-            in_cgroup,
-        } => (pid, pidfd, in_cgroup),
-    };
-    drop(jail_output);
-    let channel = channel.parent_end();
-    let jail = Jail { pid, pidfd };
-    let prepared = (|| {
-        if let Some(cgroup) = &cgroup
+            init: Init { pid, pidfd },
+            channel: channel.parent_end(),
+            signals,
+            relay,
+            audit,
+            cgroup,
+            reaped: false,
+        };
+        if let Some(cgroup) = &jail.cgroup
             && !in_cgroup
             && cgroup.entry().is_none()
         {
-            cgroup.add_process(pid)?;
+            cgroup.add_process(pid).at(Stage::Cgroup)?;
         }
-        user::write_id_maps(pid, &plan.identity)?;
-        channel.say_go().context(|| "tell the jail to start".into())
-    })();
-    if let Err(err) = prepared {
-        jail.kill_and_reap();
-        return Err(err);
+        identity::write_id_maps(pid, &plan.identity).at(Stage::IdMaps)?;
+        jail.channel
+            .say_go()
+            .context(|| "tell the jail to start".into())
+            .at(Stage::Namespaces)?;
+        if let Err(messages) = jail.channel.wait_until_ready() {
+            jail.reap();
+            return Err(setup_error(messages));
+        }
+        Ok(jail)
     }
 
-    let deadline = plan.time_limit.map(|limit| started + limit.0);
-    let watch = Watch {
-        relay: relay.as_mut(),
-        audit: audit.as_mut(),
-        oom: cgroup.as_ref().and_then(JailCgroup::oom_events),
-    };
-    let ending = jail.supervise(&signals, deadline, watch)?;
-    let init_status = jail.reap();
-    let wall = started.elapsed();
-    if let Some(relay) = relay.as_mut() {
-        relay.drain();
+    /// Runs `program` in the jail and watches it until the jail is gone: forwarding
+    /// signals, relaying bounded output, enforcing the time limit. The wall clock and
+    /// the time limit start here.
+    pub fn run(mut self, program: &Program) -> Result<RunReport> {
+        let plan = self.plan;
+        let started = Instant::now();
+        self.channel
+            .send_program(program)
+            .context(|| "hand the program to the jail".into())
+            .at(Stage::Spawn)?;
+        let deadline = plan.time_limit.map(|limit| started + limit.0);
+        let watch = Watch {
+            relay: self.relay.as_mut(),
+            audit: self.audit.as_mut(),
+            oom: self.cgroup.as_ref().and_then(JailCgroup::oom_events),
+        };
+        let ending = self.init.supervise(&self.signals, deadline, watch)?;
+        let init_status = self.reap();
+        let wall = started.elapsed();
+        if let Some(relay) = self.relay.as_mut() {
+            relay.drain();
+        }
+        let messages = self.channel.collect();
+        let usage = getrusage(UsageWho::RUSAGE_CHILDREN)
+            .context(|| "read the jail's resource usage".into())?;
+        let mut outcome = decide(messages, init_status, ending.by)?;
+        let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
+        let cgroup = self.cgroup.as_ref();
+        let cgroup_usage = cgroup.map(JailCgroup::usage);
+        // The cgroup counts every process of the jail. Without one: rusage counts what was
+        // reaped, plus what brig measured just before it killed the rest.
+        let reaped = |time: nix::sys::time::TimeVal| {
+            Duration::from_micros(time.num_microseconds().max(0) as u64)
+        };
+        let (killed_user, killed_sys) = ending.cpu_at_kill.unwrap_or_default();
+        let cpu_user = cgroup_usage
+            .and_then(|usage| usage.cpu_user_usec)
+            .map(Duration::from_micros)
+            .unwrap_or_else(|| reaped(usage.user_time()) + killed_user);
+        let cpu_sys = cgroup_usage
+            .and_then(|usage| usage.cpu_sys_usec)
+            .map(Duration::from_micros)
+            .unwrap_or_else(|| reaped(usage.system_time()) + killed_sys);
+        Ok(RunReport {
+            outcome,
+            wall,
+            cpu_user,
+            cpu_sys,
+            max_rss_kib: usage.max_rss().max(0) as u64,
+            cgroup_version: cgroup.map(JailCgroup::version),
+            cgroup_usage,
+            out_of_memory: ending.by == EndedBy::OutOfMemory,
+            output: self.relay.take().map(|relay| relay.counts),
+            seccomp_log,
+        })
     }
-    let messages = channel.collect();
-    let usage =
-        getrusage(UsageWho::RUSAGE_CHILDREN).context(|| "read the jail's resource usage".into())?;
-    let mut outcome = decide(messages, init_status, ending.by)?;
-    let seccomp_log = name_seccomp_kill(plan, &mut outcome, audit);
-    let cgroup_usage = cgroup.as_ref().map(JailCgroup::usage);
-    // The cgroup counts every process of the jail. Without one: rusage counts what was
-    // reaped, plus what brig measured just before it killed the rest.
-    let reaped = |time: nix::sys::time::TimeVal| {
-        Duration::from_micros(time.num_microseconds().max(0) as u64)
-    };
-    let (killed_user, killed_sys) = ending.cpu_at_kill.unwrap_or_default();
-    let cpu_user = cgroup_usage
-        .and_then(|usage| usage.cpu_user_usec)
-        .map(Duration::from_micros)
-        .unwrap_or_else(|| reaped(usage.user_time()) + killed_user);
-    let cpu_sys = cgroup_usage
-        .and_then(|usage| usage.cpu_sys_usec)
-        .map(Duration::from_micros)
-        .unwrap_or_else(|| reaped(usage.system_time()) + killed_sys);
-    Ok(RunReport {
-        outcome,
-        wall,
-        cpu_user,
-        cpu_sys,
-        max_rss_kib: usage.max_rss().max(0) as u64,
-        cgroup_version: cgroup.as_ref().map(JailCgroup::version),
-        cgroup_usage,
-        out_of_memory: ending.by == EndedBy::OutOfMemory,
-        output: relay.map(|relay| relay.counts),
-        seccomp_log,
-    })
+
+    fn reap(&mut self) -> Option<WaitStatus> {
+        self.reaped = true;
+        self.init.reap()
+    }
+}
+
+impl Drop for Jail<'_> {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.init.kill();
+            self.init.reap();
+        }
+    }
+}
+
+/// The error a jail reported while it was assembled.
+fn setup_error(messages: Vec<Message>) -> Error {
+    messages
+        .into_iter()
+        .find_map(|message| match message {
+            Message::SetupError {
+                stage,
+                errno,
+                message,
+            } => Some(Error::from_jail(message, stage, errno.map(Errno::from_raw))),
+            _ => None,
+        })
+        .unwrap_or_else(|| {
+            Error::setup("the jail's first process ended before the jail was assembled")
+                .at(Stage::Namespaces)
+        })
 }
 
 /// Marks a SIGSYS death under an enforced filter as the profile's doing, names the call
@@ -222,25 +313,6 @@ fn name_seccomp_kill(
     logged.filter(|_| log_mode)
 }
 
-/// The namespaces created with the jail's process. The cgroup namespace is not among
-/// them: the child unshares it once it sits in its own cgroup (see `child.rs`).
-fn namespace_flags(plan: &Plan) -> u64 {
-    let namespaces = &plan.namespaces;
-    let wanted = [
-        (namespaces.user, libc::CLONE_NEWUSER),
-        (namespaces.mount, libc::CLONE_NEWNS),
-        (namespaces.pid, libc::CLONE_NEWPID),
-        (namespaces.net, libc::CLONE_NEWNET),
-        (namespaces.ipc, libc::CLONE_NEWIPC),
-        (namespaces.uts, libc::CLONE_NEWUTS),
-        (namespaces.time, libc::CLONE_NEWTIME),
-    ];
-    wanted
-        .iter()
-        .filter(|(on, _)| *on)
-        .fold(0u64, |flags, (_, flag)| flags | *flag as u64)
-}
-
 /// Why brig itself ended the jail, if it did.
 #[derive(Clone, Copy, PartialEq)]
 enum EndedBy {
@@ -264,7 +336,7 @@ struct Ending {
 }
 
 impl Ending {
-    fn end(&mut self, jail: &Jail, why: EndedBy) {
+    fn end(&mut self, jail: &Init, why: EndedBy) {
         if self.by == EndedBy::Program {
             // Processes killed now are not credited to brig's rusage; count them first.
             self.cpu_at_kill = Some(descendants_cpu(jail.pid));
@@ -324,12 +396,12 @@ enum Source {
 }
 
 /// The jail's init process, as brig sees it.
-struct Jail {
+struct Init {
     pid: Pid,
     pidfd: OwnedFd,
 }
 
-impl Jail {
+impl Init {
     /// Waits until init exits, passing signals on, relaying output, and killing the jail
     /// at the deadline, past the output limit, on an OOM kill (v1), or when brig is
     /// stopped and the grace period is over.
@@ -455,11 +527,6 @@ impl Jail {
             }
         }
     }
-
-    fn kill_and_reap(&self) {
-        self.kill();
-        self.reap();
-    }
 }
 
 fn decide(
@@ -470,7 +537,14 @@ fn decide(
     let mut program_status = None;
     for message in messages {
         match message {
-            Message::SetupError(text) => return Err(Error::setup(text)),
+            Message::SetupError {
+                stage,
+                errno,
+                message,
+            } => {
+                return Err(Error::from_jail(message, stage, errno.map(Errno::from_raw)));
+            }
+            Message::Ready => {}
             Message::ExecError { code, message } => {
                 return Ok(Outcome::ExecFailed { code, message });
             }

@@ -2,11 +2,16 @@
 //! the jail, then spawns the program and stays as its init.
 //! Every step runs in the order below.
 
-use crate::channel::{ChildEnd, Message};
-use crate::error::{Context, Error, Result};
+use super::Program;
+use super::channel::{ChildEnd, Message};
+use super::init;
+use super::relay::JailEnds;
+use crate::error::{AtStage, Context, Error, Result, Stage};
+use crate::exit::ExitStatus;
 use crate::plan::Plan;
-use crate::relay::JailEnds;
-use crate::{cgroup, fds, init, landlock, mnt, net, privs, rlimits, seccomp, sys, user, uts};
+use crate::{
+    cgroup, fds, identity, landlock, mount, namespaces, privileges, rlimits, seccomp, sys,
+};
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::execve;
@@ -20,22 +25,24 @@ pub fn run(
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
 ) -> ! {
-    match assemble_jail(plan, &channel, output, cgroup) {
-        Ok(()) => {}
-        Err(err) => {
-            channel.send(&Message::SetupError(err.to_string()));
-            sys::exit_now(125);
-        }
+    if let Err(err) = assemble_jail(plan, &channel, output, cgroup) {
+        channel.send_error(&err);
+        sys::exit_now(ExitStatus::BRIG_FAILED);
     }
+    // Assembled: tell brig, then wait for the program to run in it.
+    channel.send(&Message::Ready);
+    let Some(program) = channel.wait_for_program() else {
+        sys::exit_now(ExitStatus::BRIG_FAILED);
+    };
     // The program's process shares init's memory until its exec (vfork-like): cheaper
     // than a fork, whose copy of brig the exec would only tear down again.
-    match sys::spawn_sharing_memory(&mut || become_program(plan, &channel)) {
-        Ok(program) => init::run(program, &channel),
+    match sys::spawn_sharing_memory(&mut || become_program(plan, &program, &channel)) {
+        Ok(pid) => init::run(pid, &channel),
         Err(errno) => {
-            channel.send(&Message::SetupError(
-                Error::os("start the program's process inside the jail", errno).to_string(),
-            ));
-            sys::exit_now(125);
+            channel.send_error(
+                &Error::os("start the program's process inside the jail", errno).at(Stage::Spawn),
+            );
+            sys::exit_now(ExitStatus::BRIG_FAILED);
         }
     }
 }
@@ -50,53 +57,62 @@ fn assemble_jail(
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .context(|| "set the parent-death signal".into())?;
+        .context(|| "set the parent-death signal".into())
+        .at(Stage::Namespaces)?;
     if !channel.wait_for_go() {
-        sys::exit_now(125);
+        sys::exit_now(ExitStatus::BRIG_FAILED);
     }
     // Into the jail's cgroup: v2 started this process there; on v1 it joins by itself.
     // Then root the cgroup namespace there, so the jail sees its cgroup as / and nothing
     // of the host's tree.
     if let Some(cgroup) = cgroup {
-        cgroup.join()?;
+        cgroup.join().at(Stage::CgroupJoin)?;
     }
     if plan.namespaces.cgroup {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
-            .context(|| "create the jail's cgroup namespace".into())?;
+            .context(|| "create the jail's cgroup namespace".into())
+            .at(Stage::CgroupJoin)?;
     }
     // Identity comes first: in a user namespace a file can only be created by an owner
     // the namespace maps, and as root brig's own uid is not mapped. Capabilities stay,
     // since the jail user is not uid 0 of the namespace. Changing ids clears the
     // parent-death signal, so it is set again, then checked against a race with brig's exit.
-    user::become_jail_user(&plan.identity)?;
+    identity::become_jail_user(&plan.identity).at(Stage::Identity)?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-        .context(|| "set the parent-death signal".into())?;
+        .context(|| "set the parent-death signal".into())
+        .at(Stage::Identity)?;
     if !channel.parent_alive() {
-        sys::exit_now(125);
+        sys::exit_now(ExitStatus::BRIG_FAILED);
     }
     // With --output-limit, stdout and stderr are brig's relay pipes.
     if let Some(output) = output {
         nix::unistd::dup2_stdout(&output.stdout)
-            .context(|| "connect stdout to brig's relay".into())?;
+            .context(|| "connect stdout to brig's relay".into())
+            .at(Stage::Descriptors)?;
         nix::unistd::dup2_stderr(&output.stderr)
-            .context(|| "connect stderr to brig's relay".into())?;
+            .context(|| "connect stderr to brig's relay".into())
+            .at(Stage::Descriptors)?;
     }
-    fds::close_inherited(&channel.raw_fds())?;
+    fds::close_inherited(&channel.raw_fds()).at(Stage::Descriptors)?;
     // Namespaces: a new session without a controlling terminal, the hostname, lo.
-    nix::unistd::setsid().context(|| "start a new session".into())?;
-    uts::set_hostname(&plan.hostname)?;
+    nix::unistd::setsid()
+        .context(|| "start a new session".into())
+        .at(Stage::Isolation)?;
+    namespaces::set_hostname(&plan.hostname).at(Stage::Isolation)?;
     if plan.namespaces.net {
-        net::loopback_up()?;
+        namespaces::loopback_up().at(Stage::Isolation)?;
     }
     // Mounts, then pivot_root into the new root.
-    mnt::build_root(&plan.mounts)?;
+    mount::build_root(&plan.mounts).at(Stage::Mounts)?;
     // The jail needs no capability it does not already hold: empty the bounding set
     // here, once, for both init and the program.
-    privs::empty_bounding_set()?;
+    privileges::empty_bounding_set().at(Stage::Capabilities)?;
     // SIGCHLD joins the signals brig already blocked; init waits for them synchronously.
     let mut blocked = init::forwarded_signals();
     blocked.add(Signal::SIGCHLD);
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None).context(|| "block signals".into())?;
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None)
+        .context(|| "block signals".into())
+        .at(Stage::Init)?;
     Ok(())
 }
 
@@ -104,39 +120,44 @@ fn assemble_jail(
 /// process (which already has the jail's identity, see `assemble_jail`). The seccomp
 /// filter is installed last, so from there on only the exec loop runs: execve, and on
 /// failure one write to brig's pipe and exit_group.
-fn become_program(plan: &Plan, channel: &ChildEnd) -> ! {
+fn become_program(plan: &Plan, program: &Program, channel: &ChildEnd) -> ! {
     let fail = |err: Error| -> ! {
-        channel.send(&Message::SetupError(err.to_string()));
-        sys::exit_now(125);
+        channel.send_error(&err);
+        sys::exit_now(ExitStatus::BRIG_FAILED);
     };
-    if let Err(err) = drop_privileges(plan) {
+    if let Err(err) = drop_privileges(plan, program) {
         fail(err);
     }
-    if let Err(err) = landlock::enforce(&plan.landlock) {
+    if let Err(err) = landlock::enforce(&plan.landlock).at(Stage::Landlock) {
         fail(err);
     }
-    let exec = Exec::prepare(plan);
+    let exec = Exec::prepare(program, plan.seccomp.mode == seccomp::Mode::Enforce);
     sys::reset_signal_dispositions();
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    if let Err(err) = seccomp::install(&plan.seccomp) {
+    if let Err(err) = seccomp::install(&plan.seccomp).at(Stage::Seccomp) {
         fail(err);
     }
-    let (code, message) = exec.run();
-    channel.send(&Message::ExecError { code, message });
-    sys::exit_now(code as i32);
+    let (status, message) = exec.run();
+    channel.send(&Message::ExecError {
+        code: status.code() as u8,
+        message,
+    });
+    sys::exit_now(status.code());
 }
 
-fn drop_privileges(plan: &Plan) -> Result<()> {
-    rlimits::apply(&plan.limits.rlimits)?;
-    privs::drop_all_capabilities()?;
-    privs::set_no_new_privs()?;
-    nix::unistd::chdir(&plan.chdir).map_err(|errno| {
-        Error::os(
-            format!("--chdir {} inside the jail", plan.chdir.display()),
-            errno,
-        )
-        .hint("pick a directory that exists in the jail, e.g. /tmp or one you --bind")
-    })
+fn drop_privileges(plan: &Plan, program: &Program) -> Result<()> {
+    rlimits::apply(&plan.limits.rlimits).at(Stage::Rlimits)?;
+    privileges::drop_all_capabilities().at(Stage::Capabilities)?;
+    privileges::set_no_new_privs().at(Stage::NoNewPrivs)?;
+    nix::unistd::chdir(&program.chdir)
+        .map_err(|errno| {
+            Error::os(
+                format!("--chdir {} inside the jail", program.chdir.display()),
+                errno,
+            )
+            .hint("pick a directory that exists in the jail, e.g. /tmp or one you --bind")
+        })
+        .at(Stage::Chdir)
 }
 
 /// execve with a PATH search in the jail's own PATH, prepared before the seccomp filter is
@@ -154,9 +175,9 @@ struct Exec {
 }
 
 impl Exec {
-    fn prepare(plan: &Plan) -> Exec {
-        let program = plan.command[0].clone();
-        let path_var = plan
+    fn prepare(to_run: &Program, filtered: bool) -> Exec {
+        let program = to_run.argv[0].clone();
+        let path_var = to_run
             .env
             .iter()
             .find_map(|var| var.strip_prefix("PATH="))
@@ -172,8 +193,8 @@ impl Exec {
                 .collect()
         };
         Exec {
-            argv: plan.command.iter().map(|arg| cstring(arg)).collect(),
-            envp: plan.env.iter().map(|var| cstring(var)).collect(),
+            argv: to_run.argv.iter().map(|arg| cstring(arg)).collect(),
+            envp: to_run.env.iter().map(|var| cstring(var)).collect(),
             candidates: paths
                 .into_iter()
                 .map(|path| {
@@ -184,13 +205,13 @@ impl Exec {
                 .collect(),
             program,
             path_var,
-            filtered: plan.seccomp.mode == seccomp::Mode::Enforce,
+            filtered,
         }
     }
 
-    /// Returns only on failure, with the exit status to report (126 cannot execute, 127
-    /// not found) and a one-line message.
-    fn run(self) -> (u8, String) {
+    /// Returns only on failure, with the exit status to report (cannot execute, not
+    /// found) and a one-line message.
+    fn run(self) -> (ExitStatus, String) {
         let mut first_error = None;
         for (path, c_path, exists) in &self.candidates {
             let Err(errno) = execve(c_path, &self.argv, &self.envp);
@@ -201,13 +222,13 @@ impl Exec {
         let program = &self.program;
         match first_error {
             Some((path, Errno::ENOENT)) => (
-                126,
+                ExitStatus::CannotExecute,
                 format!(
                     "cannot execute {path} in the jail: its interpreter or dynamic loader is missing there; bind it in with --ro-bind"
                 ),
             ),
             Some((path, errno)) => (
-                126,
+                ExitStatus::CannotExecute,
                 format!(
                     "cannot execute {path} in the jail: {} ({errno:?}){}",
                     errno.desc(),
@@ -219,13 +240,13 @@ impl Exec {
                 ),
             ),
             None if program.contains('/') => (
-                127,
+                ExitStatus::NotFound,
                 format!(
                     "{program}: not found in the jail; bind it in with --ro-bind or check the path"
                 ),
             ),
             None => (
-                127,
+                ExitStatus::NotFound,
                 format!(
                     "{program}: not found in the jail's PATH ({}); use an absolute path or bind it in with --ro-bind",
                     self.path_var

@@ -4,9 +4,14 @@
 //! architectures and argument values, and compares the actions. It also counts the
 //! instructions each run executes.
 
-use super::dispatch::{compact, optimize};
+use brig_seccomp::dispatch::{compact, optimize};
 use seccompiler::{TargetArch, sock_filter};
 use std::collections::{BTreeMap, BTreeSet};
+
+#[cfg(target_arch = "x86_64")]
+const ARCH: TargetArch = TargetArch::x86_64;
+#[cfg(target_arch = "aarch64")]
+const ARCH: TargetArch = TargetArch::aarch64;
 
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
@@ -745,8 +750,8 @@ fn long_and_short_chains_keep_their_answers() {
 /// child installs it and makes calls it allows and denies, by number and by argument.
 #[test]
 fn the_kernel_runs_the_compact_allowlist() {
-    let text = profile_text(super::ARCH, "default");
-    let map = seccompiler::compile_from_json(text.as_bytes(), super::ARCH).unwrap();
+    let text = profile_text(ARCH, "default");
+    let map = seccompiler::compile_from_json(text.as_bytes(), ARCH).unwrap();
     let program = compact(&map["allowlist"]).unwrap();
     let filter = libc::sock_fprog {
         len: program.len() as u16,

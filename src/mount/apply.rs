@@ -10,8 +10,8 @@
 //!    each one waits for an (expedited) RCU grace period;
 //! 5. make the root read-only.
 
+use super::MountOp;
 use crate::error::{Context, Error, Result};
-use crate::layout::MountOp;
 use crate::sys;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, open};

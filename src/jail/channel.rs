@@ -1,0 +1,383 @@
+//! The parent/child protocol. Two pipes:
+//! - `go`: the parent writes one byte once the id maps are written, and later the program
+//!   to run (a `P` frame). The parent holds its end open for the jail's whole life, so
+//!   the child sees EOF if the parent dies.
+//! - `report`: the jail's processes send the parent framed messages: the jail is ready,
+//!   a setup error, an exec failure, or the program's final status. Every end is
+//!   close-on-exec, so the program never inherits one.
+
+use super::Program;
+use crate::error::{Error, Stage};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::unistd::{pipe2, read, write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+pub struct Channel {
+    go_read: OwnedFd,
+    go_write: OwnedFd,
+    report_read: OwnedFd,
+    report_write: OwnedFd,
+}
+
+/// The child's ends.
+pub struct ChildEnd {
+    pub go: OwnedFd,
+    pub report: OwnedFd,
+}
+
+/// The parent's ends.
+pub struct ParentEnd {
+    pub go: OwnedFd,
+    pub report: OwnedFd,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Message {
+    /// The jail is assembled; its init waits for the program.
+    Ready,
+    /// Setting up the jail failed at `stage` (with `errno` when a system call refused):
+    /// exit 125.
+    SetupError {
+        stage: Option<Stage>,
+        errno: Option<i32>,
+        message: String,
+    },
+    /// The program could not be executed: exit 126, or 127 when not found.
+    ExecError { code: u8, message: String },
+    /// The program exited with this code.
+    Exited(i32),
+    /// The program was killed by this signal.
+    /// The program was killed by `signal` after using `cpu_ms` of CPU itself.
+    Signaled { signal: i32, cpu_ms: u64 },
+}
+
+impl Channel {
+    pub fn new() -> Result<Channel, Errno> {
+        let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC)?;
+        let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC)?;
+        Ok(Channel {
+            go_read,
+            go_write,
+            report_read,
+            report_write,
+        })
+    }
+
+    pub fn child_end(self) -> ChildEnd {
+        ChildEnd {
+            go: self.go_read,
+            report: self.report_write,
+        }
+    }
+
+    pub fn parent_end(self) -> ParentEnd {
+        ParentEnd {
+            go: self.go_write,
+            report: self.report_read,
+        }
+    }
+}
+
+impl ChildEnd {
+    pub fn raw_fds(&self) -> [RawFd; 2] {
+        [self.go.as_raw_fd(), self.report.as_raw_fd()]
+    }
+
+    /// Blocks until the parent says go; false if the parent went away.
+    pub fn wait_for_go(&self) -> bool {
+        let mut byte = [0u8; 1];
+        loop {
+            match read(&self.go, &mut byte) {
+                Ok(1) => return true,
+                Err(Errno::EINTR) => continue,
+                _ => return false,
+            }
+        }
+    }
+
+    /// Blocks until the parent sends the program to run; None if the parent went away
+    /// or sent something else.
+    pub fn wait_for_program(&self) -> Option<Program> {
+        let (tag, payload) = read_frame(&self.go)?;
+        if tag != b'P' {
+            return None;
+        }
+        decode_program(&payload)
+    }
+
+    /// False once the parent has exited (its end of `go` is closed then).
+    pub fn parent_alive(&self) -> bool {
+        let mut fds = [nix::poll::PollFd::new(
+            self.go.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(
+            nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO),
+            Ok(0)
+        )
+    }
+
+    pub fn send(&self, message: &Message) {
+        send(&self.report, message);
+    }
+
+    /// Reports a failed setup step to brig.
+    pub fn send_error(&self, err: &Error) {
+        self.send(&Message::SetupError {
+            stage: err.stage(),
+            errno: err.errno().map(|errno| errno as i32),
+            message: err.to_string(),
+        });
+    }
+}
+
+impl ParentEnd {
+    pub fn say_go(&self) -> Result<(), Errno> {
+        write(&self.go, b"g").map(drop)
+    }
+
+    /// Waits until the jail is assembled. Err with what the jail said instead (a setup
+    /// error), or nothing when it died without a word.
+    pub fn wait_until_ready(&self) -> Result<(), Vec<Message>> {
+        match read_frame(&self.report) {
+            Some((b'R', _)) => Ok(()),
+            Some((tag, payload)) => {
+                let mut frame = vec![tag];
+                frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                frame.extend_from_slice(&payload);
+                let mut messages = decode(&frame);
+                messages.extend(self.collect());
+                Err(messages)
+            }
+            None => Err(self.collect()),
+        }
+    }
+
+    /// Hands the jail the program to run.
+    pub fn send_program(&self, program: &Program) -> Result<(), Errno> {
+        let payload = encode_program(program);
+        let mut frame = Vec::with_capacity(payload.len() + 5);
+        frame.push(b'P');
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        write_all(&self.go, &frame)
+    }
+
+    /// Every message the jail sent; call once the jail's init has exited.
+    pub fn collect(&self) -> Vec<Message> {
+        let mut bytes = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(count @ 1..) = read(&self.report, &mut buffer) {
+            bytes.extend_from_slice(&buffer[..count]);
+        }
+        decode(&bytes)
+    }
+}
+
+/// Reads one whole frame (tag, u32 length, payload); None at EOF or on an error.
+fn read_frame(fd: &impl AsFd) -> Option<(u8, Vec<u8>)> {
+    let mut header = [0u8; 5];
+    read_exact(fd, &mut header)?;
+    let length = u32::from_le_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    let mut payload = vec![0u8; length];
+    read_exact(fd, &mut payload)?;
+    Some((header[0], payload))
+}
+
+fn read_exact(fd: &impl AsFd, mut buffer: &mut [u8]) -> Option<()> {
+    while !buffer.is_empty() {
+        match read(fd, buffer) {
+            Ok(0) => return None,
+            Ok(count) => buffer = &mut buffer[count..],
+            Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
+fn write_all(fd: &impl AsFd, mut bytes: &[u8]) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        match write(fd, bytes) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(Errno::EINTR) => {}
+            Err(errno) => return Err(errno),
+        }
+    }
+    Ok(())
+}
+
+/// argc and envc (u32 each), then chdir, the arguments and the environment, each ended
+/// by a NUL byte (the plan refused strings with one).
+fn encode_program(program: &Program) -> Vec<u8> {
+    let mut payload = Vec::new();
+    payload.extend_from_slice(&(program.argv.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&(program.env.len() as u32).to_le_bytes());
+    let chdir = program.chdir.to_string_lossy();
+    for text in std::iter::once(chdir.as_ref())
+        .chain(program.argv.iter().map(String::as_str))
+        .chain(program.env.iter().map(String::as_str))
+    {
+        payload.extend_from_slice(text.as_bytes());
+        payload.push(0);
+    }
+    payload
+}
+
+fn decode_program(payload: &[u8]) -> Option<Program> {
+    let argc = u32::from_le_bytes(payload.get(0..4)?.try_into().ok()?) as usize;
+    let envc = u32::from_le_bytes(payload.get(4..8)?.try_into().ok()?) as usize;
+    // Every string ends with its NUL: exactly 1 + argc + envc of them.
+    let texts: Vec<String> = payload[8..]
+        .strip_suffix(&[0])?
+        .split(|byte| *byte == 0)
+        .map(|text| String::from_utf8_lossy(text).into_owned())
+        .collect();
+    if argc == 0 || texts.len() != 1 + argc + envc {
+        return None;
+    }
+    let mut texts = texts.into_iter();
+    let chdir = PathBuf::from(texts.next()?);
+    let argv = texts.by_ref().take(argc).collect();
+    let env = texts.collect();
+    Some(Program { argv, env, chdir })
+}
+
+/// One frame: tag, u32 length, payload. Each frame is written with a single write(2) of
+/// at most PIPE_BUF bytes, so frames from different processes never interleave.
+fn send(fd: &impl AsFd, message: &Message) {
+    let (tag, payload): (u8, Vec<u8>) = match message {
+        Message::Ready => (b'R', Vec::new()),
+        Message::SetupError {
+            stage,
+            errno,
+            message,
+        } => {
+            let mut payload = vec![stage.map_or(u8::MAX, Stage::to_wire)];
+            payload.extend_from_slice(&errno.unwrap_or(0).to_le_bytes());
+            payload.extend_from_slice(message.as_bytes());
+            (b'E', payload)
+        }
+        Message::ExecError { code, message } => {
+            let mut payload = vec![*code];
+            payload.extend_from_slice(message.as_bytes());
+            (b'X', payload)
+        }
+        Message::Exited(code) => (b'S', code.to_le_bytes().to_vec()),
+        Message::Signaled { signal, cpu_ms } => {
+            let mut payload = signal.to_le_bytes().to_vec();
+            payload.extend_from_slice(&cpu_ms.to_le_bytes());
+            (b'K', payload)
+        }
+    };
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    frame.push(tag);
+    let payload = &payload[..payload.len().min(libc::PIPE_BUF - 5)];
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(payload);
+    let _ = write(fd, &frame);
+}
+
+fn decode(mut bytes: &[u8]) -> Vec<Message> {
+    let mut messages = Vec::new();
+    while bytes.len() >= 5 {
+        let tag = bytes[0];
+        let length = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+        let Some(payload) = bytes.get(5..5 + length) else {
+            break;
+        };
+        let number = || payload.try_into().map(i32::from_le_bytes).unwrap_or(-1);
+        messages.push(match tag {
+            b'R' => Message::Ready,
+            b'E' if payload.len() >= 5 => Message::SetupError {
+                stage: Stage::from_wire(payload[0]),
+                errno: Some(i32::from_le_bytes([
+                    payload[1], payload[2], payload[3], payload[4],
+                ]))
+                .filter(|errno| *errno != 0),
+                message: String::from_utf8_lossy(&payload[5..]).into_owned(),
+            },
+            b'X' if !payload.is_empty() => Message::ExecError {
+                code: payload[0],
+                message: String::from_utf8_lossy(&payload[1..]).into_owned(),
+            },
+            b'S' => Message::Exited(number()),
+            b'K' if payload.len() == 12 => Message::Signaled {
+                signal: i32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]),
+                cpu_ms: u64::from_le_bytes(payload[4..12].try_into().unwrap_or_default()),
+            },
+            _ => break,
+        });
+        bytes = &bytes[5 + length..];
+    }
+    messages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let channel = Channel::new().unwrap();
+        let (go_read, go_write, report_read, report_write) = (
+            channel.go_read,
+            channel.go_write,
+            channel.report_read,
+            channel.report_write,
+        );
+        let child = ChildEnd {
+            go: go_read,
+            report: report_write,
+        };
+        let sent = [
+            Message::SetupError {
+                stage: Some(Stage::Mounts),
+                errno: Some(libc::EPERM),
+                message: "mount failed".into(),
+            },
+            Message::SetupError {
+                stage: None,
+                errno: None,
+                message: "no stage".into(),
+            },
+            Message::ExecError {
+                code: 127,
+                message: "nope".into(),
+            },
+            Message::Exited(3),
+            Message::Signaled {
+                signal: 9,
+                cpu_ms: 1500,
+            },
+        ];
+        for message in &sent {
+            child.send(message);
+        }
+        drop(child);
+        let parent = ParentEnd {
+            go: go_write,
+            report: report_read,
+        };
+        assert_eq!(parent.collect(), sent);
+    }
+
+    #[test]
+    fn the_program_round_trips() {
+        let program = Program {
+            argv: vec![
+                "python3".into(),
+                "-c".into(),
+                "print('a b')".into(),
+                "".into(),
+            ],
+            env: vec!["PATH=/usr/bin".into(), "EMPTY=".into()],
+            chdir: PathBuf::from("/home/sandbox"),
+        };
+        assert_eq!(decode_program(&encode_program(&program)), Some(program));
+        assert_eq!(decode_program(b"\x01\0\0\0\0\0\0\0/\0"), None);
+        assert_eq!(decode_program(b"\x01"), None);
+    }
+}

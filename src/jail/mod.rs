@@ -1,0 +1,46 @@
+//! A jail's life, across its three processes: brig's supervisor (`supervisor.rs`), the
+//! jail's first process, which assembles the jail and stays as its PID 1 (`child.rs`,
+//! then `init.rs`), and the program. They talk over `channel.rs`; `relay.rs` carries
+//! bounded output.
+//!
+//! A jail is assembled first and given its program later ([`Jail::assemble`], then
+//! [`Jail::run`]): between the two, its init waits with every namespace, the id maps, the
+//! cgroup and the mount tree in place. `brig run` does both at once ([`run`]).
+
+mod channel;
+mod child;
+mod init;
+mod relay;
+mod supervisor;
+
+use crate::error::Result;
+use crate::plan::Plan;
+use std::path::PathBuf;
+
+pub use relay::Counts as OutputCounts;
+pub use supervisor::{Jail, Outcome, RunReport};
+
+/// What runs in an assembled jail: the arguments (the first one is looked up in the
+/// jail's `PATH` unless it has a `/`), the whole environment and the working directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub chdir: PathBuf,
+}
+
+impl Program {
+    /// The program the plan names.
+    pub fn of(plan: &Plan) -> Program {
+        Program {
+            argv: plan.command.clone(),
+            env: plan.env.clone(),
+            chdir: plan.chdir.clone(),
+        }
+    }
+}
+
+/// One jail, one program: assemble the jail `plan` describes and run its program.
+pub fn run(plan: &Plan) -> Result<RunReport> {
+    Jail::assemble(plan)?.run(&Program::of(plan))
+}

@@ -1,0 +1,245 @@
+//! Planning the mount tree: the user's `--ro-bind`, `--bind` and `--tmpfs` mounts, their
+//! paths checked, and the default layout they go on top of (`layout.rs`).
+
+use super::{MountOp, etc, layout};
+use crate::error::{Error, Result};
+use crate::identity::Identity;
+use crate::options::JailOptions;
+use crate::units::Size;
+use serde::Serialize;
+use std::path::{Component, Path, PathBuf};
+
+/// The jail's whole mount tree, in the order the child applies it: the default layout
+/// (the host's /usr or a prepared `--rootfs`), then the user's mounts, shallowest first;
+/// a user mount on the same place as a default one replaces it.
+pub fn plan(
+    options: &JailOptions,
+    identity: &Identity,
+    hostname: &str,
+    tmpfs_size: Size,
+) -> Result<(Vec<MountOp>, Option<Rootfs>)> {
+    let inputs = layout::Inputs {
+        tmpfs_size,
+        home: &identity.home,
+        uid: identity.uid,
+        gid: identity.gid,
+        etc_files: etc::files(&etc::Account {
+            user: &identity.user,
+            uid: identity.uid,
+            gid: identity.gid,
+            home: &identity.home,
+            hostname,
+        }),
+    };
+    let mut rootfs_info = None;
+    let mut mounts = match &options.rootfs {
+        Some(dir) => {
+            let rootfs = existing_path("--rootfs", &dir.to_string_lossy())?;
+            if !rootfs.is_dir() {
+                return Err(Error::input(format!(
+                    "--rootfs {}: not a directory; give the directory of a prepared root",
+                    dir.display()
+                )));
+            }
+            rootfs_info = Some(Rootfs {
+                digest: brig_rootfs::recorded_digest(&rootfs),
+                path: rootfs.clone(),
+            });
+            layout::prepared_root(&rootfs, &inputs)
+        }
+        None => layout::host_root(&inputs),
+    };
+    let user_mounts = resolve_user_mounts(options, tmpfs_size)?;
+    mounts.retain(|op| !user_mounts.iter().any(|user| user.dst() == op.dst()));
+    mounts.extend(user_mounts);
+    check_destinations(&mounts)?;
+    Ok((mounts, rootfs_info))
+}
+
+pub const DEFAULT_TMPFS_SIZE: Size = Size(64 << 20);
+const MIN_TMPFS_SIZE: Size = Size(4 << 10);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Rootfs {
+    pub path: PathBuf,
+    /// `sha256:...` from the root's `.brig-rootfs-digest`, as recorded at build time (not
+    /// recomputed: `brig rootfs verify DIR` does that); None for a root without one.
+    pub digest: Option<String>,
+}
+
+pub fn check_tmpfs_size(field: &str, size: Size) -> Result<()> {
+    if size < MIN_TMPFS_SIZE {
+        return Err(Error::input(format!(
+            "{field}: {size} bytes is too small; give at least {MIN_TMPFS_SIZE}, e.g. 64M"
+        )));
+    }
+    Ok(())
+}
+
+/// `--ro-bind`, `--bind` and `--tmpfs`, ordered so that a mount lands before those inside it.
+fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<MountOp>> {
+    let mut mounts = Vec::new();
+    for (flag, specs, writable) in [
+        ("--ro-bind", &options.ro_bind, false),
+        ("--bind", &options.bind, true),
+    ] {
+        for spec in specs {
+            let field = format!("{flag} {spec}");
+            let (src_text, dst_text) = match spec.split_once(':') {
+                Some((src, dst)) => (src, Some(dst)),
+                None => (spec.as_str(), None),
+            };
+            let src = existing_path(&field, src_text)?;
+            let dst = match dst_text {
+                Some(dst) => jail_path(&field, dst)?,
+                None if Path::new(src_text).is_absolute() => jail_path(&field, src_text)?,
+                None => src.clone(),
+            };
+            if dst == Path::new("/") {
+                return Err(Error::input(format!(
+                    "{field}: cannot bind over the jail's root; use --rootfs DIR"
+                )));
+            }
+            let is_dir = src.is_dir();
+            mounts.push(MountOp::Bind {
+                src,
+                dst,
+                writable,
+                is_dir,
+                from: Some(field),
+            });
+        }
+    }
+    for spec in &options.tmpfs {
+        let field = format!("--tmpfs {spec}");
+        let (dst_text, size) = match spec.rsplit_once(':') {
+            Some((dst, size)) => {
+                let size: Size = size
+                    .parse()
+                    .map_err(|why| Error::input(format!("{field}: {why}")))?;
+                check_tmpfs_size(&field, size)?;
+                (dst, size)
+            }
+            None => (spec.as_str(), tmpfs_size),
+        };
+        let dst = jail_path(&field, dst_text)?;
+        if dst == Path::new("/") {
+            return Err(Error::input(format!(
+                "{field}: the root is already a fresh tmpfs; pick a directory below it"
+            )));
+        }
+        mounts.push(MountOp::Tmpfs {
+            dst,
+            size,
+            mode: 0o755,
+            owner: None,
+            exec: true,
+            from: Some(field),
+        });
+    }
+    mounts.sort_by_key(|op| op.dst().components().count());
+    Ok(mounts)
+}
+
+/// Refuses, already at plan time so that `brig check` agrees with `brig run`, a user mount
+/// whose destination passes through a symlink of the planned root. The child checks
+/// again while it builds the root, which is what actually protects the host.
+fn check_destinations(mounts: &[MountOp]) -> Result<()> {
+    for (index, op) in mounts.iter().enumerate() {
+        let Some(option) = op.from() else { continue };
+        let mut prefix = PathBuf::from("/");
+        for component in op.dst().components().skip(1) {
+            prefix.push(component);
+            if let Some(target) = planned_symlink(&mounts[..index], &prefix) {
+                return Err(Error::input(format!(
+                    "{option}: {} is a symlink in the jail (to {}); name the real path instead, symlinks are not followed",
+                    prefix.display(),
+                    target.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The target of `path` if it is a symlink in the root planned by `earlier`: a planned
+/// symlink, or a host symlink inside a planned bind. The latest operation covering
+/// `path` decides, as it does when the mounts are stacked.
+fn planned_symlink(earlier: &[MountOp], path: &Path) -> Option<PathBuf> {
+    let host_symlink = |host: PathBuf| {
+        let is_link =
+            std::fs::symlink_metadata(&host).is_ok_and(|meta| meta.file_type().is_symlink());
+        if is_link {
+            std::fs::read_link(&host).ok()
+        } else {
+            None
+        }
+    };
+    for op in earlier.iter().rev() {
+        match op {
+            MountOp::Symlink { dst, target } if dst == path => return Some(target.clone()),
+            MountOp::Bind { src, dst, .. } if path.starts_with(dst) => {
+                return host_symlink(src.join(path.strip_prefix(dst).ok()?));
+            }
+            MountOp::RootBind { src } => {
+                return host_symlink(src.join(path.strip_prefix("/").ok()?));
+            }
+            MountOp::Tmpfs { dst, .. } | MountOp::Proc { dst } | MountOp::Devpts { dst }
+                if path.starts_with(dst) =>
+            {
+                return None;
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A host path that must exist, made absolute with symlinks resolved.
+fn existing_path(field: &str, text: &str) -> Result<PathBuf> {
+    if text.is_empty() {
+        return Err(Error::input(format!(
+            "{field}: empty path; give a host path"
+        )));
+    }
+    std::fs::canonicalize(text).map_err(|err| {
+        Error::input(format!(
+            "{field}: host path {text} cannot be used: {err}; create it or fix the path"
+        ))
+    })
+}
+
+/// A path inside the jail: absolute, without `..`, normalized.
+pub fn jail_path(field: &str, text: &str) -> Result<PathBuf> {
+    let path = Path::new(text);
+    if !path.is_absolute() {
+        return Err(Error::input(format!(
+            "{field}: '{text}' is relative; paths inside the jail must start with /"
+        )));
+    }
+    let mut normal = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => normal.push(part),
+            Component::ParentDir => {
+                return Err(Error::input(format!(
+                    "{field}: '{text}' contains '..', which could escape the jail's root; write the path without it"
+                )));
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    Ok(normal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jail_paths_are_normalized_and_checked() {
+        assert_eq!(jail_path("f", "/a//b/./c/").unwrap(), Path::new("/a/b/c"));
+        assert!(jail_path("f", "a/b").is_err());
+        assert!(jail_path("f", "/a/../etc").is_err());
+    }
+}
