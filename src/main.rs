@@ -2,6 +2,7 @@
 
 // The C runtime calls brig's `main` directly: see there.
 #![cfg_attr(not(test), no_main)]
+#![deny(unsafe_code)]
 
 mod cli;
 #[cfg(test)]
@@ -21,6 +22,7 @@ use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand}
 /// closed pipe is an error to handle and not brig's death. Every path out ends in
 /// `std::process::exit`, which flushes stdout.
 #[cfg(not(test))]
+#[allow(unsafe_code)] // exporting the C symbol `main` is the one unsafe attribute here
 #[unsafe(no_mangle)]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     brig_main()

@@ -27,22 +27,37 @@ pub enum Parent {
     OwnDelegated { own: PathBuf },
 }
 
-/// The cgroup mounts of this host, from /proc/self/mountinfo.
+/// The cgroup mounts of this host (from /proc/self/mountinfo), brig's own place in them
+/// (/proc/self/cgroup) and brig's uid: what placing a jail's cgroup depends on.
 pub struct Mounts {
     unified: Option<PathBuf>,
     /// (controller, mount point) for v1 hierarchies.
     legacy: Vec<(String, PathBuf)>,
+    /// /proc/self/cgroup.
+    own_cgroups: String,
+    euid: u32,
 }
 
 impl Mounts {
     pub fn read() -> Result<Mounts> {
-        let text = fs::read_to_string("/proc/self/mountinfo")
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
             .context(|| "read /proc/self/mountinfo".into())?;
+        let own_cgroups = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Ok(Mounts::parse(
+            &mountinfo,
+            own_cgroups,
+            nix::unistd::geteuid().as_raw(),
+        ))
+    }
+
+    pub fn parse(mountinfo: &str, own_cgroups: String, euid: u32) -> Mounts {
         let mut mounts = Mounts {
             unified: None,
             legacy: Vec::new(),
+            own_cgroups,
+            euid,
         };
-        for line in text.lines() {
+        for line in mountinfo.lines() {
             let Some((before, after)) = line.split_once(" - ") else {
                 continue;
             };
@@ -67,7 +82,20 @@ impl Mounts {
                 _ => {}
             }
         }
-        Ok(mounts)
+        mounts
+    }
+
+    /// brig's own cgroup path in a hierarchy, relative to its mount ("0::/x" for v2).
+    pub fn own_path(&self, controller: Option<&str>) -> Option<PathBuf> {
+        self.own_cgroups.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let matches = match controller {
+                None => controllers.is_empty(),
+                Some(wanted) => controllers.split(',').any(|c| c == wanted),
+            };
+            matches.then(|| PathBuf::from(path.trim_start_matches('/')))
+        })
     }
 
     /// The cgroup2 mount, if there is one.
@@ -112,20 +140,6 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// brig's own cgroup path in a hierarchy, from /proc/self/cgroup ("0::/x" for v2).
-pub fn own_path(controller: Option<&str>) -> Option<PathBuf> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines().find_map(|line| {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let matches = match controller {
-            None => controllers.is_empty(),
-            Some(wanted) => controllers.split(',').any(|c| c == wanted),
-        };
-        matches.then(|| PathBuf::from(path.trim_start_matches('/')))
-    })
-}
-
 fn has_controllers(file: &Path, wanted: &[&str]) -> bool {
     let Ok(text) = fs::read_to_string(file) else {
         return false;
@@ -146,9 +160,9 @@ pub fn find_parent(
             return Some((Version::V2, vec![unified.join("brig")], Parent::BrigSubtree));
         }
         if rootless
-            && let Some(own) = own_path(None).map(|path| unified.join(path))
+            && let Some(own) = mounts.own_path(None).map(|path| unified.join(path))
             && own != *unified
-            && fs::metadata(&own).is_ok_and(|meta| meta.uid() == nix::unistd::geteuid().as_raw())
+            && fs::metadata(&own).is_ok_and(|meta| meta.uid() == mounts.euid)
             && has_controllers(&own.join("cgroup.controllers"), controllers)
         {
             return Some((Version::V2, vec![own.clone()], Parent::OwnDelegated { own }));
@@ -347,5 +361,209 @@ pub fn remove(dir: &Path) {
                 std::thread::sleep(Duration::from_micros(250 * u64::from(attempt.min(20) + 1)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory tree standing in for /sys/fs/cgroup, removed when dropped.
+    struct Fixture(PathBuf);
+
+    impl Fixture {
+        fn new(name: &str) -> Fixture {
+            let dir = std::env::temp_dir()
+                .join(format!("brig-cgroup-fixture-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            Fixture(dir)
+        }
+
+        /// Writes `text` to the file `relative`, creating its directories.
+        fn file(&self, relative: &str, text: &str) -> &Fixture {
+            let path = self.0.join(relative);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+            self
+        }
+
+        fn path(&self, relative: &str) -> PathBuf {
+            self.0.join(relative)
+        }
+
+        /// A mountinfo line mounting `fstype` with `options` at `relative`.
+        fn mount_line(&self, relative: &str, fstype: &str, options: &str) -> String {
+            format!(
+                "30 24 0:26 / {} rw,nosuid,nodev,noexec,relatime shared:4 - {fstype} {fstype} rw,{options}\n",
+                self.path(relative).display()
+            )
+        }
+
+        fn owner(&self) -> u32 {
+            fs::metadata(&self.0).unwrap().uid()
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const LIMITS: &[&str] = &["memory", "pids"];
+
+    fn pure_v2(name: &str) -> (Fixture, String) {
+        let tree = Fixture::new(name);
+        tree.file("unified/cgroup.controllers", "cpuset cpu io memory pids\n")
+            .file("unified/cgroup.subtree_control", "cpu memory pids\n");
+        let mountinfo = format!(
+            "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n{}",
+            tree.mount_line("unified", "cgroup2", "nsdelegate")
+        );
+        (tree, mountinfo)
+    }
+
+    #[test]
+    fn pure_v2_as_root_uses_a_brig_subtree() {
+        let (tree, mountinfo) = pure_v2("v2-root");
+        let mounts = Mounts::parse(&mountinfo, "0::/\n".into(), 0);
+        assert_eq!(mounts.unified(), Some(tree.path("unified").as_path()));
+        assert!(mounts.legacy().is_empty());
+        let (version, parents, kind) = find_parent(&mounts, LIMITS, false).unwrap();
+        assert_eq!(version, Version::V2);
+        assert_eq!(parents, vec![tree.path("unified/brig")]);
+        assert_eq!(kind, Parent::BrigSubtree);
+    }
+
+    #[test]
+    fn pure_v2_without_the_controllers_is_unusable_as_root() {
+        let (tree, mountinfo) = pure_v2("v2-bare");
+        tree.file("unified/cgroup.subtree_control", "cpu\n");
+        let mounts = Mounts::parse(&mountinfo, "0::/\n".into(), 0);
+        assert!(find_parent(&mounts, LIMITS, false).is_none());
+    }
+
+    #[test]
+    fn rootless_v2_uses_its_own_delegated_cgroup() {
+        let (tree, mountinfo) = pure_v2("v2-delegated");
+        tree.file(
+            "unified/user.slice/user-1000.slice/brig.scope/cgroup.controllers",
+            "memory pids\n",
+        );
+        let own = "0::/user.slice/user-1000.slice/brig.scope\n".to_string();
+        let mounts = Mounts::parse(&mountinfo, own.clone(), tree.owner());
+        let (version, parents, kind) = find_parent(&mounts, LIMITS, true).unwrap();
+        let scope = tree.path("unified/user.slice/user-1000.slice/brig.scope");
+        assert_eq!(version, Version::V2);
+        assert_eq!(parents, vec![scope.clone()]);
+        assert_eq!(kind, Parent::OwnDelegated { own: scope });
+        // Not the caller's: not delegated.
+        let mounts = Mounts::parse(&mountinfo, own, tree.owner() + 1);
+        assert!(find_parent(&mounts, LIMITS, true).is_none());
+        // The root cgroup is never brig's own to use.
+        let mounts = Mounts::parse(&mountinfo, "0::/\n".into(), tree.owner());
+        assert!(find_parent(&mounts, LIMITS, true).is_none());
+    }
+
+    /// This development machine's layout: v1 memory, pids and cpu,cpuacct, and a cgroup2
+    /// mount without controllers.
+    fn hybrid(name: &str) -> (Fixture, String) {
+        let tree = Fixture::new(name);
+        tree.file("unified/cgroup.controllers", "")
+            .file("unified/cgroup.subtree_control", "");
+        let mountinfo = [
+            tree.mount_line("unified", "cgroup2", "nsdelegate"),
+            tree.mount_line("memory", "cgroup", "memory"),
+            tree.mount_line("pids", "cgroup", "pids"),
+            tree.mount_line("cpu,cpuacct", "cgroup", "cpu,cpuacct"),
+            tree.mount_line("freezer", "cgroup", "freezer"),
+        ]
+        .concat();
+        (tree, mountinfo)
+    }
+
+    #[test]
+    fn hybrid_as_root_uses_the_v1_hierarchies() {
+        let (tree, mountinfo) = hybrid("hybrid-root");
+        let mounts = Mounts::parse(&mountinfo, "0::/\n".into(), 0);
+        let (version, parents, kind) =
+            find_parent(&mounts, &["memory", "pids", "cpu"], false).expect("v1 is usable as root");
+        assert_eq!(version, Version::V1);
+        assert_eq!(kind, Parent::BrigSubtree);
+        // cpu and cpuacct share one hierarchy: its brig directory appears once.
+        assert_eq!(
+            parents,
+            vec![
+                tree.path("memory/brig"),
+                tree.path("pids/brig"),
+                tree.path("cpu,cpuacct/brig"),
+            ]
+        );
+    }
+
+    #[test]
+    fn hybrid_rootless_has_no_cgroup() {
+        let (tree, mountinfo) = hybrid("hybrid-rootless");
+        let mounts = Mounts::parse(&mountinfo, "0::/user.slice\n".into(), tree.owner());
+        assert!(find_parent(&mounts, LIMITS, true).is_none());
+    }
+
+    #[test]
+    fn v1_only_with_a_given_parent() {
+        let tree = Fixture::new("v1-given");
+        let mountinfo = [
+            tree.mount_line("memory", "cgroup", "memory"),
+            tree.mount_line("pids", "cgroup", "pids"),
+        ]
+        .concat();
+        tree.file("memory/jobs/tasks", "")
+            .file("pids/jobs/tasks", "");
+        let mounts = Mounts::parse(&mountinfo, String::new(), 0);
+        assert!(mounts.unified().is_none());
+        let given = given_parent(&mounts, Path::new("/jobs"), LIMITS).unwrap();
+        assert_eq!(
+            given,
+            (
+                Version::V1,
+                vec![tree.path("memory/jobs"), tree.path("pids/jobs")],
+                Parent::Given
+            )
+        );
+        let missing = given_parent(&mounts, Path::new("/nope"), LIMITS).unwrap_err();
+        assert!(
+            missing.message().contains("--cgroup-parent /nope"),
+            "{missing}"
+        );
+        assert!(missing.message().contains("does not exist"), "{missing}");
+    }
+
+    #[test]
+    fn mountinfo_fields_are_unescaped() {
+        let mountinfo = "40 30 0:33 / /sys/fs/cgroup/my\\040cgroups rw - cgroup2 cgroup2 rw\n\
+                         41 30 0:34 / /mnt/mem rw - cgroup cgroup rw,memory\n\
+                         42 30 0:35 / /proc rw - proc proc rw\n";
+        let mounts = Mounts::parse(mountinfo, String::new(), 0);
+        assert_eq!(
+            mounts.unified(),
+            Some(Path::new("/sys/fs/cgroup/my cgroups"))
+        );
+        assert_eq!(
+            mounts.legacy(),
+            [("memory".to_string(), PathBuf::from("/mnt/mem"))]
+        );
+        assert_eq!(unescape("a\\134b\\011c"), "a\\b\tc");
+    }
+
+    #[test]
+    fn own_path_per_hierarchy() {
+        let own = "12:pids:/user.slice\n4:cpu,cpuacct:/x/y\n0::/system.slice/brig.service\n";
+        let mounts = Mounts::parse("", own.into(), 0);
+        assert_eq!(
+            mounts.own_path(None),
+            Some(PathBuf::from("system.slice/brig.service"))
+        );
+        assert_eq!(mounts.own_path(Some("cpuacct")), Some(PathBuf::from("x/y")));
+        assert_eq!(mounts.own_path(Some("memory")), None);
     }
 }

@@ -117,7 +117,7 @@ pub fn layout() -> Result<Layout> {
     });
     let own_v2 = mounts
         .unified()
-        .zip(hierarchy::own_path(None))
+        .zip(mounts.own_path(None))
         .map(|(dir, own)| {
             if own.as_os_str().is_empty() {
                 dir.to_path_buf()
