@@ -343,6 +343,9 @@ things a reviewer should know, e.g. \-\-net host, or limits not enforced
 .TP
 \fBerror\fR
 for setup_error: the one-line message brig printed
+.TP
+\fBerror_kind\fR, \fBerror_stage\fR
+for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
 .PP
 \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: \fBtime\fR (UTC, RFC 3339), \fBuid\fR (the caller), \fBargv\fR, \fBconfig_digest\fR (SHA-256 of the resolved plan) and \fBverdict\fR.
 .SH SEE ALSO
