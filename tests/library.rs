@@ -1,0 +1,143 @@
+//! brig as a library: a jail is assembled first and given its program later, a jail that
+//! never runs a program leaves nothing behind, and a caller with other threads is refused.
+//!
+//! A jail's processes are cloned without exec, so this test needs a single-threaded
+//! process: it has its own `main` instead of libtest's threaded harness, and prints the
+//! plain `N passed, N failed` line.
+
+use brig::jail::{Jail, Program};
+use brig::{ErrorKind, Plan, config};
+use std::path::{Path, PathBuf};
+
+fn plan(yaml: &str) -> Plan {
+    Plan::resolve(config::parse(yaml, "test").expect("options")).expect("plan")
+}
+
+/// A directory the jail's user can write to, bound into the jail at /out.
+struct Out(PathBuf);
+
+impl Out {
+    fn new(name: &str) -> Out {
+        let dir = std::env::temp_dir().join(format!("bt-library-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::process::Command::new("chmod")
+            .arg("0777")
+            .arg(&dir)
+            .status()
+            .unwrap();
+        Out(dir)
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.0.join(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The program comes after the jail is built: not the plan's command, with its own
+/// environment and working directory.
+fn program_given_after_assembly() -> Result<(), String> {
+    let out = Out::new("later");
+    let plan = plan(&format!(
+        "bind: ['{}:/out']\nmemory: max\npids: max\ncommand: [/bin/false]\n",
+        out.0.display()
+    ));
+    let jail = Jail::assemble(&plan).map_err(|err| format!("assemble: {err}"))?;
+    let program = Program {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"$GREETING from $(pwd)\" > /out/said; exit 7".into(),
+        ],
+        env: vec!["PATH=/usr/bin:/bin".into(), "GREETING=hello".into()],
+        chdir: PathBuf::from("/tmp"),
+    };
+    let report = jail.run(&program).map_err(|err| format!("run: {err}"))?;
+    let status = report.outcome.exit_status().code();
+    let said = out.read("said");
+    if status != 7 || said != "hello from /tmp\n" {
+        return Err(format!("status {status}, said {said:?}"));
+    }
+    Ok(())
+}
+
+/// A jail dropped without a program is killed and reaped: no child of this process is
+/// left, and its cgroup is gone.
+fn unused_jail_leaves_nothing() -> Result<(), String> {
+    let plan = plan("command: [true]\n");
+    let cgroups = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|entry| entry.path().is_dir())
+                    .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let parents: Vec<PathBuf> = ["memory", "pids", "unified"]
+        .iter()
+        .map(|name| Path::new("/sys/fs/cgroup").join(name).join("brig"))
+        .collect();
+    let before: Vec<Vec<String>> = parents.iter().map(|dir| cgroups(dir)).collect();
+    let jail = Jail::assemble(&plan).map_err(|err| format!("assemble: {err}"))?;
+    drop(jail);
+    match nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+        Err(nix::errno::Errno::ECHILD) => {}
+        other => return Err(format!("a child is left: {other:?}")),
+    }
+    let after: Vec<Vec<String>> = parents.iter().map(|dir| cgroups(dir)).collect();
+    if before != after {
+        return Err(format!("cgroups before {before:?}, after {after:?}"));
+    }
+    Ok(())
+}
+
+/// With a second thread alive, assembling is refused with a clear error.
+fn threaded_caller_is_refused() -> Result<(), String> {
+    let plan = plan("memory: max\npids: max\ncommand: [true]\n");
+    let (stop, wait) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let _ = wait.recv();
+    });
+    let result = Jail::assemble(&plan);
+    drop(stop);
+    thread.join().unwrap();
+    match result {
+        Err(err)
+            if err.kind() == ErrorKind::SetupFailed
+                && err.message().contains("single-threaded") =>
+        {
+            Ok(())
+        }
+        Err(err) => Err(format!("wrong error: {err}")),
+        Ok(_) => Err("a multi-threaded caller was allowed to clone a jail".into()),
+    }
+}
+
+fn main() {
+    let tests: [(&str, fn() -> Result<(), String>); 3] = [
+        ("program_given_after_assembly", program_given_after_assembly),
+        ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
+        ("threaded_caller_is_refused", threaded_caller_is_refused),
+    ];
+    let mut failed = 0;
+    for (name, test) in tests {
+        match test() {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(why) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {why}");
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", tests.len() - failed);
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
