@@ -122,8 +122,10 @@ fn threaded_caller_is_refused() -> Result<(), String> {
     }
 }
 
+type Test = fn() -> Result<(), String>;
+
 fn main() {
-    let tests: [(&str, fn() -> Result<(), String>); 3] = [
+    let tests: [(&str, Test); 3] = [
         ("program_given_after_assembly", program_given_after_assembly),
         ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
         ("threaded_caller_is_refused", threaded_caller_is_refused),
