@@ -253,5 +253,12 @@ fn one_line_clap_error(err: &clap::Error) -> String {
         .next()
         .unwrap_or("invalid arguments")
         .trim_start_matches("error: ");
-    format!("{first}; see `brig --help`")
+    // A value outside a fixed set: name the set on the same line.
+    let choices = rendered
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("[possible values: "))
+        .map(|line| format!(" {line}"))
+        .unwrap_or_default();
+    format!("{first}{choices}; see `brig --help`")
 }

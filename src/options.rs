@@ -76,7 +76,7 @@ impl From<LandlockMode> for String {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct JailOptions {
     /// Start from a built-in profile: python, node or shell.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(["python", "node", "shell"]))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
 
@@ -135,7 +135,13 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tmpfs_size: Option<Size>,
 
-    /// Working directory inside the jail [default: the home directory].
+    /// Bind this host directory read-only at /work and start there: short for
+    /// `--ro-bind DIR:/work --chdir /work` (for outputs, add a writable `--bind`).
+    #[arg(short = 'w', long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<PathBuf>,
+
+    /// Working directory inside the jail [default: the home directory, or /work with --workdir].
     #[arg(long, value_name = "DIR")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chdir: Option<PathBuf>,
@@ -251,6 +257,7 @@ impl JailOptions {
             bind: append(self.bind, over.bind),
             tmpfs: append(self.tmpfs, over.tmpfs),
             tmpfs_size: over.tmpfs_size.or(self.tmpfs_size),
+            workdir: over.workdir.or(self.workdir),
             chdir: over.chdir.or(self.chdir),
             env: append(self.env, over.env),
             env_pass: append(self.env_pass, over.env_pass),

@@ -76,10 +76,11 @@ impl Plan {
         let report = resolve_report(&options)?;
         let chdir = match &options.chdir {
             Some(dir) => mount::jail_path("--chdir", &dir.to_string_lossy())?,
+            None if options.workdir.is_some() => PathBuf::from(mount::WORKDIR),
             None => identity.home.clone(),
         };
         let env = environment::resolve(&options, &identity)?;
-        let mut warnings = Vec::new();
+        let mut warnings = mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
         if net == NetMode::Host {
             warnings.push("--net host: the jail shares the host's network namespace".into());
         }

@@ -193,9 +193,31 @@ pub fn given_parent(
     path: &Path,
     controllers: &[&str],
 ) -> Result<(Version, Vec<PathBuf>, Parent)> {
+    // The example follows the host: one directory on cgroup v2, one path found under
+    // every controller's hierarchy on v1.
+    let v2_usable = mounts
+        .unified
+        .as_ref()
+        .is_some_and(|unified| has_controllers(&unified.join("cgroup.controllers"), controllers));
+    let example = match (v2_usable, mounts.legacy_mount(controllers[0])) {
+        (false, Some(first)) => format!(
+            "give a cgroup that exists under each v1 hierarchy it needs ({}), as the path below them (e.g. /jobs for {}) or one of them in full",
+            controllers.join(", "),
+            first.join("jobs").display()
+        ),
+        _ => format!(
+            "give a delegated cgroup directory, e.g. {}",
+            mounts
+                .unified
+                .as_deref()
+                .unwrap_or(Path::new("/sys/fs/cgroup"))
+                .join("my.slice/brig")
+                .display()
+        ),
+    };
     let bad = |why: &str| {
         Error::input(format!(
-            "--cgroup-parent {}: {why}; give a delegated cgroup directory, e.g. /sys/fs/cgroup/my.slice/brig",
+            "--cgroup-parent {}: {why}; {example}",
             path.display()
         ))
     };

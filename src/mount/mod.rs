@@ -9,4 +9,6 @@ mod plan;
 
 pub use apply::build_root;
 pub use layout::MountOp;
-pub use plan::{DEFAULT_TMPFS_SIZE, Rootfs, check_tmpfs_size, jail_path, plan};
+pub use plan::{
+    DEFAULT_TMPFS_SIZE, Rootfs, WORKDIR, check_tmpfs_size, jail_path, plan, unwritable_binds,
+};

@@ -56,6 +56,9 @@ pub fn plan(
     Ok((mounts, rootfs_info))
 }
 
+/// Where `--workdir DIR` puts DIR in the jail.
+pub const WORKDIR: &str = "/work";
+
 pub const DEFAULT_TMPFS_SIZE: Size = Size(64 << 20);
 const MIN_TMPFS_SIZE: Size = Size(4 << 10);
 
@@ -79,7 +82,13 @@ pub fn check_tmpfs_size(field: &str, size: Size) -> Result<()> {
 /// `--ro-bind`, `--bind` and `--tmpfs`, ordered so that a mount lands before those inside it.
 fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<MountOp>> {
     let mut mounts = Vec::new();
+    let workdir: Vec<String> = options
+        .workdir
+        .iter()
+        .map(|dir| format!("{}:{WORKDIR}", dir.display()))
+        .collect();
     for (flag, specs, writable) in [
+        ("--workdir", &workdir, false),
         ("--ro-bind", &options.ro_bind, false),
         ("--bind", &options.bind, true),
     ] {
@@ -193,6 +202,37 @@ fn planned_symlink(earlier: &[MountOp], path: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// Warnings for writable binds the jail's user cannot write: it maps to `host_uid` and
+/// `host_gid`, and the host's permission bits decide (ACLs aside).
+pub fn unwritable_binds(mounts: &[MountOp], host_uid: u32, host_gid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind {
+                src,
+                writable: true,
+                from: Some(option),
+                ..
+            } => {
+                let meta = std::fs::metadata(src).ok()?;
+                let mode = meta.mode();
+                let writable = (meta.uid() == host_uid && mode & 0o200 != 0)
+                    || (meta.gid() == host_gid && mode & 0o020 != 0)
+                    || mode & 0o002 != 0;
+                (!writable).then(|| {
+                    format!(
+                        "{option}: {} is not writable by host uid {host_uid}, which the jail's user maps to, so writes there fail with EACCES; `chown {host_uid} {}` or make it group- or world-writable",
+                        src.display(),
+                        src.display()
+                    )
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// A host path that must exist, made absolute with symlinks resolved.

@@ -1,0 +1,137 @@
+//! What a new user meets in the first ten minutes: the working directory bound in with one
+//! flag, a warning when a writable bind is not writable by the jail's user, completions
+//! that offer the profiles, fixed-choice errors that list the choices, and a
+//! `--cgroup-parent` hint in the host's own cgroup form.
+
+#[macro_use]
+mod common;
+
+use common::*;
+
+fn workdir_binds_the_directory_read_only_and_starts_there(mode: Mode) {
+    let dir = TempDir::new("workdir");
+    dir.file("solution.py", "import os\nprint('ran in', os.getcwd())\n");
+    let output = run(
+        mode,
+        &[
+            "run",
+            "-w",
+            dir.str(),
+            "--",
+            "sh",
+            "-c",
+            "python3 solution.py && touch /work/new 2>&1 || echo read-only",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let text = stdout(&output);
+    assert!(text.starts_with("ran in /work\n"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert!(!dir.path().join("new").exists());
+}
+
+both_modes!(workdir_binds_the_directory_read_only_and_starts_there);
+
+/// As root the jail's user is host uid 65534: a 0755 root-owned output directory is not
+/// writable for it, and the plan says so; a directory it may write gets no warning.
+#[test]
+fn an_unwritable_bind_target_is_a_warning() {
+    let denied = TempDir::new("bind-denied");
+    let output = run(
+        Mode::Root,
+        &[
+            "check",
+            "--bind",
+            &format!("{}:/out", denied.str()),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("is not writable by host uid 65534") && text.contains("chown 65534"),
+        "{text}"
+    );
+    // The attempt really fails, as the warning says.
+    let output = run(
+        Mode::Root,
+        &[
+            "run",
+            "--bind",
+            &format!("{}:/out", denied.str()),
+            "--",
+            "sh",
+            "-c",
+            "echo x > /out/f",
+        ],
+    );
+    assert!(
+        stderr(&output).contains("Permission denied"),
+        "{}",
+        describe(&output)
+    );
+
+    let allowed = TempDir::new("bind-allowed").writable_by_all();
+    let output = run(
+        Mode::Root,
+        &[
+            "check",
+            "--bind",
+            &format!("{}:/out", allowed.str()),
+            "--",
+            "true",
+        ],
+    );
+    assert!(
+        !stdout(&output).contains("not writable"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn profile_completes_to_the_profiles() {
+    let output = run(Mode::Root, &["completions", "bash"]);
+    assert!(
+        stdout(&output).contains("python node shell"),
+        "bash completion offers no profile names"
+    );
+    let output = run(Mode::Root, &["run", "--profile", "pithon", "--", "true"]);
+    assert_one_line_error(
+        &output,
+        &["--profile", "possible values: python, node, shell"],
+    );
+}
+
+#[test]
+fn cgroup_parent_hint_follows_the_host() {
+    let output = run(
+        Mode::Root,
+        &[
+            "run",
+            "--memory",
+            "64M",
+            "--cgroup-parent",
+            "/bt-nonesuch",
+            "--",
+            "true",
+        ],
+    );
+    // A hybrid or v1 host (like the development machines) gets the v1 form of the path.
+    if std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        assert_one_line_error(
+            &output,
+            &[
+                "--cgroup-parent /bt-nonesuch",
+                "each v1 hierarchy",
+                "/sys/fs/cgroup/memory/jobs",
+            ],
+        );
+    } else {
+        assert_one_line_error(
+            &output,
+            &["--cgroup-parent /bt-nonesuch", "delegated cgroup directory"],
+        );
+    }
+}
