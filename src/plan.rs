@@ -81,6 +81,7 @@ impl Plan {
         };
         let env = environment::resolve(&options, &identity)?;
         let mut warnings = mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
+        warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
         if net == NetMode::Host {
             warnings.push("--net host: the jail shares the host's network namespace".into());
         }

@@ -135,3 +135,49 @@ fn cgroup_parent_hint_follows_the_host() {
         );
     }
 }
+
+/// A root without the mount points brig needs is refused up front, naming what it lacks;
+/// one changed after its digest was recorded runs with a warning that says so.
+#[test]
+fn prepared_roots_are_checked() {
+    let dir = TempDir::new("rootfs-check");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let output = run(
+        Mode::Root,
+        &["check", "--rootfs", root.to_str().unwrap(), "--", "true"],
+    );
+    assert_one_line_error(
+        &output,
+        &[
+            "--rootfs",
+            "the root lacks /proc, /dev, /tmp, /home/sandbox",
+            "brig rootfs build",
+        ],
+    );
+
+    for mount_point in ["proc", "dev", "tmp", "home/sandbox"] {
+        std::fs::create_dir_all(root.join(mount_point)).unwrap();
+    }
+    let digest = format!("sha256:{}\n", "ab".repeat(32));
+    std::fs::write(root.join(".brig-rootfs-digest"), digest).unwrap();
+    let check = || {
+        let output = run(
+            Mode::Root,
+            &["check", "--rootfs", root.to_str().unwrap(), "--", "true"],
+        );
+        assert_eq!(code(&output), 0, "{}", describe(&output));
+        stdout(&output)
+    };
+    assert!(!check().contains("changed after its digest"), "{}", check());
+    // A change is only seen once it is later than the recorded digest (with the 2 s the
+    // build's final rename may take).
+    std::thread::sleep(std::time::Duration::from_millis(3100));
+    std::fs::write(root.join("added-later"), "x").unwrap();
+    let text = check();
+    assert!(
+        text.contains("changed after its digest was recorded")
+            && text.contains("brig rootfs verify"),
+        "{text}"
+    );
+}

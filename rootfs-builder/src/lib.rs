@@ -115,6 +115,25 @@ pub fn recorded_digest(dir: &Path) -> Option<String> {
     valid.then(|| digest.to_string())
 }
 
+/// A cheap check, for every run: the first entry of the root or of its top level that
+/// changed after the digest was recorded (its ctime is later), if any. Changes deeper in
+/// the tree are left to `verify`, which reads every file.
+pub fn changed_since_recorded(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let recorded = fs::symlink_metadata(dir.join(DIGEST_FILE)).ok()?;
+    // The build renames the finished root into place right after writing the digest.
+    let limit = recorded.ctime() + 2;
+    let changed = |path: &Path| fs::symlink_metadata(path).is_ok_and(|meta| meta.ctime() > limit);
+    if changed(dir) {
+        return Some(dir.to_path_buf());
+    }
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| changed(path))
+}
+
 /// Recomputes the digest of `dir` and compares it with the recorded one. Returns the
 /// digest, or an error naming the first entries that differ.
 pub fn verify(dir: &Path) -> Result<String, Error> {

@@ -10,5 +10,6 @@ mod plan;
 pub use apply::build_root;
 pub use layout::MountOp;
 pub use plan::{
-    DEFAULT_TMPFS_SIZE, Rootfs, WORKDIR, check_tmpfs_size, jail_path, plan, unwritable_binds,
+    DEFAULT_TMPFS_SIZE, Rootfs, WORKDIR, check_tmpfs_size, jail_path, plan, rootfs_warning,
+    unwritable_binds,
 };

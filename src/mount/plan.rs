@@ -41,6 +41,7 @@ pub fn plan(
                     dir.display()
                 )));
             }
+            check_mount_points(&rootfs, identity)?;
             rootfs_info = Some(Rootfs {
                 digest: brig_rootfs::recorded_digest(&rootfs),
                 path: rootfs.clone(),
@@ -202,6 +203,43 @@ fn planned_symlink(earlier: &[MountOp], path: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// A prepared root is bound read-only: the mount points of the runtime mounts must be
+/// there already.
+fn check_mount_points(rootfs: &Path, identity: &Identity) -> Result<()> {
+    let needed = [
+        Path::new("/proc"),
+        Path::new("/dev"),
+        Path::new("/tmp"),
+        identity.home.as_path(),
+    ];
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|dir| !rootfs.join(dir.strip_prefix("/").unwrap_or(dir)).is_dir())
+        .map(|dir| dir.display().to_string())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::input(format!(
+        "--rootfs {}: the root lacks {}, where brig mounts the jail's fresh /proc, /dev, /tmp and home; build it with `brig rootfs build`, or create those directories in it",
+        rootfs.display(),
+        missing.join(", ")
+    )))
+}
+
+/// A warning when a prepared root changed after `brig rootfs build` recorded its digest,
+/// as far as a cheap look at its top level tells.
+pub fn rootfs_warning(rootfs: &Rootfs) -> Option<String> {
+    rootfs.digest.as_ref()?;
+    let changed = brig_rootfs::changed_since_recorded(&rootfs.path)?;
+    Some(format!(
+        "--rootfs {}: {} changed after its digest was recorded, so the digest may not describe what runs; `brig rootfs verify {}` checks every file, `brig rootfs build --force` records it anew",
+        rootfs.path.display(),
+        changed.display(),
+        rootfs.path.display()
+    ))
 }
 
 /// Warnings for writable binds the jail's user cannot write: it maps to `host_uid` and
