@@ -18,6 +18,19 @@ pub enum NetMode {
     Host,
 }
 
+/// The jail's /proc.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcMode {
+    /// A fresh /proc of the jail's own PID namespace.
+    #[default]
+    Fresh,
+    /// brig's own /proc, bound read-only: for hosts that refuse a fresh one (containers
+    /// that mask /proc); the jail then sees the processes of brig's PID namespace
+    /// (reported as a warning).
+    Host,
+}
+
 /// How strictly Landlock must be enforced: `best-effort`, `require`, `require=ABI` or `off`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(try_from = "String", into = "String")]
@@ -79,6 +92,12 @@ pub struct JailOptions {
     #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(["python", "node", "shell"]))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+
+    /// /proc: `fresh` (the jail's own) or `host` (brig's, read-only: a weaker mode for
+    /// containers that refuse a fresh /proc; reported) [default: fresh].
+    #[arg(long, value_name = "MODE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proc: Option<ProcMode>,
 
     /// Network: `none` (private namespace with only lo) or `host`.
     #[arg(long, value_name = "MODE")]
@@ -246,6 +265,7 @@ impl JailOptions {
         }
         JailOptions {
             profile: over.profile.or(self.profile),
+            proc: over.proc.or(self.proc),
             net: over.net.or(self.net),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),

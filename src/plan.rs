@@ -10,7 +10,7 @@ use crate::landlock::{self, LandlockPlan};
 use crate::limits::{self, Limits};
 use crate::mount::{self, MountOp, Rootfs};
 use crate::namespaces::{self, Namespaces};
-use crate::options::{JailOptions, LandlockMode, NetMode};
+use crate::options::{JailOptions, LandlockMode, NetMode, ProcMode};
 use crate::seccomp::{self, SeccompPlan};
 use crate::units::Span;
 use serde::Serialize;
@@ -82,6 +82,9 @@ impl Plan {
         let env = environment::resolve(&options, &identity)?;
         let mut warnings = mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
         warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
+        if options.proc == Some(ProcMode::Host) {
+            warnings.push("--proc host: the jail sees brig's own /proc, read-only: the processes of brig's PID namespace, not only its own".into());
+        }
         if net == NetMode::Host {
             warnings.push("--net host: the jail shares the host's network namespace".into());
         }

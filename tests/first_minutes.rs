@@ -181,3 +181,39 @@ fn prepared_roots_are_checked() {
         "{text}"
     );
 }
+
+/// `--proc host`, the weaker mode for containers that refuse a fresh /proc: brig's own
+/// /proc, read-only, and reported. The default fresh /proc shows only the jail.
+fn proc_host_is_explicit_read_only_and_reported(mode: Mode) {
+    let count = "ls /proc | grep -c '^[0-9]'";
+    let fresh = run(mode, &["run", "--", "sh", "-c", count]);
+    let fresh: u32 = assert_success(&fresh).trim().parse().unwrap();
+    assert!(
+        fresh <= 4,
+        "a fresh /proc shows only the jail's processes: {fresh}"
+    );
+
+    let script = format!("{count}; echo x > /proc/self/comm || echo read-only");
+    let host = run(mode, &["run", "--proc", "host", "--", "sh", "-c", &script]);
+    let text = assert_success(&host);
+    let seen: u32 = text.lines().next().unwrap().parse().unwrap();
+    assert!(
+        seen > fresh,
+        "brig's /proc shows the host's processes: {text}"
+    );
+    assert!(text.ends_with("read-only\n"), "{text}");
+    assert!(
+        stderr(&host).contains("Read-only file system"),
+        "{}",
+        describe(&host)
+    );
+
+    let plan = run(mode, &["check", "--proc", "host", "--", "true"]);
+    assert!(
+        stdout(&plan).contains("--proc host: the jail sees brig's own /proc"),
+        "{}",
+        describe(&plan)
+    );
+}
+
+both_modes!(proc_host_is_explicit_read_only_and_reported);

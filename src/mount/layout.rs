@@ -1,6 +1,7 @@
 //! The jail's filesystem as an ordered list of mount operations, planned in the parent
 //! from the host's layout and the options, executed in order by `mnt` in the child.
 
+use crate::options::ProcMode;
 use crate::units::Size;
 use serde::{Serialize, Serializer};
 use std::path::{Path, PathBuf};
@@ -121,6 +122,7 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 pub struct Inputs<'a> {
     pub tmpfs_size: Size,
+    pub proc: ProcMode,
     pub home: &'a Path,
     pub uid: u32,
     pub gid: u32,
@@ -172,8 +174,17 @@ pub fn prepared_root(rootfs: &Path, inputs: &Inputs) -> Vec<MountOp> {
 
 /// /proc, /dev, /tmp and the home directory: fresh for every jail.
 fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
-    ops.push(MountOp::Proc {
-        dst: "/proc".into(),
+    ops.push(match inputs.proc {
+        ProcMode::Fresh => MountOp::Proc {
+            dst: "/proc".into(),
+        },
+        ProcMode::Host => MountOp::Bind {
+            src: "/proc".into(),
+            dst: "/proc".into(),
+            writable: false,
+            is_dir: true,
+            from: Some("--proc host".into()),
+        },
     });
     ops.push(MountOp::Tmpfs {
         dst: "/dev".into(),

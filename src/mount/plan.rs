@@ -20,6 +20,7 @@ pub fn plan(
 ) -> Result<(Vec<MountOp>, Option<Rootfs>)> {
     let inputs = layout::Inputs {
         tmpfs_size,
+        proc: options.proc.unwrap_or_default(),
         home: &identity.home,
         uid: identity.uid,
         gid: identity.gid,
