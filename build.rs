@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    record_commit();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
     let dir = Path::new("seccomp-profiles").join(&arch);
     // A directory: cargo reruns when any file in it changes, or one is added or removed.
@@ -44,6 +45,37 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("seccomp_profiles.rs"), code).expect("write seccomp_profiles.rs");
+}
+
+/// `BRIG_COMMIT` for `brig --version`: the commit brig is built from (with `-dirty` when
+/// the work tree has changes), or `unknown` outside a git checkout.
+fn record_commit() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+    };
+    let commit = match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(commit) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|changes| !changes.is_empty());
+            format!("{commit}{}", if dirty { "-dirty" } else { "" })
+        }
+        None => "unknown".into(),
+    };
+    println!("cargo:rustc-env=BRIG_COMMIT={commit}");
+    // A new commit moves HEAD or the branch it names.
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        let dir = Path::new(&dir);
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", dir.join(branch).display());
+        }
+        println!("cargo:rerun-if-changed={}", dir.join("index").display());
+    }
 }
 
 /// The profile files of `dir`, sorted by name.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(
     name = "brig",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("BRIG_COMMIT"), ")"),
     about = "Run one untrusted program in a fresh Linux jail",
     long_about = "Run one untrusted program in a fresh Linux jail: new user, mount, pid, net, \
                   ipc, uts, cgroup and time namespaces, a minimal read-only root filesystem, \

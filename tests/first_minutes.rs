@@ -217,3 +217,26 @@ fn proc_host_is_explicit_read_only_and_reported(mode: Mode) {
 }
 
 both_modes!(proc_host_is_explicit_read_only_and_reported);
+
+/// `brig --version` names the commit it was built from.
+#[test]
+fn version_names_the_commit() {
+    let output = run(Mode::Root, &["--version"]);
+    let text = assert_success(&output);
+    assert!(text.starts_with("brig "), "{text}");
+    let commit = text
+        .split("(commit ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("no commit in {text:?}"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    assert!(
+        commit.starts_with(&head),
+        "--version says {commit}, HEAD is {head}"
+    );
+}
