@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod limits;
+
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
