@@ -10,21 +10,16 @@
 //!
 //! Run as root (tests/run.sh does); rootless runs go through `setpriv` as uid 65534.
 
+#[allow(unused_macros)] // both_modes: each attack runs in both modes inside one test
+mod common;
+
+use common::Mode::{self, Root, Rootless};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
 
-#[derive(Clone, Copy, Debug)]
-enum Who {
-    Root,
-    /// uid/gid 65534 via setpriv.
-    Rootless,
-}
-use Who::{Root, Rootless};
-
-const NOBODY: &str = "65534";
 /// Where the kit directory appears in the jail.
 const IN_JAIL: &str = "/probe";
 
@@ -47,24 +42,22 @@ impl Kit {
     }
 }
 
-/// None (and the test passes with a note) unless running as root.
+/// The kit, once each test has checked its prerequisites: root (which runs brig both ways)
+/// and gcc (which builds the probe). None only when one is missing and skipping is
+/// allowed (see `common::require`); the test then returns.
 fn kit() -> Option<&'static Kit> {
-    static KIT: OnceLock<Option<Kit>> = OnceLock::new();
-    KIT.get_or_init(|| {
-        if !nix_is_root() {
-            eprintln!("attacks: skipped, run as root (tests/run.sh)");
-            return None;
-        }
-        Some(build_kit())
-    })
-    .as_ref()
+    let ready = common::require_root()
+        && common::require_program(
+            "gcc",
+            "tests/run.sh installs it, with libc6-dev for `gcc -static` (Debian packages gcc, libc6-dev)",
+        );
+    ready.then(built_kit)
 }
 
-fn nix_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+/// The kit, built by the first test that needs it (after `kit()` checked the prerequisites).
+fn built_kit() -> &'static Kit {
+    static KIT: OnceLock<Kit> = OnceLock::new();
+    KIT.get_or_init(build_kit)
 }
 
 fn build_kit() -> Kit {
@@ -110,30 +103,20 @@ fn build_kit() -> Kit {
     Kit { dir, bin, brig }
 }
 
-fn command(kit: &Kit, who: Who, program: &Path) -> Command {
-    let mut command = match who {
-        Root => Command::new(program),
-        Rootless => {
-            let mut setpriv = Command::new("setpriv");
-            setpriv
-                .arg(format!("--reuid={NOBODY}"))
-                .arg(format!("--regid={NOBODY}"))
-                .arg("--clear-groups")
-                .arg(program);
-            setpriv
-        }
-    };
-    command.current_dir(&kit.dir).stdin(Stdio::null());
+/// `program` as root or rootless (`common::command_as`), in the kit's directory.
+fn command(kit: &Kit, who: Mode, program: &Path) -> Command {
+    let mut command = common::command_as(who, program, &[]);
+    command.current_dir(&kit.dir);
     command
 }
 
-fn brig(kit: &Kit, who: Who, args: &[&str]) -> Output {
+fn brig(kit: &Kit, who: Mode, args: &[&str]) -> Output {
     command(kit, who, &kit.brig).args(args).output().unwrap()
 }
 
 /// `brig run POLICY --ro-bind KIT:/probe -- /probe/probe ATTACK...`: the probe's line.
-fn probe(who: Who, policy: &[&str], attack: &[&str]) -> String {
-    let kit = kit().unwrap();
+fn probe(who: Mode, policy: &[&str], attack: &[&str]) -> String {
+    let kit = built_kit();
     let mount = kit.mount();
     let program = format!("{IN_JAIL}/probe");
     let mut args = vec!["run"];
@@ -155,7 +138,7 @@ fn probe(who: Who, policy: &[&str], attack: &[&str]) -> String {
 /// result with the filter switched off, for attacks whose answer depends on the host's
 /// kernel configuration (perf_event_paranoid, io_uring_disabled, ia32 and x32 support).
 fn host_baseline(attack: &[&str]) -> String {
-    let kit = kit().unwrap();
+    let kit = built_kit();
     let out = command(kit, Rootless, &kit.probe())
         .args(attack)
         .output()
@@ -355,7 +338,7 @@ fn setuid_binary_gains_nothing() {
     // host root is not mapped in the jail's user namespace.
     let program = format!("{IN_JAIL}/probe-setuid");
     for who in [Root, Rootless] {
-        let kit = kit().unwrap();
+        let kit = built_kit();
         let mount = kit.mount();
         let out = brig(
             kit,
@@ -639,8 +622,8 @@ fn bad_policy_options_fail_with_one_line() {
 // --- the walls do not break real programs: python3, node and sh under the default
 // profile with Landlock on.
 
-fn run_ok(who: Who, args: &[&str]) -> String {
-    let kit = kit().unwrap();
+fn run_ok(who: Mode, args: &[&str]) -> String {
+    let kit = built_kit();
     let out = brig(kit, who, args);
     assert!(
         out.status.success(),

@@ -5,7 +5,7 @@
 #[macro_use]
 mod common;
 
-use common::{Mode, TempDir, describe, stdout};
+use common::{Mode, TempDir, describe, interpreter, stdout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,45 +15,12 @@ fn deploy(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// The brig binary a client started in `mode` should run.
-fn brig_for(mode: Mode) -> &'static Path {
-    match mode {
-        Mode::Root => common::brig(),
-        Mode::Rootless => common::rootless_brig(),
-    }
-}
-
-/// The system's interpreter (`/usr/bin/NAME`) where there is one: a PATH lookup may find a
-/// per-user shim (pyenv) that uid 65534 cannot run.
-fn interpreter(name: &str) -> String {
-    let system = Path::new("/usr/bin").join(name);
-    if system.exists() {
-        system.display().to_string()
-    } else {
-        name.to_string()
-    }
-}
-
-/// A command for `program args...`, run as root or (via setpriv) as uid 65534.
+/// A command for `program args...` (an interpreter: the system's, see
+/// `common::interpreter`), run as root or (via setpriv) as uid 65534, with `BRIG` naming
+/// the brig it should run.
 fn command_as(mode: Mode, program: &str, args: &[&str]) -> Command {
-    let mut argv: Vec<String> = match mode {
-        Mode::Root => vec![],
-        Mode::Rootless => [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-        .map(String::from)
-        .to_vec(),
-    };
-    argv.push(interpreter(program));
-    argv.extend(args.iter().map(|arg| arg.to_string()));
-    let mut command = Command::new(&argv[0]);
-    command
-        .args(&argv[1..])
-        .current_dir("/")
-        .env("BRIG", brig_for(mode));
+    let mut command = common::command_as(mode, interpreter(program), args);
+    command.env("BRIG", common::brig_for(mode));
     command
 }
 
@@ -66,13 +33,13 @@ fn systemd_unit_verifies() {
             .arg(path)
             .output()
     };
-    let output = match verify(&unit) {
-        Ok(output) => output,
-        Err(err) => {
-            eprintln!("systemd-analyze is not installed ({err}); the unit is not verified");
-            return;
-        }
-    };
+    if !common::require_program(
+        "systemd-analyze",
+        "tests/run.sh installs it (Debian package systemd)",
+    ) {
+        return;
+    }
+    let output = verify(&unit).expect("run systemd-analyze");
     assert!(output.status.success(), "{}", describe(&output));
     assert!(
         output.stderr.is_empty(),
@@ -258,6 +225,11 @@ fn github_actions_step_runs_the_script_under_brig() {
     assert!(stdout(&output).contains("brig verdict: nonzero_exit exit 7"));
 }
 
+/// The AppArmor profile's structure, and a real parse by apparmor_parser. AppArmor 4 parses
+/// the profile as it is. An older parser (Debian 12 ships 3.0.8, and AppArmor 4 cannot be
+/// installed there) does not know `userns,` nor `abi <abi/4.0>`: it parses the rest of the
+/// profile (its includes, header and flags), with those two lines made 3.0 ones. Either way
+/// the parser must also reject a profile with a misspelt flag, to show that it checks.
 #[test]
 fn apparmor_profile_parses() {
     let profile = deploy("apparmor/brig");
@@ -268,28 +240,50 @@ fn apparmor_profile_parses() {
     assert!(text.lines().any(|line| line.trim() == "userns,"));
     assert!(text.contains("abi <abi/4.0>,"));
     assert_eq!(text.matches('{').count(), text.matches('}').count());
-    let version = Command::new("apparmor_parser").arg("--version").output();
-    let Ok(version) = version else {
-        eprintln!(
-            "apparmor_parser is not installed; the profile's structure was checked, not parsed"
-        );
+    if !common::require_program(
+        "apparmor_parser",
+        "tests/run.sh installs it (Debian package apparmor)",
+    ) {
         return;
-    };
+    }
+    let version = Command::new("apparmor_parser")
+        .arg("--version")
+        .output()
+        .expect("run apparmor_parser --version");
     let version_text = stdout(&version);
     let major: u32 = version_text
         .split_whitespace()
         .find_map(|word| word.split('.').next()?.parse().ok())
         .unwrap_or(0);
-    if major < 4 {
+    let dir = TempDir::new("apparmor");
+    let parsed = if major >= 4 {
+        text.clone()
+    } else {
         eprintln!(
-            "apparmor_parser {major}.x cannot parse `userns,` (AppArmor 4); the profile's structure was checked, not parsed"
+            "apparmor_parser {major}.x predates `userns,` (AppArmor 4): parsing the rest of the profile"
         );
-        return;
-    }
-    let output = Command::new("apparmor_parser")
-        .args(["-Q", "-K"])
-        .arg(&profile)
-        .output()
-        .unwrap();
+        text.replace("abi <abi/4.0>,", "abi <abi/3.0>,")
+            .lines()
+            .filter(|line| line.trim() != "userns,")
+            .map(|line| format!("{line}\n"))
+            .collect()
+    };
+    let parse = |name: &str, text: &str| {
+        let path = dir.file(name, text);
+        Command::new("apparmor_parser")
+            .args(["-Q", "-K"])
+            .arg(path)
+            .output()
+            .expect("run apparmor_parser")
+    };
+    let output = parse("brig", &parsed);
     assert!(output.status.success(), "{}", describe(&output));
+    let broken = parsed.replace("flags=(unconfined)", "flags=(unconfinde)");
+    let output = parse("brig-broken", &broken);
+    assert!(!output.status.success(), "{}", describe(&output));
+    assert!(
+        common::stderr(&output).contains("unconfinde"),
+        "{}",
+        describe(&output)
+    );
 }

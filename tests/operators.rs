@@ -5,7 +5,6 @@
 mod common;
 
 use common::{Mode, assert_one_line_error, code, describe, stdout};
-use std::path::Path;
 use std::process::Command;
 
 /// Every line of the human output is `ok    name: detail`, `warn  ...` or `FAIL  ...`,
@@ -123,10 +122,7 @@ fn doctor_json_has_the_same_checks() {
 /// Inside a jail, the default seccomp profile denies new namespaces: doctor must say a
 /// jail cannot run there, why, and exit 1.
 fn doctor_inside_a_jail_fails(mode: Mode) {
-    let brig = match mode {
-        Mode::Root => common::brig(),
-        Mode::Rootless => common::rootless_brig(),
-    };
+    let brig = common::brig_for(mode);
     let bind = format!("{}:/opt/brig", brig.display());
     for json in [false, true] {
         let mut args = vec!["run", "--ro-bind", &bind, "--", "/opt/brig", "doctor"];
@@ -185,6 +181,15 @@ fn doctor_checks_a_given_cgroup_parent() {
 
 #[test]
 fn completions_for_every_shell() {
+    // Each shell syntax-checks its own script.
+    for (shell, package) in [("bash", "bash"), ("zsh", "zsh"), ("fish", "fish")] {
+        if !common::require_program(
+            shell,
+            &format!("tests/run.sh installs it (Debian package {package})"),
+        ) {
+            return;
+        }
+    }
     for shell in ["bash", "zsh", "fish"] {
         let output = common::run(Mode::Root, &["completions", shell]);
         let script = stdout(&output);
@@ -193,25 +198,23 @@ fn completions_for_every_shell() {
         for word in ["doctor", "rootfs", "ro-bind", "seccomp-log"] {
             assert!(script.contains(word), "{shell} completions lack {word}");
         }
-        // Where the shell is installed, it must accept the script.
+        // The shell must accept the script.
         let syntax_check: &[&str] = match shell {
             "bash" => &["-n"],
             "zsh" => &["-n"],
             _ => &["--no-execute"],
         };
         let path = common::TempFile::new(&format!("completions.{shell}"), &script);
-        match Command::new(shell)
+        let checked = Command::new(shell)
             .args(syntax_check)
             .arg(path.path())
             .output()
-        {
-            Ok(checked) => assert!(
-                checked.status.success(),
-                "{shell} rejects its completions: {}",
-                String::from_utf8_lossy(&checked.stderr)
-            ),
-            Err(_) => eprintln!("{shell} is not installed; its script was not syntax-checked"),
-        }
+            .unwrap_or_else(|err| panic!("run {shell}: {err}"));
+        assert!(
+            checked.status.success(),
+            "{shell} rejects its completions: {}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
     }
 }
 
@@ -253,23 +256,12 @@ fn completions_for_an_unknown_shell_is_a_one_line_error() {
 
 /// `brig doctor` on a pure cgroup v2 kernel (this host is hybrid): the layout, where jails
 /// go as root, a delegated `--cgroup-parent`, and what uid 65534 gets inside a cgroup
-/// delegated to it. One boot of `../shared/vm/run-in-vm.sh` (about 25 s under TCG).
+/// delegated to it. One boot of `tests/vm/run-in-vm.sh` (about 25 s under TCG).
 #[test]
 fn doctor_on_pure_cgroup_v2_in_a_vm() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let vm = root.join("../shared/vm/run-in-vm.sh");
-    if !vm.exists() {
-        eprintln!("SKIPPED: {} is missing", vm.display());
+    let Some(vm) = common::Vm::new("doctor-vm") else {
         return;
-    }
-    let share = common::TempDir::new("doctor-vm");
-    let brig = share.path().join("brig");
-    let copied = Command::new("cp")
-        .arg(common::brig())
-        .arg(&brig)
-        .status()
-        .expect("cp");
-    assert!(copied.success());
+    };
     let script = r#"
 B="$1"
 echo "== plain"; "$B" doctor; echo "exit $?"
@@ -279,13 +271,16 @@ echo "== parent"; "$B" doctor --no-run --cgroup-parent $D; echo "exit $?"
 echo $$ > $D/cgroup.procs
 echo "== inside"; "$B" doctor --no-run; echo "exit $?"
 "#;
-    let output = Command::new(&vm)
-        .args(["--quiet", "--cpus", "1", "--timeout", "150", "--share"])
-        .arg(share.path())
-        .args(["--", "sh", "-c", script, "sh"])
-        .arg(&brig)
-        .output()
-        .expect("run-in-vm.sh");
+    let output = vm.run(
+        150,
+        &[
+            "sh".as_ref(),
+            "-c".as_ref(),
+            script.as_ref(),
+            "sh".as_ref(),
+            vm.brig().as_os_str(),
+        ],
+    );
     let text = stdout(&output).replace('\r', "");
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     let section = |name: &str| -> String {

@@ -5,8 +5,18 @@
 //! Every jail test runs twice: as root (brig started directly by the test, which runs as
 //! root) and rootless (brig started through `setpriv` as uid/gid 65534 with no
 //! supplementary groups). `both_modes!` generates the two `#[test]` functions.
+//!
+//! No test passes by skipping: a test whose prerequisite (a program, root, ...) is missing
+//! calls `require` (or `require_program`, `require_root`), which fails it with one line
+//! saying what is missing and how to get it. Only with `BRIG_TEST_ALLOW_SKIP=1` does the
+//! test return instead, and the skip is recorded for `tests/run.sh` to list.
+//!
+//! Every test file declares `#[macro_use] mod common;` (the limit, verdict, cgroup and
+//! audit tests also use `common::limits`; the VM tests use `Vm`).
 
 #![allow(dead_code)]
+
+pub mod limits;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -124,24 +134,50 @@ pub fn set_mode(path: &Path, mode: u32) {
         .unwrap_or_else(|err| panic!("chmod {mode:o} {}: {err}", path.display()));
 }
 
+/// The brig binary to start in `mode`: the one cargo built, or its copy that uid 65534 can
+/// execute.
+pub fn brig_for(mode: Mode) -> &'static Path {
+    match mode {
+        Mode::Root => brig(),
+        Mode::Rootless => rootless_brig(),
+    }
+}
+
 /// The command line that starts brig with `args` in `mode`.
 pub fn argv(mode: Mode, args: &[&str]) -> Vec<OsString> {
+    argv_as(mode, brig_for(mode), args)
+}
+
+/// The command line that starts `program` with `args` in `mode`: directly as root, or
+/// through `setpriv` as uid/gid 65534 with no supplementary groups.
+pub fn argv_as(mode: Mode, program: impl Into<OsString>, args: &[&str]) -> Vec<OsString> {
     assert!(
         nix::unistd::geteuid().is_root(),
         "the integration tests run brig as root and, through setpriv, rootless: run them as root"
     );
     let mut argv: Vec<OsString> = match mode {
-        Mode::Root => vec![brig().into()],
+        Mode::Root => vec![],
         Mode::Rootless => vec![
             "setpriv".into(),
             "--reuid=65534".into(),
             "--regid=65534".into(),
             "--clear-groups".into(),
-            rootless_brig().into(),
         ],
     };
+    argv.push(program.into());
     argv.extend(args.iter().map(OsString::from));
     argv
+}
+
+/// The system's interpreter (`/usr/bin/NAME`) where there is one: a PATH lookup may find a
+/// per-user shim (pyenv) that uid 65534 cannot run, and the jails bind the host's /usr.
+pub fn interpreter(name: &str) -> String {
+    let system = Path::new("/usr/bin").join(name);
+    if system.exists() {
+        system.display().to_string()
+    } else {
+        name.to_string()
+    }
 }
 
 /// A `Command` for `argv`: stdin from /dev/null, working directory `/` (readable by
@@ -159,6 +195,11 @@ pub fn command_from(argv: &[OsString]) -> Command {
 /// A `Command` that runs brig with `args` in `mode`.
 pub fn command(mode: Mode, args: &[&str]) -> Command {
     command_from(&argv(mode, args))
+}
+
+/// A `Command` that runs `program` with `args` in `mode` (see `argv_as`, `command_from`).
+pub fn command_as(mode: Mode, program: impl Into<OsString>, args: &[&str]) -> Command {
+    command_from(&argv_as(mode, program, args))
 }
 
 /// Runs brig with `args` in `mode` and returns what it printed and its status.
@@ -533,4 +574,175 @@ pub fn with_program<'a>(args: &[&'a str], program: &[&'a str]) -> Vec<&'a str> {
     all.push("--");
     all.extend_from_slice(program);
     all
+}
+
+// ---------------------------------------------------------------------------------------
+// Prerequisites: a missing one fails the test, unless skipping is allowed explicitly
+
+/// Set to `1`, a missing prerequisite skips the test (recorded) instead of failing it.
+pub const ALLOW_SKIP_VAR: &str = "BRIG_TEST_ALLOW_SKIP";
+
+/// Where skips are recorded (`tests/run.sh` sets it); by default
+/// `$CARGO_TARGET_TMPDIR/brig-test-skips` (target/x86_64-unknown-linux-gnu/tmp/...).
+pub const SKIP_DIR_VAR: &str = "BRIG_TEST_SKIP_DIR";
+
+/// Whether the test may go on: true when `available`. When not, the test fails with one
+/// line naming `what` is missing and `how` to get it; only with `BRIG_TEST_ALLOW_SKIP=1`
+/// does this return false instead (the caller returns), after appending
+/// `CRATE::TEST: what is missing` to this process's file in the skip directory.
+///
+/// ```ignore
+/// if !require("qemu-system-x86_64", "tests/run.sh installs it", found) {
+///     return;
+/// }
+/// ```
+pub fn require(what: &str, how: &str, available: bool) -> bool {
+    if available {
+        return true;
+    }
+    let test = current_test();
+    if std::env::var_os(ALLOW_SKIP_VAR).is_some_and(|value| value == "1") {
+        let record = record_skip(&format!("{test}: {what} is missing\n"));
+        eprintln!(
+            "SKIPPED {test}: {what} is missing ({ALLOW_SKIP_VAR}=1); recorded in {}; to run it: {how}",
+            record.display()
+        );
+        return false;
+    }
+    panic!(
+        "{test} needs {what}, which is missing; to get it: {how}. ({ALLOW_SKIP_VAR}=1 skips such tests instead, recorded for tests/run.sh to list)"
+    );
+}
+
+/// `require` for a program that must be on PATH (found as `command -v` would).
+pub fn require_program(program: &str, how: &str) -> bool {
+    require(
+        &format!("the program `{program}`"),
+        how,
+        program_on_path(program),
+    )
+}
+
+/// `require` for running as root.
+pub fn require_root() -> bool {
+    require(
+        "root",
+        "run the tests as root (tests/run.sh)",
+        nix::unistd::geteuid().is_root(),
+    )
+}
+
+/// Whether an executable file named `program` is in a directory of PATH.
+pub fn program_on_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(program))
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// `crate::test_name` of the running test (libtest names each test's thread after it).
+fn current_test() -> String {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("unknown test");
+    format!("{}::{name}", env!("CARGO_CRATE_NAME"))
+}
+
+/// The directory skips are recorded in.
+pub fn skip_dir() -> PathBuf {
+    std::env::var_os(SKIP_DIR_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("brig-test-skips"))
+}
+
+/// Appends `line` to this test process's own file in the skip directory (one write on an
+/// O_APPEND file, so concurrent tests of the process keep their lines whole; other test
+/// processes have files of their own). Returns the file.
+fn record_skip(line: &str) -> PathBuf {
+    use std::io::Write;
+    let dir = skip_dir();
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|err| panic!("create the skip directory {}: {err}", dir.display()));
+    let path = dir.join(format!(
+        "{}.{}",
+        env!("CARGO_CRATE_NAME"),
+        std::process::id()
+    ));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(line.as_bytes()))
+        .unwrap_or_else(|err| panic!("record the skip in {}: {err}", path.display()));
+    path
+}
+
+// ---------------------------------------------------------------------------------------
+// The pure cgroup v2 VM (tests/vm/run-in-vm.sh)
+
+/// tests/vm/run-in-vm.sh: boots a throwaway qemu VM whose kernel has only cgroup2 (every
+/// controller enabled) and runs one command there as root.
+pub fn vm_runner() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/run-in-vm.sh")
+}
+
+/// A directory shared with a VM (the guest sees only it, at the same path) holding a copy
+/// of brig; removed on drop.
+pub struct Vm {
+    share: TempDir,
+    brig: PathBuf,
+}
+
+impl Vm {
+    /// None (the test returns) only when qemu is missing, the test is not root (who could
+    /// install it) and skipping is allowed.
+    pub fn new(label: &str) -> Option<Vm> {
+        let qemu = "qemu-system-x86_64";
+        if !require(
+            &format!("the program `{qemu}`"),
+            "run the test as root once (tests/vm/run-in-vm.sh installs qemu-system-x86 with apt-get), or apt-get install qemu-system-x86",
+            program_on_path(qemu) || nix::unistd::geteuid().is_root(),
+        ) {
+            return None;
+        }
+        let share = TempDir::new(label);
+        let brig_copy = share.path().join("brig");
+        let copied = Command::new("cp")
+            .arg(brig())
+            .arg(&brig_copy)
+            .stdin(Stdio::null())
+            .status()
+            .expect("run cp");
+        assert!(copied.success(), "cp {}", brig().display());
+        Some(Vm {
+            share,
+            brig: brig_copy,
+        })
+    }
+
+    /// The shared directory.
+    pub fn share(&self) -> &Path {
+        self.share.path()
+    }
+
+    /// brig's copy in the shared directory.
+    pub fn brig(&self) -> &Path {
+        &self.brig
+    }
+
+    /// Runs `command` in a VM with one CPU (boot included, at most `timeout_secs`; then
+    /// run-in-vm.sh kills qemu and exits 124) and returns its output. No Watchdog:
+    /// run-in-vm.sh enforces its own timeout and kills qemu by pid.
+    pub fn run(&self, timeout_secs: u64, command: &[&std::ffi::OsStr]) -> Output {
+        let mut vm_run = Command::new(vm_runner());
+        vm_run
+            .args(["--quiet", "--cpus", "1", "--timeout"])
+            .arg(timeout_secs.to_string())
+            .arg("--share")
+            .arg(self.share())
+            .arg("--")
+            .args(command)
+            .stdin(Stdio::null());
+        vm_run.output().expect("run tests/vm/run-in-vm.sh")
+    }
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # brig's limits on a pure cgroup v2 hierarchy. tests/cgroup_v2.rs runs this as root inside
-# the ../shared/vm/run-in-vm.sh guest (Debian kernel, busybox userland, every controller
+# the tests/vm/run-in-vm.sh guest (Debian kernel, busybox userland, every controller
 # enabled in the root cgroup.subtree_control): `cgroup_v2.sh BRIG`.
 #
 # Prints one line per check, `ok NAME` or `FAIL NAME: detail`, and `done` at the end;
