@@ -105,6 +105,8 @@ pub fn assert_verdict_shape(v: &Value) {
             "protections",
             "warnings",
             "error",
+            "error_kind",
+            "error_stage",
         ]),
         "{v}"
     );
@@ -142,6 +144,9 @@ pub fn assert_verdict_shape(v: &Value) {
     assert!(v["output_truncated"].is_boolean(), "{v}");
     assert!(v["warnings"].is_array(), "{v}");
     assert!(v["error"].is_null() || v["error"].is_string(), "{v}");
+    // A failure names its kind; the stage only where a step of the jail failed.
+    assert_eq!(v["error"].is_null(), v["error_kind"].is_null(), "{v}");
+    assert!(v["error_stage"].is_null() || v["error_stage"].is_string(), "{v}");
     if !v["limits"].is_null() {
         assert_eq!(
             keys(&v["limits"]),
