@@ -1,8 +1,10 @@
 //! Landlock: a second wall around the files, derived from the mount plan. Read-only places
 //! get read (and execute) access, writable binds and the tmpfs mounts full access, devices
-//! read and write; nothing else is reachable, whatever the mounts would allow. With
-//! `--net none`, TCP bind and connect are denied (ABI 4); abstract unix sockets and signals
-//! are scoped to the jail (ABI 6).
+//! read and write; nothing else is reachable, whatever the mounts would allow. Abstract
+//! unix sockets and signals are scoped to the jail (ABI 6). TCP is left to the network
+//! namespace: under `--net none` the jail's only interface is its own `lo`, so denying TCP
+//! there would protect nothing and break every local server and test suite; under
+//! `--net host` the caller asked for the network.
 //!
 //! The rules are computed in the parent from the plan; the program's process opens the
 //! paths inside the jail (after pivot_root) and enforces them after no_new_privs and
@@ -10,11 +12,11 @@
 
 use crate::error::{Error, Result};
 use crate::mount::MountOp;
-use crate::options::{LandlockMode, NetMode};
+use crate::options::LandlockMode;
 use crate::sys;
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -22,9 +24,8 @@ use std::path::PathBuf;
 /// The newest Landlock ABI whose rights brig asks for (and was tested with). Newer kernels
 /// are used at this ABI.
 pub const MAX_ABI: u8 = 7;
-/// What `--landlock require` asks for: everything brig uses (fs 5, TCP 4, scopes 6).
+/// What `--landlock require` asks for: everything brig uses (fs 5, scopes 6).
 pub const FULL_ABI: u8 = 6;
-const NET_ABI: u8 = 4;
 const SCOPE_ABI: u8 = 6;
 
 #[derive(Debug, Serialize)]
@@ -36,8 +37,6 @@ pub struct LandlockPlan {
     pub abi: u8,
     /// The running kernel's Landlock ABI (0: none).
     pub kernel_abi: u8,
-    /// TCP bind and connect are denied.
-    pub deny_tcp: bool,
     /// Abstract unix sockets and signals are scoped to the jail.
     pub scoped: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -68,7 +67,7 @@ pub enum Rights {
 }
 
 /// Derives the rules from the mount plan and checks the mode against the kernel.
-pub fn plan(mode: LandlockMode, mounts: &[MountOp], net: NetMode) -> Result<LandlockPlan> {
+pub fn plan(mode: LandlockMode, mounts: &[MountOp]) -> Result<LandlockPlan> {
     let kernel_abi = sys::landlock_abi();
     if let LandlockMode::Require(wanted) = mode {
         let wanted = wanted.unwrap_or(FULL_ABI);
@@ -93,7 +92,6 @@ pub fn plan(mode: LandlockMode, mounts: &[MountOp], net: NetMode) -> Result<Land
         mode,
         abi,
         kernel_abi,
-        deny_tcp: abi >= NET_ABI && net == NetMode::None,
         scoped: abi >= SCOPE_ABI,
         rules: if abi > 0 { rules(mounts) } else { Vec::new() },
     })
@@ -172,11 +170,6 @@ pub fn enforce(plan: &LandlockPlan) -> Result<()> {
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
         .map_err(|err| fail("handle file access", &err))?;
-    if plan.deny_tcp {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(|err| fail("handle TCP access", &err))?;
-    }
     if plan.scoped {
         ruleset = ruleset
             .scope(Scope::from_all(abi))
@@ -337,31 +330,20 @@ mod tests {
     }
 
     #[test]
-    fn tcp_is_denied_only_without_network() {
-        let none = plan_for("command: [true]");
-        let host = plan_for("command: [true]\nnet: host");
-        if none.landlock.abi >= NET_ABI {
-            assert!(none.landlock.deny_tcp);
-        }
-        assert!(!host.landlock.deny_tcp);
-    }
-
-    #[test]
     fn require_checks_the_kernel() {
         let kernel = sys::landlock_abi();
         let too_new = LandlockMode::Require(Some(MAX_ABI + 1));
-        let err = plan(too_new, &[], NetMode::None).unwrap_err();
+        let err = plan(too_new, &[]).unwrap_err();
         assert!(
             err.message().contains("at most require=7"),
             "{}",
             err.message()
         );
         if kernel < MAX_ABI {
-            let err =
-                plan(LandlockMode::Require(Some(kernel + 1)), &[], NetMode::None).unwrap_err();
+            let err = plan(LandlockMode::Require(Some(kernel + 1)), &[]).unwrap_err();
             assert!(err.message().contains("best-effort"), "{}", err.message());
         }
-        let off = plan(LandlockMode::Off, &[], NetMode::None).unwrap();
-        assert_eq!((off.abi, off.deny_tcp, off.scoped), (0, false, false));
+        let off = plan(LandlockMode::Off, &[]).unwrap();
+        assert_eq!((off.abi, off.scoped), (0, false));
     }
 }

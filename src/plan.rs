@@ -97,7 +97,7 @@ impl Plan {
             )),
             seccomp::Mode::Enforce => {}
         }
-        let landlock = landlock::plan(options.landlock.unwrap_or_default(), &mounts, net)?;
+        let landlock = landlock::plan(options.landlock.unwrap_or_default(), &mounts)?;
         if landlock.mode == LandlockMode::Off {
             warnings.push("--landlock off: no Landlock wall around the files".into());
         } else if landlock.abi == 0 {
@@ -106,9 +106,8 @@ impl Plan {
             );
         } else if landlock.abi < landlock::FULL_ABI {
             warnings.push(format!(
-                "Landlock ABI {}: files only{}; TCP and signal scoping need ABI {}",
+                "Landlock ABI {}: files only; scoping of signals and abstract sockets needs ABI {}",
                 landlock.abi,
-                if landlock.deny_tcp { " and TCP" } else { "" },
                 landlock::FULL_ABI
             ));
         }

@@ -240,3 +240,26 @@ fn version_names_the_commit() {
         "--version says {commit}, HEAD is {head}"
     );
 }
+
+/// Under the default `--net none` a program can serve and test itself on the jail's own
+/// loopback, over TCP (a Flask app, a test suite's local server, Jupyter's sockets).
+fn loopback_tcp_works_inside_the_jail(mode: Mode) {
+    let script = r#"
+import socket, threading
+server = socket.create_server(("127.0.0.1", 8080))
+def serve():
+    conn, _ = server.accept()
+    conn.sendall(conn.recv(5).upper())
+threading.Thread(target=serve).start()
+client = socket.create_connection(("127.0.0.1", 8080), timeout=5)
+client.sendall(b"hello")
+print(client.recv(5).decode())
+"#;
+    let output = run(
+        mode,
+        &["run", "--profile", "python", "--", "python3", "-c", script],
+    );
+    assert_eq!(assert_success(&output), "HELLO\n");
+}
+
+both_modes!(loopback_tcp_works_inside_the_jail);

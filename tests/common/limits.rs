@@ -146,7 +146,10 @@ pub fn assert_verdict_shape(v: &Value) {
     assert!(v["error"].is_null() || v["error"].is_string(), "{v}");
     // A failure names its kind; the stage only where a step of the jail failed.
     assert_eq!(v["error"].is_null(), v["error_kind"].is_null(), "{v}");
-    assert!(v["error_stage"].is_null() || v["error_stage"].is_string(), "{v}");
+    assert!(
+        v["error_stage"].is_null() || v["error_stage"].is_string(),
+        "{v}"
+    );
     if !v["limits"].is_null() {
         assert_eq!(
             keys(&v["limits"]),
