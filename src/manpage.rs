@@ -25,7 +25,7 @@ a new session without a controlling terminal, file descriptors 0, 1 and 2 only, 
 .IP \(bu 2
 every capability dropped from every set, and no_new_privs;
 .IP \(bu 2
-Landlock rules derived from the mounts: read and execute where the mounts are read\-only, full access to writable binds, /tmp, /dev/shm, the home directory and \fB\-\-tmpfs\fR mounts, read and write on the devices; TCP bind and connect denied without a network; abstract unix sockets and signals scoped to the jail (\fB\-\-landlock\fR);
+Landlock rules derived from the mounts: read and execute where the mounts are read\-only, full access to writable binds, /tmp, /dev/shm, the home directory and \fB\-\-tmpfs\fR mounts, read and write on the devices; abstract unix sockets and signals scoped to the jail (\fB\-\-landlock\fR);
 .IP \(bu 2
 last before the program starts, the seccomp profile \fBdefault\fR: an allowlist of system calls in which anything else fails with EPERM (\fB\-\-seccomp\fR, \fBbrig seccomp list\fR).
 "#;
