@@ -100,6 +100,42 @@ fn unused_jail_leaves_nothing() -> Result<(), String> {
     Ok(())
 }
 
+/// A program the jail cannot run as given is refused before it reaches the jail, which is
+/// then torn down like any other.
+fn bad_program_is_refused() -> Result<(), String> {
+    let plan = plan("memory: max\npids: max\ncommand: [true]\n");
+    let bad = [
+        Program {
+            argv: vec![],
+            env: vec![],
+            chdir: PathBuf::from("/"),
+        },
+        Program {
+            argv: vec!["echo".into(), "a\0b".into()],
+            env: vec![],
+            chdir: PathBuf::from("/"),
+        },
+        Program {
+            argv: vec!["true".into()],
+            env: vec![],
+            chdir: PathBuf::from("relative"),
+        },
+    ];
+    for program in bad {
+        let jail = Jail::assemble(&plan).map_err(|err| format!("assemble: {err}"))?;
+        match jail.run(&program) {
+            Err(err) if err.kind() == ErrorKind::BadInput => {}
+            other => return Err(format!("{program:?}: {:?}", other.map(|r| r.outcome))),
+        }
+        if nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+            != Err(nix::errno::Errno::ECHILD)
+        {
+            return Err("the refused jail was left behind".into());
+        }
+    }
+    Ok(())
+}
+
 /// With a second thread alive, assembling is refused with a clear error.
 fn threaded_caller_is_refused() -> Result<(), String> {
     let plan = plan("memory: max\npids: max\ncommand: [true]\n");
@@ -125,9 +161,10 @@ fn threaded_caller_is_refused() -> Result<(), String> {
 type Test = fn() -> Result<(), String>;
 
 fn main() {
-    let tests: [(&str, Test); 3] = [
+    let tests: [(&str, Test); 4] = [
         ("program_given_after_assembly", program_given_after_assembly),
         ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
+        ("bad_program_is_refused", bad_program_is_refused),
         ("threaded_caller_is_refused", threaded_caller_is_refused),
     ];
     let mut failed = 0;

@@ -13,7 +13,7 @@ mod init;
 mod relay;
 mod supervisor;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::Plan;
 use std::path::PathBuf;
 
@@ -30,6 +30,33 @@ pub struct Program {
 }
 
 impl Program {
+    /// What the jail's init needs of a program it is handed: something to run, and no
+    /// NUL byte in any string (each becomes a C string).
+    pub fn check(&self) -> Result<()> {
+        if self.argv.is_empty() {
+            return Err(Error::input(
+                "no program to run: give one, e.g. `python3 main.py`",
+            ));
+        }
+        let strings = self.argv.iter().chain(&self.env);
+        let chdir = self.chdir.to_string_lossy();
+        if strings
+            .chain(std::iter::once(&chdir.to_string()))
+            .any(|text| text.contains('\0'))
+        {
+            return Err(Error::input(
+                "the program's arguments, environment or directory contain a NUL byte; remove it",
+            ));
+        }
+        if !self.chdir.is_absolute() {
+            return Err(Error::input(format!(
+                "the program's directory {} is relative; give an absolute path in the jail",
+                self.chdir.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// The program the plan names.
     pub fn of(plan: &Plan) -> Program {
         Program {

@@ -194,6 +194,7 @@ impl<'p> Jail<'p> {
     /// the time limit start here.
     pub fn run(mut self, program: &Program) -> Result<RunReport> {
         let plan = self.plan;
+        program.check()?;
         let started = Instant::now();
         self.channel
             .send_program(program)
