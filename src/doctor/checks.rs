@@ -640,3 +640,573 @@ pub fn end_to_end(probe: &EndToEnd, who: &Who) -> Check {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::Layout;
+    use crate::doctor::probes::Ran;
+    use std::time::Duration;
+
+    const ALL_NAMESPACES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "time"];
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| name.to_string()).collect()
+    }
+
+    fn assembled() -> Assembly {
+        Assembly {
+            namespaces: names(&ALL_NAMESPACES),
+            outcome: Ok(()),
+        }
+    }
+
+    fn refused(stage: Stage, errno: Errno, message: &str) -> Assembly {
+        Assembly {
+            namespaces: names(&ALL_NAMESPACES),
+            outcome: Err(Refusal {
+                stage: Some(stage),
+                errno: Some(errno),
+                message: message.into(),
+                user_alone: None,
+            }),
+        }
+    }
+
+    /// clone3 refused with `errno`, as `Jail::assemble` says it.
+    fn clone_refused(errno: Errno, user_alone: bool) -> Assembly {
+        let mut probe = refused(
+            Stage::Namespaces,
+            errno,
+            &format!(
+                "create the jail's namespaces (clone3): {} ({errno:?}); user namespaces may be disabled or restricted here",
+                errno.desc()
+            ),
+        );
+        if let Err(refusal) = &mut probe.outcome {
+            refusal.user_alone = Some(user_alone);
+        }
+        probe
+    }
+
+    fn healthy_sysctls() -> Sysctls {
+        Sysctls {
+            max_user_namespaces: Some(15000),
+            unprivileged_userns_clone: None,
+            apparmor_restrict: None,
+        }
+    }
+
+    fn root() -> Who {
+        Who {
+            label: "as root".into(),
+            failing: Status::Fail,
+            rootless: false,
+        }
+    }
+
+    fn user() -> Who {
+        Who {
+            label: "rootless, uid 1000".into(),
+            failing: Status::Fail,
+            rootless: true,
+        }
+    }
+
+    /// (status, name) of each check; every problem comes with a fix.
+    fn summary(checks: &[Check]) -> Vec<(Status, &str)> {
+        for check in checks {
+            assert!(
+                check.status == Status::Ok || check.fix.is_some(),
+                "a problem without a fix: {check:?}"
+            );
+        }
+        checks
+            .iter()
+            .map(|check| (check.status, check.name.as_str()))
+            .collect()
+    }
+
+    fn find<'a>(checks: &'a [Check], name: &str) -> &'a Check {
+        checks
+            .iter()
+            .find(|check| check.name == name)
+            .unwrap_or_else(|| panic!("no check {name} in {checks:#?}"))
+    }
+
+    fn fix(check: &Check) -> &str {
+        check.fix.as_deref().unwrap_or("")
+    }
+
+    #[test]
+    fn a_healthy_host_is_all_ok() {
+        let checks = namespace_checks(&assembled(), &root(), &healthy_sysctls(), None);
+        assert_eq!(
+            summary(&checks),
+            [
+                (Status::Ok, "user namespaces (as root)"),
+                (Status::Ok, "time namespace (as root)"),
+                (Status::Ok, "id mapping (as root)"),
+                (Status::Ok, "cgroup namespace (as root)"),
+                (Status::Ok, "mount namespace (as root)"),
+                (Status::Ok, "fresh /proc (as root)"),
+                (Status::Ok, "pivot_root (as root)"),
+            ]
+        );
+        assert_eq!(
+            checks[0].detail,
+            "a child was cloned into new user, mount, pid, net, ipc, uts and time namespaces"
+        );
+        let sysctls = sysctl_checks(&healthy_sysctls(), false);
+        assert!(
+            summary(&sysctls)
+                .iter()
+                .all(|(status, _)| *status == Status::Ok)
+        );
+    }
+
+    #[test]
+    fn clone_refused_under_apparmor_restriction_gives_the_apparmor_fix() {
+        let sysctls = Sysctls {
+            apparmor_restrict: Some(1),
+            ..healthy_sysctls()
+        };
+        let checks = namespace_checks(&clone_refused(Errno::EPERM, false), &user(), &sysctls, None);
+        // Nothing after clone was reached.
+        assert_eq!(
+            summary(&checks),
+            [(Status::Fail, "user namespaces (rootless, uid 1000)")]
+        );
+        assert_eq!(
+            checks[0].detail,
+            "clone failed: Operation not permitted (EPERM)"
+        );
+        assert!(
+            fix(&checks[0]).contains("deploy/apparmor/brig"),
+            "{checks:?}"
+        );
+        assert!(fix(&checks[0]).contains("kernel.apparmor_restrict_unprivileged_userns=0"));
+        // The sysctl itself: a failure rootless, a warning as root.
+        let line = |root| {
+            let checks = sysctl_checks(&sysctls, root);
+            let check = find(&checks, "AppArmor userns restriction");
+            (check.status, check.fix.clone())
+        };
+        assert_eq!(line(false), (Status::Fail, Some(APPARMOR_FIX.into())));
+        assert_eq!(line(true), (Status::Warn, Some(APPARMOR_FIX.into())));
+        // The restriction does not stop root: root's failure is another one.
+        let checks = namespace_checks(&clone_refused(Errno::EPERM, false), &root(), &sysctls, None);
+        assert!(!fix(&checks[0]).contains("apparmor"), "{checks:?}");
+    }
+
+    #[test]
+    fn a_step_refused_under_apparmor_restriction_gives_the_apparmor_fix() {
+        // Ubuntu's restriction lets the clone through, without capabilities inside.
+        let sysctls = Sysctls {
+            apparmor_restrict: Some(1),
+            ..healthy_sysctls()
+        };
+        let probe = refused(
+            Stage::Identity,
+            Errno::EPERM,
+            "set the jail's uid: Operation not permitted (EPERM)",
+        );
+        let checks = namespace_checks(&probe, &user(), &sysctls, None);
+        assert_eq!(
+            summary(&checks),
+            [
+                (Status::Ok, "user namespaces (rootless, uid 1000)"),
+                (Status::Ok, "time namespace (rootless, uid 1000)"),
+                (Status::Fail, "id mapping (rootless, uid 1000)"),
+            ]
+        );
+        assert_eq!(fix(&checks[2]), APPARMOR_FIX);
+    }
+
+    #[test]
+    fn no_user_namespaces_allowed() {
+        let sysctls = Sysctls {
+            max_user_namespaces: Some(0),
+            ..healthy_sysctls()
+        };
+        let lines = sysctl_checks(&sysctls, true);
+        let max = find(&lines, "user.max_user_namespaces");
+        assert_eq!(max.status, Status::Fail);
+        assert!(
+            max.detail.starts_with("0: nobody, root included"),
+            "{max:?}"
+        );
+        assert!(fix(max).contains("sysctl -w user.max_user_namespaces=15000"));
+        let checks = namespace_checks(
+            &clone_refused(Errno::ENOSPC, false),
+            &root(),
+            &sysctls,
+            None,
+        );
+        assert_eq!(
+            summary(&checks),
+            [(Status::Fail, "user namespaces (as root)")]
+        );
+        assert_eq!(
+            checks[0].detail,
+            "clone failed: No space left on device (ENOSPC)"
+        );
+        assert_eq!(fix(&checks[0]), "sysctl -w user.max_user_namespaces=15000");
+        // Without the sysctl file, the kernel has no user namespaces at all.
+        let missing = sysctl_checks(&Sysctls::default(), true);
+        let max = find(&missing, "user.max_user_namespaces");
+        assert_eq!(max.status, Status::Fail);
+        assert!(fix(max).contains("CONFIG_USER_NS"));
+    }
+
+    #[test]
+    fn clone_refused_inside_a_container_says_which_namespaces() {
+        let checks = namespace_checks(
+            &clone_refused(Errno::EPERM, true),
+            &root(),
+            &healthy_sysctls(),
+            Some("docker"),
+        );
+        assert_eq!(
+            summary(&checks),
+            [(Status::Fail, "user namespaces (as root)")]
+        );
+        assert_eq!(
+            checks[0].detail,
+            "clone failed: a user namespace alone works, but with mount, pid, net, ipc, uts and time namespaces clone fails: Operation not permitted (EPERM)"
+        );
+        assert!(fix(&checks[0]).contains("--security-opt seccomp=unconfined"));
+        // For uid 65534, probed by root, it is only a warning.
+        let checks = namespace_checks(
+            &clone_refused(Errno::EPERM, true),
+            &Who::nobody(),
+            &healthy_sysctls(),
+            Some("docker"),
+        );
+        assert_eq!(
+            summary(&checks),
+            [(Status::Warn, "user namespaces (rootless, uid 65534)")]
+        );
+    }
+
+    #[test]
+    fn proc_refused_inside_a_container_gives_the_unmask_fix() {
+        let probe = refused(
+            Stage::Mounts,
+            Errno::EPERM,
+            "mount a fresh /proc on /proc: Operation not permitted (EPERM); the host hides parts of its /proc (common inside containers); run brig where /proc is fully visible",
+        );
+        let checks = namespace_checks(&probe, &root(), &healthy_sysctls(), Some("docker"));
+        // pivot_root into the jail's root comes after /proc: not reached.
+        assert_eq!(
+            summary(&checks),
+            [
+                (Status::Ok, "user namespaces (as root)"),
+                (Status::Ok, "time namespace (as root)"),
+                (Status::Ok, "id mapping (as root)"),
+                (Status::Ok, "cgroup namespace (as root)"),
+                (Status::Ok, "mount namespace (as root)"),
+                (Status::Fail, "fresh /proc (as root)"),
+            ]
+        );
+        let proc = &checks[5];
+        assert!(
+            proc.detail
+                .starts_with("mount a fresh /proc on /proc: Operation not permitted")
+        );
+        assert!(fix(proc).contains("procMount: Unmasked"), "{proc:?}");
+        assert!(
+            fix(proc).contains("--security-opt unmask=/proc/*"),
+            "{proc:?}"
+        );
+        assert!(
+            fix(proc).contains("--security-opt systempaths=unconfined"),
+            "{proc:?}"
+        );
+    }
+
+    #[test]
+    fn each_mount_failure_lands_on_its_step() {
+        let at = |message: &str| {
+            let probe = refused(Stage::Mounts, Errno::EINVAL, message);
+            let checks = namespace_checks(&probe, &root(), &healthy_sysctls(), None);
+            summary(&checks)
+                .into_iter()
+                .filter(|(status, name)| *status != Status::Ok || name.starts_with("mount"))
+                .map(|(status, name)| (status, name.to_string()))
+                .collect::<Vec<_>>()
+        };
+        // pivot_root into the scratch root: the private mounts worked, /proc not reached.
+        assert_eq!(
+            at("pivot_root into /tmp: Invalid argument (EINVAL)"),
+            [
+                (Status::Ok, "mount namespace (as root)".into()),
+                (Status::Fail, "pivot_root (as root)".into()),
+            ]
+        );
+        assert_eq!(
+            at(
+                "make the host's mounts private in the jail's mount namespace: Invalid argument (EINVAL)"
+            ),
+            [(Status::Fail, "mount namespace (as root)".into())]
+        );
+        assert_eq!(
+            at("bind /usr to /usr in the jail: Invalid argument (EINVAL)"),
+            [(Status::Fail, "mount namespace (as root)".into())]
+        );
+    }
+
+    #[test]
+    fn other_steps_are_reported_where_they_fail() {
+        let probe = refused(
+            Stage::Isolation,
+            Errno::EPERM,
+            "set the jail's hostname to brig: Operation not permitted (EPERM)",
+        );
+        let checks = namespace_checks(&probe, &root(), &healthy_sysctls(), None);
+        assert_eq!(
+            summary(&checks),
+            [
+                (Status::Ok, "user namespaces (as root)"),
+                (Status::Ok, "time namespace (as root)"),
+                (Status::Ok, "id mapping (as root)"),
+                (Status::Ok, "cgroup namespace (as root)"),
+                (Status::Fail, "jail assembly (as root)"),
+            ]
+        );
+        assert!(checks[4].detail.contains("hostname"));
+        let probe = refused(
+            Stage::CgroupJoin,
+            Errno::EPERM,
+            "create the jail's cgroup namespace: Operation not permitted (EPERM)",
+        );
+        let checks = namespace_checks(&probe, &root(), &healthy_sysctls(), None);
+        assert_eq!(
+            summary(&checks).last(),
+            Some(&(Status::Fail, "cgroup namespace (as root)"))
+        );
+        assert_eq!(checks.len(), 4);
+    }
+
+    #[test]
+    fn no_time_namespace_is_a_warning() {
+        let probe = Assembly {
+            namespaces: names(&ALL_NAMESPACES[..6]),
+            outcome: Ok(()),
+        };
+        let checks = namespace_checks(&probe, &root(), &healthy_sysctls(), None);
+        let time = find(&checks, "time namespace (as root)");
+        assert_eq!(time.status, Status::Warn);
+        assert!(time.detail.contains("5.6+"), "{time:?}");
+        assert_eq!(
+            checks[0].detail,
+            "a child was cloned into new user, mount, pid, net, ipc and uts namespaces"
+        );
+        assert!(
+            summary(&checks)
+                .iter()
+                .all(|(status, name)| *status == Status::Ok || name.starts_with("time"))
+        );
+    }
+
+    fn layout(unified: Option<(&str, &[&str])>, legacy: &[&str]) -> Layout {
+        Layout {
+            unified: unified.map(|(dir, controllers)| (PathBuf::from(dir), names(controllers))),
+            legacy: legacy
+                .iter()
+                .map(|c| (c.to_string(), Path::new("/sys/fs/cgroup").join(c)))
+                .collect(),
+            own_v2: unified.map(|(dir, _)| Path::new(dir).join("user.slice")),
+        }
+    }
+
+    fn placed(version: Version, parents: &[&str]) -> Placement {
+        Placement::Placed {
+            version,
+            parents: parents.iter().map(PathBuf::from).collect(),
+            unwritable: Vec::new(),
+            controllers: None,
+        }
+    }
+
+    fn cgroup_lines(layout: Layout, placement: Placement, who: &Who) -> Vec<(Status, String)> {
+        let probe = Cgroups {
+            layout: Ok(layout),
+            placement,
+            parent: None,
+        };
+        let checks = cgroup_checks(&probe, who);
+        summary(&checks);
+        checks
+            .iter()
+            .map(|check| (check.status, format!("{}: {}", check.name, check.detail)))
+            .collect()
+    }
+
+    #[test]
+    fn cgroup_v2_placement() {
+        let lines = cgroup_lines(
+            layout(Some(("/sys/fs/cgroup", &["cpu", "memory", "pids"])), &[]),
+            placed(Version::V2, &["/sys/fs/cgroup/brig"]),
+            &root(),
+        );
+        assert_eq!(
+            lines,
+            [
+                (Status::Ok, "cgroup layout: v2 (unified): cgroup2 at /sys/fs/cgroup with cpu, memory, pids".into()),
+                (Status::Ok, "cgroup limits (as root): v2, jail cgroups under /sys/fs/cgroup/brig; --memory, --pids and --cpus are enforced".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn cgroup_hybrid_placement() {
+        let lines = cgroup_lines(
+            layout(Some(("/sys/fs/cgroup/unified", &[])), &["memory", "pids"]),
+            placed(
+                Version::V1,
+                &["/sys/fs/cgroup/memory/brig", "/sys/fs/cgroup/pids/brig"],
+            ),
+            &root(),
+        );
+        assert_eq!(
+            lines,
+            [
+                (Status::Ok, "cgroup layout: hybrid: v1 memory, pids and cgroup2 at /sys/fs/cgroup/unified with no controllers".into()),
+                (Status::Ok, "cgroup limits (as root): v1, jail cgroups under /sys/fs/cgroup/memory/brig, /sys/fs/cgroup/pids/brig; --memory, --pids and --cpus are enforced".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn cgroup_v1_placement_not_writable() {
+        let placement = Placement::Placed {
+            version: Version::V1,
+            parents: vec!["/sys/fs/cgroup/memory/brig".into()],
+            unwritable: vec!["/sys/fs/cgroup/memory: Permission denied".into()],
+            controllers: None,
+        };
+        let lines = cgroup_lines(layout(None, &["memory", "pids"]), placement, &root());
+        assert_eq!(
+            lines[0],
+            (
+                Status::Ok,
+                "cgroup layout: v1 (legacy): v1 memory, pids".into()
+            )
+        );
+        assert_eq!(lines[1].0, Status::Warn);
+        assert!(
+            lines[1]
+                .1
+                .ends_with("but not writable: /sys/fs/cgroup/memory: Permission denied"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn no_usable_cgroup() {
+        let lines = cgroup_lines(layout(None, &[]), Placement::Nowhere, &root());
+        assert_eq!(
+            lines[0],
+            (
+                Status::Ok,
+                "cgroup layout: none: no cgroup hierarchy is mounted".into()
+            )
+        );
+        assert_eq!(lines[1].0, Status::Warn);
+        assert!(lines[1].1.starts_with("cgroup limits (as root): no usable cgroup: the default memory and pids limits are not enforced"));
+        // Rootless, the fix is a delegated cgroup; brig's own cgroup is named.
+        let probe = Cgroups {
+            layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
+            placement: Placement::Nowhere,
+            parent: None,
+        };
+        let checks = cgroup_checks(&probe, &user());
+        let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
+        assert!(
+            limits
+                .detail
+                .contains("(brig's own cgroup is /sys/fs/cgroup/user.slice)")
+        );
+        assert_eq!(fix(limits), ROOTLESS_CGROUP_FIX);
+    }
+
+    #[test]
+    fn cgroup_limits_for_uid_65534() {
+        let ok = rootless_cgroup_check(&placed(Version::V2, &["/sys/fs/cgroup/deleg"]));
+        assert_eq!(
+            (ok.status, ok.name.as_str(), ok.detail.as_str()),
+            (
+                Status::Ok,
+                "cgroup limits (rootless, uid 65534)",
+                "v2, jail cgroups under /sys/fs/cgroup/deleg; memory and pids enforced"
+            )
+        );
+        let none = rootless_cgroup_check(&Placement::Nowhere);
+        assert_eq!(none.status, Status::Warn);
+        assert!(none.detail.contains("not delegated to that user"));
+        assert_eq!(fix(&none), ROOTLESS_CGROUP_FIX);
+    }
+
+    #[test]
+    fn a_given_cgroup_parent() {
+        let parent = Path::new("/sys/fs/cgroup/deleg");
+        let placement = Placement::Placed {
+            version: Version::V2,
+            parents: vec![parent.into()],
+            unwritable: Vec::new(),
+            controllers: Some("cpu memory pids".into()),
+        };
+        let ok = cgroup_parent_check(parent, &placement);
+        assert_eq!(ok.status, Status::Ok);
+        assert_eq!(
+            ok.detail,
+            "v2, jail cgroups under /sys/fs/cgroup/deleg; controllers: cpu memory pids; writable"
+        );
+        let missing = cgroup_parent_check(parent, &Placement::Failed("no such cgroup".into()));
+        assert_eq!(
+            (missing.status, missing.name.as_str()),
+            (Status::Fail, "--cgroup-parent /sys/fs/cgroup/deleg")
+        );
+    }
+
+    #[test]
+    fn landlock_seccomp_and_end_to_end() {
+        assert_eq!(landlock_check(0).status, Status::Warn);
+        assert_eq!(landlock_check(5).status, Status::Warn);
+        assert_eq!(landlock_check(landlock::FULL_ABI).status, Status::Ok);
+        let seccomp = Seccomp {
+            filter: Err("install the seccomp profile default: Operation not permitted".into()),
+            log: false,
+            user_notif: false,
+            audit_readable: None,
+        };
+        assert_eq!(
+            summary(&seccomp_checks(&seccomp)),
+            [
+                (Status::Fail, "seccomp filter"),
+                (Status::Warn, "seccomp log"),
+                (Status::Ok, "seccomp user-notify"),
+            ]
+        );
+        let run = |code| EndToEnd {
+            shown: "brig run --profile shell -- sh -c true".into(),
+            outcome: Ok(Ran {
+                code,
+                stderr: "brig: no".into(),
+                elapsed: Duration::from_millis(80),
+            }),
+        };
+        let ok = end_to_end(&run(Some(0)), &root());
+        assert_eq!(
+            ok.detail,
+            "brig run --profile shell -- sh -c true: exit 0 in 80 ms"
+        );
+        let failed = end_to_end(&run(Some(125)), &Who::nobody());
+        assert_eq!(failed.status, Status::Warn);
+        assert_eq!(
+            failed.detail,
+            "brig run --profile shell -- sh -c true: exit 125: brig: no"
+        );
+        assert_eq!(end_to_end(&run(None), &root()).status, Status::Fail);
+    }
+}

@@ -647,3 +647,75 @@ fn read_all(fd: OwnedFd) -> String {
     text
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_assembly_crosses_the_fork() {
+        let refused = Assembly {
+            namespaces: vec!["user".into(), "mount".into(), "time".into()],
+            outcome: Err(Refusal {
+                stage: Some(Stage::Mounts),
+                errno: Some(Errno::EPERM),
+                message: "mount a fresh /proc on /proc:\nOperation not permitted".into(),
+                user_alone: None,
+            }),
+        };
+        let back = Assembly::from_lines(&refused.to_lines());
+        assert_eq!(back.namespaces, refused.namespaces);
+        assert!(back.time());
+        let refusal = back.outcome.unwrap_err();
+        assert_eq!(refusal.stage, Some(Stage::Mounts));
+        assert_eq!(refusal.errno, Some(Errno::EPERM));
+        assert_eq!(
+            refusal.message,
+            "mount a fresh /proc on /proc: Operation not permitted"
+        );
+        assert_eq!(refusal.user_alone, None);
+
+        let assembled = Assembly {
+            namespaces: vec!["user".into()],
+            outcome: Ok(()),
+        };
+        let back = Assembly::from_lines(&assembled.to_lines());
+        assert!(back.outcome.is_ok() && !back.time());
+        // A child that said nothing did not assemble a jail.
+        assert!(Assembly::from_lines(&[]).outcome.is_err());
+    }
+
+    #[test]
+    fn a_placement_crosses_the_fork() {
+        let placed = Placement::Placed {
+            version: Version::V1,
+            parents: vec![
+                "/sys/fs/cgroup/memory/brig".into(),
+                "/sys/fs/cgroup/pids/brig".into(),
+            ],
+            unwritable: vec!["/sys/fs/cgroup/pids: Permission denied".into()],
+            controllers: None,
+        };
+        match Placement::from_lines(&placed.to_lines()) {
+            Placement::Placed {
+                version,
+                parents,
+                unwritable,
+                controllers,
+            } => {
+                assert_eq!(version, Version::V1);
+                assert_eq!(parents.len(), 2);
+                assert_eq!(unwritable.len(), 1);
+                assert_eq!(controllers, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Placement::from_lines(&Placement::Nowhere.to_lines()),
+            Placement::Nowhere
+        ));
+        assert!(matches!(
+            Placement::from_lines(&Placement::Failed("no".into()).to_lines()),
+            Placement::Failed(why) if why == "no"
+        ));
+    }
+}
