@@ -278,7 +278,7 @@ fn failure(
                 "the kernel refused mount(2) in a new mount namespace; run brig outside this sandbox"
             }
             Step::Proc => {
-                "the host's /proc has parts hidden or read-only (Docker, Podman, Kubernetes mask /proc): run the container with `--security-opt systempaths=unconfined` (Docker) or `--security-opt unmask=/proc/*` (Podman), or Kubernetes `procMount: Unmasked`; or run brig on the host"
+                "the host's /proc has parts hidden or read-only (Docker, Podman, Kubernetes mask /proc): run the container with `--security-opt systempaths=unconfined` (Docker) or `--security-opt unmask=/proc/*` (Podman), or Kubernetes `procMount: Unmasked`; or run brig with `--proc host` (brig's own /proc, read-only: a weaker, reported mode); or run brig on the host"
             }
             Step::PivotRoot => {
                 "pivot_root fails when / is the initramfs (rootfs): switch_root to a tmpfs first, or boot with a real root"
@@ -552,7 +552,7 @@ pub fn landlock_check(abi: u8) -> Check {
             "Landlock",
             Status::Warn,
             format!(
-                "ABI {abi}: files only; TCP denial and scoping of abstract sockets and signals need ABI {}",
+                "ABI {abi}: files only; scoping of abstract sockets and signals needs ABI {}",
                 landlock::FULL_ABI
             ),
         )
@@ -561,7 +561,7 @@ pub fn landlock_check(abi: u8) -> Check {
             "Landlock",
             Status::Ok,
             format!(
-                "ABI {abi} (brig uses up to {}): files, TCP and scoping enforced",
+                "ABI {abi} (brig uses up to {}): files and scoping enforced",
                 landlock::MAX_ABI
             ),
         ),
