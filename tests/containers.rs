@@ -1,0 +1,592 @@
+//! brig inside a container, for real, with podman: a root built from this host with
+//! deploy/container/build-root.sh (brig and python3, as in deploy/container/Containerfile)
+//! runs with `podman run --rootfs`.
+//!
+//! - With the settings a default Kubernetes pod gets (the runtime's seccomp profile, the
+//!   masked /proc, a read-only /sys/fs/cgroup, no capabilities, an unprivileged user),
+//!   brig fails with its one-line error (125) and `brig doctor` exits 1 naming the fix.
+//! - With `seccomp=unconfined` and `unmask=/proc/*`, a real jail runs; each of the two
+//!   alone is not enough.
+//! - deploy/kubernetes/brig-seccomp-profile.py makes a profile that works in place of
+//!   Unconfined, from podman's default and from one that, like Docker's and containerd's,
+//!   allows namespaces and mounts only with CAP_SYS_ADMIN.
+//! - deploy/kubernetes/brig-job.yaml parses (and passes Kubernetes 1.33's schemas where
+//!   kubernetes-validate is installed), and its Job's container runs under podman
+//!   with the pod's settings translated to podman's options.
+//!
+//! Needs podman (and runc where crun cannot run, e.g. on hybrid cgroup hosts); without
+//! podman these tests fail unless BRIG_TEST_ALLOW_SKIP=1. The containers run with
+//! `--network none` (the jail has its own network namespace anyway), with explicit ulimits
+//! no higher than the caller's (podman as root asks for higher ones, which needs
+//! CAP_SYS_RESOURCE) and in a cgroup parent of this test process's own, removed at exit.
+
+#[macro_use]
+#[allow(unused_macros)] // both_modes: brig runs as the container's user here
+mod common;
+
+use common::{TempDir, describe, stderr, stdout};
+use serde_json::Value;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// brig's path in the container's root.
+const BRIG_IN_CONTAINER: &str = "/usr/local/bin/brig";
+
+/// The image's user (deploy/container/Containerfile's USER), as a Kubernetes pod's
+/// runAsUser would set it.
+const USER: &str = "--user=1000:1000";
+
+/// The least podman needs so that brig can build its jail (see deploy/README.md).
+const WORKING: [&str; 2] = [
+    "--security-opt=seccomp=unconfined",
+    "--security-opt=unmask=/proc/*",
+];
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Whether podman is here. Without it the tests fail, unless BRIG_TEST_ALLOW_SKIP=1.
+fn have_podman() -> bool {
+    let found = Command::new("podman")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !found {
+        assert!(
+            std::env::var("BRIG_TEST_ALLOW_SKIP").as_deref() == Ok("1"),
+            "podman is not installed: `apt-get install podman runc` (or set BRIG_TEST_ALLOW_SKIP=1 to skip the container tests)"
+        );
+        eprintln!("podman is not installed and BRIG_TEST_ALLOW_SKIP=1: skipped");
+    }
+    found
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// The cgroup under which podman puts this test process's containers (cgroupfs manager);
+/// its directories are removed when the test process exits.
+fn cgroup_parent() -> &'static str {
+    static PARENT: OnceLock<String> = OnceLock::new();
+    PARENT.get_or_init(|| {
+        // SAFETY: registers a plain `extern "C" fn()` to run at process exit.
+        unsafe {
+            libc::atexit(remove_cgroup_parent);
+        }
+        format!("/bt-podman-{}", std::process::id())
+    })
+}
+
+extern "C" fn remove_cgroup_parent() {
+    let name = format!("bt-podman-{}", std::process::id());
+    let mut dirs = vec![Path::new("/sys/fs/cgroup").join(&name)];
+    if let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") {
+        dirs.extend(entries.flatten().map(|entry| entry.path().join(&name)));
+    }
+    for dir in dirs {
+        remove_cgroup_tree(&dir);
+    }
+}
+
+/// Removes a cgroup and the cgroups below it (podman leaves conmon's), deepest first;
+/// only empty ones can go, and podman --rm emptied them.
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// A container root built by deploy/container/build-root.sh with the brig under test.
+fn container_root() -> TempDir {
+    let dir = TempDir::new("container");
+    let root = dir.path().join("root");
+    let output = Command::new(repo("deploy/container/build-root.sh"))
+        .arg(&root)
+        .arg(common::brig())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run deploy/container/build-root.sh");
+    assert!(output.status.success(), "{}", describe(&output));
+    dir
+}
+
+/// `podman run` of `command` in the root of `dir` with `options`. The root is mounted as
+/// an overlay (`--rootfs DIR:O`), as an image's layers are: the container writes to a
+/// layer of its own (mount points included, which a container in a user namespace could
+/// not create in a directory of the host's root) and the directory stays as built.
+fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
+    let mut podman = Command::new("podman");
+    podman.args([
+        "--cgroup-manager=cgroupfs",
+        "run",
+        "--rm",
+        "--network=none",
+        "--ulimit=nofile=1024:1024",
+        "--ulimit=nproc=4096:4096",
+    ]);
+    podman.arg(format!("--cgroup-parent={}", cgroup_parent()));
+    // crun refuses hybrid cgroup hosts whose cgroup2 has controllers; runc runs anywhere.
+    if on_path("runc") {
+        podman.arg("--runtime=runc");
+    }
+    podman
+        .args(options)
+        .arg("--rootfs")
+        .arg(format!("{}:O", dir.path().join("root").display()))
+        .args(command)
+        .current_dir("/")
+        .stdin(Stdio::null());
+    common::output_of(podman)
+}
+
+/// The command line of `brig run` with `args`, in the container.
+fn brig<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut command = vec![BRIG_IN_CONTAINER];
+    command.extend_from_slice(args);
+    command
+}
+
+const PYTHON: &str = "import os; print('jail', os.getuid(), os.uname().nodename, os.getpid())";
+
+#[test]
+fn default_pod_settings_stop_brig_with_a_one_line_error() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let output = podman_run(
+        &root,
+        &[USER],
+        &brig(&["run", "--", "python3", "-c", PYTHON]),
+    );
+    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN.
+    let line = common::assert_one_line_error(&output, &["set the jail's hostname", "EPERM"]);
+    eprintln!("default settings: {line}");
+
+    let doctor = podman_run(&root, &[USER], &brig(&["doctor"]));
+    let report = stdout(&doctor);
+    assert_eq!(doctor.status.code(), Some(1), "{}", describe(&doctor));
+    assert!(
+        report.contains("FAIL  fresh /proc (rootless, uid 1000)")
+            && report.contains("--security-opt unmask=/proc/*")
+            && report.contains("procMount: Unmasked"),
+        "brig doctor does not name the /proc fix: {}",
+        describe(&doctor)
+    );
+    assert!(
+        report.contains("FAIL  end to end (rootless, uid 1000)")
+            && report.contains("set the jail's hostname"),
+        "{}",
+        describe(&doctor)
+    );
+}
+
+#[test]
+fn working_settings_run_a_real_jail() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    // The root holds the brig under test, and the image's user.
+    assert_eq!(
+        std::fs::read(root.path().join("root/usr/local/bin/brig")).unwrap(),
+        std::fs::read(common::brig()).unwrap()
+    );
+    let passwd = std::fs::read_to_string(root.path().join("root/etc/passwd")).unwrap();
+    assert!(passwd.contains("sandbox:x:1000:1000:"), "{passwd}");
+
+    let mut options = vec![USER];
+    options.extend(WORKING);
+    let output = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--profile",
+            "python",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            PYTHON,
+        ]),
+    );
+    assert_eq!(
+        stdout(&output),
+        "jail 1000 brig 2\n",
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let verdict: Value = serde_json::from_str(stderr(&output).trim())
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+    assert_eq!(verdict["status"], "ok", "{verdict}");
+    assert_eq!(verdict["protections"]["rootless"], true, "{verdict}");
+    assert_eq!(verdict["protections"]["seccomp_profile"], "default");
+    // No cgroup brig may write in a container: the default limits are not enforced.
+    assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
+
+    let doctor = podman_run(&root, &options, &brig(&["doctor"]));
+    assert_eq!(doctor.status.code(), Some(0), "{}", describe(&doctor));
+    assert!(stdout(&doctor).contains("brig can run a default jail here."));
+    assert!(!stdout(&doctor).contains("FAIL"), "{}", describe(&doctor));
+}
+
+#[test]
+fn each_working_setting_is_needed() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let run = brig(&["run", "--", "python3", "-c", "pass"]);
+    // The runtime's seccomp profile alone out of the way: the masked /proc stops brig.
+    let output = podman_run(&root, &[USER, WORKING[0]], &run);
+    common::assert_one_line_error(&output, &["mount a fresh /proc", "EPERM"]);
+    // /proc unmasked alone: the seccomp profile stops brig.
+    let output = podman_run(&root, &[USER, WORKING[1]], &run);
+    common::assert_one_line_error(&output, &["set the jail's hostname", "EPERM"]);
+}
+
+/// A seccomp profile that treats what brig needs as Docker's default profile (and
+/// containerd's, which follows it) does: allowed only with CAP_SYS_ADMIN, which the
+/// container does not have; without it clone3 fails with ENOSYS (so libc falls back to
+/// clone) and the others with EPERM. Made from podman's profile.
+fn cap_gated_profile(runtime_default: &Value) -> Value {
+    const GATED: [&str; 9] = [
+        "clone",
+        "clone3",
+        "unshare",
+        "setns",
+        "mount",
+        "mount_setattr",
+        "pivot_root",
+        "umount2",
+        "sethostname",
+    ];
+    let mut profile = runtime_default.clone();
+    let rules = profile["syscalls"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|name| !GATED.contains(&name.as_str().unwrap_or("")));
+        }
+    }
+    rules.retain(|rule| {
+        rule["names"]
+            .as_array()
+            .is_none_or(|names| !names.is_empty())
+    });
+    let without_clone3: Vec<&str> = GATED.into_iter().filter(|&name| name != "clone3").collect();
+    rules.extend([
+        serde_json::json!({
+            "names": GATED,
+            "action": "SCMP_ACT_ALLOW",
+            "includes": {"caps": ["CAP_SYS_ADMIN"]},
+        }),
+        serde_json::json!({
+            "names": ["clone3"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": libc::ENOSYS,
+            "excludes": {"caps": ["CAP_SYS_ADMIN"]},
+        }),
+        serde_json::json!({
+            "names": without_clone3,
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": libc::EPERM,
+            "excludes": {"caps": ["CAP_SYS_ADMIN"]},
+        }),
+    ]);
+    profile
+}
+
+/// deploy/kubernetes/brig-seccomp-profile.py on `profile`, written to a file in `dir`.
+fn brig_profile(dir: &TempDir, name: &str, profile: &Value) -> PathBuf {
+    let input = dir.file(&format!("{name}.json"), &profile.to_string());
+    let output = Command::new("python3")
+        .arg(repo("deploy/kubernetes/brig-seccomp-profile.py"))
+        .arg(&input)
+        .output()
+        .expect("run brig-seccomp-profile.py");
+    assert!(output.status.success(), "{}", describe(&output));
+    dir.file(&format!("{name}-brig.json"), &stdout(&output))
+}
+
+#[test]
+fn seccomp_profile_for_brig_works_instead_of_unconfined() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let dir = TempDir::new("seccomp");
+    let podman_default: Value = serde_json::from_str(
+        &std::fs::read_to_string("/usr/share/containers/seccomp.json")
+            .expect("podman's default seccomp profile (containers-common)"),
+    )
+    .unwrap();
+    let gated = cap_gated_profile(&podman_default);
+    let gated_file = dir.file("gated.json", &gated.to_string());
+    let run = brig(&["run", "--", "python3", "-c", PYTHON]);
+    let with = |profile: &Path| {
+        let seccomp = format!("--security-opt=seccomp={}", profile.display());
+        podman_run(&root, &[USER, WORKING[1], &seccomp], &run)
+    };
+
+    // Docker-style: the jail's namespaces are refused.
+    let output = with(&gated_file);
+    common::assert_one_line_error(&output, &["create the jail's namespaces", "EPERM"]);
+
+    for (name, profile) in [("podman", &podman_default), ("gated", &gated)] {
+        let output = with(&brig_profile(&dir, name, profile));
+        assert_eq!(
+            stdout(&output),
+            "jail 1000 brig 2\n",
+            "{name}: {}",
+            describe(&output)
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{name}: {}",
+            describe(&output)
+        );
+    }
+}
+
+/// The documents of deploy/kubernetes/brig-job.yaml.
+fn kubernetes_documents() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo("deploy/kubernetes/brig-job.yaml")).unwrap();
+    serde_saphyr::from_multiple(&text).expect("brig-job.yaml is valid YAML")
+}
+
+fn document<'a>(documents: &'a [Value], kind: &str) -> &'a Value {
+    documents
+        .iter()
+        .find(|doc| doc["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in brig-job.yaml"))
+}
+
+#[test]
+fn kubernetes_job_parses_with_the_settings_brig_needs() {
+    let documents = kubernetes_documents();
+    for doc in &documents {
+        assert!(doc["apiVersion"].is_string(), "{doc}");
+        assert!(doc["metadata"]["name"].is_string(), "{doc}");
+    }
+    let namespace = document(&documents, "Namespace")["metadata"]["name"].clone();
+    let config_map = document(&documents, "ConfigMap");
+    let job = document(&documents, "Job");
+    assert_eq!(config_map["metadata"]["namespace"], namespace);
+    assert_eq!(job["metadata"]["namespace"], namespace);
+    assert_eq!(job["apiVersion"], "batch/v1");
+    assert!(config_map["data"]["main.py"].is_string());
+
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    // procMount: Unmasked is only accepted with a user namespace.
+    assert_eq!(pod["hostUsers"], false, "{pod}");
+    let security = &pod["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_ne!(security["runAsUser"], 0);
+    let seccomp = security["seccompProfile"]["type"].as_str().unwrap();
+    assert!(
+        ["Unconfined", "Localhost"].contains(&seccomp),
+        "seccompProfile {seccomp}"
+    );
+    assert!(security["appArmorProfile"]["type"].is_string());
+
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let container = &containers[0];
+    assert_eq!(container["securityContext"]["procMount"], "Unmasked");
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| arg.as_str().unwrap())
+        .collect();
+    assert_eq!(args[0], "run", "{args:?}");
+    assert!(args.contains(&"--"), "{args:?}");
+    // The ConfigMap is the volume the container mounts.
+    let volume = &pod["volumes"][0];
+    assert_eq!(volume["configMap"]["name"], config_map["metadata"]["name"]);
+    assert_eq!(container["volumeMounts"][0]["name"], volume["name"]);
+
+    // Against Kubernetes' own schemas, where the validator is installed (PyPI's
+    // kubernetes-validate; not a Debian package, so optional).
+    if !on_path("kubernetes-validate") {
+        eprintln!("kubernetes-validate is not installed: brig-job.yaml was parsed, not validated");
+        return;
+    }
+    let output = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", "1.33.0"])
+        .arg(repo("deploy/kubernetes/brig-job.yaml"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+}
+
+/// A Kubernetes quantity (`1Gi`, `256Mi`, `1`) as podman takes it.
+fn podman_quantity(quantity: &str) -> String {
+    for (suffix, unit) in [("Gi", "g"), ("Mi", "m"), ("Ki", "k")] {
+        if let Some(number) = quantity.strip_suffix(suffix) {
+            return format!("{number}{unit}");
+        }
+    }
+    quantity.to_string()
+}
+
+/// The podman options for the Job's pod and container settings. A setting this does not
+/// know fails the test, so that what runs here stays what the file says.
+fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
+    let mut options = Vec::new();
+    if pod["hostUsers"] == false {
+        // The kubelet maps the pod's 65536 ids to a range of its own on the node.
+        options.push("--uidmap=0:200000:65536".to_string());
+        options.push("--gidmap=0:200000:65536".to_string());
+    }
+    for (key, value) in pod["securityContext"].as_object().unwrap() {
+        match key.as_str() {
+            "runAsUser" => options.push(format!(
+                "--user={}:{}",
+                value, pod["securityContext"]["runAsGroup"]
+            )),
+            "runAsGroup" | "runAsNonRoot" => {}
+            "seccompProfile" => match value["type"].as_str() {
+                Some("Unconfined") => options.push("--security-opt=seccomp=unconfined".into()),
+                Some("RuntimeDefault") => {}
+                other => panic!("seccompProfile {other:?}: no translation to podman here"),
+            },
+            // The test machine has no AppArmor; podman would ignore it too.
+            "appArmorProfile" => {}
+            other => panic!("pod securityContext.{other}: no translation to podman here"),
+        }
+    }
+    for (key, value) in container["securityContext"].as_object().unwrap() {
+        match (key.as_str(), value) {
+            ("procMount", Value::String(mount)) if mount == "Unmasked" => {
+                options.push("--security-opt=unmask=/proc/*".into())
+            }
+            ("allowPrivilegeEscalation", Value::Bool(false)) => {
+                options.push("--security-opt=no-new-privileges".into())
+            }
+            ("readOnlyRootFilesystem", Value::Bool(true)) => options.push("--read-only".into()),
+            ("capabilities", caps) => {
+                for cap in caps["drop"].as_array().into_iter().flatten() {
+                    options.push(format!("--cap-drop={}", cap.as_str().unwrap()));
+                }
+                assert!(caps["add"].is_null(), "capabilities.add: {caps}");
+            }
+            (other, value) => {
+                panic!("container securityContext.{other}: {value}: no translation here")
+            }
+        }
+    }
+    let limits = &container["resources"]["limits"];
+    if let Some(memory) = limits["memory"].as_str() {
+        options.push(format!("--memory={}", podman_quantity(memory)));
+    }
+    if let Some(cpus) = limits["cpu"].as_str() {
+        options.push(format!("--cpus={cpus}"));
+    }
+    options
+}
+
+/// A ConfigMap volume as the kubelet lays it out: the files in a timestamped directory,
+/// `..data` pointing at it, and one symlink per key through `..data`.
+fn config_map_volume(dir: &Path, data: &Value) {
+    let stamp = "..2026_01_01_00_00_00.000000001";
+    std::fs::create_dir(dir.join(stamp)).unwrap();
+    common::set_mode(&dir.join(stamp), 0o755);
+    symlink(stamp, dir.join("..data")).unwrap();
+    for (key, value) in data.as_object().unwrap() {
+        let file = dir.join(stamp).join(key);
+        std::fs::write(&file, value.as_str().unwrap()).unwrap();
+        common::set_mode(&file, 0o444);
+        symlink(format!("..data/{key}"), dir.join(key)).unwrap();
+    }
+}
+
+#[test]
+fn kubernetes_job_runs_under_podman() {
+    if !have_podman() {
+        return;
+    }
+    let documents = kubernetes_documents();
+    let job = document(&documents, "Job");
+    let pod = &job["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let config_map = document(&documents, "ConfigMap");
+
+    let root = container_root();
+    let mut options = podman_options(pod, container);
+    let volume_dir = TempDir::new("configmap");
+    config_map_volume(volume_dir.path(), &config_map["data"]);
+    let mount_path = container["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    options.push(format!("--volume={}:{mount_path}:ro", volume_dir.str()));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    // The image's ENTRYPOINT, then the container's args.
+    let mut command = vec![BRIG_IN_CONTAINER];
+    command.extend(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|arg| arg.as_str().unwrap()),
+    );
+    let output = podman_run(&root, &options, &command);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{options:?}: {}",
+        describe(&output)
+    );
+    assert!(
+        stdout(&output).starts_with("hello from the jail: uid 1000 pid 2 hostname brig\n"),
+        "{}",
+        describe(&output)
+    );
+    let verdict: Value = serde_json::from_str(stderr(&output).trim())
+        .unwrap_or_else(|err| panic!("the verdict on stderr: {err}: {}", describe(&output)));
+    assert_eq!(verdict["status"], "ok", "{verdict}");
+    assert_eq!(verdict["limits"]["output_limit_bytes"], 1 << 20);
+}
+
+#[test]
+fn containerfile_builds_the_same_root_as_the_script() {
+    let text = std::fs::read_to_string(repo("deploy/container/Containerfile")).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .collect();
+    let body = lines.join("\n");
+    // brig is built from the repository's root (so that .cargo/config.toml applies: a
+    // static binary) and installed where the manifest takes it from.
+    assert!(body.contains("cargo build --release --locked"), "{body}");
+    assert!(!body.contains("--manifest-path"), "{body}");
+    assert!(body.contains(
+        "install -m 755 target/x86_64-unknown-linux-gnu/release/brig /usr/local/bin/brig"
+    ));
+    assert!(body.contains("brig rootfs build deploy/container/rootfs.yaml /rootfs"));
+    // The last stage is that root alone, run as the image's user, entered at brig.
+    let last = body.rsplit("\nFROM ").next().unwrap();
+    assert!(last.starts_with("scratch"), "{last}");
+    assert!(last.contains("COPY --from=build /rootfs/ /"));
+    assert!(last.contains(&format!("USER {}", USER.trim_start_matches("--user="))));
+    assert!(last.contains(&format!("ENTRYPOINT [\"{BRIG_IN_CONTAINER}\"]")));
+    // The script builds from the same manifest.
+    let script = std::fs::read_to_string(repo("deploy/container/build-root.sh")).unwrap();
+    assert!(script.contains("$here/rootfs.yaml"));
+    let manifest = std::fs::read_to_string(repo("deploy/container/rootfs.yaml")).unwrap();
+    assert!(manifest.contains(&format!("\n  - {BRIG_IN_CONTAINER}\n")));
+}
