@@ -287,3 +287,128 @@ fn apparmor_profile_parses() {
         describe(&output)
     );
 }
+
+/// Whether an ELF file asks for a program interpreter (PT_INTERP): every dynamically
+/// linked executable does, a static or static-pie one does not.
+fn has_interpreter(elf: &[u8]) -> bool {
+    assert!(
+        elf.starts_with(b"\x7fELF\x02\x01"),
+        "not a 64-bit little-endian ELF file"
+    );
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    (0..phnum).any(|i| {
+        let at = phoff + i * phentsize;
+        u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) == 3 // PT_INTERP
+    })
+}
+
+/// Runs the workflow's "Install brig" step with bash as GitHub does, in a workspace whose
+/// tools/brig is this repository (a symlink to it: the build is the one `cargo build
+/// --release` makes here, a no-op when that is fresh). `sudo` installs into a private
+/// /usr/local/bin (a directory of the test bound over it in a mount namespace of its
+/// own), and `cargo` is the real one recording what it built (--message-format=json).
+/// The step must install the static binary that cargo built, from where it built it:
+/// with `--manifest-path tools/brig/Cargo.toml` run from the workspace, cargo does not
+/// read tools/brig/.cargo/config.toml, builds a dynamically linked brig into
+/// target/release/, and the install copies another (stale) file or none.
+#[test]
+fn github_actions_install_step_installs_the_static_brig_it_built() {
+    let workflow = workflow();
+    let step = workflow["jobs"]["run-untrusted"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|step| step["name"] == "Install brig")
+        .expect("the Install brig step");
+    let run = step["run"].as_str().unwrap();
+    let workspace = TempDir::new("ci-install");
+    let tools = workspace.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_MANIFEST_DIR"), tools.join("brig")).unwrap();
+    let bin = workspace.path().join("bin");
+    let usr_local_bin = workspace.path().join("usr-local-bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir(&usr_local_bin).unwrap();
+    let cargo_json = workspace.path().join("cargo.json");
+    let shim = |name: &str, text: &str| {
+        std::fs::write(bin.join(name), text).unwrap();
+        common::set_mode(&bin.join(name), 0o755);
+    };
+    shim(
+        "sudo",
+        "#!/bin/sh\nexec unshare --mount --propagation private \
+         sh -c 'mount --bind \"$USR_LOCAL_BIN\" /usr/local/bin && exec \"$@\"' sh \"$@\"\n",
+    );
+    shim(
+        "cargo",
+        "#!/bin/sh\nif [ \"$1\" = build ]; then\n    shift\n    \
+         exec \"$REAL_CARGO\" build --message-format=json-render-diagnostics \"$@\" >>\"$BRIG_TEST_CARGO_JSON\"\n\
+         fi\nexec \"$REAL_CARGO\" \"$@\"\n",
+    );
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command
+        .args(["--noprofile", "--norc", "-eo", "pipefail", "-c", run])
+        .current_dir(workspace.path())
+        .env("PATH", path)
+        .env("REAL_CARGO", env!("CARGO"))
+        .env("BRIG_TEST_CARGO_JSON", &cargo_json)
+        .env("USR_LOCAL_BIN", &usr_local_bin);
+    // A runner's environment: nothing from the `cargo test` that runs this test (such as
+    // CARGO_TARGET_DIR or RUSTFLAGS) steers the build.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if (key.starts_with("CARGO_") && key != "CARGO_HOME") || key.starts_with("RUSTFLAGS") {
+            command.env_remove(&*key);
+        }
+    }
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+
+    // What cargo built: the brig executable it reported.
+    let log = std::fs::read_to_string(&cargo_json).unwrap();
+    let built: Vec<String> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| {
+            message["reason"] == "compiler-artifact"
+                && message["target"]["name"] == "brig"
+                && message["target"]["kind"][0] == "bin"
+        })
+        .filter_map(|message| message["executable"].as_str().map(String::from))
+        .collect();
+    assert_eq!(built.len(), 1, "cargo built {built:?}:\n{log}");
+    assert!(
+        built[0].ends_with("/target/x86_64-unknown-linux-gnu/release/brig"),
+        "cargo built {}",
+        built[0]
+    );
+    let installed = std::fs::read(usr_local_bin.join("brig")).expect("brig installed");
+    assert!(
+        installed == std::fs::read(&built[0]).unwrap(),
+        "the installed brig is not the one cargo built ({})",
+        built[0]
+    );
+    assert!(
+        !has_interpreter(&installed),
+        "the installed brig is dynamically linked"
+    );
+    // The check tells the two apart: Debian's python3 is dynamically linked.
+    let python = std::fs::canonicalize(interpreter("python3")).unwrap();
+    assert!(has_interpreter(&std::fs::read(python).unwrap()));
+    let version = Command::new(usr_local_bin.join("brig"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&version).starts_with("brig "),
+        "{}",
+        describe(&version)
+    );
+}
