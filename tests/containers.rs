@@ -50,19 +50,10 @@ fn repo(path: &str) -> PathBuf {
 
 /// Whether podman is here. Without it the tests fail, unless BRIG_TEST_ALLOW_SKIP=1.
 fn have_podman() -> bool {
-    let found = Command::new("podman")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !found {
-        assert!(
-            std::env::var("BRIG_TEST_ALLOW_SKIP").as_deref() == Ok("1"),
-            "podman is not installed: `apt-get install podman runc` (or set BRIG_TEST_ALLOW_SKIP=1 to skip the container tests)"
-        );
-        eprintln!("podman is not installed and BRIG_TEST_ALLOW_SKIP=1: skipped");
-    }
-    found
+    common::require_program(
+        "podman",
+        "tests/run.sh installs it (Debian packages podman and runc)",
+    ) && common::require_program("runc", "tests/run.sh installs it (Debian package runc)")
 }
 
 fn on_path(program: &str) -> bool {
