@@ -168,17 +168,36 @@ fn default_pod_settings_stop_brig_with_a_one_line_error() {
     let doctor = podman_run(&root, &[USER], &brig(&["doctor"]));
     let report = stdout(&doctor);
     assert_eq!(doctor.status.code(), Some(1), "{}", describe(&doctor));
+    // doctor assembles a real jail: the first step the container refuses is the hostname.
     assert!(
-        report.contains("FAIL  fresh /proc (rootless, uid 1000)")
-            && report.contains("--security-opt unmask=/proc/*")
-            && report.contains("procMount: Unmasked"),
-        "brig doctor does not name the /proc fix: {}",
+        report.contains("FAIL  jail assembly (rootless, uid 1000)")
+            && report.contains("set the jail's hostname")
+            && report.contains("seccomp=unconfined")
+            && report.contains("brig-seccomp-profile.py"),
+        "brig doctor does not name the seccomp fix: {}",
+        describe(&doctor)
+    );
+    assert!(
+        report.contains("inside a container (podman)"),
+        "{}",
         describe(&doctor)
     );
     assert!(
         report.contains("FAIL  end to end (rootless, uid 1000)")
             && report.contains("set the jail's hostname"),
         "{}",
+        describe(&doctor)
+    );
+    // With the seccomp filter lifted, the masked /proc is next, and doctor names its fix.
+    let options = [USER, "--security-opt=seccomp=unconfined"];
+    let doctor = podman_run(&root, &options, &brig(&["doctor"]));
+    let report = stdout(&doctor);
+    assert!(
+        report.contains("FAIL  fresh /proc (rootless, uid 1000)")
+            && report.contains("--security-opt unmask=/proc/*")
+            && report.contains("procMount: Unmasked")
+            && report.contains("--proc host"),
+        "brig doctor does not name the /proc fix: {}",
         describe(&doctor)
     );
 }
@@ -580,4 +599,69 @@ fn containerfile_builds_the_same_root_as_the_script() {
     assert!(script.contains("$here/rootfs.yaml"));
     let manifest = std::fs::read_to_string(repo("deploy/container/rootfs.yaml")).unwrap();
     assert!(manifest.contains(&format!("\n  - {BRIG_IN_CONTAINER}\n")));
+}
+
+/// As root in a container, /sys/fs/cgroup is read-only: the default limits run without a
+/// cgroup and are reported as not enforced, as they are for an unprivileged user; an
+/// explicit limit still fails closed.
+#[test]
+fn root_in_a_container_runs_without_a_cgroup() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let mut options = vec!["--user=0:0"];
+    options.extend(WORKING);
+    let output = podman_run(
+        &root,
+        &options,
+        &brig(&["run", "--report-fd", "2", "--", "python3", "-c", PYTHON]),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let verdict: Value = serde_json::from_str(stderr(&output).trim().lines().last().unwrap())
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+    assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
+    let explicit = podman_run(
+        &root,
+        &options,
+        &brig(&["run", "--memory", "64M", "--", "true"]),
+    );
+    common::assert_one_line_error(&explicit, &["--memory/--pids/--cpus need a cgroup"]);
+}
+
+/// Where the container masks /proc and nothing can be changed but the seccomp profile,
+/// `--proc host` runs the jail with brig's own /proc, read-only, and says so.
+#[test]
+fn proc_host_runs_where_proc_is_masked() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let options = [USER, "--security-opt=seccomp=unconfined"];
+    let fresh = podman_run(&root, &options, &brig(&["run", "--", "true"]));
+    common::assert_one_line_error(&fresh, &["fresh /proc"]);
+    let host = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--proc",
+            "host",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            PYTHON,
+        ]),
+    );
+    assert_eq!(output_code(&host), 0, "{}", describe(&host));
+    let verdict: Value = serde_json::from_str(stderr(&host).trim().lines().last().unwrap())
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&host)));
+    let warnings = verdict["warnings"].to_string();
+    assert!(warnings.contains("--proc host"), "{verdict}");
+}
+
+fn output_code(output: &std::process::Output) -> i32 {
+    output.status.code().unwrap_or(-1)
 }

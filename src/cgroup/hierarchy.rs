@@ -140,6 +140,13 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A hierarchy mounted read-only (inside a container, /sys/fs/cgroup usually is) has no
+/// place for brig's subtree, even for root.
+fn writable(mount: &Path) -> bool {
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    statvfs(mount).is_ok_and(|stat| !stat.flags().contains(FsFlags::ST_RDONLY))
+}
+
 fn has_controllers(file: &Path, wanted: &[&str]) -> bool {
     let Ok(text) = fs::read_to_string(file) else {
         return false;
@@ -156,7 +163,10 @@ pub fn find_parent(
     rootless: bool,
 ) -> Option<(Version, Vec<PathBuf>, Parent)> {
     if let Some(unified) = &mounts.unified {
-        if !rootless && has_controllers(&unified.join("cgroup.subtree_control"), controllers) {
+        if !rootless
+            && has_controllers(&unified.join("cgroup.subtree_control"), controllers)
+            && writable(unified)
+        {
             return Some((Version::V2, vec![unified.join("brig")], Parent::BrigSubtree));
         }
         if rootless
@@ -174,6 +184,7 @@ pub fn find_parent(
             .map(|controller| {
                 mounts
                     .legacy_mount(controller)
+                    .filter(|mount| writable(mount))
                     .map(|mount| mount.join("brig"))
             })
             .collect();

@@ -283,6 +283,14 @@ fn failure(
             Step::PivotRoot => {
                 "pivot_root fails when / is the initramfs (rootfs): switch_root to a tmpfs first, or boot with a real root"
             }
+            // setsid, sethostname and lo need no privilege in the jail's own
+            // namespaces: EPERM there is a seccomp filter on brig itself.
+            Step::Other
+                if refusal.stage == Some(Stage::Isolation)
+                    && refusal.errno == Some(Errno::EPERM) =>
+            {
+                "a seccomp filter on brig refuses it (Podman's and CRI-O's default profile allows sethostname(2) only with CAP_SYS_ADMIN): run the container with `--security-opt seccomp=unconfined`, in Kubernetes `seccompProfile: {type: Unconfined}`, or a profile made by deploy/kubernetes/brig-seccomp-profile.py"
+            }
             Step::Clone | Step::Other => {
                 "`brig run` fails the same way here; the message names the step"
             }

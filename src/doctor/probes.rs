@@ -63,10 +63,12 @@ fn in_container() -> Option<String> {
     if Path::new("/.dockerenv").exists() {
         return Some("docker".into());
     }
-    if let Ok(text) = std::fs::read_to_string("/run/.containerenv")
-        && !text.is_empty()
-    {
+    // podman writes it, empty unless the container asks for its details.
+    if Path::new("/run/.containerenv").exists() {
         return Some("podman".into());
+    }
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return Some("kubernetes".into());
     }
     std::fs::read_to_string("/proc/1/environ")
         .ok()?

@@ -181,7 +181,7 @@ fn apply(op: &MountOp) -> Result<()> {
             )
             .map_err(|errno| {
                 Error::os(format!("mount a fresh /proc on {}", dst.display()), errno).hint(
-                    "the host hides parts of its /proc (common inside containers); run brig where /proc is fully visible",
+                    "the host hides parts of its /proc (common inside containers): unmask it (Podman `--security-opt unmask=/proc/*`, Docker `--security-opt systempaths=unconfined`, Kubernetes `procMount: Unmasked`), or use `--proc host` (brig's own /proc, read-only; reported)",
                 )
             })
         }
