@@ -427,6 +427,7 @@ mod tests {
 
         /// A mountinfo line mounting `fstype` with `options` at `relative`.
         fn mount_line(&self, relative: &str, fstype: &str, options: &str) -> String {
+            fs::create_dir_all(self.path(relative)).unwrap();
             format!(
                 "30 24 0:26 / {} rw,nosuid,nodev,noexec,relatime shared:4 - {fstype} {fstype} rw,{options}\n",
                 self.path(relative).display()
