@@ -263,3 +263,67 @@ print(client.recv(5).decode())
 }
 
 both_modes!(loopback_tcp_works_inside_the_jail);
+
+/// On a v1 (or hybrid) host, a cgroup that root created in each hierarchy and handed to an
+/// unprivileged user is a delegated parent that user's brig can use with --cgroup-parent.
+#[test]
+fn rootless_brig_uses_a_chowned_v1_cgroup() {
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory").is_dir();
+    if !require(
+        "a cgroup v1 memory hierarchy",
+        "run on a hybrid or v1 host (on pure v2, tests/cgroup_v2.rs covers delegation)",
+        v1,
+    ) {
+        return;
+    }
+    let name = format!("bt-deleg-{}", std::process::id());
+    let dirs: Vec<std::path::PathBuf> = ["memory", "pids"]
+        .iter()
+        .map(|controller| {
+            std::path::Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(&name)
+        })
+        .collect();
+    for dir in &dirs {
+        std::fs::create_dir(dir).unwrap();
+        std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY)).unwrap();
+        for file in ["cgroup.procs", "tasks"] {
+            std::os::unix::fs::chown(dir.join(file), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+    let parent = format!("/{name}");
+    let output = run(
+        Mode::Rootless,
+        &[
+            "run",
+            "--cgroup-parent",
+            &parent,
+            "--memory",
+            "64M",
+            "--pids",
+            "32",
+            "--report-fd",
+            "1",
+            "--",
+            "true",
+        ],
+    );
+    let leftovers: Vec<_> = dirs
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap().flatten())
+        .filter(|entry| entry.path().is_dir())
+        .map(|entry| entry.path())
+        .collect();
+    for dir in &dirs {
+        let _ = std::fs::remove_dir(dir);
+    }
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let verdict: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(verdict["protections"]["cgroup"], "v1", "{verdict}");
+    assert_eq!(verdict["limits"]["memory_bytes"], 64 << 20, "{verdict}");
+    assert!(
+        leftovers.is_empty(),
+        "the jail's cgroup was left: {leftovers:?}"
+    );
+}
