@@ -681,7 +681,7 @@ fn rootless_cgroup_check(lines: &[(String, String)]) -> Check {
         );
     }
     let why = value("placement-error").unwrap_or_else(|| {
-        "brig's cgroup here is not delegated to that user, so the default memory and pids limits would not be enforced".into()
+        "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)".into()
     });
     check(name, Status::Warn, why).fix(ROOTLESS_CGROUP_FIX)
 }
@@ -775,7 +775,7 @@ fn cgroup_checks(cgroup_parent: Option<&Path>, who: &str) -> Vec<Check> {
             check(
                 name,
                 Status::Warn,
-                format!("no usable cgroup{own}: the default memory and pids limits are not enforced, and --memory, --pids, --cpus fail (125)"),
+                format!("no usable cgroup{own}: the default memory limit is not enforced (processes are bounded by RLIMIT_NPROC), and --memory, --pids, --cpus fail (125)"),
             )
             .fix(fix)
         }
