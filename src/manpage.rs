@@ -324,7 +324,7 @@ the program's exit status, or the signal that ended it; null when not applicable
 wall-clock time of the jail, and the CPU time of all its processes
 .TP
 \fBmax_rss_kib\fR
-the largest resident set of any process in the jail
+the largest resident set of any process in the jail, also of those brig killed
 .TP
 \fBmemory_peak_bytes\fR, \fBoom_kills\fR, \fBpids_peak\fR
 from the jail's cgroup; null without one, or where the kernel lacks the counter

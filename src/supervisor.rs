@@ -11,11 +11,9 @@ use crate::relay::{Counts, Relay};
 use crate::sys::{self, Cloned};
 use crate::{child, init, seccomp, user};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::time::TimeValLike;
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -149,37 +147,34 @@ pub fn run(plan: &Plan) -> Result<RunReport> {
         oom: cgroup.as_ref().and_then(JailCgroup::oom_events),
     };
     let ending = jail.supervise(&signals, deadline, watch)?;
-    let init_status = jail.reap();
+    let (init_status, reaped) = jail.reap();
     let wall = started.elapsed();
     if let Some(relay) = relay.as_mut() {
         relay.drain();
     }
     let messages = channel.collect();
-    let usage =
-        getrusage(UsageWho::RUSAGE_CHILDREN).context(|| "read the jail's resource usage".into())?;
     let mut outcome = decide(messages, init_status, ending.by)?;
     let seccomp_log = name_seccomp_kill(plan, &mut outcome, audit);
     let cgroup_usage = cgroup.as_ref().map(JailCgroup::usage);
-    // The cgroup counts every process of the jail. Without one: rusage counts what was
-    // reaped, plus what brig measured just before it killed the rest.
-    let reaped = |time: nix::sys::time::TimeVal| {
-        Duration::from_micros(time.num_microseconds().max(0) as u64)
-    };
-    let (killed_user, killed_sys) = ending.cpu_at_kill.unwrap_or_default();
+    // Reaping init yields its usage and that of every process it reaped, the program
+    // among them when it ended by itself. The processes killed with the jail are reaped
+    // by nobody (init ignores SIGCHLD as it dies): brig measured them just before.
+    let killed = ending.at_kill.unwrap_or_default();
+    // The cgroup counts the CPU of every process of the jail.
     let cpu_user = cgroup_usage
         .and_then(|usage| usage.cpu_user_usec)
         .map(Duration::from_micros)
-        .unwrap_or_else(|| reaped(usage.user_time()) + killed_user);
+        .unwrap_or(reaped.user + killed.user);
     let cpu_sys = cgroup_usage
         .and_then(|usage| usage.cpu_sys_usec)
         .map(Duration::from_micros)
-        .unwrap_or_else(|| reaped(usage.system_time()) + killed_sys);
+        .unwrap_or(reaped.system + killed.system);
     Ok(RunReport {
         outcome,
         wall,
         cpu_user,
         cpu_sys,
-        max_rss_kib: usage.max_rss().max(0) as u64,
+        max_rss_kib: reaped.max_rss_kib.max(killed.max_rss_kib),
         cgroup_version: cgroup.as_ref().map(JailCgroup::version),
         cgroup_usage,
         out_of_memory: ending.by == EndedBy::OutOfMemory,
@@ -257,28 +252,52 @@ enum EndedBy {
 /// brig before brig kills the jail, so that being stopped never leaves it behind.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Why the jail ended and, when brig ended it, the CPU its processes had used by then.
+/// Why the jail ended and, when brig ended it, what its processes had used by then.
 struct Ending {
     by: EndedBy,
-    cpu_at_kill: Option<(Duration, Duration)>,
+    at_kill: Option<Measured>,
 }
 
 impl Ending {
     fn end(&mut self, jail: &Jail, why: EndedBy) {
         if self.by == EndedBy::Program {
-            // Processes killed now are not credited to brig's rusage; count them first.
-            self.cpu_at_kill = Some(descendants_cpu(jail.pid));
+            // Processes killed now are reaped by nobody whose usage brig learns: measure
+            // them first.
+            self.at_kill = Some(descendants_usage(jail.pid));
             jail.kill();
             self.by = why;
         }
     }
 }
 
-/// User and system CPU time of every live descendant of `root` (not `root` itself),
-/// including what they reaped, from /proc/PID/stat.
-fn descendants_cpu(root: Pid) -> (Duration, Duration) {
+/// CPU time and peak memory of a group of processes.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    user: Duration,
+    system: Duration,
+    max_rss_kib: u64,
+}
+
+impl Measured {
+    fn of_rusage(usage: &libc::rusage) -> Measured {
+        let time = |tv: libc::timeval| {
+            Duration::from_secs(tv.tv_sec.max(0) as u64)
+                + Duration::from_micros(tv.tv_usec.max(0) as u64)
+        };
+        Measured {
+            user: time(usage.ru_utime),
+            system: time(usage.ru_stime),
+            max_rss_kib: usage.ru_maxrss.max(0) as u64,
+        }
+    }
+}
+
+/// Every live descendant of `root` (not `root` itself): their CPU time, including what
+/// they reaped (/proc/PID/stat), and the largest peak resident set among them
+/// (/proc/PID/status; that of children they reaped is not in /proc).
+fn descendants_usage(root: Pid) -> Measured {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (Duration::ZERO, Duration::ZERO);
+        return Measured::default();
     };
     // pid -> (ppid, its CPU time including what it reaped)
     let table: std::collections::HashMap<u64, (u64, (Duration, Duration))> = entries
@@ -301,8 +320,14 @@ fn descendants_cpu(root: Pid) -> (Duration, Duration) {
         false
     };
     table.iter().filter(|(pid, _)| is_descendant(**pid)).fold(
-        (Duration::ZERO, Duration::ZERO),
-        |(user, system), (_, (_, cpu))| (user + cpu.0, system + cpu.1),
+        Measured::default(),
+        |usage, (pid, (_, cpu))| Measured {
+            user: usage.user + cpu.0,
+            system: usage.system + cpu.1,
+            max_rss_kib: usage
+                .max_rss_kib
+                .max(crate::procfs::peak_rss_kib(*pid).unwrap_or(0)),
+        },
     )
 }
 
@@ -341,7 +366,7 @@ impl Jail {
     ) -> Result<Ending> {
         let mut ending = Ending {
             by: EndedBy::Program,
-            cpu_at_kill: None,
+            at_kill: None,
         };
         let mut deadline = deadline;
         let mut stop_at: Option<Instant> = None;
@@ -446,13 +471,11 @@ impl Jail {
         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
     }
 
-    fn reap(&self) -> Option<WaitStatus> {
-        loop {
-            match waitpid(self.pid, None) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                Ok(status) => return Some(status),
-                Err(_) => return None,
-            }
+    /// Waits for init; its usage includes that of every process it reaped.
+    fn reap(&self) -> (Option<WaitStatus>, Measured) {
+        match sys::wait4(self.pid) {
+            Ok((status, usage)) => (Some(status), Measured::of_rusage(&usage)),
+            Err(_) => (None, Measured::default()),
         }
     }
 

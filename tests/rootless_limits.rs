@@ -16,6 +16,7 @@ both_modes!(
     opting_out_leaves_stderr_alone,
     check_shows_what_is_enforced,
     a_fork_bomb_stops_at_the_process_limit,
+    a_killed_jail_reports_its_memory_and_cpu,
 );
 
 /// What every line about the unenforced memory limit names: the limit and the fix.
@@ -47,6 +48,12 @@ fn limit_lines(output: &Output) -> Vec<String> {
         .filter(|line| line.starts_with("brig: ") && line.contains("not enforced"))
         .map(String::from)
         .collect()
+}
+
+fn number(verdict: &Value, key: &str) -> u64 {
+    verdict[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number: {verdict}"))
 }
 
 fn unenforced_default_limits_are_said_once_with_the_fix(mode: Mode) {
@@ -294,4 +301,58 @@ fn a_fork_bomb_stops_at_the_process_limit(mode: Mode) {
         // init, the program and its children: the limit, exactly.
         assert_eq!(children + 2, 256, "{report}{}", describe(&output));
     }
+}
+
+/// A program that holds 200 MiB and sleeps until brig kills it at its time limit: the
+/// verdict has its memory and CPU time, not those of the jail's init.
+fn a_killed_jail_reports_its_memory_and_cpu(mode: Mode) {
+    let program = r#"
+import time
+block = bytearray(200 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+print("ready", flush=True)
+time.sleep(60)
+"#;
+    let (output, v) = run_with_verdict(mode, &["--time-limit", "3s"], &["python3", "-c", program]);
+    assert_code(&output, 124);
+    assert_eq!(stdout(&output), "ready\n", "{}", describe(&output));
+    assert_eq!(v["status"], "timeout", "{v}");
+    let rss = number(&v, "max_rss_kib");
+    assert!(rss >= 200 << 10, "max_rss_kib {rss}: {v}");
+    assert!(rss < 400 << 10, "max_rss_kib {rss}: {v}");
+    let cpu = number(&v, "cpu_user_ms") + number(&v, "cpu_sys_ms");
+    assert!(cpu > 0, "touching 200 MiB took no CPU? {v}");
+
+    // Stopped by a signal to brig after the grace period: the same.
+    let dir = TempDir::new("stopped").writable_by_all();
+    let report = dir.path().join("verdict.json");
+    let ignoring =
+        format!("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n{program}");
+    let mut brig = command(
+        mode,
+        &[
+            "run",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &ignoring,
+        ],
+    );
+    brig.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut running = Running::spawn(brig);
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(running.child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    kill(running.pid(), libc::SIGTERM);
+    let output = running.wait();
+    assert_code(&output, 128 + libc::SIGKILL);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let rss = number(&v, "max_rss_kib");
+    assert!(rss >= 200 << 10, "max_rss_kib {rss}: {v}");
+    let cpu = number(&v, "cpu_user_ms") + number(&v, "cpu_sys_ms");
+    assert!(cpu > 0, "{v}");
 }
