@@ -10,12 +10,14 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::{Output, Stdio};
+use std::time::Duration;
 
 both_modes!(
     unenforced_default_limits_are_said_once_with_the_fix,
     opting_out_leaves_stderr_alone,
     check_shows_what_is_enforced,
     a_fork_bomb_stops_at_the_process_limit,
+    a_fork_bomb_dies_at_the_time_limit,
     a_killed_jail_reports_its_memory_and_cpu,
 );
 
@@ -301,6 +303,71 @@ fn a_fork_bomb_stops_at_the_process_limit(mode: Mode) {
         // init, the program and its children: the limit, exactly.
         assert_eq!(children + 2, 256, "{report}{}", describe(&output));
     }
+}
+
+/// Host processes whose command line contains `marker`.
+fn processes_with_marker(marker: &str) -> Vec<u32> {
+    host_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|cmdline| {
+                    cmdline
+                        .split(|&byte| byte == 0)
+                        .any(|arg| arg == marker.as_bytes())
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Every process forks forever, retrying when the kernel refuses.
+const FORK_BOMB: &str = r#"
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"#;
+
+/// A time limit ends a fork bomb (256 spinning processes), and nothing of it is left. No
+/// timing is asserted beyond a 30 s safety net: how fast depends on the machine's load.
+fn a_fork_bomb_dies_at_the_time_limit(mode: Mode) {
+    let marker = unique("brig-bomb");
+    let dir = TempDir::new("bomb").writable_by_all();
+    let report = dir.path().join("verdict.json");
+    let mut brig = command(
+        mode,
+        &[
+            "run",
+            "--time-limit",
+            "2s",
+            "--report",
+            report.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            FORK_BOMB,
+            &marker,
+        ],
+    );
+    brig.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = brig.spawn().expect("spawn brig");
+    let watchdog = Watchdog::new(child.id(), Duration::from_secs(30));
+    let output = child.wait_with_output().expect("wait for brig");
+    drop(watchdog);
+    assert_code(&output, 124);
+    let text = std::fs::read_to_string(&report).unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["status"], "timeout", "{v}");
+    assert!(
+        stderr(&output).contains("time limit"),
+        "{}",
+        describe(&output)
+    );
+    let left = processes_with_marker(&marker);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 /// A program that holds 200 MiB and sleeps until brig kills it at its time limit: the
