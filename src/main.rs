@@ -188,14 +188,19 @@ fn run(args: RunArgs) -> i32 {
     let verdict = match brig::jail::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);
-            if let Some(line) = explain(&plan, &report.outcome, verdict.status) {
-                // After output cut mid-line, start brig's own line on a fresh one.
-                let fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {
-                    "\n"
-                } else {
-                    ""
-                };
+            let lines = [
+                unenforced_limits(&plan, &report.outcome),
+                explain(&plan, &report.outcome, verdict.status),
+            ];
+            // After output cut mid-line, start brig's own lines on a fresh one.
+            let mut fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {
+                "\n"
+            } else {
+                ""
+            };
+            for line in lines.iter().flatten() {
                 eprintln!("{fresh_line}brig: {line}");
+                fresh_line = "";
             }
             if plan.seccomp.mode == seccomp::Mode::Log {
                 let line = seccomp::report_log(&plan.seccomp.profile, report.seccomp_log.as_ref());
@@ -210,6 +215,15 @@ fn run(args: RunArgs) -> i32 {
     };
     sinks.deliver(&verdict, Some(&plan));
     verdict.brig_exit_code
+}
+
+/// Once for a run whose program started: the default limits this host cannot enforce
+/// and how to get them, unless the caller opted out (`--memory max`, `--quiet-limits`).
+fn unenforced_limits(plan: &Plan, outcome: &Outcome) -> Option<String> {
+    if matches!(outcome, Outcome::ExecFailed { .. }) {
+        return None;
+    }
+    plan.limits.unenforced_notice()
 }
 
 /// One line for the runs brig or the kernel ended; the program's own endings need none.

@@ -55,7 +55,7 @@ the program was not found
 "#;
 
 const LIMITS_AND_VERDICT: &str = r#".SH LIMITS
-\fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125); the defaults are then reported as not enforced. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
+\fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125). Without one, the default process limit is RLIMIT_NPROC, which the kernel counts per jail (per user in each user namespace), and the default memory limit is not enforced: brig says so in the plan, in the verdict's warnings and, once the program has run, in one line on standard error, unless \fB\-\-memory max\fR or \fB\-\-quiet\-limits\fR. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
 .SH VERDICT
 \fB\-\-report\fR \fIFILE\fR or \fB\-\-report\-fd\fR \fIN\fR writes one JSON object, schema \fBbrig\-verdict/1\fR, described key by key in \fBbrig\-config\fR(5). \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: time, caller uid, argv, config digest and the verdict.
 "#;
@@ -324,7 +324,7 @@ the program's exit status, or the signal that ended it; null when not applicable
 wall-clock time of the jail, and the CPU time of all its processes
 .TP
 \fBmax_rss_kib\fR
-the largest resident set of any process in the jail
+the largest resident set of any process in the jail, also of those brig killed
 .TP
 \fBmemory_peak_bytes\fR, \fBoom_kills\fR, \fBpids_peak\fR
 from the jail's cgroup; null without one, or where the kernel lacks the counter

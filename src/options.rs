@@ -187,7 +187,8 @@ pub struct JailOptions {
     pub memory: Option<Limit<Size>>,
 
     /// Most processes and threads the jail may have at once, brig's init among them, a
-    /// cgroup limit of at least 2; `max` for none [default: 256].
+    /// cgroup limit of at least 2 (the default is RLIMIT_NPROC where no cgroup is usable);
+    /// `max` for none [default: 256].
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<Limit<Count>>,
@@ -196,6 +197,12 @@ pub struct JailOptions {
     #[arg(long, value_name = "CPUS")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<f64>,
+
+    /// Run without a line on stderr when this host cannot enforce the default memory
+    /// limit (no usable cgroup); the verdict still warns.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quiet_limits: bool,
 
     /// A delegated cgroup to create the jail's cgroup in (e.g. a unit with Delegate=yes).
     #[arg(long, value_name = "PATH")]
@@ -285,6 +292,7 @@ impl JailOptions {
             memory: over.memory.or(self.memory),
             pids: over.pids.or(self.pids),
             cpus: over.cpus.or(self.cpus),
+            quiet_limits: self.quiet_limits || over.quiet_limits,
             cgroup_parent: over.cgroup_parent.or(self.cgroup_parent),
             rlimit: append(self.rlimit, over.rlimit),
             cpu_time: over.cpu_time.or(self.cpu_time),

@@ -82,6 +82,11 @@ impl Plan {
         let env = environment::resolve(&options, &identity)?;
         let mut warnings = mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
         warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
+        if let Some(unenforced) = limits.not_enforced.describe() {
+            warnings.push(format!(
+                "no usable cgroup here: {unenforced} is not enforced (see `brig doctor`)"
+            ));
+        }
         if options.proc == Some(ProcMode::Host) {
             warnings.push("--proc host: the jail sees brig's own /proc, read-only: the processes of brig's PID namespace, not only its own".into());
         }

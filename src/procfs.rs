@@ -1,5 +1,6 @@
-//! Reading /proc/PID/stat (proc(5)): the jail's init reads its own argument area and the
-//! program's CPU time from it, brig the CPU time of processes it is about to kill.
+//! Reading /proc/PID/stat and status (proc(5)): the jail's init reads its own argument
+//! area and the program's CPU time from it, brig the CPU time and peak memory of processes
+//! it is about to kill.
 
 use std::time::Duration;
 
@@ -38,6 +39,16 @@ impl Stat {
     }
 }
 
+/// The peak resident set of a live process (VmHWM in /proc/PID/status), in KiB; None once
+/// it has exited.
+pub fn peak_rss_kib(pid: u64) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?;
+    line.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
 /// Clock ticks (as /proc counts CPU time) as a duration.
 fn ticks(count: u64) -> Duration {
     let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -61,5 +72,11 @@ mod tests {
         );
         let (start, end) = (stat.field(48).unwrap(), stat.field(49).unwrap());
         assert!(start > 0 && end > start);
+    }
+
+    #[test]
+    fn own_peak_rss_is_read() {
+        let peak = peak_rss_kib(u64::from(std::process::id())).unwrap();
+        assert!(peak > 0);
     }
 }

@@ -152,6 +152,23 @@ pub fn spawn_sharing_memory(child: &mut dyn FnMut()) -> Result<Pid, Errno> {
     Errno::result(pid).map(Pid::from_raw)
 }
 
+/// wait4(2) for the child `pid`: how it ended, and its resource usage including that of
+/// the children it reaped (unlike RUSAGE_CHILDREN, nothing of brig's other children).
+pub fn wait4(pid: Pid) -> Result<(nix::sys::wait::WaitStatus, libc::rusage), Errno> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes for the duration of the call.
+        let ret = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut usage) };
+        match Errno::result(ret) {
+            Err(Errno::EINTR) => continue,
+            Err(errno) => return Err(errno),
+            Ok(_) => return Ok((nix::sys::wait::WaitStatus::from_raw(pid, status)?, usage)),
+        }
+    }
+}
+
 pub fn pidfd_send_signal(pidfd: BorrowedFd, signal: Signal) -> Result<(), Errno> {
     // SAFETY: plain syscall on a valid fd; no pointers passed.
     let ret = unsafe {

@@ -71,7 +71,8 @@ pub struct Limits {
     pub memory_bytes: Option<u64>,
     pub pids: Option<u64>,
     pub cpus: Option<f64>,
-    /// Whether memory, pids and cpus are enforced by a cgroup in this run.
+    /// Whether memory, pids and cpus are enforced by a cgroup in this run; without one,
+    /// pids is RLIMIT_NPROC (in `rlimits`).
     pub cgroup_enforced: bool,
     pub output_limit_bytes: Option<u64>,
     pub tmpfs_size_bytes: u64,
@@ -148,7 +149,7 @@ impl Verdict {
             output_truncated: run.output.is_some_and(|output| output.truncated),
             limits: Some(limits(plan, run.cgroup_version.is_some())),
             protections: Some(protections(plan, run.cgroup_version)),
-            warnings: warnings(plan, run.cgroup_version.is_some()),
+            warnings: plan.warnings.clone(),
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
             error,
@@ -192,7 +193,14 @@ fn limits(plan: &Plan, cgroup_enforced: bool) -> Limits {
     Limits {
         time_limit_ms: millis(plan.time_limit),
         cpu_time_ms: millis(plan.limits.cpu_time),
-        memory_bytes: plan.limits.cgroup.memory.map(|size| size.0),
+        // A default memory limit this host cannot enforce is reported with
+        // `cgroup_enforced: false`, as it always was.
+        memory_bytes: plan
+            .limits
+            .cgroup
+            .memory
+            .or(plan.limits.not_enforced.memory)
+            .map(|size| size.0),
         pids: plan.limits.cgroup.pids,
         cpus: plan.limits.cgroup.cpus,
         cgroup_enforced,
@@ -233,16 +241,6 @@ fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
         },
         rootfs: plan.rootfs.clone(),
     }
-}
-
-fn warnings(plan: &Plan, cgroup_enforced: bool) -> Vec<String> {
-    let mut warnings = plan.warnings.clone();
-    if !cgroup_enforced && plan.limits.cgroup_wanted() {
-        warnings.push(
-            "no usable cgroup here: the default memory and pids limits are not enforced (see `brig doctor`)".into(),
-        );
-    }
-    warnings
 }
 
 /// Where the verdict and the audit line go. Opened before the jail starts, so that an

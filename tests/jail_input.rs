@@ -223,7 +223,7 @@ fn profiles_run_their_interpreters(mode: Mode) {
         ("node", vec!["node", "-e", "console.log('hi')"], "hi\n"),
         ("shell", vec!["sh", "-c", "echo hi"], "hi\n"),
     ] {
-        let mut args = vec!["run", "--profile", profile, "--"];
+        let mut args = vec!["run", "--quiet-limits", "--profile", profile, "--"];
         args.extend(program);
         let output = run(mode, &args);
         assert_eq!(assert_success(&output), expected, "--profile {profile}");

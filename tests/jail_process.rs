@@ -129,7 +129,18 @@ fn no_controlling_terminal_even_under_a_pty(mode: Mode) {
 
 fn time_limit_kills_the_program(mode: Mode) {
     let started = Instant::now();
-    let output = run(mode, &["run", "--time-limit", "1s", "--", "sleep", "1000"]);
+    let output = run(
+        mode,
+        &[
+            "run",
+            "--quiet-limits",
+            "--time-limit",
+            "1s",
+            "--",
+            "sleep",
+            "1000",
+        ],
+    );
     let elapsed = started.elapsed();
     assert_code(&output, 124);
     assert!(
@@ -197,7 +208,7 @@ fn exit_status_is_the_programs(mode: Mode) {
         ("kill -9 $$", 128 + 9),
         ("kill -TERM $$", 128 + 15),
     ] {
-        let output = run(mode, &["run", "--", "sh", "-c", script]);
+        let output = run(mode, &["run", "--quiet-limits", "--", "sh", "-c", script]);
         assert_code(&output, expected);
         assert_eq!(stderr(&output), "", "{script}");
     }

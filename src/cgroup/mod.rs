@@ -60,6 +60,10 @@ pub struct Placement {
     controllers: Vec<&'static str>,
 }
 
+/// How to give brig a cgroup it may use, for the messages about missing ones.
+pub const DELEGATION_FIX: &str = "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
+     or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)";
+
 /// Decides where the jail's cgroup goes. `Ok(None)` when no usable place exists and no
 /// limit was explicitly asked for (the default limits are then reported as not enforced).
 pub fn place(
@@ -85,9 +89,7 @@ pub fn place(
             controllers,
         })),
         None if explicit => Err(Error::host(format!(
-            "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; \
-             run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
-             or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)",
+            "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {DELEGATION_FIX}",
             controllers.join(", ")
         ))),
         None => Ok(None),

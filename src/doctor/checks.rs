@@ -458,7 +458,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
             check(
                 name,
                 Status::Warn,
-                format!("no usable cgroup{own}: the default memory and pids limits are not enforced, and --memory, --pids, --cpus fail (125)"),
+                format!("no usable cgroup{own}: the default memory limit is not enforced (processes are bounded by RLIMIT_NPROC), and --memory, --pids, --cpus fail (125)"),
             )
             .fix(fix)
         }
@@ -541,7 +541,7 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
         Placement::Nowhere => check(
             name,
             Status::Warn,
-            "brig's cgroup here is not delegated to that user, so the default memory and pids limits would not be enforced",
+            "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)",
         )
         .fix(ROOTLESS_CGROUP_FIX),
         Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(ROOTLESS_CGROUP_FIX),
@@ -1121,7 +1121,9 @@ mod tests {
             )
         );
         assert_eq!(lines[1].0, Status::Warn);
-        assert!(lines[1].1.starts_with("cgroup limits (as root): no usable cgroup: the default memory and pids limits are not enforced"));
+        assert!(lines[1].1.starts_with(
+            "cgroup limits (as root): no usable cgroup: the default memory limit is not enforced"
+        ));
         // Rootless, the fix is a delegated cgroup; brig's own cgroup is named.
         let probe = Cgroups {
             layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),

@@ -15,13 +15,12 @@ use crate::sys::{self, Cloned};
 use crate::{identity, seccomp};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::time::TimeValLike;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 /// How the program ended.
@@ -163,7 +162,15 @@ impl<'p> Jail<'p> {
         drop(jail_output);
         let mut jail = Jail {
             plan,
-            init: Init { pid, pidfd },
+            init: Init {
+                pid,
+                pidfd,
+                namespaces: plan
+                    .identity
+                    .rootless
+                    .then(|| Init::open_namespaces(pid))
+                    .flatten(),
+            },
             channel: channel.parent_end(),
             signals,
             relay,
@@ -207,38 +214,35 @@ impl<'p> Jail<'p> {
             oom: self.cgroup.as_ref().and_then(JailCgroup::oom_events),
         };
         let ending = self.init.supervise(&self.signals, deadline, watch)?;
-        let init_status = self.reap();
+        let (init_status, reaped) = self.reap();
         let wall = started.elapsed();
         if let Some(relay) = self.relay.as_mut() {
             relay.drain();
         }
         let messages = self.channel.collect();
-        let usage = getrusage(UsageWho::RUSAGE_CHILDREN)
-            .context(|| "read the jail's resource usage".into())?;
         let mut outcome = decide(messages, init_status, ending.by)?;
         let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
-        // The cgroup counts every process of the jail. Without one: rusage counts what was
-        // reaped, plus what brig measured just before it killed the rest.
-        let reaped = |time: nix::sys::time::TimeVal| {
-            Duration::from_micros(time.num_microseconds().max(0) as u64)
-        };
-        let (killed_user, killed_sys) = ending.cpu_at_kill.unwrap_or_default();
+        // Reaping init yields its usage and that of every process it reaped, the program
+        // among them when it ended by itself. The processes killed with the jail are reaped
+        // by nobody (init ignores SIGCHLD as it dies): brig measured them just before.
+        let killed = ending.at_kill.unwrap_or_default();
+        // The cgroup counts the CPU of every process of the jail.
         let cpu_user = cgroup_usage
             .and_then(|usage| usage.cpu_user_usec)
             .map(Duration::from_micros)
-            .unwrap_or_else(|| reaped(usage.user_time()) + killed_user);
+            .unwrap_or(reaped.user + killed.user);
         let cpu_sys = cgroup_usage
             .and_then(|usage| usage.cpu_sys_usec)
             .map(Duration::from_micros)
-            .unwrap_or_else(|| reaped(usage.system_time()) + killed_sys);
+            .unwrap_or(reaped.system + killed.system);
         Ok(RunReport {
             outcome,
             wall,
             cpu_user,
             cpu_sys,
-            max_rss_kib: usage.max_rss().max(0) as u64,
+            max_rss_kib: reaped.max_rss_kib.max(killed.max_rss_kib),
             cgroup_version: cgroup.map(JailCgroup::version),
             cgroup_usage,
             out_of_memory: ending.by == EndedBy::OutOfMemory,
@@ -247,7 +251,7 @@ impl<'p> Jail<'p> {
         })
     }
 
-    fn reap(&mut self) -> Option<WaitStatus> {
+    fn reap(&mut self) -> (Option<WaitStatus>, Measured) {
         self.reaped = true;
         self.init.reap()
     }
@@ -256,7 +260,8 @@ impl<'p> Jail<'p> {
 impl Drop for Jail<'_> {
     fn drop(&mut self) {
         if !self.reaped {
-            self.init.kill();
+            // An unused jail has only its init.
+            self.init.kill_init();
             self.init.reap();
         }
     }
@@ -330,28 +335,53 @@ enum EndedBy {
 /// brig before brig kills the jail, so that being stopped never leaves it behind.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
-/// Why the jail ended and, when brig ended it, the CPU its processes had used by then.
+/// Why the jail ended and, when brig ended it, what its processes had used by then.
 struct Ending {
     by: EndedBy,
-    cpu_at_kill: Option<(Duration, Duration)>,
+    at_kill: Option<Measured>,
 }
 
 impl Ending {
     fn end(&mut self, jail: &Init, why: EndedBy) {
         if self.by == EndedBy::Program {
-            // Processes killed now are not credited to brig's rusage; count them first.
-            self.cpu_at_kill = Some(descendants_cpu(jail.pid));
+            // Processes killed now are reaped by nobody whose usage brig learns: measure
+            // them first, stopped, so that none forks, spins or frees memory meanwhile.
+            jail.signal_from_inside(Signal::SIGSTOP);
+            self.at_kill = Some(descendants_usage(jail.pid));
             jail.kill();
             self.by = why;
         }
     }
 }
 
-/// User and system CPU time of every live descendant of `root` (not `root` itself),
-/// including what they reaped, from /proc/PID/stat.
-fn descendants_cpu(root: Pid) -> (Duration, Duration) {
+/// CPU time and peak memory of a group of processes.
+#[derive(Clone, Copy, Default)]
+struct Measured {
+    user: Duration,
+    system: Duration,
+    max_rss_kib: u64,
+}
+
+impl Measured {
+    fn of_rusage(usage: &libc::rusage) -> Measured {
+        let time = |tv: libc::timeval| {
+            Duration::from_secs(tv.tv_sec.max(0) as u64)
+                + Duration::from_micros(tv.tv_usec.max(0) as u64)
+        };
+        Measured {
+            user: time(usage.ru_utime),
+            system: time(usage.ru_stime),
+            max_rss_kib: usage.ru_maxrss.max(0) as u64,
+        }
+    }
+}
+
+/// Every live descendant of `root` (not `root` itself): their CPU time, including what
+/// they reaped (/proc/PID/stat), and the largest peak resident set among them
+/// (/proc/PID/status; that of children they reaped is not in /proc).
+fn descendants_usage(root: Pid) -> Measured {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return (Duration::ZERO, Duration::ZERO);
+        return Measured::default();
     };
     // pid -> (ppid, its CPU time including what it reaped)
     let table: std::collections::HashMap<u64, (u64, (Duration, Duration))> = entries
@@ -374,8 +404,14 @@ fn descendants_cpu(root: Pid) -> (Duration, Duration) {
         false
     };
     table.iter().filter(|(pid, _)| is_descendant(**pid)).fold(
-        (Duration::ZERO, Duration::ZERO),
-        |(user, system), (_, (_, cpu))| (user + cpu.0, system + cpu.1),
+        Measured::default(),
+        |usage, (pid, (_, cpu))| Measured {
+            user: usage.user + cpu.0,
+            system: usage.system + cpu.1,
+            max_rss_kib: usage
+                .max_rss_kib
+                .max(crate::procfs::peak_rss_kib(*pid).unwrap_or(0)),
+        },
     )
 }
 
@@ -396,10 +432,16 @@ enum Source {
     Oom,
 }
 
+/// How long brig's helper waits for the process that signals the jail from inside, in ms.
+const SENDER_TIMEOUT_MS: u16 = 2000;
+
 /// The jail's init process, as brig sees it.
 struct Init {
     pid: Pid,
     pidfd: OwnedFd,
+    /// Rootless: the jail's user and PID namespaces, to join them when killing the jail.
+    /// As root, init's pidfd is the way in.
+    namespaces: Option<[OwnedFd; 2]>,
 }
 
 impl Init {
@@ -414,7 +456,7 @@ impl Init {
     ) -> Result<Ending> {
         let mut ending = Ending {
             by: EndedBy::Program,
-            cpu_at_kill: None,
+            at_kill: None,
         };
         let mut deadline = deadline;
         let mut stop_at: Option<Instant> = None;
@@ -514,18 +556,97 @@ impl Init {
         }
     }
 
-    /// Killing init kills every process in its PID namespace.
+    /// Kills every process of the jail. Killing init alone would do, as its death kills
+    /// everything in its PID namespace, but only once init gets a CPU: it waits its turn
+    /// behind every runnable process of the jail, 13 s behind a fork bomb's 3,900 on two
+    /// CPUs. So the rest of the jail is killed from inside the namespace too, at once.
+    /// Init first: with a SIGKILL pending it reports nothing of the program's death.
     fn kill(&self) {
+        self.kill_init();
+        self.signal_from_inside(Signal::SIGKILL);
+    }
+
+    fn kill_init(&self) {
         let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
     }
 
-    fn reap(&self) -> Option<WaitStatus> {
-        loop {
-            match waitpid(self.pid, None) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                Ok(status) => return Some(status),
-                Err(_) => return None,
+    /// Rootless, joining the jail's PID namespace takes CAP_SYS_ADMIN over it and in one's
+    /// own user namespace, which brig has only in the jail's user namespace. Joining
+    /// through init's pidfd would need brig to be allowed to inspect init, which it is
+    /// not once init has made itself undumpable: so the namespaces are opened now, while
+    /// init waits for brig's go-ahead.
+    fn open_namespaces(pid: Pid) -> Option<[OwnedFd; 2]> {
+        let open = |name: &str| {
+            std::fs::File::open(format!("/proc/{pid}/ns/{name}"))
+                .ok()
+                .map(OwnedFd::from)
+        };
+        Some([open("user")?, open("pid")?])
+    }
+
+    /// Sends `signal` to every process of the jail's PID namespace but its init: `kill(-1)`
+    /// from a process in that namespace, which reaches exactly the namespace's processes,
+    /// in one pass under the kernel's task-list lock, and no fork completes with a signal
+    /// pending, so none gets away. The sender is a grandchild of brig whose parent joined
+    /// the namespace (as root through init's pidfd, Linux 5.8+). Where that fails (no
+    /// process left to fork in the caller's quota, with `--pids max`), init's death kills
+    /// the jail, later.
+    fn signal_from_inside(&self, signal: Signal) {
+        use nix::sched::{CloneFlags, setns};
+        let Ok(own_namespace) = std::fs::metadata("/proc/self/ns/pid").map(|meta| meta.ino())
+        else {
+            return;
+        };
+        match sys::fork_process() {
+            Ok(Some(helper)) => while let Err(nix::errno::Errno::EINTR) = waitpid(helper, None) {},
+            Ok(None) => {
+                // A copy of brig: undumpable, so that no jail process can read its memory.
+                let _ = nix::sys::prctl::set_dumpable(false);
+                let joined = match &self.namespaces {
+                    Some([user, pid]) => setns(user, CloneFlags::CLONE_NEWUSER)
+                        .and_then(|()| setns(pid, CloneFlags::CLONE_NEWPID)),
+                    None => setns(&self.pidfd, CloneFlags::CLONE_NEWPID),
+                };
+                if joined.is_err() {
+                    sys::exit_now(1);
+                }
+                match sys::clone_process(0, None) {
+                    Ok(Cloned::Parent { pid, pidfd, .. }) => {
+                        // In the jail's PID namespace, a jail process could stop the
+                        // sender (rootless without Landlock's signal scoping) and so hold
+                        // brig: it gets SENDER_TIMEOUT_MS, then it is killed. (Not waiting
+                        // at all would leave a zombie for the host's init to reap, and the
+                        // jail's init waits for every process of its namespace to be gone.)
+                        let mut sent = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                        let timeout = PollTimeout::from(SENDER_TIMEOUT_MS);
+                        if !poll(&mut sent, timeout).is_ok_and(|ready| ready > 0) {
+                            let _ = sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGKILL);
+                        }
+                        while let Err(nix::errno::Errno::EINTR) = waitpid(pid, None) {}
+                        sys::exit_now(0);
+                    }
+                    Ok(Cloned::Child) => {
+                        // Only ever from another PID namespace than brig's: there, kill(-1)
+                        // would reach every process brig may signal.
+                        let inside = std::fs::metadata("/proc/self/ns/pid")
+                            .is_ok_and(|meta| meta.ino() != own_namespace);
+                        if inside {
+                            let _ = nix::sys::signal::kill(Pid::from_raw(-1), signal);
+                        }
+                        sys::exit_now(0);
+                    }
+                    Err(_) => sys::exit_now(1),
+                }
             }
+            Err(_) => {}
+        }
+    }
+
+    /// Waits for init; its usage includes that of every process it reaped.
+    fn reap(&self) -> (Option<WaitStatus>, Measured) {
+        match sys::wait4(self.pid) {
+            Ok((status, usage)) => (Some(status), Measured::of_rusage(&usage)),
+            Err(_) => (None, Measured::default()),
         }
     }
 }
