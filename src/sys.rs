@@ -277,6 +277,29 @@ pub fn reset_signal_dispositions() {
     }
 }
 
+/// Puts the calling process back on the normal scheduler: a real-time policy or a
+/// negative nice value inherited from brig's caller would let the jail starve the host
+/// (and brig, which must be able to kill it). Both changes lower priority, which needs no
+/// privilege; a positive nice value is kept.
+pub fn reset_scheduling() -> Result<(), Errno> {
+    // SAFETY: sched_getscheduler(0) only reads the caller's own policy.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy != libc::SCHED_OTHER && policy != libc::SCHED_BATCH && policy != libc::SCHED_IDLE {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the duration of the call.
+        Errno::result(unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) })?;
+    }
+    // getpriority may return -1 as a value: clear errno first to tell it from an error.
+    Errno::clear();
+    // SAFETY: reads the caller's own nice value.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    if nice < 0 && Errno::last_raw() == 0 {
+        // SAFETY: sets the caller's own nice value.
+        Errno::result(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 0) })?;
+    }
+    Ok(())
+}
+
 /// Drops every capability in the bounding set, up to the last one the running kernel
 /// knows (PR_CAPBSET_READ answers EINVAL past it), skipping those already dropped.
 pub fn drop_bounding_set() -> Result<(), Errno> {

@@ -475,6 +475,7 @@ fn seccomp_kill_is_reported_with_the_call() {
     let mount = kit.mount();
     let args = [
         "run",
+        "--quiet-limits",
         "--seccomp",
         "strict",
         "--ro-bind",

@@ -240,7 +240,7 @@ fn working_settings_run_a_real_jail() {
         describe(&output)
     );
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    let verdict: Value = serde_json::from_str(stderr(&output).trim())
+    let verdict: Value = serde_json::from_str(verdict_line(&output))
         .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
     assert_eq!(verdict["status"], "ok", "{verdict}");
     assert_eq!(verdict["protections"]["rootless"], true, "{verdict}");
@@ -566,7 +566,7 @@ fn kubernetes_job_runs_under_podman() {
         "{}",
         describe(&output)
     );
-    let verdict: Value = serde_json::from_str(stderr(&output).trim())
+    let verdict: Value = serde_json::from_str(verdict_line(&output))
         .unwrap_or_else(|err| panic!("the verdict on stderr: {err}: {}", describe(&output)));
     assert_eq!(verdict["status"], "ok", "{verdict}");
     assert_eq!(verdict["limits"]["output_limit_bytes"], 1 << 20);
@@ -664,4 +664,15 @@ fn proc_host_runs_where_proc_is_masked() {
 
 fn output_code(output: &std::process::Output) -> i32 {
     output.status.code().unwrap_or(-1)
+}
+
+/// The verdict brig wrote to stderr (`--report-fd 2`): its last JSON line, after any line
+/// of brig's own (such as the notice that the default memory limit is not enforced).
+fn verdict_line(output: &std::process::Output) -> &str {
+    std::str::from_utf8(&output.stderr)
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .find(|line| line.starts_with('{'))
+        .unwrap_or_default()
 }

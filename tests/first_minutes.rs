@@ -327,3 +327,35 @@ fn rootless_brig_uses_a_chowned_v1_cgroup() {
         "the jail's cgroup was left: {leftovers:?}"
     );
 }
+
+/// A brig started with a real-time policy or a negative nice value does not pass them to
+/// the jail, which could otherwise starve the host and brig itself.
+#[test]
+fn the_jail_runs_on_the_normal_scheduler() {
+    if !require_root() {
+        return;
+    }
+    let script = "import os; print(os.sched_getscheduler(0), os.nice(0))";
+    let mut argv = vec![
+        "chrt".to_string(),
+        "-f".into(),
+        "10".into(),
+        "nice".into(),
+        "-n".into(),
+        "-5".into(),
+    ];
+    argv.push(brig().display().to_string());
+    argv.extend(["run", "--quiet-limits", "--", "python3", "-c", script].map(String::from));
+    let output = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap();
+    // SCHED_OTHER is 0; the caller's nice -5 is back to 0.
+    assert_eq!(assert_success(&output), "0 0\n");
+    // Proof the test can tell: without brig, the same program keeps both.
+    let bare = std::process::Command::new("chrt")
+        .args(["-f", "10", "nice", "-n", "-5", "python3", "-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&bare), "1 -5\n", "{}", describe(&bare));
+}

@@ -348,6 +348,7 @@ fn output_flood_is_cut_at_the_output_limit(mode: Mode) {
         mode,
         &[
             "run",
+            "--quiet-limits",
             "--report",
             report.to_str().unwrap(),
             "--output-limit",

@@ -59,6 +59,9 @@ fn assemble_jail(
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .context(|| "set the parent-death signal".into())
         .at(Stage::Namespaces)?;
+    sys::reset_scheduling()
+        .context(|| "leave the real-time scheduling brig was started with".into())
+        .at(Stage::Namespaces)?;
     if !channel.wait_for_go() {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
