@@ -18,7 +18,7 @@ mod worker;
 
 use leftovers::{Leftovers, Snapshot};
 use runner::{Done, Job, Orphan};
-use scenario::{Driver, Mode, Outcome, SCENARIOS};
+use scenario::{Driver, LIGHT_CPU_MS, LIGHT_RSS_KIB, Mode, Outcome, SCENARIOS, Tally};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
@@ -29,14 +29,6 @@ use std::time::{Duration, Instant};
 /// A library worker's RSS may grow this much after its warm-up before it counts as a
 /// leak (the allocator's heap is not returned page for page). Descriptors may not grow.
 const RSS_NOISE_KIB: u64 = 1024;
-
-/// A light scenario (`true`, `exit 3`, a daemon) whose verdict claims more CPU or memory
-/// than this is misreported.
-const LIGHT_CPU_MS: u64 = 500;
-const LIGHT_RSS_KIB: u64 = 32 * 1024;
-
-/// Examples kept per scenario and mode of a run that went wrong.
-const EXAMPLES: usize = 5;
 
 const SETPRIV: &[&str] = &[
     "setpriv",
@@ -107,58 +99,6 @@ fn usage(problem: &str) -> ! {
          (as root; --modes 'lib rootless' keeps the modes whose label has every word)"
     );
     std::process::exit(2);
-}
-
-/// Wrong answers of one scenario in one mode.
-#[derive(Debug, Default, Serialize)]
-struct Tally {
-    runs: usize,
-    wrong_exit: usize,
-    wrong_status: usize,
-    /// Killed by the soak's watchdog (also counted as wrong exit and status).
-    hung: usize,
-    /// A light program's verdict with implausible CPU time or peak RSS.
-    wrong_accounting: usize,
-    max_cpu_ms: u64,
-    max_rss_kib: u64,
-    examples: Vec<String>,
-}
-
-impl Tally {
-    fn add(&mut self, expected: &scenario::Scenario, outcome: &Outcome) {
-        self.runs += 1;
-        let wrong_exit = outcome.exit != expected.exit;
-        let wrong_status = outcome.status != expected.status;
-        self.wrong_exit += usize::from(wrong_exit);
-        self.wrong_status += usize::from(wrong_status);
-        self.hung += usize::from(outcome.hung);
-        self.max_cpu_ms = self.max_cpu_ms.max(outcome.cpu_ms);
-        self.max_rss_kib = self.max_rss_kib.max(outcome.max_rss_kib);
-        let wrong_accounting = expected.light
-            && (outcome.cpu_ms > LIGHT_CPU_MS || outcome.max_rss_kib > LIGHT_RSS_KIB);
-        self.wrong_accounting += usize::from(wrong_accounting);
-        if (wrong_exit || wrong_status || wrong_accounting) && self.examples.len() < EXAMPLES {
-            self.examples.push(format!(
-                "exit {} status {}{}{}{}",
-                outcome.exit,
-                outcome.status,
-                if outcome.hung { " (hung)" } else { "" },
-                if wrong_accounting {
-                    format!(
-                        " cpu {} ms, max_rss {} KiB",
-                        outcome.cpu_ms, outcome.max_rss_kib
-                    )
-                } else {
-                    String::new()
-                },
-                if outcome.message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", outcome.message)
-                }
-            ));
-        }
-    }
 }
 
 /// One library worker's descriptors and memory.
@@ -331,7 +271,6 @@ impl Soak<'_> {
                         .unwrap_or(0)
                 };
                 let outcome = Outcome {
-                    scenario,
                     exit: done.ended.code(),
                     status: verdict
                         .as_ref()
@@ -435,17 +374,19 @@ impl Soak<'_> {
         result.escaped.extend(orphans);
         result.worker_failures = failures;
         for (_, report) in reports {
-            for outcome in &report.outcomes {
-                result
-                    .scenarios
-                    .entry(SCENARIOS[outcome.scenario].name)
-                    .or_default()
-                    .add(&SCENARIOS[outcome.scenario], outcome);
+            for (scenario, tally) in SCENARIOS.iter().zip(&report.tallies) {
+                if tally.runs > 0 {
+                    result
+                        .scenarios
+                        .entry(scenario.name)
+                        .or_default()
+                        .merge(tally);
+                }
             }
             if let Some((start, warm, end)) = report.growth_points() {
                 result.workers.push(WorkerGrowth {
                     pid: report.pid,
-                    runs: report.outcomes.len(),
+                    runs: report.runs,
                     fd_growth: end.fds as i64 - start.fds as i64,
                     rss_growth_kib: end.rss_kib as i64 - warm.rss_kib as i64,
                     rss_growth_from_start_kib: end.rss_kib as i64 - start.rss_kib as i64,

@@ -2,7 +2,7 @@
 //! verdict brig must give), and the modes they run in (the command or the library, root or
 //! rootless, with or without a cgroup, one at a time or eight at a time).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One kind of run and what brig must say about it.
 pub struct Scenario {
@@ -245,9 +245,8 @@ impl Mode {
 }
 
 /// What one run ended as, from either driver.
-#[derive(Clone, Debug, serde::Deserialize, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Outcome {
-    pub scenario: usize,
     /// brig's exit status; for the command, 128+N when brig itself was killed by signal N.
     pub exit: i32,
     /// The verdict's status, or `none` when there was no verdict to read.
@@ -259,4 +258,78 @@ pub struct Outcome {
     pub message: String,
     /// The soak's watchdog killed it.
     pub hung: bool,
+}
+
+/// A light scenario (`true`, `exit 3`, a daemon) whose verdict claims more CPU or memory
+/// than this is misreported.
+pub const LIGHT_CPU_MS: u64 = 500;
+pub const LIGHT_RSS_KIB: u64 = 32 * 1024;
+
+/// Examples kept per scenario and mode of a run that went wrong.
+pub const EXAMPLES: usize = 5;
+
+/// Wrong answers of one scenario in one mode.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct Tally {
+    pub runs: usize,
+    pub wrong_exit: usize,
+    pub wrong_status: usize,
+    /// Killed by the soak's watchdog (also counted as wrong exit and status).
+    pub hung: usize,
+    /// A light program's verdict with implausible CPU time or peak RSS.
+    pub wrong_accounting: usize,
+    pub max_cpu_ms: u64,
+    pub max_rss_kib: u64,
+    pub examples: Vec<String>,
+}
+
+impl Tally {
+    pub fn add(&mut self, expected: &Scenario, outcome: &Outcome) {
+        self.runs += 1;
+        let wrong_exit = outcome.exit != expected.exit;
+        let wrong_status = outcome.status != expected.status;
+        self.wrong_exit += usize::from(wrong_exit);
+        self.wrong_status += usize::from(wrong_status);
+        self.hung += usize::from(outcome.hung);
+        self.max_cpu_ms = self.max_cpu_ms.max(outcome.cpu_ms);
+        self.max_rss_kib = self.max_rss_kib.max(outcome.max_rss_kib);
+        let wrong_accounting = expected.light
+            && (outcome.cpu_ms > LIGHT_CPU_MS || outcome.max_rss_kib > LIGHT_RSS_KIB);
+        self.wrong_accounting += usize::from(wrong_accounting);
+        if (wrong_exit || wrong_status || wrong_accounting) && self.examples.len() < EXAMPLES {
+            self.examples.push(format!(
+                "exit {} status {}{}{}{}",
+                outcome.exit,
+                outcome.status,
+                if outcome.hung { " (hung)" } else { "" },
+                if wrong_accounting {
+                    format!(
+                        " cpu {} ms, max_rss {} KiB",
+                        outcome.cpu_ms, outcome.max_rss_kib
+                    )
+                } else {
+                    String::new()
+                },
+                if outcome.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", outcome.message)
+                }
+            ));
+        }
+    }
+
+    /// Adds another tally of the same scenario (a library worker's).
+    pub fn merge(&mut self, other: &Tally) {
+        self.runs += other.runs;
+        self.wrong_exit += other.wrong_exit;
+        self.wrong_status += other.wrong_status;
+        self.hung += other.hung;
+        self.wrong_accounting += other.wrong_accounting;
+        self.max_cpu_ms = self.max_cpu_ms.max(other.max_cpu_ms);
+        self.max_rss_kib = self.max_rss_kib.max(other.max_rss_kib);
+        let room = EXAMPLES.saturating_sub(self.examples.len());
+        self.examples
+            .extend(other.examples.iter().take(room).cloned());
+    }
 }

@@ -5,7 +5,7 @@
 //!
 //! `brig-soak worker --cgroup 0|1 --tag TAG --schedule 0,3,1,... --checkpoint N --out FILE`
 
-use crate::scenario::{Mode, Outcome, SCENARIOS};
+use crate::scenario::{Mode, Outcome, SCENARIOS, Tally};
 use brig::jail::{Jail, Program};
 use brig::{Plan, Verdict, config};
 use serde::{Deserialize, Serialize};
@@ -46,11 +46,14 @@ impl Sample {
     }
 }
 
-/// What a worker hands back (as JSON in its `--out` file).
+/// What a worker hands back (as JSON in its `--out` file). Outcomes are tallied as they
+/// come, in a fixed number of counters, so that the worker's own memory stays flat.
 #[derive(Debug, Deserialize, Serialize)]
 pub struct Report {
     pub pid: u32,
-    pub outcomes: Vec<Outcome>,
+    pub runs: usize,
+    /// One per scenario, in the order of SCENARIOS.
+    pub tallies: Vec<Tally>,
     pub samples: Vec<Sample>,
 }
 
@@ -70,11 +73,10 @@ impl Report {
     }
 }
 
-fn one_run(mode: &Mode, scenario_index: usize, tag: &str) -> Outcome {
-    let scenario = &SCENARIOS[scenario_index];
+fn one_run(mode: &Mode, scenario: usize, tag: &str) -> Outcome {
+    let scenario = &SCENARIOS[scenario];
     let yaml = mode.yaml(scenario, tag);
     let failed = |message: String| Outcome {
-        scenario: scenario_index,
         exit: 125,
         status: "setup_error".into(),
         cpu_ms: 0,
@@ -96,7 +98,6 @@ fn one_run(mode: &Mode, scenario_index: usize, tag: &str) -> Outcome {
         .and_then(|value| value.as_str().map(String::from))
         .unwrap_or_else(|| "none".into());
     Outcome {
-        scenario: scenario_index,
         exit: report.outcome.exit_status().code(),
         status,
         cpu_ms: verdict.cpu_user_ms + verdict.cpu_sys_ms,
@@ -138,12 +139,22 @@ pub fn main(args: &[String]) -> ! {
     };
     let mut report = Report {
         pid: std::process::id(),
-        outcomes: Vec::with_capacity(schedule.len()),
-        samples: vec![Sample::take(0)],
+        runs: 0,
+        tallies: vec![Tally::default(); SCENARIOS.len()],
+        samples: Vec::new(),
     };
+    for tally in &mut report.tallies {
+        tally.examples.reserve_exact(crate::scenario::EXAMPLES);
+    }
+    report
+        .samples
+        .reserve_exact(schedule.len() / checkpoint.max(1) + 3);
+    report.samples.push(Sample::take(0));
     for (done, &scenario) in schedule.iter().enumerate() {
-        report.outcomes.push(one_run(&mode, scenario, &tag));
+        let outcome = one_run(&mode, scenario, &tag);
+        report.tallies[scenario].add(&SCENARIOS[scenario], &outcome);
         let runs = done + 1;
+        report.runs = runs;
         if runs == WARMUP || runs % checkpoint.max(1) == 0 || runs == schedule.len() {
             report.samples.push(Sample::take(runs));
         }
