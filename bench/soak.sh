@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# brig's soak test: builds brig and brig-soak in release mode and runs thousands of mixed
+# jails (the `brig run` command and the library in-process; root and rootless via
+# setpriv; with and without a cgroup; one at a time and eight at a time), checks every
+# exit status and verdict, SIGKILLs brig mid-run, and counts what is left behind:
+# processes, cgroups, mounts, temp files, and the library workers' fd and RSS growth.
+# Prints a table and writes bench/soak-results.json; exits 0 only when every count is 0.
+# Run as root: `bench/soak.sh [--runs N] [--concurrency N] [--modes 'WORDS'] [--seed N]`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p brig -p brig-bench
+exec target/x86_64-unknown-linux-gnu/release/brig-soak \
+    --brig target/x86_64-unknown-linux-gnu/release/brig --json bench/soak-results.json "$@"
