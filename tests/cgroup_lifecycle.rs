@@ -126,6 +126,31 @@ fn cgroups_of_a_killed_brig_are_removed_by_the_next_run() {
     );
 }
 
+/// The next run may start while the killed jail is still being torn down: it kills what
+/// is left and waits for the cgroups to empty, so they are gone when it returns.
+#[test]
+fn the_next_run_at_once_removes_a_killed_brigs_cgroups() {
+    for _ in 0..5 {
+        let mut brig = command(Mode::Root, &["run", "--", "sleep", "1000"]);
+        brig.stdout(Stdio::null()).stderr(Stdio::null());
+        let mut running = Running::spawn(brig);
+        let pid = running.pid();
+        assert!(
+            wait_until(Duration::from_secs(10), || jail_cgroups_of(pid).len() >= 2),
+            "the jail never got its cgroups"
+        );
+        kill(pid, libc::SIGKILL);
+        running.child.wait().unwrap();
+        let done = jail(Mode::Root, &["run", "--", "true"]);
+        assert_code(&done.output, 0);
+        assert_eq!(
+            jail_cgroups_of(pid),
+            Vec::<PathBuf>::new(),
+            "left after the next run"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // No usable cgroup: fail closed
 

@@ -338,7 +338,10 @@ fn enable_controllers(parent: &Path, controllers: &[&str]) -> Result<()> {
 }
 
 /// Removes cgroups left by brig processes that died without cleaning up (SIGKILL).
-pub fn remove_stale_jails(parent: &Path) {
+/// A jail's cgroup is emptied and removed as brig does for its own jails: what is left
+/// inside is killed, and rmdir waits for the last processes to finish exiting (a jail
+/// whose brig was just SIGKILLed is still being torn down).
+pub fn remove_stale_jails(version: Version, parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
@@ -353,7 +356,13 @@ pub fn remove_stale_jails(parent: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = fs::remove_dir(entry.path());
+            if name.starts_with("jail-") {
+                kill_all(version, &entry.path());
+                remove(&entry.path());
+            } else {
+                // A dead brig's own leaf (rootless, delegated v2): it held only brig.
+                let _ = fs::remove_dir(entry.path());
+            }
         }
     }
 }

@@ -200,7 +200,7 @@ impl JailCgroup {
                     &placement.parent_kind,
                     &placement.controllers,
                 )?;
-                hierarchy::remove_stale_jails(parent);
+                hierarchy::remove_stale_jails(placement.version, parent);
                 match fs::create_dir(&dir) {
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
                         attempts += 1
