@@ -91,9 +91,9 @@ fn fifty_concurrent_jails_get_their_own_cgroups() {
     }
 }
 
-/// A brig that is SIGKILLed cannot remove its jail's cgroups; the next brig does.
-#[test]
-fn cgroups_of_a_killed_brig_are_removed_by_the_next_run() {
+/// Starts `brig run -- sleep 1000` as root, waits for its jail's cgroups, SIGKILLs brig and
+/// returns brig's pid and the cgroups it had.
+fn sigkill_brig_in_a_jail_with_dirs() -> (u32, Vec<PathBuf>) {
     let mut brig = command(Mode::Root, &["run", "--", "sleep", "1000"]);
     brig.stdout(Stdio::null()).stderr(Stdio::null());
     let mut running = Running::spawn(brig);
@@ -105,6 +105,17 @@ fn cgroups_of_a_killed_brig_are_removed_by_the_next_run() {
     let dirs = jail_cgroups_of(pid);
     kill(pid, libc::SIGKILL);
     running.child.wait().unwrap();
+    (pid, dirs)
+}
+
+fn sigkill_brig_in_a_jail() -> u32 {
+    sigkill_brig_in_a_jail_with_dirs().0
+}
+
+/// A brig that is SIGKILLed cannot remove its jail's cgroups; the next brig does.
+#[test]
+fn cgroups_of_a_killed_brig_are_removed_by_the_next_run() {
+    let (pid, dirs) = sigkill_brig_in_a_jail_with_dirs();
     // The jail dies with brig (parent-death signal); its cgroups stay until a later brig
     // removes them (any brig: the tests run in parallel).
     let procs = |dir: &PathBuf| std::fs::read_to_string(dir.join("cgroup.procs"));
@@ -131,16 +142,7 @@ fn cgroups_of_a_killed_brig_are_removed_by_the_next_run() {
 #[test]
 fn the_next_run_at_once_removes_a_killed_brigs_cgroups() {
     for _ in 0..5 {
-        let mut brig = command(Mode::Root, &["run", "--", "sleep", "1000"]);
-        brig.stdout(Stdio::null()).stderr(Stdio::null());
-        let mut running = Running::spawn(brig);
-        let pid = running.pid();
-        assert!(
-            wait_until(Duration::from_secs(10), || jail_cgroups_of(pid).len() >= 2),
-            "the jail never got its cgroups"
-        );
-        kill(pid, libc::SIGKILL);
-        running.child.wait().unwrap();
+        let pid = sigkill_brig_in_a_jail();
         let done = jail(Mode::Root, &["run", "--", "true"]);
         assert_code(&done.output, 0);
         assert_eq!(
