@@ -32,6 +32,21 @@ fn workdir_binds_the_directory_read_only_and_starts_there(mode: Mode) {
 
 both_modes!(workdir_binds_the_directory_read_only_and_starts_there);
 
+#[test]
+fn workdir_must_be_an_existing_directory() {
+    let dir = TempDir::new("workdir-bad");
+    let file = dir.file("solution.py", "");
+    let missing = dir.path().join("missing");
+    for (path, needle) in [
+        (missing.to_str().unwrap(), "cannot be used"),
+        (file.to_str().unwrap(), "not a directory"),
+    ] {
+        let output = run(Mode::Root, &["run", "-w", path, "--", "true"]);
+        assert_one_line_error(&output, &[&format!("--workdir {path}"), needle]);
+        assert_eq!(code(&output), 125);
+    }
+}
+
 /// As root the jail's user is host uid 65534: a 0755 root-owned output directory is not
 /// writable for it, and the plan says so; a directory it may write gets no warning.
 #[test]

@@ -100,7 +100,8 @@ impl<'p> Jail<'p> {
     pub fn assemble(plan: &'p Plan) -> Result<Jail<'p>> {
         // The jail's first process is cloned without exec and allocates: in a process
         // with other threads it could inherit a lock one of them held.
-        if Stat::read("self").and_then(|stat| stat.field(20)) != Some(1) {
+        // procfs gives a process's task directory one link per thread, plus two.
+        if !std::fs::metadata("/proc/self/task").is_ok_and(|meta| meta.nlink() == 3) {
             return Err(Error::setup(
                 "brig must create jails from a single-threaded process (another thread could hold a lock the jail's process inherits); create them before starting threads, or from a helper process",
             )

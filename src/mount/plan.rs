@@ -84,11 +84,18 @@ pub fn check_tmpfs_size(field: &str, size: Size) -> Result<()> {
 /// `--ro-bind`, `--bind` and `--tmpfs`, ordered so that a mount lands before those inside it.
 fn resolve_user_mounts(options: &JailOptions, tmpfs_size: Size) -> Result<Vec<MountOp>> {
     let mut mounts = Vec::new();
-    let workdir: Vec<String> = options
-        .workdir
-        .iter()
-        .map(|dir| format!("{}:{WORKDIR}", dir.display()))
-        .collect();
+    // `--workdir DIR` is `--ro-bind DIR:/work`; its own errors name it.
+    let mut workdir = Vec::new();
+    if let Some(dir) = &options.workdir {
+        let text = dir.to_string_lossy();
+        let field = format!("--workdir {text}");
+        if !existing_path(&field, &text)?.is_dir() {
+            return Err(Error::input(format!(
+                "{field}: not a directory; give the directory the program works in"
+            )));
+        }
+        workdir.push(format!("{text}:{WORKDIR}"));
+    }
     for (flag, specs, writable) in [
         ("--workdir", &workdir, false),
         ("--ro-bind", &options.ro_bind, false),
