@@ -144,10 +144,7 @@ impl ParentEnd {
         match read_frame(&self.report) {
             Some((b'R', _)) => Ok(()),
             Some((tag, payload)) => {
-                let mut frame = vec![tag];
-                frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-                frame.extend_from_slice(&payload);
-                let mut messages = decode(&frame);
+                let mut messages: Vec<Message> = decode_frame(tag, &payload).into_iter().collect();
                 messages.extend(self.collect());
                 Err(messages)
             }
@@ -283,36 +280,43 @@ fn send(fd: &impl AsFd, message: &Message) {
 fn decode(mut bytes: &[u8]) -> Vec<Message> {
     let mut messages = Vec::new();
     while bytes.len() >= 5 {
-        let tag = bytes[0];
         let length = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
-        let Some(payload) = bytes.get(5..5 + length) else {
+        let Some(message) = bytes
+            .get(5..5 + length)
+            .and_then(|payload| decode_frame(bytes[0], payload))
+        else {
             break;
         };
-        let number = || payload.try_into().map(i32::from_le_bytes).unwrap_or(-1);
-        messages.push(match tag {
-            b'R' => Message::Ready,
-            b'E' if payload.len() >= 5 => Message::SetupError {
-                stage: Stage::from_wire(payload[0]),
-                errno: Some(i32::from_le_bytes([
-                    payload[1], payload[2], payload[3], payload[4],
-                ]))
-                .filter(|errno| *errno != 0),
-                message: String::from_utf8_lossy(&payload[5..]).into_owned(),
-            },
-            b'X' if !payload.is_empty() => Message::ExecError {
-                code: payload[0],
-                message: String::from_utf8_lossy(&payload[1..]).into_owned(),
-            },
-            b'S' => Message::Exited(number()),
-            b'K' if payload.len() == 12 => Message::Signaled {
-                signal: i32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]),
-                cpu_ms: u64::from_le_bytes(payload[4..12].try_into().unwrap_or_default()),
-            },
-            _ => break,
-        });
+        messages.push(message);
         bytes = &bytes[5 + length..];
     }
     messages
+}
+
+/// One frame's message; None for a tag or payload brig does not know.
+fn decode_frame(tag: u8, payload: &[u8]) -> Option<Message> {
+    let number = || payload.try_into().map(i32::from_le_bytes).unwrap_or(-1);
+    Some(match tag {
+        b'R' => Message::Ready,
+        b'E' if payload.len() >= 5 => Message::SetupError {
+            stage: Stage::from_wire(payload[0]),
+            errno: Some(i32::from_le_bytes([
+                payload[1], payload[2], payload[3], payload[4],
+            ]))
+            .filter(|errno| *errno != 0),
+            message: String::from_utf8_lossy(&payload[5..]).into_owned(),
+        },
+        b'X' if !payload.is_empty() => Message::ExecError {
+            code: payload[0],
+            message: String::from_utf8_lossy(&payload[1..]).into_owned(),
+        },
+        b'S' => Message::Exited(number()),
+        b'K' if payload.len() == 12 => Message::Signaled {
+            signal: i32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]),
+            cpu_ms: u64::from_le_bytes(payload[4..12].try_into().unwrap_or_default()),
+        },
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
