@@ -1,0 +1,30 @@
+//! `--net filtered`: the jail's network namespace gets a TUN device as its default route
+//! and a virtual DNS server; brig's supervisor, which stays in the host's network
+//! namespace, reads the jail's packets, terminates TCP in a user-mode stack (smoltcp) and
+//! opens each outbound connection itself, only after the policy says yes.
+//!
+//! - `policy`: the rules (`--allow-net`, `--add-host`), planned and matched;
+//! - `dns`: the jail's resolver: allowed names get a synthetic address, others NXDOMAIN;
+//! - `resolve`: the host-side lookup of an allowed name, at connect time;
+//! - `sniff`: the name a connection's first bytes claim (TLS SNI, HTTP Host);
+//! - `tun` (child half): create and address the TUN device inside the jail;
+//! - `forward` (parent half): the user-mode stack and the connections it relays;
+//! - `record`: what the verdict says about the network.
+
+use std::net::Ipv4Addr;
+
+/// The jail's address on its TUN device, in a /24 with the gateway and the resolver.
+pub const JAIL_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
+pub const JAIL_PREFIX: u8 = 24;
+/// The default route's next hop (brig's side of the TUN device).
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The virtual DNS server the jail's /etc/resolv.conf names.
+pub const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+/// Allowed names resolve, inside the jail, to addresses of this range (RFC 2544's
+/// benchmarking block, never routed on the internet); brig maps each back to its name.
+pub const SYNTHETIC_NET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 0);
+pub const SYNTHETIC_PREFIX: u8 = 15;
+/// The TUN device's name and MTU: large, as slirp4netns does, so that bulk transfers
+/// cross the device in few packets.
+pub const TUN_NAME: &str = "tun0";
+pub const TUN_MTU: u32 = 65520;
