@@ -234,20 +234,8 @@ pub fn close_range(first: u32, last: u32) -> Result<(), Errno> {
 
 /// Sets IFF_UP on a network interface of the current network namespace.
 pub fn interface_up(name: &str) -> Result<(), Errno> {
-    let socket = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
-    // SAFETY: ifreq is plain old data; all-zero is a valid value.
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    if name.len() >= request.ifr_name.len() {
-        return Err(Errno::EINVAL);
-    }
-    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
-        *slot = byte as libc::c_char;
-    }
+    let socket = inet_socket()?;
+    let mut request = ifreq_for(name)?;
     // SAFETY: `request` is a valid ifreq for SIOCGIFFLAGS/SIOCSIFFLAGS on an open socket.
     unsafe {
         Errno::result(libc::ioctl(
@@ -262,6 +250,106 @@ pub fn interface_up(name: &str) -> Result<(), Errno> {
             &request,
         ))?;
     }
+    Ok(())
+}
+
+/// A socket to configure interfaces with, in the caller's network namespace.
+fn inet_socket() -> Result<OwnedFd, Errno> {
+    nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+}
+
+/// An ifreq naming interface `name`, every other field zero.
+fn ifreq_for(name: &str) -> Result<libc::ifreq, Errno> {
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= request.ifr_name.len() {
+        return Err(Errno::EINVAL);
+    }
+    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    Ok(request)
+}
+
+fn sockaddr_v4(address: std::net::Ipv4Addr) -> libc::sockaddr {
+    let inet = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(address).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size on Linux, and every bit
+    // pattern is a valid sockaddr.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(inet) }
+}
+
+/// Creates TUN device `name` (IP packets, no packet-information header) in the caller's
+/// network namespace and returns its descriptor, non-blocking: the device lives as long
+/// as the descriptor does. The namespace is the one /dev/net/tun was opened in.
+pub fn tun_create(name: &str) -> Result<OwnedFd, Errno> {
+    let tun = nix::fcntl::open(
+        "/dev/net/tun",
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let mut request = ifreq_for(name)?;
+    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads an ifreq; `request` is one, and `tun` is open.
+    Errno::result(unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &request) })?;
+    // Persistent, closing the last descriptor does not unregister the device (which
+    // waits for an RCU barrier, ~20 ms, on brig's way out); the device goes with the
+    // jail's network namespace, whose teardown the kernel does in the background.
+    // SAFETY: TUNSETPERSIST takes an integer argument; `tun` is an attached TUN fd.
+    Errno::result(unsafe {
+        libc::ioctl(tun.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong)
+    })?;
+    Ok(tun)
+}
+
+/// Gives interface `name` the IPv4 address `address/prefix` and the MTU `mtu`.
+pub fn interface_address_v4(
+    name: &str,
+    address: std::net::Ipv4Addr,
+    prefix: u8,
+    mtu: u32,
+) -> Result<(), Errno> {
+    let socket = inet_socket()?;
+    let mut request = ifreq_for(name)?;
+    request.ifr_ifru.ifru_addr = sockaddr_v4(address);
+    // SAFETY: SIOCSIFADDR reads an ifreq holding a sockaddr_in; the socket is open.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFADDR, &request) })?;
+    let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    request.ifr_ifru.ifru_netmask = sockaddr_v4(std::net::Ipv4Addr::from(mask));
+    // SAFETY: as above, for SIOCSIFNETMASK.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFNETMASK, &request) })?;
+    request.ifr_ifru.ifru_mtu = mtu as libc::c_int;
+    // SAFETY: SIOCSIFMTU reads an ifreq holding the MTU.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFMTU, &request) })?;
+    Ok(())
+}
+
+/// Adds the IPv4 default route through `gateway` on interface `name`.
+pub fn default_route_v4(name: &str, gateway: std::net::Ipv4Addr) -> Result<(), Errno> {
+    let socket = inet_socket()?;
+    let mut device: Vec<libc::c_char> = name.bytes().map(|byte| byte as libc::c_char).collect();
+    device.push(0);
+    // SAFETY: rtentry is plain old data; all-zero is a valid value.
+    let mut route: libc::rtentry = unsafe { std::mem::zeroed() };
+    route.rt_dst = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    route.rt_genmask = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    route.rt_gateway = sockaddr_v4(gateway);
+    route.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    route.rt_dev = device.as_mut_ptr();
+    // SAFETY: SIOCADDRT reads an rtentry; `rt_dev` points to a NUL-terminated name that
+    // outlives the call.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCADDRT, &route) })?;
     Ok(())
 }
 
@@ -413,4 +501,51 @@ pub fn seccomp_action_available(action: u32) -> Result<(), Errno> {
         )
     };
     Errno::result(ret).map(drop)
+}
+
+/// Sends descriptor `fd` over the unix socket `socket` (SCM_RIGHTS), with one byte.
+pub fn send_fd(socket: BorrowedFd, fd: BorrowedFd) -> Result<(), Errno> {
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let fds = [fd.as_raw_fd()];
+    let payload = [std::io::IoSlice::new(b"f")];
+    sendmsg::<()>(
+        socket.as_raw_fd(),
+        &payload,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    )
+    .map(drop)
+}
+
+/// Receives one descriptor sent with [`send_fd`], close-on-exec; None at EOF, on an
+/// error, or when the message carried none. Extra descriptors are closed.
+pub fn receive_fd(socket: BorrowedFd) -> Option<OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut payload = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let message = loop {
+        match recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut payload,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => break other.ok()?,
+        }
+    };
+    let mut received: Vec<OwnedFd> = Vec::new();
+    for control in message.cmsgs().ok()? {
+        if let ControlMessageOwned::ScmRights(fds) = control {
+            // SAFETY: the kernel just installed these descriptors in this process for us;
+            // nothing else owns them.
+            received.extend(
+                fds.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    received.into_iter().next()
 }

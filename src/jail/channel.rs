@@ -1,10 +1,13 @@
-//! The parent/child protocol. Two pipes:
+//! The parent/child protocol. Two pipes, and a socket for descriptors:
 //! - `go`: the parent writes one byte once the id maps are written, and later the program
 //!   to run (a `P` frame). The parent holds its end open for the jail's whole life, so
 //!   the child sees EOF if the parent dies.
 //! - `report`: the jail's processes send the parent framed messages: the jail is ready,
 //!   a setup error, an exec failure, or the program's final status. Every end is
 //!   close-on-exec, so the program never inherits one.
+//! - `handoff` (only for jails that have one to give): a unix socket pair over which the
+//!   child sends brig a descriptor it made inside the jail (the TUN device of
+//!   `--net filtered`), with SCM_RIGHTS.
 
 use super::Program;
 use crate::error::{Error, Stage};
@@ -19,18 +22,21 @@ pub struct Channel {
     go_write: OwnedFd,
     report_read: OwnedFd,
     report_write: OwnedFd,
+    handoff: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// The child's ends.
 pub struct ChildEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
+    pub handoff: Option<OwnedFd>,
 }
 
 /// The parent's ends.
 pub struct ParentEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
+    pub handoff: Option<OwnedFd>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -54,14 +60,26 @@ pub enum Message {
 }
 
 impl Channel {
-    pub fn new() -> Result<Channel, Errno> {
+    /// The pipes, and the handoff socket when `with_handoff`.
+    pub fn new(with_handoff: bool) -> Result<Channel, Errno> {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC)?;
         let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC)?;
+        let handoff = match with_handoff {
+            true => Some(socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )?),
+            false => None,
+        };
         Ok(Channel {
             go_read,
             go_write,
             report_read,
             report_write,
+            handoff,
         })
     }
 
@@ -69,6 +87,7 @@ impl Channel {
         ChildEnd {
             go: self.go_read,
             report: self.report_write,
+            handoff: self.handoff.map(|(_, child)| child),
         }
     }
 
@@ -76,13 +95,24 @@ impl Channel {
         ParentEnd {
             go: self.go_write,
             report: self.report_read,
+            handoff: self.handoff.map(|(parent, _)| parent),
         }
     }
 }
 
 impl ChildEnd {
-    pub fn raw_fds(&self) -> [RawFd; 2] {
-        [self.go.as_raw_fd(), self.report.as_raw_fd()]
+    pub fn raw_fds(&self) -> Vec<RawFd> {
+        [Some(&self.go), Some(&self.report), self.handoff.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(AsRawFd::as_raw_fd)
+            .collect()
+    }
+
+    /// Hands brig a descriptor made inside the jail, then closes the handoff socket.
+    pub fn hand_over(&mut self, fd: OwnedFd) -> Result<(), Errno> {
+        let socket = self.handoff.take().ok_or(Errno::EBADF)?;
+        crate::sys::send_fd(socket.as_fd(), fd.as_fd())
     }
 
     /// Blocks until the parent says go; false if the parent went away.
@@ -150,6 +180,12 @@ impl ParentEnd {
             }
             None => Err(self.collect()),
         }
+    }
+
+    /// The descriptor the jail handed over, once it is ready.
+    pub fn take_handed_over(&mut self) -> Option<OwnedFd> {
+        let socket = self.handoff.take()?;
+        crate::sys::receive_fd(socket.as_fd())
     }
 
     /// Hands the jail the program to run.
@@ -325,7 +361,7 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let channel = Channel::new().unwrap();
+        let channel = Channel::new(false).unwrap();
         let (go_read, go_write, report_read, report_write) = (
             channel.go_read,
             channel.go_write,
@@ -335,6 +371,7 @@ mod tests {
         let child = ChildEnd {
             go: go_read,
             report: report_write,
+            handoff: None,
         };
         let sent = [
             Message::SetupError {
@@ -364,6 +401,7 @@ mod tests {
         let parent = ParentEnd {
             go: go_write,
             report: report_read,
+            handoff: None,
         };
         assert_eq!(parent.collect(), sent);
     }
