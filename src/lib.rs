@@ -15,6 +15,7 @@ pub mod doctor;
 pub mod error;
 pub mod exit;
 pub mod jail;
+pub mod net;
 pub mod options;
 pub mod plan;
 pub mod seccomp;

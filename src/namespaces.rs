@@ -31,7 +31,7 @@ impl Namespaces {
             user: true,
             mount: true,
             pid: true,
-            net: net == NetMode::None,
+            net: net != NetMode::Host,
             ipc: true,
             uts: true,
             cgroup: true,

@@ -16,6 +16,9 @@ pub enum NetMode {
     None,
     /// Share the host's network namespace (reported as a warning).
     Host,
+    /// A private network namespace whose only way out is brig, which lets through the
+    /// connections `--allow-net` allows (implied by `--allow-net`).
+    Filtered,
 }
 
 /// The jail's /proc.
@@ -99,10 +102,34 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proc: Option<ProcMode>,
 
-    /// Network: `none` (private namespace with only lo) or `host`.
+    /// Network: `none` (only the jail's own lo), `filtered` (only what --allow-net
+    /// allows, through brig) or `host` [default: none; filtered with --allow-net].
     #[arg(long, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net: Option<NetMode>,
+
+    /// Let the jail connect to HOST[:PORT], *.DOMAIN[:PORT], IP[:PORT] or CIDR[:PORT]
+    /// (IPv6 in brackets; no port: any port); repeatable; implies --net filtered.
+    #[arg(long = "allow-net", value_name = "RULE")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_net: Vec<String>,
+
+    /// Resolve NAME to IP for the jail (repeatable); brig connects to IP even when it is
+    /// a private or loopback address, since you named it.
+    #[arg(long = "add-host", value_name = "NAME:IP")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_host: Vec<String>,
+
+    /// --net filtered: total bytes the jail may send and receive (e.g. 100M); then every
+    /// connection is cut and new ones refused.
+    #[arg(long, value_name = "SIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_bytes: Option<Size>,
+
+    /// --net filtered: connections open at once; more are refused.
+    #[arg(long, value_name = "N")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_connections: Option<u32>,
 
     /// User id inside the jail [default: 1000].
     #[arg(long, value_name = "UID")]
@@ -274,6 +301,10 @@ impl JailOptions {
             profile: over.profile.or(self.profile),
             proc: over.proc.or(self.proc),
             net: over.net.or(self.net),
+            allow_net: append(self.allow_net, over.allow_net),
+            add_host: append(self.add_host, over.add_host),
+            net_bytes: over.net_bytes.or(self.net_bytes),
+            net_connections: over.net_connections.or(self.net_connections),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
             host_uid: over.host_uid.or(self.host_uid),

@@ -10,6 +10,7 @@ use crate::landlock::{self, LandlockPlan};
 use crate::limits::{self, Limits};
 use crate::mount::{self, MountOp, Rootfs};
 use crate::namespaces::{self, Namespaces};
+use crate::net::policy::Policy;
 use crate::options::{JailOptions, LandlockMode, NetMode, ProcMode};
 use crate::seccomp::{self, SeccompPlan};
 use crate::units::Span;
@@ -23,6 +24,9 @@ pub struct Plan {
     pub identity: Identity,
     pub namespaces: Namespaces,
     pub net: NetMode,
+    /// `--net filtered`: what the jail may reach through brig.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<Policy>,
     pub hostname: String,
     pub time_limit: Option<Span>,
     pub limits: Limits,
@@ -61,7 +65,7 @@ impl Plan {
             ));
         }
         let identity = identity::resolve(&options)?;
-        let net = options.net.unwrap_or_default();
+        let (net, network) = resolve_network(&options)?;
         let hostname = namespaces::resolve_hostname(options.hostname.as_deref())?;
         let tmpfs_size = options.tmpfs_size.unwrap_or(mount::DEFAULT_TMPFS_SIZE);
         mount::check_tmpfs_size("--tmpfs-size", tmpfs_size)?;
@@ -71,7 +75,8 @@ impl Plan {
             return Err(Error::input("--time-limit: must be longer than 0; e.g. 5s"));
         }
 
-        let (mounts, rootfs) = mount::plan(&options, &identity, &hostname, tmpfs_size)?;
+        let (mounts, rootfs) =
+            mount::plan(&options, &identity, &hostname, tmpfs_size, network.as_ref())?;
         let limits = limits::resolve(&options, tmpfs_size)?;
         let report = resolve_report(&options)?;
         let chdir = match &options.chdir {
@@ -122,6 +127,7 @@ impl Plan {
             identity,
             namespaces,
             net,
+            network,
             hostname,
             time_limit: options.time_limit,
             limits,
@@ -158,6 +164,42 @@ impl Plan {
         }
         with_nul("--hostname", &self.hostname)
     }
+}
+
+/// The network mode (`--allow-net` implies `filtered`) and, for `filtered`, the policy.
+fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
+    let filtering_options = [
+        (!options.allow_net.is_empty(), "--allow-net"),
+        (!options.add_host.is_empty(), "--add-host"),
+        (options.net_bytes.is_some(), "--net-bytes"),
+        (options.net_connections.is_some(), "--net-connections"),
+    ];
+    let net = match options.net {
+        Some(net) => net,
+        None if options.allow_net.is_empty() => NetMode::None,
+        None => NetMode::Filtered,
+    };
+    if net != NetMode::Filtered {
+        if let Some((_, flag)) = filtering_options.iter().find(|(given, _)| *given) {
+            let given = match flag {
+                &"--allow-net" => format!("--allow-net {}", options.allow_net[0]),
+                &"--add-host" => format!("--add-host {}", options.add_host[0]),
+                other => other.to_string(),
+            };
+            let mode = if net == NetMode::Host { "host" } else { "none" };
+            return Err(Error::input(format!(
+                "{given}: only with --net filtered, not --net {mode}; drop --net {mode} (--allow-net implies filtered)"
+            )));
+        }
+        return Ok((net, None));
+    }
+    let policy = Policy::plan(
+        &options.allow_net,
+        &options.add_host,
+        options.net_bytes,
+        options.net_connections,
+    )?;
+    Ok((net, Some(policy)))
 }
 
 fn resolve_report(options: &JailOptions) -> Result<Option<ReportTarget>> {

@@ -26,6 +26,9 @@ pub enum Status {
     CpuTime,
     Oom,
     OutputLimit,
+    /// `--net-bytes` or `--net-connections` was reached (brig cut or refused connections);
+    /// the program ran to its end, and `exit_code` is its status.
+    NetLimit,
     /// The seccomp profile killed the program.
     Seccomp,
     SetupError,
@@ -62,6 +65,9 @@ pub struct Verdict {
     /// For `setup_error`: the step that failed (`cgroup`, `namespaces`, `id_maps`,
     /// `mounts`, `landlock`, `seccomp`, `exec`, ...), when it is known.
     pub error_stage: Option<Stage>,
+    /// With `--net filtered`: the rules, every destination the jail tried (allowed or
+    /// refused, and why), the names it looked up, what was dropped, and the bytes.
+    pub network: Option<crate::net::record::NetworkRecord>,
 }
 
 #[derive(Debug, Serialize)]
@@ -127,6 +133,14 @@ impl Verdict {
             Outcome::Exited(0) => (Status::Ok, Some(0), None),
             Outcome::Exited(code) => (Status::NonzeroExit, Some(*code), None),
         };
+        let net_limit = run
+            .network
+            .as_ref()
+            .is_some_and(|network| network.limit_reached.is_some());
+        let status = match status {
+            Status::Ok | Status::NonzeroExit if net_limit => Status::NetLimit,
+            other => other,
+        };
         let error = match &run.outcome {
             Outcome::ExecFailed { message, .. } => Some(message.clone()),
             _ => None,
@@ -152,6 +166,7 @@ impl Verdict {
             warnings: plan.warnings.clone(),
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
+            network: run.network.clone(),
             error,
         }
     }
@@ -180,6 +195,7 @@ impl Verdict {
             error: Some(error.to_string()),
             error_kind: Some(error.kind()),
             error_stage: error.stage(),
+            network: None,
         }
     }
 

@@ -10,7 +10,7 @@ use crate::error::{AtStage, Context, Error, Result, Stage};
 use crate::exit::ExitStatus;
 use crate::plan::Plan;
 use crate::{
-    cgroup, fds, identity, landlock, mount, namespaces, privileges, rlimits, seccomp, sys,
+    cgroup, fds, identity, landlock, mount, namespaces, net, privileges, rlimits, seccomp, sys,
 };
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
@@ -21,11 +21,11 @@ use std::path::Path;
 /// Entry point in the cloned child; never returns.
 pub fn run(
     plan: &Plan,
-    channel: ChildEnd,
+    mut channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
 ) -> ! {
-    if let Err(err) = assemble_jail(plan, &channel, output, cgroup) {
+    if let Err(err) = assemble_jail(plan, &mut channel, output, cgroup) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
@@ -50,7 +50,7 @@ pub fn run(
 /// namespaces → identity → mounts → pivot_root, done once for the jail by its init.
 fn assemble_jail(
     plan: &Plan,
-    channel: &ChildEnd,
+    channel: &mut ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
 ) -> Result<()> {
@@ -75,6 +75,17 @@ fn assemble_jail(
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
             .context(|| "create the jail's cgroup namespace".into())
             .at(Stage::CgroupJoin)?;
+    }
+    // --net filtered: the jail's way out is a TUN device whose other end is brig. It is
+    // created in the jail's network namespace from the host's /dev/net/tun (the jail's
+    // own /dev has none), with brig's own host identity: before the jail's identity,
+    // since /dev/net/tun may be open to root only (then brig must run as root).
+    if plan.network.is_some() {
+        let tun = net::tun::set_up().at(Stage::Isolation)?;
+        channel
+            .hand_over(tun)
+            .context(|| "hand the jail's TUN device to brig".into())
+            .at(Stage::Isolation)?;
     }
     // Identity comes first: in a user namespace a file can only be created by an owner
     // the namespace maps, and as root brig's own uid is not mapped. Capabilities stay,

@@ -9,6 +9,8 @@ use super::{child, init};
 use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::error::{AtStage, Context, Error, Result, Stage};
 use crate::exit::ExitStatus;
+use crate::net::forward::Forwarder;
+use crate::net::record::NetworkRecord;
 use crate::plan::Plan;
 use crate::procfs::Stat;
 use crate::sys::{self, Cloned};
@@ -78,6 +80,8 @@ pub struct RunReport {
     /// With `--seccomp-log`: the calls the profile would have denied; None when brig could
     /// not read the kernel's audit records (rootless).
     pub seccomp_log: Option<seccomp::Logged>,
+    /// With `--net filtered`: every connection the jail tried, and what brig did.
+    pub network: Option<NetworkRecord>,
 }
 
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
@@ -89,6 +93,8 @@ pub struct Jail<'p> {
     signals: SignalFd,
     relay: Option<Relay>,
     audit: Option<seccomp::AuditLog>,
+    /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
+    tun: Option<OwnedFd>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
     cgroup: Option<JailCgroup>,
@@ -115,7 +121,8 @@ impl<'p> Jail<'p> {
         let signals =
             SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .context(|| "create a signalfd".into())?;
-        let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
+        let channel = Channel::new(plan.network.is_some())
+            .context(|| "create the pipes to the jail".into())?;
         let (relay, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
                 let (relay, ends) =
@@ -176,6 +183,7 @@ impl<'p> Jail<'p> {
             signals,
             relay,
             audit,
+            tun: None,
             cgroup,
             reaped: false,
         };
@@ -194,6 +202,12 @@ impl<'p> Jail<'p> {
             jail.reap();
             return Err(setup_error(messages));
         }
+        if plan.network.is_some() {
+            let tun = jail.channel.take_handed_over().ok_or_else(|| {
+                Error::setup("the jail did not hand over its TUN device").at(Stage::Isolation)
+            })?;
+            jail.tun = Some(tun);
+        }
         Ok(jail)
     }
 
@@ -203,6 +217,15 @@ impl<'p> Jail<'p> {
     pub fn run(mut self, program: &Program) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;
+        // The filter relays from the program's first packet on.
+        let forwarder = match (self.tun.take(), &plan.network) {
+            (Some(tun), Some(policy)) => Some(
+                Forwarder::start(tun, policy)
+                    .context(|| "start relaying the jail's network".into())
+                    .at(Stage::Isolation)?,
+            ),
+            _ => None,
+        };
         let started = Instant::now();
         self.channel
             .send_program(program)
@@ -217,6 +240,7 @@ impl<'p> Jail<'p> {
         let ending = self.init.supervise(&self.signals, deadline, watch)?;
         let (init_status, reaped) = self.reap();
         let wall = started.elapsed();
+        let network = forwarder.map(Forwarder::finish);
         if let Some(relay) = self.relay.as_mut() {
             relay.drain();
         }
@@ -249,6 +273,7 @@ impl<'p> Jail<'p> {
             out_of_memory: ending.by == EndedBy::OutOfMemory,
             output: self.relay.take().map(|relay| relay.counts),
             seccomp_log,
+            network,
         })
     }
 

@@ -4,6 +4,7 @@
 use super::{MountOp, etc, layout};
 use crate::error::{Error, Result};
 use crate::identity::Identity;
+use crate::net::policy::Policy;
 use crate::options::JailOptions;
 use crate::units::Size;
 use serde::Serialize;
@@ -17,6 +18,7 @@ pub fn plan(
     identity: &Identity,
     hostname: &str,
     tmpfs_size: Size,
+    network: Option<&Policy>,
 ) -> Result<(Vec<MountOp>, Option<Rootfs>)> {
     let inputs = layout::Inputs {
         tmpfs_size,
@@ -30,6 +32,10 @@ pub fn plan(
             gid: identity.gid,
             home: &identity.home,
             hostname,
+            network: network.map(|policy| etc::Network {
+                resolver: crate::net::RESOLVER,
+                hosts: policy.synthetic_hosts(),
+            }),
         }),
     };
     let mut rootfs_info = None;

@@ -28,3 +28,11 @@ pub const SYNTHETIC_PREFIX: u8 = 15;
 /// cross the device in few packets.
 pub const TUN_NAME: &str = "tun0";
 pub const TUN_MTU: u32 = 65520;
+
+pub mod dns;
+pub mod forward;
+pub mod policy;
+pub mod record;
+pub mod resolve;
+pub mod sniff;
+pub mod tun;
