@@ -548,6 +548,21 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
     }
 }
 
+/// `--net filtered` needs a TUN device in the jail's network namespace. A default jail
+/// does not, so a failure only warns.
+pub fn tun_check(probe: &Result<(), String>, who: &Who) -> Check {
+    let name = who.name("TUN device for --net filtered");
+    match probe {
+        Ok(()) => check(name, Status::Ok, "created in a fresh network namespace"),
+        Err(why) => check(name, Status::Warn, format!("{why}: --allow-net and --net filtered fail here"))
+            .fix(if who.rootless {
+                "load the tun module (`modprobe tun`) and make /dev/net/tun usable by everyone (`chmod 0666 /dev/net/tun`, the usual mode: a user can only create devices in namespaces they own); in a container, pass the device in (`--device /dev/net/tun`)"
+            } else {
+                "load the tun module (`modprobe tun`); in a container, pass the device in (`--device /dev/net/tun`)"
+            }),
+    }
+}
+
 pub fn landlock_check(abi: u8) -> Check {
     match abi {
         0 => check(

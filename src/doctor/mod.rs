@@ -141,6 +141,7 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
         &who,
     ));
     checks.push(checks::landlock_check(probes::landlock_abi()));
+    checks.push(checks::tun_check(&probes::tun(false), &who));
     checks.extend(checks::seccomp_checks(&probes::seccomp()));
     if !args.no_run {
         checks.push(checks::end_to_end(&probes::end_to_end(None), &who));
@@ -158,6 +159,7 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
                     container,
                 ));
                 checks.push(checks::rootless_cgroup_check(&probe.placement));
+                checks.push(checks::tun_check(&probes::tun(true), &nobody));
             }
             Err(why) => checks.push(checks::nobody_unprobed(&why)),
         }

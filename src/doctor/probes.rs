@@ -297,6 +297,26 @@ fn drop_to_nobody() -> Result<(), String> {
     nix::sys::prctl::set_dumpable(true).map_err(|errno| format!("set dumpable: {}", errno.desc()))
 }
 
+/// Whether a TUN device can be created in a fresh network namespace, as the jail of
+/// `--net filtered` does (as uid 65534 when `as_nobody`); Err with the reason.
+pub fn tun(as_nobody: bool) -> Result<(), String> {
+    in_fork(|| {
+        if as_nobody {
+            drop_to_nobody()?;
+        }
+        nix::sched::unshare(
+            nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNET,
+        )
+        .map_err(|errno| format!("create a user and network namespace: {}", errno.desc()))?;
+        crate::net::tun::set_up().map_err(|err| match err.errno() {
+            Some(errno) => format!("/dev/net/tun: {} ({errno:?})", errno.desc()),
+            None => err.message().to_string(),
+        })?;
+        Ok(Vec::new())
+    })
+    .map(drop)
+}
+
 /// Where a jail's cgroup would go.
 #[derive(Debug)]
 pub enum Placement {
