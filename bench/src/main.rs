@@ -6,6 +6,8 @@
 //! second with 1 and 2 workers (median window), and brig's peak RSS. The ratios
 //! brig/bwrap are the numbers the performance goals are stated in.
 
+mod net;
+
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -23,6 +25,9 @@ struct Options {
     limits: Vec<String>,
     /// Only these tools (e.g. inside a VM without bwrap).
     only: Option<Vec<String>>,
+    /// The `--net filtered` section: measured unless `--no-net`; alone with `--net-only`.
+    net: bool,
+    net_only: bool,
 }
 
 fn parse_options() -> Options {
@@ -38,6 +43,8 @@ fn parse_options() -> Options {
             "64".into(),
         ],
         only: None,
+        net: true,
+        net_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -55,6 +62,8 @@ fn parse_options() -> Options {
             "--json" => options.json = Some(value()),
             "--limits" => options.limits = value().split_whitespace().map(String::from).collect(),
             "--tools" => options.only = Some(value().split(',').map(String::from).collect()),
+            "--no-net" => options.net = false,
+            "--net-only" => options.net_only = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown option {other}")),
         }
@@ -67,7 +76,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -233,6 +242,9 @@ struct Report {
     brig_binary_bytes: u64,
     /// brig's number divided by bwrap's: latency (lower is better), throughput (higher).
     ratios: BTreeMap<String, f64>,
+    /// `--net filtered` against `--net none` and `--net host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<net::NetReport>,
 }
 
 fn main() {
@@ -263,7 +275,14 @@ fn main() {
         brig_peak_rss_kib: 0,
         brig_binary_bytes: std::fs::metadata(&options.brig).map_or(0, |meta| meta.len()),
         ratios: BTreeMap::new(),
+        network: None,
     };
+    if options.net_only {
+        let network = net::measure(&options.brig, options.rounds);
+        net::print(&network);
+        report.network = Some(network);
+        return write_json(&options, &report);
+    }
 
     for (label, program) in &programs {
         let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); tools.len()];
@@ -326,8 +345,17 @@ fn main() {
         );
     }
     print_table(&report, &tools);
+    if options.net {
+        let network = net::measure(&options.brig, options.rounds);
+        net::print(&network);
+        report.network = Some(network);
+    }
+    write_json(&options, &report);
+}
+
+fn write_json(options: &Options, report: &Report) {
     if let Some(path) = &options.json {
-        let json = serde_json::to_string_pretty(&report).expect("report serializes");
+        let json = serde_json::to_string_pretty(report).expect("report serializes");
         std::fs::write(path, json + "\n").unwrap_or_else(|err| panic!("write {path}: {err}"));
         println!("\nwrote {path}");
     }
