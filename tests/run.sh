@@ -18,6 +18,9 @@ command -v script >/dev/null || need+=(bsdutils)
 # tests/attacks.rs builds its probe with `gcc -static`, which needs libc.a
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
+# tests/network.rs: curl in the jails, openssl for the test CA of its TLS server
+command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
 # tests/operators.rs syntax-checks the zsh and fish completions (bash is always there)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
@@ -41,6 +44,11 @@ if ((${#need[@]})) || [[ $apt_lists_known == no ]]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# Rootless, --net filtered creates the jail's TUN device as an ordinary user: that needs
+# /dev/net/tun open to everyone, the distributions' default (0666; some VMs make it 0600).
+[[ -c /dev/net/tun ]] || modprobe tun
+chmod 0666 /dev/net/tun
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -87,6 +87,54 @@ pub fn key_set(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|name| name.to_string()).collect()
 }
 
+/// The verdict's `network` object (`--net filtered`) has exactly the documented keys.
+pub fn assert_network_shape(network: &Value) {
+    assert_eq!(
+        keys(network),
+        key_set(&[
+            "rules",
+            "hosts",
+            "connections",
+            "lookups",
+            "dropped",
+            "bytes_sent",
+            "bytes_received",
+            "limit_reached",
+        ]),
+        "{network}"
+    );
+    for connection in network["connections"].as_array().expect("connections") {
+        assert_eq!(
+            keys(connection),
+            key_set(&[
+                "name",
+                "port",
+                "address",
+                "allowed",
+                "reason",
+                "connections",
+                "bytes_sent",
+                "bytes_received",
+            ]),
+            "{network}"
+        );
+    }
+    for lookup in network["lookups"].as_array().expect("lookups") {
+        assert_eq!(
+            keys(lookup),
+            key_set(&["name", "answer", "count"]),
+            "{network}"
+        );
+    }
+    for dropped in network["dropped"].as_array().expect("dropped") {
+        assert_eq!(
+            keys(dropped),
+            key_set(&["protocol", "address", "port", "packets"]),
+            "{network}"
+        );
+    }
+}
+
 /// The verdict has exactly the documented keys, with the documented types.
 pub fn assert_verdict_shape(v: &Value) {
     assert_eq!(
@@ -113,6 +161,7 @@ pub fn assert_verdict_shape(v: &Value) {
             "error",
             "error_kind",
             "error_stage",
+            "network",
         ]),
         "{v}"
     );
@@ -127,6 +176,8 @@ pub fn assert_verdict_shape(v: &Value) {
             "cpu_time",
             "oom",
             "output_limit",
+            "net_limit",
+            "seccomp",
             "setup_error"
         ]
         .contains(&status),
@@ -192,6 +243,9 @@ pub fn assert_verdict_shape(v: &Value) {
             ]),
             "{v}"
         );
+    }
+    if !v["network"].is_null() {
+        assert_network_shape(&v["network"]);
     }
     // Anything but a setup error happened in a jail that was fully described.
     if status != "setup_error" {

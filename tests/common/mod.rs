@@ -17,6 +17,7 @@
 #![allow(dead_code)]
 
 pub mod limits;
+pub mod net;
 
 use std::ffi::OsString;
 use std::io::Read;

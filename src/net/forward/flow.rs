@@ -61,6 +61,8 @@ pub struct Flow {
     pub claimed: Option<String>,
     /// Why brig ended the connection, if it did.
     pub cut_reason: Option<String>,
+    /// Its first bytes named a host off the list: refused before a byte was relayed.
+    pub refused: bool,
 }
 
 /// What one call of [`Flow::relay`] did.
@@ -107,6 +109,7 @@ impl Flow {
             received: 0,
             claimed: None,
             cut_reason: None,
+            refused: false,
         }
     }
 
@@ -130,6 +133,7 @@ impl Flow {
                     self.pending = self.sniffing.take().unwrap_or_default();
                 }
                 Judgement::Refuse(reason) => {
+                    self.refused = true;
                     self.cut(&reason);
                     socket.abort();
                     relayed.changed = true;

@@ -675,7 +675,7 @@ impl Stack {
             port: flow.target.port,
             address: flow.address,
             refusal: flow.cut_reason.as_deref(),
-            relayed: true,
+            relayed: !flow.refused,
             sent: flow.sent,
             received: flow.received,
         });

@@ -1,0 +1,128 @@
+//! The network tests' servers (tests/net/servers.py) as a Rust value: started on this host
+//! with ephemeral ports, stopped (stdin closed, then killed by pid) when dropped.
+
+use super::*;
+use serde_json::Value;
+use std::io::BufRead;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ChildStdin;
+
+pub struct Servers {
+    pub http: u16,
+    pub tls: u16,
+    pub echo: u16,
+    pub udp: u16,
+    pub dns: SocketAddr,
+    /// The test CA that signed the TLS server's certificate (in `state_dir`, readable by all).
+    pub ca: PathBuf,
+    log: PathBuf,
+    state: TempDir,
+    stdin: Option<ChildStdin>,
+    child: Child,
+}
+
+impl Servers {
+    /// The servers, with the DNS stub on an ephemeral port of 127.0.0.1.
+    pub fn start() -> Servers {
+        Servers::start_with_dns("127.0.0.1".parse().unwrap(), 0)
+    }
+
+    /// The servers, with the DNS stub on `address:port` (port 53 for a stub named in a
+    /// resolv.conf; needs root).
+    pub fn start_with_dns(address: IpAddr, port: u16) -> Servers {
+        require_program("openssl", "apt install openssl");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/net/servers.py");
+        let state = TempDir::new("net-servers");
+        let mut child = Command::new(interpreter("python3"))
+            .arg(&script)
+            .args(["--state", state.str()])
+            .args([
+                "--dns-address",
+                &address.to_string(),
+                "--dns-port",
+                &port.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|err| panic!("start {}: {err}", script.display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = sender.send(line);
+        });
+        let line = receiver
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_default();
+        let ready: Value = match serde_json::from_str(&line) {
+            Ok(ready) => ready,
+            Err(_) => {
+                kill(child.id(), libc::SIGKILL);
+                let _ = child.wait();
+                panic!("tests/net/servers.py did not start (it printed {line:?})");
+            }
+        };
+        let port = |key: &str| ready[key].as_u64().expect(key) as u16;
+        let dns_address: IpAddr = ready["dns"][0]
+            .as_str()
+            .expect("dns")
+            .parse()
+            .expect("dns address");
+        Servers {
+            http: port("http"),
+            tls: port("tls"),
+            echo: port("echo"),
+            udp: port("udp"),
+            dns: SocketAddr::new(
+                dns_address,
+                ready["dns"][1].as_u64().expect("dns port") as u16,
+            ),
+            ca: PathBuf::from(ready["ca"].as_str().expect("ca")),
+            log: PathBuf::from(ready["log"].as_str().expect("log")),
+            state,
+            stdin: child.stdin.take(),
+            child,
+        }
+    }
+
+    /// The directory holding `ca.pem` (0755), for `--ro-bind DIR:/ca`.
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// Every JSON line the servers logged so far: requests, connections, datagrams, queries.
+    pub fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    /// The names the DNS stub was asked about.
+    pub fn dns_queries(&self) -> Vec<String> {
+        self.log()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|entry| entry["server"] == "dns")
+            .filter_map(|entry| entry["name"].as_str().map(String::from))
+            .collect()
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let pid = self.child.id();
+        let ended = wait_until(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            kill(pid, libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
