@@ -52,6 +52,7 @@ fn doctor_says_a_jail_runs_here(mode: Mode) {
         "fresh /proc",
         "pivot_root",
         "cgroup namespace",
+        "TUN device for --net filtered",
         "end to end",
     ] {
         let wanted = format!("{name} ({who})");
@@ -86,6 +87,41 @@ fn doctor_says_a_jail_runs_here(mode: Mode) {
 }
 
 both_modes!(doctor_says_a_jail_runs_here);
+
+/// With /dev/net/tun closed to other users (here: a root-only file bound over it in a
+/// mount namespace of the test's own), doctor warns that rootless `--net filtered` fails
+/// and names the fix; with the real device, the same line is ok (above).
+#[test]
+fn doctor_names_the_fix_when_tun_is_closed() {
+    if !common::require_root() || !common::require_program("unshare", "apt install util-linux") {
+        return;
+    }
+    let dir = common::TempDir::new("tun");
+    let closed = dir.file("tun", "");
+    common::set_mode(&closed, 0o600);
+    let script = "mount --bind \"$0\" /dev/net/tun && exec \"$1\" doctor --no-run";
+    let output = common::output_of(common::command_from(&[
+        "unshare".into(),
+        "--mount".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        script.into(),
+        closed.into(),
+        common::brig().into(),
+    ]));
+    let text = stdout(&output);
+    let line = text
+        .lines()
+        .find(|line| line.contains("TUN device for --net filtered (rootless, uid 65534)"))
+        .unwrap_or_else(|| panic!("no TUN line for uid 65534:\n{text}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(
+        line.contains("EACCES") && line.contains("chmod 0666 /dev/net/tun"),
+        "{line}"
+    );
+}
 
 #[test]
 fn doctor_json_has_the_same_checks() {
