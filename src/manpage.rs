@@ -17,7 +17,7 @@ uid and gid 1000 (user \fBsandbox\fR) inside, mapped to the caller's ids when br
 .IP \(bu 2
 a fresh tmpfs root, read-only once assembled: the host's /usr bound read-only, /bin, /lib, /lib64 and /sbin as on the host (merged-/usr symlinks stay symlinks), a synthesized /etc (passwd, group, hosts, hostname, nsswitch.conf, the loader cache and CA certificates), a fresh /proc, a minimal /dev, and /tmp, /dev/shm and the home directory as tmpfs of \fB\-\-tmpfs\-size\fR; every mount nosuid, and nodev except the device nodes and devpts; with \fB\-\-rootfs\fR, a prepared root (see \fBROOT FILESYSTEMS\fR) replaces the host's /usr and the synthesized /etc;
 .IP \(bu 2
-no network but \fBlo\fR; hostname \fBbrig\fR;
+no network but \fBlo\fR (see \fBNETWORK\fR for \fB\-\-allow\-net\fR); hostname \fBbrig\fR;
 .IP \(bu 2
 brig's child as PID 1 of the jail: it forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the program (if the program is still running 2 seconds after one of the first four, brig kills the jail), reaps zombies, and when the program exits everything else in the jail dies with it;
 .IP \(bu 2
@@ -54,6 +54,24 @@ the program was not found
 \fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. The other commands exit 0, or 125 with one line on standard error.
 "#;
 
+const NETWORK: &str = r#".SH NETWORK
+\fB\-\-net none\fR (the default) gives the jail only its own \fBlo\fR: a program can serve and test itself on 127.0.0.1, nothing else is reachable. \fB\-\-net host\fR shares the host's network namespace (a warning). \fB\-\-net filtered\fR, implied by any \fB\-\-allow\-net\fR, lets the jail reach only what the rules allow, transparently (no proxy settings) and rootless:
+.IP \(bu 2
+the jail's network namespace gets a TUN device (10.0.2.100/24) as its default route; brig's supervisor, which stays in the host's namespace, reads its packets, terminates TCP in a user-mode stack (smoltcp) and opens each connection itself, only once the policy allows it;
+.IP \(bu 2
+\fB\-\-allow\-net\fR \fIRULE\fR (repeatable; YAML \fBallow\-net\fR): \fIHOST\fR[:\fIPORT\fR], *.\fIDOMAIN\fR[:\fIPORT\fR] (any depth of subdomain, not the bare domain), \fIIP\fR[:\fIPORT\fR], \fICIDR\fR[:\fIPORT\fR], IPv6 in brackets; no port means any port (Deno's spelling). \fB\-\-add\-host\fR \fINAME\fR:\fIIP\fR pins a name to an address;
+.IP \(bu 2
+DNS: /etc/resolv.conf names brig's resolver (10.0.2.3). An allowed name gets a synthetic address (198.18.0.0/15) that brig maps back to the name and resolves on the host when the jail connects; any other name is NXDOMAIN and no query about it leaves the host. /etc/hosts lists the exact names of the rules and the pins;
+.IP \(bu 2
+a connection is allowed when its name matches a rule on its port, the TLS SNI or HTTP Host of its first bytes names no host off the list, and the address brig connects to is not loopback, private (RFC 1918), link-local (169.254.0.0/16, the cloud metadata endpoints), CGNAT, unique-local, multicast, unspecified or reserved, in any spelling (IPv4-mapped IPv6 included), unless an \fIIP\fR or \fICIDR\fR rule or a pin names it: an allowed name that resolves to 127.0.0.1 is still refused;
+.IP \(bu 2
+anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP other than DNS to brig's resolver, ICMP and IPv6 are dropped. Every connection, lookup and drop is in the verdict's \fBnetwork\fR record;
+.IP \(bu 2
+\fB\-\-net\-bytes\fR \fISIZE\fR caps the bytes relayed both ways (then every connection is cut and new ones refused) and \fB\-\-net\-connections\fR \fIN\fR the connections open at once (default 256); reaching either makes the verdict's status \fBnet_limit\fR.
+.PP
+Rootless, brig creates the TUN device as the caller inside the jail's namespaces, which needs \fI/dev/net/tun\fR open to everyone (mode 0666, the usual one); \fBbrig doctor\fR checks it.
+"#;
+
 const LIMITS_AND_VERDICT: &str = r#".SH LIMITS
 \fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125). Without one, the default process limit is RLIMIT_NPROC, which the kernel counts per jail (per user in each user namespace), and the default memory limit is not enforced: brig says so in the plan, in the verdict's warnings and, once the program has run, in one line on standard error, unless \fB\-\-memory max\fR or \fB\-\-quiet\-limits\fR. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
 .SH VERDICT
@@ -65,7 +83,7 @@ const CONFIGURATION: &str = r#".SH CONFIGURATION
 "#;
 
 const OPERATORS: &str = r#".SH DOCTOR
-\fBbrig doctor\fR probes the host and prints one line per check, \fBok\fR, \fBwarn\fR or \fBFAIL\fR, with the fix for each problem: the user namespace settings (\fIuser.max_user_namespaces\fR, \fIkernel.unprivileged_userns_clone\fR, Ubuntu's \fIkernel.apparmor_restrict_unprivileged_userns\fR); a default jail assembled with brig's own code (every namespace, the id maps, the cgroup namespace, the mount tree with a fresh /proc, which container runtimes that mask /proc prevent, and pivot_root), reporting the step that failed; the cgroup layout and where \fBbrig run\fR would put the jail's cgroup (and, with \fB\-\-cgroup\-parent\fR, whether that subtree is usable and writable); the Landlock ABI; the default seccomp profile, installed in a child where it must deny a call, and the seccomp log and user-notify actions; and brig's own binary running \fBbrig run \-\-profile python \-\- python3 \-c pass\fR (or the shell profile without python3). As root it runs the namespace, cgroup and end-to-end probes again as uid 65534, to show what an unprivileged user gets; those failures are warnings. \fB\-\-json\fR prints the same as one object, schema \fBbrig\-doctor/1\fR: \fBok\fR, \fBrootless\fR and \fBchecks\fR, each with \fBname\fR, \fBstatus\fR (ok, warn, fail), \fBdetail\fR and \fBfix\fR.
+\fBbrig doctor\fR probes the host and prints one line per check, \fBok\fR, \fBwarn\fR or \fBFAIL\fR, with the fix for each problem: the user namespace settings (\fIuser.max_user_namespaces\fR, \fIkernel.unprivileged_userns_clone\fR, Ubuntu's \fIkernel.apparmor_restrict_unprivileged_userns\fR); a default jail assembled with brig's own code (every namespace, the id maps, the cgroup namespace, the mount tree with a fresh /proc, which container runtimes that mask /proc prevent, and pivot_root), reporting the step that failed; the cgroup layout and where \fBbrig run\fR would put the jail's cgroup (and, with \fB\-\-cgroup\-parent\fR, whether that subtree is usable and writable); the Landlock ABI; the default seccomp profile, installed in a child where it must deny a call, and the seccomp log and user-notify actions; a TUN device created in a fresh network namespace (for \fB\-\-net filtered\fR); and brig's own binary running \fBbrig run \-\-profile python \-\- python3 \-c pass\fR (or the shell profile without python3). As root it runs the namespace, cgroup and end-to-end probes again as uid 65534, to show what an unprivileged user gets; those failures are warnings. \fB\-\-json\fR prints the same as one object, schema \fBbrig\-doctor/1\fR: \fBok\fR, \fBrootless\fR and \fBchecks\fR, each with \fBname\fR, \fBstatus\fR (ok, warn, fail), \fBdetail\fR and \fBfix\fR.
 .SH ROOT FILESYSTEMS
 \fBbrig rootfs build\fR \fIMANIFEST\fR \fIOUT\fR builds a hermetic root filesystem for \fB\-\-rootfs\fR, so that a jail sees nothing of the host's /usr: the programs a YAML manifest lists, with their ELF closure (the loader from PT_INTERP and the libraries from DT_NEEDED, found through DT_RPATH, DT_RUNPATH, the host's loader cache and the standard directories), whole directories (e.g. the Python standard library), single files, symlinks, a generated /etc (passwd and group with the user \fBsandbox\fR, 1000, hosts, hostname, nsswitch.conf) and the mount points brig needs (/proc, /dev, /tmp, /home/sandbox). Debian packages can be a source too: downloaded with \fBapt\-get download\fR and unpacked with \fBdpkg\-deb \-x\fR, never installed. The shipped manifests are \fBpython\fR, \fBnode\fR and \fBshell\fR (\fBbrig rootfs show NAME\fR); the keys are in \fBbrig\-config\fR(5).
 .PP
@@ -86,6 +104,7 @@ brig run \-\-profile python \-\- python3 \-c 'print("hello from the jail")'
 brig run \-\-time\-limit 5s \-\-tmpfs\-size 16M \-\-ro\-bind ./task:/task \-\- python3 /task/main.py
 brig run \-\-bind "$PWD/out":/out \-\-chdir /out \-\- sh \-c 'echo result > answer.txt'
 brig run \-\-report\-fd 3 \-\- python3 main.py 3> verdict.json
+brig run \-\-allow\-net pypi.org:443 \-\-allow\-net files.pythonhosted.org:443 \-\- pip download \-d /tmp six
 brig check \-\-config judge.yaml \-\- ./solution
 brig doctor
 brig rootfs build python /srv/roots/python && brig run \-\-rootfs /srv/roots/python \-\- python3 \-c 'print(1)'
@@ -229,6 +248,7 @@ pub fn render_brig1() -> String {
     for section in [
         THE_JAIL,
         EXIT_STATUS,
+        NETWORK,
         LIMITS_AND_VERDICT,
         CONFIGURATION,
         OPERATORS,
@@ -312,7 +332,7 @@ const VERDICT: &str = r#".SH VERDICT
 "brig\-verdict/1"
 .TP
 \fBstatus\fR
-ok, nonzero_exit, signaled, seccomp (the profile killed it), timeout, cpu_time, oom, output_limit or setup_error
+ok, nonzero_exit, signaled, seccomp (the profile killed it), timeout, cpu_time, oom, output_limit, net_limit (\-\-net\-bytes or \-\-net\-connections was reached; the program ran to its end) or setup_error
 .TP
 \fBbrig_exit_code\fR
 brig's exit status for this run (see \fBbrig\fR(1))
@@ -346,6 +366,9 @@ for setup_error: the one-line message brig printed
 .TP
 \fBerror_kind\fR, \fBerror_stage\fR
 for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
+.TP
+\fBnetwork\fR
+null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-net rules and \-\-add\-host pins), \fBconnections\fR (one entry per destination and outcome: \fBname\fR, \fBport\fR, \fBaddress\fR brig connected to or refused, \fBallowed\fR, \fBreason\fR for a refusal or a cut, \fBconnections\fR, \fBbytes_sent\fR, \fBbytes_received\fR), \fBlookups\fR (\fBname\fR, \fBanswer\fR: the synthetic address, null for NXDOMAIN, \fBcount\fR), \fBdropped\fR (\fBprotocol\fR, \fBaddress\fR, \fBport\fR, \fBpackets\fR: UDP other than DNS, ICMP, IPv6), \fBbytes_sent\fR, \fBbytes_received\fR and \fBlimit_reached\fR (net\-bytes, net\-connections or null)
 .PP
 \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: \fBtime\fR (UTC, RFC 3339), \fBuid\fR (the caller), \fBargv\fR, \fBconfig_digest\fR (SHA-256 of the resolved plan) and \fBverdict\fR.
 .SH SEE ALSO

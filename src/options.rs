@@ -126,7 +126,7 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_bytes: Option<Size>,
 
-    /// --net filtered: connections open at once; more are refused.
+    /// --net filtered: connections open at once; more are refused [default: 256].
     #[arg(long, value_name = "N")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_connections: Option<u32>,

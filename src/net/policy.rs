@@ -42,7 +42,7 @@ pub struct Pin {
     pub ip: IpAddr,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct Policy {
     #[serde(rename = "allow-net")]
@@ -53,10 +53,14 @@ pub struct Policy {
     /// new ones refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<u64>,
-    /// `--net-connections`: connections open at once.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_connections: Option<u32>,
+    /// `--net-connections`: connections open at once (each may hold up to about a MiB
+    /// of brig's memory while the jail reads slowly).
+    pub max_connections: u32,
 }
+
+/// Connections open at once without `--net-connections`: bounds what a jail can make
+/// brig hold in memory.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 
 impl Policy {
     /// Parses and checks every rule and pin; the first bad one is a one-line input error.
@@ -98,7 +102,7 @@ impl Policy {
             rules,
             pins,
             max_bytes: net_bytes.map(|size| size.0),
-            max_connections: net_connections,
+            max_connections: net_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
         })
     }
 

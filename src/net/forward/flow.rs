@@ -17,7 +17,7 @@ use std::time::Instant;
 pub const JAIL_TO_HOST_BUFFER: usize = 64 * 1024;
 /// What the host sent and the jail has not acknowledged yet: smoltcp's send buffer, the
 /// most brig has in flight towards the jail (large, for downloads).
-pub const HOST_TO_JAIL_BUFFER: usize = 256 * 1024;
+pub const HOST_TO_JAIL_BUFFER: usize = 1024 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

@@ -346,11 +346,7 @@ impl Stack {
             self.recorder.limit_reached = Some("net-bytes");
             return Some("--net-bytes reached".into());
         }
-        if self
-            .policy
-            .max_connections
-            .is_some_and(|cap| self.flows.len() >= cap as usize)
-        {
+        if self.flows.len() >= self.policy.max_connections as usize {
             self.recorder.limit_reached = Some("net-connections");
             return Some("--net-connections reached".into());
         }
