@@ -158,14 +158,50 @@ fn threaded_caller_is_refused() -> Result<(), String> {
     }
 }
 
+fn entries(dir: &str) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| entries.count())
+}
+
+/// A `--net filtered` run relays on a thread of its own and holds the jail's TUN device:
+/// once `run` returns, the caller is single-threaded again and holds no descriptor more
+/// than before (so it can assemble the next jail), and the report has the record.
+fn filtered_run_leaves_no_thread_or_descriptor() -> Result<(), String> {
+    // The kernel completes connections to the backlog without an accept: no thread.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|err| err.to_string())?;
+    let port = listener.local_addr().map_err(|err| err.to_string())?.port();
+    let (fds_before, tasks_before) = (entries("/proc/self/fd"), entries("/proc/self/task"));
+    let plan = plan(&format!(
+        "allow-net: ['web.test:{port}']\nadd-host: ['web.test:127.0.0.1']\nmemory: max\npids: max\n\
+         command: [/usr/bin/python3, -c, \"import socket; socket.create_connection(('web.test', {port})).sendall(b'x')\"]\n"
+    ));
+    let report = brig::jail::run(&plan).map_err(|err| format!("run: {err}"))?;
+    let network = report.network.ok_or("no network record")?;
+    let json = serde_json::to_string(&network).map_err(|err| err.to_string())?;
+    if network.connections.len() != 1 || network.bytes_sent != 1 {
+        return Err(format!("one connection, one byte: {json}"));
+    }
+    let (fds_after, tasks_after) = (entries("/proc/self/fd"), entries("/proc/self/task"));
+    if (fds_after, tasks_after) != (fds_before, tasks_before) {
+        return Err(format!(
+            "descriptors {fds_before} -> {fds_after}, threads {tasks_before} -> {tasks_after}"
+        ));
+    }
+    drop(listener);
+    Ok(())
+}
+
 type Test = fn() -> Result<(), String>;
 
 fn main() {
-    let tests: [(&str, Test); 4] = [
+    let tests: [(&str, Test); 5] = [
         ("program_given_after_assembly", program_given_after_assembly),
         ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
         ("bad_program_is_refused", bad_program_is_refused),
         ("threaded_caller_is_refused", threaded_caller_is_refused),
+        (
+            "filtered_run_leaves_no_thread_or_descriptor",
+            filtered_run_leaves_no_thread_or_descriptor,
+        ),
     ];
     let mut failed = 0;
     for (name, test) in tests {

@@ -69,7 +69,9 @@ impl Forwarder {
         })
     }
 
-    /// Stops relaying (closing every connection still open) and returns the record.
+    /// Stops relaying (closing every connection still open) and returns the record. A
+    /// host-side lookup still under way is not waited for: its thread ends on its own
+    /// within the resolver's timeout, and its answer is dropped.
     pub fn finish(self) -> NetworkRecord {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.waker.wake();
