@@ -57,7 +57,7 @@ the program was not found
 const NETWORK: &str = r#".SH NETWORK
 \fB\-\-net none\fR (the default) gives the jail only its own \fBlo\fR: a program can serve and test itself on 127.0.0.1, nothing else is reachable. \fB\-\-net host\fR shares the host's network namespace (a warning). \fB\-\-net filtered\fR, implied by any \fB\-\-allow\-net\fR, lets the jail reach only what the rules allow, transparently (no proxy settings) and rootless:
 .IP \(bu 2
-the jail's network namespace gets a TUN device (10.0.2.100/24) as its default route; brig's supervisor, which stays in the host's namespace, reads its packets, terminates TCP in a user-mode stack (smoltcp) and opens each connection itself, only once the policy allows it;
+the jail's network namespace gets a TUN device (10.0.2.100/24, and fd00:b216::100/64 where the kernel has IPv6) as its default route; brig's supervisor, which stays in the host's namespace, reads its packets, terminates TCP in a user-mode stack (smoltcp) and opens each connection itself, only once the policy allows it;
 .IP \(bu 2
 \fB\-\-allow\-net\fR \fIRULE\fR (repeatable; YAML \fBallow\-net\fR): \fIHOST\fR[:\fIPORT\fR], *.\fIDOMAIN\fR[:\fIPORT\fR] (any depth of subdomain, not the bare domain), \fIIP\fR[:\fIPORT\fR], \fICIDR\fR[:\fIPORT\fR], IPv6 in brackets; no port means any port (Deno's spelling). \fB\-\-add\-host\fR \fINAME\fR:\fIIP\fR pins a name to an address;
 .IP \(bu 2
@@ -65,7 +65,7 @@ DNS: /etc/resolv.conf names brig's resolver (10.0.2.3). An allowed name gets a s
 .IP \(bu 2
 a connection is allowed when its name matches a rule on its port, the TLS SNI or HTTP Host of its first bytes names no host off the list, and the address brig connects to is not loopback, private (RFC 1918), link-local (169.254.0.0/16, the cloud metadata endpoints), CGNAT, unique-local, multicast, unspecified or reserved, in any spelling (IPv4-mapped IPv6 included), unless an \fIIP\fR or \fICIDR\fR rule or a pin names it: an allowed name that resolves to 127.0.0.1 is still refused;
 .IP \(bu 2
-anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP other than DNS to brig's resolver, ICMP and IPv6 are dropped. Every connection, lookup and drop is in the verdict's \fBnetwork\fR record;
+anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP other than DNS to brig's resolver and ICMP are dropped. Every connection, lookup and drop is in the verdict's \fBnetwork\fR record;
 .IP \(bu 2
 \fB\-\-net\-bytes\fR \fISIZE\fR caps the bytes relayed both ways (then every connection is cut and new ones refused) and \fB\-\-net\-connections\fR \fIN\fR the connections open at once (default 256); reaching either makes the verdict's status \fBnet_limit\fR.
 .PP
@@ -368,7 +368,7 @@ for setup_error: the one-line message brig printed
 for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
 .TP
 \fBnetwork\fR
-null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-net rules and \-\-add\-host pins), \fBconnections\fR (one entry per destination and outcome: \fBname\fR, \fBport\fR, \fBaddress\fR brig connected to or refused, \fBallowed\fR, \fBreason\fR for a refusal or a cut, \fBconnections\fR, \fBbytes_sent\fR, \fBbytes_received\fR), \fBlookups\fR (\fBname\fR, \fBanswer\fR: the synthetic address, null for NXDOMAIN, \fBcount\fR), \fBdropped\fR (\fBprotocol\fR, \fBaddress\fR, \fBport\fR, \fBpackets\fR: UDP other than DNS, ICMP, IPv6), \fBbytes_sent\fR, \fBbytes_received\fR and \fBlimit_reached\fR (net\-bytes, net\-connections or null)
+null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-net rules and \-\-add\-host pins), \fBconnections\fR (one entry per destination and outcome: \fBname\fR, \fBport\fR, \fBaddress\fR brig connected to or refused, \fBallowed\fR, \fBreason\fR for a refusal or a cut, \fBconnections\fR, \fBbytes_sent\fR, \fBbytes_received\fR), \fBlookups\fR (\fBname\fR, \fBanswer\fR: the synthetic address, null for NXDOMAIN, \fBcount\fR), \fBdropped\fR (\fBprotocol\fR, \fBaddress\fR, \fBport\fR, \fBpackets\fR: UDP other than DNS, ICMP, other protocols), \fBbytes_sent\fR, \fBbytes_received\fR and \fBlimit_reached\fR (net\-bytes, net\-connections or null)
 .PP
 \fB\-\-audit\-log\fR \fIFILE\fR appends one JSON line per run: \fBtime\fR (UTC, RFC 3339), \fBuid\fR (the caller), \fBargv\fR, \fBconfig_digest\fR (SHA-256 of the resolved plan) and \fBverdict\fR.
 .SH SEE ALSO

@@ -353,6 +353,84 @@ pub fn default_route_v4(name: &str, gateway: std::net::Ipv4Addr) -> Result<(), E
     Ok(())
 }
 
+fn inet6_socket() -> Result<OwnedFd, Errno> {
+    nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet6,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+}
+
+fn interface_index(socket: &OwnedFd, name: &str) -> Result<libc::c_int, Errno> {
+    let mut request = ifreq_for(name)?;
+    // SAFETY: SIOCGIFINDEX reads the name from an ifreq and writes the index into it,
+    // through the pointer to our mutable `request`.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFINDEX, &mut request) })?;
+    // SAFETY: the kernel filled the union's ifindex member.
+    Ok(unsafe { request.ifr_ifru.ifru_ifindex })
+}
+
+fn in6_addr(address: std::net::Ipv6Addr) -> libc::in6_addr {
+    libc::in6_addr {
+        s6_addr: address.octets(),
+    }
+}
+
+/// Gives interface `name` the IPv6 address `address/prefix`. EAFNOSUPPORT: the kernel
+/// has no IPv6.
+pub fn interface_address_v6(
+    name: &str,
+    address: std::net::Ipv6Addr,
+    prefix: u8,
+) -> Result<(), Errno> {
+    let socket = inet6_socket()?;
+    let request = libc::in6_ifreq {
+        ifr6_addr: in6_addr(address),
+        ifr6_prefixlen: u32::from(prefix),
+        ifr6_ifindex: interface_index(&socket, name)?,
+    };
+    // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads an in6_ifreq; `request` is one.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFADDR, &request) })?;
+    Ok(())
+}
+
+/// The kernel's `struct in6_rtmsg` (linux/ipv6_route.h); libc's keeps its fields private.
+#[repr(C)]
+struct In6RouteMessage {
+    destination: libc::in6_addr,
+    source: libc::in6_addr,
+    gateway: libc::in6_addr,
+    kind: u32,
+    destination_length: u16,
+    source_length: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    ifindex: libc::c_int,
+}
+
+/// Adds the IPv6 default route through `gateway` on interface `name`.
+pub fn default_route_v6(name: &str, gateway: std::net::Ipv6Addr) -> Result<(), Errno> {
+    let socket = inet6_socket()?;
+    let unspecified = in6_addr(std::net::Ipv6Addr::UNSPECIFIED);
+    let route = In6RouteMessage {
+        destination: unspecified,
+        source: unspecified,
+        gateway: in6_addr(gateway),
+        kind: 0,
+        destination_length: 0,
+        source_length: 0,
+        metric: 1,
+        info: 0,
+        flags: u32::from(libc::RTF_UP | libc::RTF_GATEWAY),
+        ifindex: interface_index(&socket, name)?,
+    };
+    // SAFETY: SIOCADDRT on an AF_INET6 socket reads an in6_rtmsg; `route` is one.
+    Errno::result(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCADDRT, &route) })?;
+    Ok(())
+}
+
 /// Resets every signal to its default disposition, so that nothing brig ignores (Rust
 /// ignores SIGPIPE) or inherited as ignored reaches the jailed program.
 pub fn reset_signal_dispositions() {

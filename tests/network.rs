@@ -22,6 +22,7 @@ both_modes!(
     curl_reaches_an_allowed_name_over_http_and_tls,
     python_node_and_pip_work_unchanged,
     an_allowed_ip_rule_reaches_a_host_address,
+    an_ipv6_rule_reaches_a_host_address,
     unlisted_names_get_nxdomain_and_no_query_leaves_the_host,
     an_allowed_name_resolving_to_loopback_is_refused,
     an_allowed_name_on_another_port_is_refused,
@@ -150,7 +151,8 @@ struct Listener {
 
 impl Listener {
     fn start() -> Listener {
-        let listener = TcpListener::bind("0.0.0.0:0").expect("bind");
+        // Dual-stack: IPv4 connections arrive as IPv4-mapped ones.
+        let listener = TcpListener::bind("[::]:0").expect("bind");
         let port = listener.local_addr().unwrap().port();
         let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counter = accepted.clone();
@@ -263,10 +265,36 @@ fn an_allowed_ip_rule_reaches_a_host_address(mode: Mode) {
         return;
     }
     let listener = Listener::start();
-    let host = host_address();
+    let host = IpAddr::V4(host_address());
+    reach_by_ip_rule(mode, &listener, host, &format!("{host}:{}", listener.port));
+}
+
+/// The same over IPv6: the jail's side of the TUN device has an IPv6 address and route.
+fn an_ipv6_rule_reaches_a_host_address(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let global = nix::ifaddrs::getifaddrs()
+        .expect("getifaddrs")
+        .filter_map(|interface| interface.address?.as_sockaddr_in6().map(|a| a.ip()))
+        .find(|ip| !ip.is_loopback() && (ip.segments()[0] & 0xffc0) != 0xfe80);
+    let how = "give the host an IPv6 address that is not link-local, e.g. `ip -6 addr add fd00::2/64 dev eth0`";
+    let Some(host) = global else {
+        require("a non-link-local IPv6 address on this host", how, false);
+        return;
+    };
+    let listener = Listener::start();
+    reach_by_ip_rule(
+        mode,
+        &listener,
+        IpAddr::V6(host),
+        &format!("[{host}]:{}", listener.port),
+    );
+}
+
+fn reach_by_ip_rule(mode: Mode, listener: &Listener, host: IpAddr, rule: &str) {
     let target = format!("{host} {}", listener.port);
-    let rule = format!("{host}:{}", listener.port);
-    let args = vec!["--allow-net".to_string(), rule];
+    let args = vec!["--allow-net".to_string(), rule.to_string()];
     let (done, verdict) = filtered(
         mode,
         &args,
@@ -462,6 +490,9 @@ fn direct_addresses_are_refused(mode: Mode) {
         "169.254.169.254 80".into(),
         "100.64.0.1 80".into(),
         "198.18.0.77 80".into(),
+        "fd00::1 80".into(),
+        "fe80::1%tun0 80".into(),
+        "2001:db8::1 80".into(),
     ]
     .into();
     let args = web_rules(&[http]);

@@ -11,13 +11,18 @@
 //! - `forward` (parent half): the user-mode stack and the connections it relays;
 //! - `record`: what the verdict says about the network.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// The jail's address on its TUN device, in a /24 with the gateway and the resolver.
 pub const JAIL_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
 pub const JAIL_PREFIX: u8 = 24;
 /// The default route's next hop (brig's side of the TUN device).
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The jail's IPv6 address and brig's side, in a unique-local /64 (where the kernel
+/// has IPv6): IPv6 literals and `[IPV6]` rules work like IPv4 ones.
+pub const JAIL_ADDRESS_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb216, 0, 0, 0, 0, 0, 0x100);
+pub const JAIL_PREFIX_V6: u8 = 64;
+pub const GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xb216, 0, 0, 0, 0, 0, 2);
 /// The virtual DNS server the jail's /etc/resolv.conf names.
 pub const RESOLVER: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 /// Allowed names resolve, inside the jail, to addresses of this range (RFC 2544's

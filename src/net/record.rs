@@ -54,7 +54,7 @@ pub struct Lookup {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Dropped {
-    /// `udp`, `icmp`, `ipv6` or the IP protocol number.
+    /// `udp`, `icmp` or the IP protocol number.
     pub protocol: String,
     pub address: Option<IpAddr>,
     pub port: Option<u16>,

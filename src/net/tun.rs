@@ -2,7 +2,10 @@
 //! the TUN device, address it and route everything through it. Its descriptor goes to
 //! brig's supervisor, which is the other end of the jail's only way out.
 
-use super::{GATEWAY, JAIL_ADDRESS, JAIL_PREFIX, TUN_MTU, TUN_NAME};
+use super::{
+    GATEWAY, GATEWAY_V6, JAIL_ADDRESS, JAIL_ADDRESS_V6, JAIL_PREFIX, JAIL_PREFIX_V6, TUN_MTU,
+    TUN_NAME,
+};
 use crate::error::{Context, Error, Result};
 use crate::sys;
 use nix::errno::Errno;
@@ -26,5 +29,14 @@ pub fn set_up() -> Result<OwnedFd> {
     sys::interface_up(TUN_NAME).context(|| format!("bring up {TUN_NAME}"))?;
     sys::default_route_v4(TUN_NAME, GATEWAY)
         .context(|| format!("route the jail's traffic through {TUN_NAME} to {GATEWAY}"))?;
+    // A kernel without IPv6 leaves the jail IPv4 only, as the host is.
+    match sys::interface_address_v6(TUN_NAME, JAIL_ADDRESS_V6, JAIL_PREFIX_V6) {
+        Err(Errno::EAFNOSUPPORT) => return Ok(tun),
+        done => {
+            done.context(|| format!("address {TUN_NAME} as {JAIL_ADDRESS_V6}/{JAIL_PREFIX_V6}"))?
+        }
+    }
+    sys::default_route_v6(TUN_NAME, GATEWAY_V6)
+        .context(|| format!("route the jail's IPv6 traffic through {TUN_NAME} to {GATEWAY_V6}"))?;
     Ok(tun)
 }

@@ -13,7 +13,10 @@ mod flow;
 use super::policy::Policy;
 use super::record::{Connection, NetworkRecord, Recorder};
 use super::resolve::HostResolver;
-use super::{GATEWAY, JAIL_PREFIX, RESOLVER, SYNTHETIC_NET, SYNTHETIC_PREFIX, dns};
+use super::{
+    GATEWAY, GATEWAY_V6, JAIL_PREFIX, JAIL_PREFIX_V6, RESOLVER, SYNTHETIC_NET, SYNTHETIC_PREFIX,
+    dns,
+};
 use device::Queues;
 use flow::{Flow, Phase};
 use mio::net::TcpStream;
@@ -122,6 +125,7 @@ impl Stack {
             for address in [GATEWAY, RESOLVER] {
                 let _ = addresses.push(IpCidr::new(IpAddress::Ipv4(address), JAIL_PREFIX));
             }
+            let _ = addresses.push(IpCidr::new(IpAddress::Ipv6(GATEWAY_V6), JAIL_PREFIX_V6));
         });
         // Any destination is brig's to answer: smoltcp accepts packets for every address
         // routed through one of its own (see `Interface::set_any_ip`).
@@ -129,6 +133,10 @@ impl Stack {
             .routes_mut()
             .add_default_ipv4_route(GATEWAY)
             .map_err(|_| io::Error::other("add smoltcp's default route"))?;
+        iface
+            .routes_mut()
+            .add_default_ipv6_route(GATEWAY_V6)
+            .map_err(|_| io::Error::other("add smoltcp's default IPv6 route"))?;
         iface.set_any_ip(true);
         let mut sockets = SocketSet::new(Vec::new());
         let mut resolver_socket = udp::Socket::new(
@@ -232,29 +240,17 @@ impl Stack {
     }
 
     fn classify(&mut self, packet: Vec<u8>) {
-        if packet.first().map(|byte| byte >> 4) == Some(6) {
-            // The jail has no IPv6 route out; its kernel's own multicast chatter on the
-            // device (router solicitations, MLD) is not the program's doing.
-            if let Ok(ip) = Ipv6Packet::new_checked(&packet[..])
-                && !ip.dst_addr().is_multicast()
-            {
-                self.recorder
-                    .dropped("ipv6", Some(IpAddr::V6(ip.dst_addr())), None);
-            }
-            return;
-        }
-        let Ok(ip) = Ipv4Packet::new_checked(&packet[..]) else {
+        let Some(header) = IpHeader::parse(&packet) else {
             return;
         };
-        let source = ip.src_addr();
-        let destination = ip.dst_addr();
-        match ip.next_header() {
+        let destination = header.destination;
+        match header.protocol {
             IpProtocol::Tcp => {
-                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+                let Ok(tcp) = TcpPacket::new_checked(&packet[header.payload..]) else {
                     return;
                 };
-                let jail = IpEndpoint::new(IpAddress::Ipv4(source), tcp.src_port());
-                let target = IpEndpoint::new(IpAddress::Ipv4(destination), tcp.dst_port());
+                let jail = IpEndpoint::new(header.source.into(), tcp.src_port());
+                let target = IpEndpoint::new(destination.into(), tcp.dst_port());
                 let opening = tcp.syn() && !tcp.ack();
                 match self.by_tuple.get(&(jail, target)) {
                     // A SYN sent again while brig still connects: the held one will do.
@@ -266,36 +262,38 @@ impl Stack {
                 }
             }
             IpProtocol::Udp => {
-                let port = UdpPacket::new_checked(ip.payload())
+                let port = UdpPacket::new_checked(&packet[header.payload..])
                     .map(|udp| udp.dst_port())
                     .ok();
-                if destination == RESOLVER && port == Some(53) {
+                if destination == IpAddr::V4(RESOLVER) && port == Some(53) {
                     self.device.rx.push_back(packet);
                 } else {
-                    self.recorder
-                        .dropped("udp", Some(IpAddr::V4(destination)), port);
+                    self.recorder.dropped("udp", Some(destination), port);
                 }
             }
-            IpProtocol::Icmp => self
+            // The jail's kernel's own IPv6 chatter on the device (router solicitations,
+            // MLD, neighbour discovery) is not the program's doing.
+            IpProtocol::Icmpv6 if destination.is_multicast() => {}
+            IpProtocol::Icmp | IpProtocol::Icmpv6 => {
+                self.recorder.dropped("icmp", Some(destination), None)
+            }
+            other => self
                 .recorder
-                .dropped("icmp", Some(IpAddr::V4(destination)), None),
-            other => self.recorder.dropped(
-                &u8::from(other).to_string(),
-                Some(IpAddr::V4(destination)),
-                None,
-            ),
+                .dropped(&u8::from(other).to_string(), Some(destination), None),
         }
     }
 
     /// A new connection from the jail: refuse it at once, or hold its SYN while brig
     /// resolves and connects.
     fn open(&mut self, syn: Vec<u8>, jail: IpEndpoint, target: IpEndpoint) {
-        let IpAddress::Ipv4(address) = target.addr else {
-            return;
-        };
+        let address = IpAddr::from(target.addr);
         let port = target.port;
-        let (name, refusal) = if in_synthetic_range(address) {
-            match self.names.name_of(address) {
+        let synthetic = match address {
+            IpAddr::V4(v4) if in_synthetic_range(v4) => Some(v4),
+            _ => None,
+        };
+        let (name, refusal) = if let Some(synthetic) = synthetic {
+            match self.names.name_of(synthetic) {
                 None => (
                     None,
                     Some("an address brig's resolver never gave out".to_string()),
@@ -308,17 +306,17 @@ impl Stack {
                     Some(format!("port {port} is not allowed for {name}")),
                 ),
             }
-        } else if self.policy.ip_allowed(IpAddr::V4(address), port) {
+        } else if self.policy.ip_allowed(address, port) {
             (None, None)
         } else {
-            let why = super::policy::denied_range(IpAddr::V4(address))
+            let why = super::policy::denied_range(address)
                 .map(|range| format!("{range} address, not on the list"))
                 .unwrap_or_else(|| "not on the list".into());
             (None, Some(why))
         };
         let refusal = refusal.or_else(|| self.over_limit());
         if let Some(reason) = refusal {
-            let address = name.is_none().then_some(IpAddr::V4(address));
+            let address = name.is_none().then_some(address);
             self.recorder.connection(Connection {
                 name: name.as_deref(),
                 port,
@@ -338,7 +336,7 @@ impl Stack {
         self.flows.insert(id, flow);
         match name {
             Some(name) => self.resolve(id, name),
-            None => self.connect(id, vec![IpAddr::V4(address)]),
+            None => self.connect(id, vec![address]),
         }
     }
 
@@ -701,6 +699,41 @@ impl Stack {
                 .map(|pin| format!("{}:{}", pin.name, pin.ip))
                 .collect(),
         )
+    }
+}
+
+/// What the forwarder needs of a packet's IP header.
+struct IpHeader {
+    source: IpAddr,
+    destination: IpAddr,
+    protocol: IpProtocol,
+    /// Where the transport header starts.
+    payload: usize,
+}
+
+impl IpHeader {
+    fn parse(packet: &[u8]) -> Option<IpHeader> {
+        match packet.first()? >> 4 {
+            4 => {
+                let ip = Ipv4Packet::new_checked(packet).ok()?;
+                Some(IpHeader {
+                    source: IpAddr::V4(ip.src_addr()),
+                    destination: IpAddr::V4(ip.dst_addr()),
+                    protocol: ip.next_header(),
+                    payload: usize::from(ip.header_len()),
+                })
+            }
+            6 => {
+                let ip = Ipv6Packet::new_checked(packet).ok()?;
+                Some(IpHeader {
+                    source: IpAddr::V6(ip.src_addr()),
+                    destination: IpAddr::V6(ip.dst_addr()),
+                    protocol: ip.next_header(),
+                    payload: ip.header_len(),
+                })
+            }
+            _ => None,
+        }
     }
 }
 
