@@ -254,6 +254,39 @@ fn working_settings_run_a_real_jail() {
     assert!(!stdout(&doctor).contains("FAIL"), "{}", describe(&doctor));
 }
 
+/// In the container, a server on the container's loopback and brig reaching it through
+/// `--allow-net`: the script serves, then runs brig and prints what the jail fetched.
+const SERVE_AND_FETCH: &str = r#"
+import http.server, subprocess, sys, threading
+server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+port = server.server_address[1]
+fetch = f"import urllib.request; print(urllib.request.urlopen('http://web.test:{port}/etc/hostname').status)"
+brig = ["/usr/local/bin/brig", "run", "--quiet-limits", "--allow-net", f"web.test:{port}",
+        "--add-host", "web.test:127.0.0.1", "--", "python3", "-c", fetch]
+sys.exit(subprocess.run(brig).returncode)
+"#;
+
+/// `--allow-net` in a container needs the TUN device passed in: without it, one line that
+/// names `--device /dev/net/tun`; with it, the jail reaches the allowed server.
+#[test]
+fn allow_net_in_a_container_needs_the_tun_device() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let mut options = vec![USER, "--workdir=/"];
+    options.extend(WORKING);
+    let command = ["python3", "-c", SERVE_AND_FETCH];
+    let output = podman_run(&root, &options, &command);
+    common::assert_one_line_error(&output, &["TUN device", "--device /dev/net/tun"]);
+
+    options.push("--device=/dev/net/tun");
+    let output = podman_run(&root, &options, &command);
+    assert_eq!(stdout(&output), "200\n", "{}", describe(&output));
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+}
+
 #[test]
 fn each_working_setting_is_needed() {
     if !have_podman() {
