@@ -21,6 +21,7 @@ use std::time::Duration;
 both_modes!(
     curl_reaches_an_allowed_name_over_http_and_tls,
     python_node_and_pip_work_unchanged,
+    git_clones_over_https,
     an_allowed_ip_rule_reaches_a_host_address,
     an_ipv6_rule_reaches_a_host_address,
     unlisted_names_get_nxdomain_and_no_query_leaves_the_host,
@@ -258,6 +259,34 @@ fn python_node_and_pip_work_unchanged(mode: Mode) {
     for port in [servers.http, servers.echo, servers.tls] {
         allowed_bytes(&verdict, WEB, port);
     }
+}
+
+fn git_clones_over_https(mode: Mode) {
+    if !require_tun(mode)
+        || !require(
+            "git in /usr/bin (the jails see the host's /usr)",
+            "apt install git",
+            Path::new("/usr/bin/git").exists(),
+        )
+    {
+        return;
+    }
+    let servers = Servers::start();
+    servers.git_repository("demo", &[("hello.txt", "hello from git\n")]);
+    let mut args = web_rules(&[servers.tls]);
+    args.extend([
+        "--ro-bind".into(),
+        format!("{}:/ca", servers.state_dir().display()),
+        "--env".into(),
+        "GIT_SSL_CAINFO=/ca/ca.pem".into(),
+    ]);
+    let script = format!(
+        "/usr/bin/git clone -q https://{WEB}:{}/git/demo.git /tmp/demo && cat /tmp/demo/hello.txt",
+        servers.tls
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    assert_eq!(assert_success(&done.output), "hello from git\n");
+    allowed_bytes(&verdict, WEB, servers.tls);
 }
 
 fn an_allowed_ip_rule_reaches_a_host_address(mode: Mode) {

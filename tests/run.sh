@@ -18,8 +18,9 @@ command -v script >/dev/null || need+=(bsdutils)
 # tests/attacks.rs builds its probe with `gcc -static`, which needs libc.a
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
-# tests/network.rs: curl in the jails, openssl for the test CA of its TLS server
+# tests/network.rs: curl and git in the jails, openssl for the test CA of its TLS server
 command -v curl >/dev/null || need+=(curl)
+[[ -x /usr/bin/git ]] || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
 # tests/operators.rs syntax-checks the zsh and fish completions (bash is always there)
 command -v zsh >/dev/null || need+=(zsh)

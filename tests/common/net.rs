@@ -102,6 +102,43 @@ impl Servers {
             .collect()
     }
 
+    /// A bare git repository served at `/git/NAME.git` (git's dumb HTTP protocol) with
+    /// one commit holding `files` (name, contents).
+    pub fn git_repository(&self, name: &str, files: &[(&str, &str)]) {
+        let work = self.state.path().join(format!("{name}-work"));
+        let bare = self.state.path().join(format!("git/{name}.git"));
+        std::fs::create_dir_all(&work).expect("work tree");
+        for (file, contents) in files {
+            std::fs::write(work.join(file), contents).expect("write a file");
+        }
+        let git = |dir: &Path, args: &[&str]| {
+            let output = Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=brig tests",
+                    "-c",
+                    "user.email=tests@brig.invalid",
+                ])
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("run git");
+            assert!(
+                output.status.success(),
+                "git {args:?}: {}",
+                describe(&output)
+            );
+        };
+        git(&work, &["init", "-q", "-b", "main"]);
+        git(&work, &["add", "."]);
+        git(&work, &["commit", "-q", "-m", "first"]);
+        git(
+            &work,
+            &["clone", "-q", "--bare", ".", bare.to_str().unwrap()],
+        );
+        git(&bare, &["update-server-info"]);
+    }
+
     /// The names the DNS stub was asked about.
     pub fn dns_queries(&self) -> Vec<String> {
         self.log()

@@ -2,8 +2,9 @@
 """The servers the network tests reach through `--net filtered`, on this host only.
 
 One process starts, on --bind (127.0.0.1) with ephemeral ports:
-  http  GET /hello, /host (the Host it got), /bytes/N (N bytes), POST /echo, and a
-        package index (/simple/brigdemo/, /files/brigdemo-1.0-py3-none-any.whl) for pip;
+  http  GET /hello, /host (the Host it got), /bytes/N (N bytes), POST /echo, a package
+        index (/simple/brigdemo/, /files/brigdemo-1.0-py3-none-any.whl) for pip, and the
+        files under STATE/git/ for git's dumb HTTP protocol;
   tls   the same over TLS, with a certificate for allowed.test, *.allowed.test,
         web.test and other.test from a test CA made here with the openssl CLI (ca.pem);
   echo  a TCP echo; udp  a UDP echo;
@@ -31,6 +32,7 @@ import zipfile
 
 LOCK = threading.Lock()
 LOG_PATH = None
+STATE = None
 CHUNK = b"x" * (256 << 10)
 PACKAGE = "brigdemo"
 WHEEL_NAME = f"{PACKAGE}-1.0-py3-none-any.whl"
@@ -98,6 +100,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(page.encode(), "text/html")
         if self.path == f"/files/{WHEEL_NAME}":
             return self.reply(WHEEL, "application/octet-stream")
+        if self.path.startswith("/git/"):
+            # Git's "dumb" HTTP protocol: the files of a bare repository, as they are.
+            root = os.path.join(STATE, "git")
+            path = os.path.normpath(os.path.join(STATE, self.path[1:].split("?")[0]))
+            if path.startswith(root + os.sep) and os.path.isfile(path):
+                with open(path, "rb") as file:
+                    return self.reply(file.read(), "application/octet-stream")
         self.send_error(404)
 
     def do_POST(self):
@@ -206,14 +215,14 @@ def start_thread(target, *args):
 
 
 def main():
-    global LOG_PATH, WHEEL
+    global LOG_PATH, WHEEL, STATE
     parser = argparse.ArgumentParser()
     parser.add_argument("--state", required=True)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--dns-address", default="127.0.0.1")
     parser.add_argument("--dns-port", type=int, default=0)
     options = parser.parse_args()
-    state = options.state
+    state = STATE = options.state
     LOG_PATH = os.path.join(state, "requests.jsonl")
     open(LOG_PATH, "w").close()
     WHEEL = make_wheel()
