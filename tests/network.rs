@@ -478,12 +478,19 @@ fn an_allowed_name_on_another_port_is_refused(mode: Mode) {
         return;
     }
     let servers = Servers::start();
-    let args = web_rules(&[servers.http]);
+    let audit = TempDir::new("audit").writable_by_all();
+    let audit_log = audit.path().join("audit.log");
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--audit-log".into(), audit_log.display().to_string()]);
     let targets = [
         format!("{WEB} {}", servers.echo),
         format!("{WEB} {}", servers.http),
     ];
     let (done, verdict) = filtered(mode, &args, &strs_of(&connect_probe(&targets)));
+    // The audit log carries the same record.
+    let line = std::fs::read_to_string(&audit_log).expect("the audit log");
+    let logged: Value = serde_json::from_str(line.trim()).expect("one JSON line");
+    assert_eq!(logged["verdict"]["network"], verdict["network"], "{line}");
     assert_eq!(
         assert_success(&done.output).lines().collect::<Vec<_>>(),
         [
