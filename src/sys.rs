@@ -581,41 +581,57 @@ pub fn seccomp_action_available(action: u32) -> Result<(), Errno> {
     Errno::result(ret).map(drop)
 }
 
-/// Sends descriptor `fd` over the unix socket `socket` (SCM_RIGHTS), with one byte.
-pub fn send_fd(socket: BorrowedFd, fd: BorrowedFd) -> Result<(), Errno> {
+/// Sends `payload` and, with it, `fds` (SCM_RIGHTS) over a unix socket, in one message.
+pub fn send_with_fds(
+    socket: BorrowedFd,
+    payload: &[u8],
+    fds: &[BorrowedFd],
+) -> Result<usize, Errno> {
     use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
-    let fds = [fd.as_raw_fd()];
-    let payload = [std::io::IoSlice::new(b"f")];
-    sendmsg::<()>(
-        socket.as_raw_fd(),
-        &payload,
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::empty(),
-        None,
-    )
-    .map(drop)
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let iov = [std::io::IoSlice::new(payload)];
+    let control = [ControlMessage::ScmRights(&raw)];
+    let control: &[ControlMessage] = if raw.is_empty() { &[] } else { &control };
+    loop {
+        match sendmsg::<()>(
+            socket.as_raw_fd(),
+            &iov,
+            control,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => return other,
+        }
+    }
 }
 
-/// Receives one descriptor sent with [`send_fd`], close-on-exec; None at EOF, on an
-/// error, or when the message carried none. Extra descriptors are closed.
-pub fn receive_fd(socket: BorrowedFd) -> Option<OwnedFd> {
+/// The most descriptors one message may bring; more are refused (closed).
+pub const MAX_FDS_PER_MESSAGE: usize = 8;
+
+/// Receives into `buffer` and takes the descriptors that came with those bytes,
+/// close-on-exec. Ok((0, _)) at EOF. A message whose descriptors did not fit
+/// (MSG_CTRUNC) is an error: the ones that arrived are closed.
+pub fn receive_with_fds(
+    socket: BorrowedFd,
+    buffer: &mut [u8],
+) -> Result<(usize, Vec<OwnedFd>), Errno> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
-    let mut byte = [0u8; 1];
-    let mut payload = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let mut iov = [std::io::IoSliceMut::new(buffer)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS_PER_MESSAGE]);
     let message = loop {
         match recvmsg::<()>(
             socket.as_raw_fd(),
-            &mut payload,
+            &mut iov,
             Some(&mut space),
             MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
             Err(Errno::EINTR) => continue,
-            other => break other.ok()?,
+            other => break other?,
         }
     };
     let mut received: Vec<OwnedFd> = Vec::new();
-    for control in message.cmsgs().ok()? {
+    for control in message.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = control {
             // SAFETY: the kernel just installed these descriptors in this process for us;
             // nothing else owns them.
@@ -625,5 +641,21 @@ pub fn receive_fd(socket: BorrowedFd) -> Option<OwnedFd> {
             );
         }
     }
-    received.into_iter().next()
+    if message.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(Errno::EMSGSIZE);
+    }
+    Ok((message.bytes, received))
+}
+
+/// Sends one descriptor over a unix socket (SCM_RIGHTS).
+pub fn send_fd(socket: BorrowedFd, fd: BorrowedFd) -> Result<(), Errno> {
+    send_with_fds(socket, b"f", &[fd]).map(drop)
+}
+
+/// Receives one descriptor sent with [`send_fd`]; None at EOF, on an error, or when the
+/// message carried none. Extra descriptors are closed.
+pub fn receive_fd(socket: BorrowedFd) -> Option<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let (_, fds) = receive_with_fds(socket, &mut byte).ok()?;
+    fds.into_iter().next()
 }

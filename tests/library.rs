@@ -190,14 +190,65 @@ fn filtered_run_leaves_no_thread_or_descriptor() -> Result<(), String> {
     Ok(())
 }
 
+/// A program given its own standard streams (as a server gives a pooled jail its
+/// client's) reads and writes them, not those init inherited; brig keeps no copy, so the
+/// output pipe ends when the program does.
+fn program_gets_the_given_streams() -> Result<(), String> {
+    use std::io::{Read, Write};
+    let plan = plan("memory: max\npids: max\ncommand: [/bin/false]\n");
+    let jail = Jail::assemble(&plan).map_err(|err| format!("assemble: {err}"))?;
+    let pipe = || nix::unistd::pipe().map_err(|err| err.to_string());
+    let ((in_read, in_write), (out_read, out_write), (err_read, err_write)) =
+        (pipe()?, pipe()?, pipe()?);
+    let program = Program {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "read line; echo \"out $line\"; echo \"err $line\" >&2".into(),
+        ],
+        env: vec!["PATH=/usr/bin:/bin".into()],
+        chdir: PathBuf::from("/"),
+    };
+    std::fs::File::from(in_write)
+        .write_all(b"hello\n")
+        .map_err(|err| err.to_string())?;
+    let report = jail
+        .run_with_stdio(&program, Some([in_read, out_write, err_write]))
+        .map_err(|err| format!("run: {err}"))?;
+    let read_all = |fd: std::os::fd::OwnedFd| {
+        let mut text = String::new();
+        std::fs::File::from(fd)
+            .read_to_string(&mut text)
+            .map(|_| text)
+    };
+    let (out, err) = (
+        read_all(out_read).map_err(|e| e.to_string())?,
+        read_all(err_read).map_err(|e| e.to_string())?,
+    );
+    if format!("{:?}", report.outcome) != "Exited(0)"
+        || out != "out hello\n"
+        || err != "err hello\n"
+    {
+        return Err(format!(
+            "{:?}: stdout {out:?}, stderr {err:?}",
+            report.outcome
+        ));
+    }
+    Ok(())
+}
+
 type Test = fn() -> Result<(), String>;
 
 fn main() {
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test); 6] = [
         ("program_given_after_assembly", program_given_after_assembly),
         ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
         ("bad_program_is_refused", bad_program_is_refused),
         ("threaded_caller_is_refused", threaded_caller_is_refused),
+        (
+            "program_gets_the_given_streams",
+            program_gets_the_given_streams,
+        ),
         (
             "filtered_run_leaves_no_thread_or_descriptor",
             filtered_run_leaves_no_thread_or_descriptor,

@@ -5,9 +5,9 @@
 //! - `report`: the jail's processes send the parent framed messages: the jail is ready,
 //!   a setup error, an exec failure, or the program's final status. Every end is
 //!   close-on-exec, so the program never inherits one.
-//! - `handoff` (only for jails that have one to give): a unix socket pair over which the
-//!   child sends brig a descriptor it made inside the jail (the TUN device of
-//!   `--net filtered`), with SCM_RIGHTS.
+//! - `descriptors`: a unix socket pair for descriptors (SCM_RIGHTS): the child hands brig
+//!   one it made inside the jail (the TUN device of `--net filtered`), and brig gives the
+//!   program its standard streams when they are not init's (a server's client's).
 
 use super::Program;
 use crate::error::{Error, Stage};
@@ -22,22 +22,26 @@ pub struct Channel {
     go_write: OwnedFd,
     report_read: OwnedFd,
     report_write: OwnedFd,
-    handoff: Option<(OwnedFd, OwnedFd)>,
+    descriptors: (OwnedFd, OwnedFd),
 }
 
 /// The child's ends.
 pub struct ChildEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
-    pub handoff: Option<OwnedFd>,
+    pub descriptors: OwnedFd,
 }
 
 /// The parent's ends.
 pub struct ParentEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
-    pub handoff: Option<OwnedFd>,
+    pub descriptors: OwnedFd,
 }
+
+/// The program's standard input, output and error, when brig gives them with the
+/// program instead of letting it inherit init's.
+pub type Stdio = [OwnedFd; 3];
 
 #[derive(Debug, PartialEq)]
 pub enum Message {
@@ -60,26 +64,23 @@ pub enum Message {
 }
 
 impl Channel {
-    /// The pipes, and the handoff socket when `with_handoff`.
-    pub fn new(with_handoff: bool) -> Result<Channel, Errno> {
+    /// The pipes and the descriptor socket.
+    pub fn new() -> Result<Channel, Errno> {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC)?;
         let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC)?;
-        let handoff = match with_handoff {
-            true => Some(socketpair(
-                AddressFamily::Unix,
-                SockType::SeqPacket,
-                None,
-                SockFlag::SOCK_CLOEXEC,
-            )?),
-            false => None,
-        };
+        let descriptors = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
         Ok(Channel {
             go_read,
             go_write,
             report_read,
             report_write,
-            handoff,
+            descriptors,
         })
     }
 
@@ -87,7 +88,7 @@ impl Channel {
         ChildEnd {
             go: self.go_read,
             report: self.report_write,
-            handoff: self.handoff.map(|(_, child)| child),
+            descriptors: self.descriptors.1,
         }
     }
 
@@ -95,24 +96,22 @@ impl Channel {
         ParentEnd {
             go: self.go_write,
             report: self.report_read,
-            handoff: self.handoff.map(|(parent, _)| parent),
+            descriptors: self.descriptors.0,
         }
     }
 }
 
 impl ChildEnd {
     pub fn raw_fds(&self) -> Vec<RawFd> {
-        [Some(&self.go), Some(&self.report), self.handoff.as_ref()]
+        [&self.go, &self.report, &self.descriptors]
             .into_iter()
-            .flatten()
             .map(AsRawFd::as_raw_fd)
             .collect()
     }
 
-    /// Hands brig a descriptor made inside the jail, then closes the handoff socket.
-    pub fn hand_over(&mut self, fd: OwnedFd) -> Result<(), Errno> {
-        let socket = self.handoff.take().ok_or(Errno::EBADF)?;
-        crate::sys::send_fd(socket.as_fd(), fd.as_fd())
+    /// Hands brig a descriptor made inside the jail.
+    pub fn hand_over(&self, fd: OwnedFd) -> Result<(), Errno> {
+        crate::sys::send_fd(self.descriptors.as_fd(), fd.as_fd())
     }
 
     /// Blocks until the parent says go; false if the parent went away.
@@ -127,14 +126,22 @@ impl ChildEnd {
         }
     }
 
-    /// Blocks until the parent sends the program to run; None if the parent went away
-    /// or sent something else.
-    pub fn wait_for_program(&self) -> Option<Program> {
+    /// Blocks until the parent sends the program to run, with its standard streams when
+    /// brig gives them; None if the parent went away or sent something else.
+    pub fn wait_for_program(&self) -> Option<(Program, Option<Stdio>)> {
         let (tag, payload) = read_frame(&self.go)?;
-        if tag != b'P' {
-            return None;
+        let program = decode_program(&payload)?;
+        match tag {
+            b'P' => Some((program, None)),
+            b'Q' => {
+                let mut byte = [0u8; 1];
+                let (_, fds) =
+                    crate::sys::receive_with_fds(self.descriptors.as_fd(), &mut byte).ok()?;
+                let stdio: Stdio = fds.try_into().ok()?;
+                Some((program, Some(stdio)))
+            }
+            _ => None,
         }
-        decode_program(&payload)
     }
 
     /// False once the parent has exited (its end of `go` is closed then).
@@ -183,19 +190,23 @@ impl ParentEnd {
     }
 
     /// The descriptor the jail handed over, once it is ready.
-    pub fn take_handed_over(&mut self) -> Option<OwnedFd> {
-        let socket = self.handoff.take()?;
-        crate::sys::receive_fd(socket.as_fd())
+    pub fn take_handed_over(&self) -> Option<OwnedFd> {
+        crate::sys::receive_fd(self.descriptors.as_fd())
     }
 
-    /// Hands the jail the program to run.
-    pub fn send_program(&self, program: &Program) -> Result<(), Errno> {
+    /// Hands the jail the program to run, and its standard streams when given.
+    pub fn send_program(&self, program: &Program, stdio: Option<&Stdio>) -> Result<(), Errno> {
         let payload = encode_program(program);
         let mut frame = Vec::with_capacity(payload.len() + 5);
-        frame.push(b'P');
+        frame.push(if stdio.is_some() { b'Q' } else { b'P' });
         frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         frame.extend_from_slice(&payload);
-        write_all(&self.go, &frame)
+        write_all(&self.go, &frame)?;
+        if let Some(stdio) = stdio {
+            let fds = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()];
+            crate::sys::send_with_fds(self.descriptors.as_fd(), b"s", &fds)?;
+        }
+        Ok(())
     }
 
     /// Every message the jail sent; call once the jail's init has exited.
@@ -361,17 +372,18 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let channel = Channel::new(false).unwrap();
+        let channel = Channel::new().unwrap();
         let (go_read, go_write, report_read, report_write) = (
             channel.go_read,
             channel.go_write,
             channel.report_read,
             channel.report_write,
         );
+        let (parent_descriptors, child_descriptors) = channel.descriptors;
         let child = ChildEnd {
             go: go_read,
             report: report_write,
-            handoff: None,
+            descriptors: child_descriptors,
         };
         let sent = [
             Message::SetupError {
@@ -401,7 +413,7 @@ mod tests {
         let parent = ParentEnd {
             go: go_write,
             report: report_read,
-            handoff: None,
+            descriptors: parent_descriptors,
         };
         assert_eq!(parent.collect(), sent);
     }

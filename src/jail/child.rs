@@ -3,7 +3,7 @@
 //! Every step runs in the order below.
 
 use super::Program;
-use super::channel::{ChildEnd, Message};
+use super::channel::{ChildEnd, Message, Stdio};
 use super::init;
 use super::relay::JailEnds;
 use crate::error::{AtStage, Context, Error, Result, Stage};
@@ -21,22 +21,26 @@ use std::path::Path;
 /// Entry point in the cloned child; never returns.
 pub fn run(
     plan: &Plan,
-    mut channel: ChildEnd,
+    channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
 ) -> ! {
-    if let Err(err) = assemble_jail(plan, &mut channel, output, cgroup) {
+    if let Err(err) = assemble_jail(plan, &channel, output, cgroup) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
     // Assembled: tell brig, then wait for the program to run in it.
     channel.send(&Message::Ready);
-    let Some(program) = channel.wait_for_program() else {
+    let Some((program, stdio)) = channel.wait_for_program() else {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
     // The program's process shares init's memory until its exec (vfork-like): cheaper
     // than a fork, whose copy of brig the exec would only tear down again.
-    match sys::spawn_sharing_memory(&mut || become_program(plan, &program, &channel)) {
+    let spawned =
+        sys::spawn_sharing_memory(&mut || become_program(plan, &program, stdio.as_ref(), &channel));
+    // Only the program holds its streams: a client's pipe closes when the program ends.
+    drop(stdio);
+    match spawned {
         Ok(pid) => init::run(pid, &channel),
         Err(errno) => {
             channel.send_error(
@@ -50,7 +54,7 @@ pub fn run(
 /// namespaces → identity → mounts → pivot_root, done once for the jail by its init.
 fn assemble_jail(
     plan: &Plan,
-    channel: &mut ChildEnd,
+    channel: &ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
 ) -> Result<()> {
@@ -134,11 +138,16 @@ fn assemble_jail(
 /// process (which already has the jail's identity, see `assemble_jail`). The seccomp
 /// filter is installed last, so from there on only the exec loop runs: execve, and on
 /// failure one write to brig's pipe and exit_group.
-fn become_program(plan: &Plan, program: &Program, channel: &ChildEnd) -> ! {
+fn become_program(plan: &Plan, program: &Program, stdio: Option<&Stdio>, channel: &ChildEnd) -> ! {
     let fail = |err: Error| -> ! {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
+    if let Some(stdio) = stdio
+        && let Err(err) = take_stdio(stdio)
+    {
+        fail(err);
+    }
     if let Err(err) = drop_privileges(plan, program) {
         fail(err);
     }
@@ -157,6 +166,16 @@ fn become_program(plan: &Plan, program: &Program, channel: &ChildEnd) -> ! {
         message,
     });
     sys::exit_now(status.code());
+}
+
+/// The streams brig gave with the program become its 0, 1 and 2 (their originals are
+/// close-on-exec).
+fn take_stdio(stdio: &Stdio) -> Result<()> {
+    nix::unistd::dup2_stdin(&stdio[0])
+        .and_then(|()| nix::unistd::dup2_stdout(&stdio[1]))
+        .and_then(|()| nix::unistd::dup2_stderr(&stdio[2]))
+        .context(|| "give the program its standard streams".into())
+        .at(Stage::Descriptors)
 }
 
 fn drop_privileges(plan: &Plan, program: &Program) -> Result<()> {

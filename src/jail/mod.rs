@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::plan::Plan;
 use std::path::PathBuf;
 
+pub use channel::Stdio;
 pub use relay::Counts as OutputCounts;
 pub use supervisor::{Jail, Outcome, RunReport};
 

@@ -3,7 +3,7 @@
 //! enforcing the time limit — until it is gone, and measure what it used.
 
 use super::Program;
-use super::channel::{Channel, Message, ParentEnd};
+use super::channel::{Channel, Message, ParentEnd, Stdio};
 use super::relay::{Counts, Relay};
 use super::{child, init};
 use crate::cgroup::{JailCgroup, Usage, Version};
@@ -121,8 +121,7 @@ impl<'p> Jail<'p> {
         let signals =
             SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .context(|| "create a signalfd".into())?;
-        let channel = Channel::new(plan.network.is_some())
-            .context(|| "create the pipes to the jail".into())?;
+        let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
         let (relay, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
                 let (relay, ends) =
@@ -213,8 +212,15 @@ impl<'p> Jail<'p> {
 
     /// Runs `program` in the jail and watches it until the jail is gone: forwarding
     /// signals, relaying bounded output, enforcing the time limit. The wall clock and
-    /// the time limit start here.
-    pub fn run(mut self, program: &Program) -> Result<RunReport> {
+    /// the time limit start here. The program inherits init's standard streams (brig's
+    /// when the jail was assembled).
+    pub fn run(self, program: &Program) -> Result<RunReport> {
+        self.run_with_stdio(program, None)
+    }
+
+    /// [`Jail::run`], with `stdio` as the program's standard input, output and error (a
+    /// server gives a pooled jail its client's).
+    pub fn run_with_stdio(mut self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;
         // The filter relays from the program's first packet on.
@@ -228,9 +234,11 @@ impl<'p> Jail<'p> {
         };
         let started = Instant::now();
         self.channel
-            .send_program(program)
+            .send_program(program, stdio.as_ref())
             .context(|| "hand the program to the jail".into())
             .at(Stage::Spawn)?;
+        // The jail holds them now; brig's copies would keep a client's pipe open.
+        drop(stdio);
         let deadline = plan.time_limit.map(|limit| started + limit.0);
         let watch = Watch {
             relay: self.relay.as_mut(),

@@ -241,7 +241,6 @@ def main():
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind((options.bind, 0))
     dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    dns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     dns.bind((options.dns_address, options.dns_port))
 
     for server in (http_server, tls_server, echo_server):
