@@ -26,6 +26,9 @@ pub enum Command {
     /// Run PROGRAM in a fresh jail and exit with its status.
     #[command(after_help = ExitStatus::help_text())]
     Run(RunArgs),
+    /// A jail server with a warm pool: `brig serve --socket PATH [--pool N] [RUN OPTIONS]`;
+    /// clients run with `brig run --server PATH -- PROGRAM`.
+    Serve(brig::serve::ServeArgs),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
     /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.
@@ -101,6 +104,11 @@ pub struct RunArgs {
     /// Read options from a YAML file; options on the command line override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// Run in a jail of the `brig serve` listening on this socket (same options, exit
+    /// status and verdict; a fresh jail from its warm pool).
+    #[arg(long, value_name = "SOCKET")]
+    pub server: Option<PathBuf>,
 
     #[command(flatten)]
     pub options: JailOptions,

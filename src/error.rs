@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::fmt;
 
 /// Whose fault a failure is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// A flag, config, path, size or message is wrong: the message names it and the fix.

@@ -19,6 +19,7 @@ pub mod net;
 pub mod options;
 pub mod plan;
 pub mod seccomp;
+pub mod serve;
 pub mod units;
 pub mod verdict;
 

@@ -52,7 +52,13 @@ fn brig_main() -> ! {
 
 fn dispatch(command: Command) -> Result<i32> {
     match command {
+        Command::Run(args) if args.server.is_some() => {
+            let socket = args.server.clone().expect("checked");
+            let options = config::resolve(args.config.as_deref(), args.options)?;
+            brig::serve::client::run(&socket, options)
+        }
         Command::Run(args) => Ok(run(args)),
+        Command::Serve(args) => brig::serve::serve(args),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)

@@ -316,7 +316,19 @@ impl Sinks {
 
     /// Writes the verdict and the audit line; a failure is reported on stderr.
     pub fn deliver(&self, verdict: &Verdict, plan: Option<&Plan>) {
-        let mut line = verdict.to_json();
+        let value = serde_json::to_value(verdict).expect("a verdict always serializes");
+        self.deliver_json(&value, plan.map(config_digest), None);
+    }
+
+    /// [`Sinks::deliver`] for a verdict that came as JSON (from `brig serve`), with the
+    /// digest of the plan it ran under and, for a server's log, the client it ran for.
+    pub fn deliver_json(
+        &self,
+        verdict: &serde_json::Value,
+        config_digest: Option<String>,
+        peer: Option<Peer>,
+    ) {
+        let mut line = serde_json::to_string(verdict).expect("JSON always serializes");
         line.push('\n');
         let written = match &self.report {
             Some(ReportSink::File(path, file)) => (&*file)
@@ -330,7 +342,7 @@ impl Sinks {
             eprintln!("brig: {err}");
         }
         if let Some((path, file)) = &self.audit
-            && let Err(err) = append_audit(path, file, plan, verdict)
+            && let Err(err) = append_audit(path, file, config_digest, peer, verdict)
         {
             eprintln!("brig: {err}");
         }
@@ -353,33 +365,25 @@ fn write_all(fd: BorrowedFd, mut bytes: &[u8]) -> std::result::Result<(), nix::e
 fn append_audit(
     path: &Path,
     file: &std::fs::File,
-    plan: Option<&Plan>,
-    verdict: &Verdict,
+    config_digest: Option<String>,
+    peer: Option<Peer>,
+    verdict: &serde_json::Value,
 ) -> Result<()> {
-    use sha2::{Digest, Sha256};
     #[derive(Serialize)]
     struct Entry<'a> {
         time: String,
         uid: u32,
         argv: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        peer: Option<Peer>,
         config_digest: Option<String>,
-        verdict: &'a Verdict,
+        verdict: &'a serde_json::Value,
     }
-    let config_digest = plan.map(|plan| {
-        let yaml = serde_saphyr::to_string(plan).unwrap_or_default();
-        let digest = Sha256::digest(yaml.as_bytes());
-        format!(
-            "sha256:{}",
-            digest
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        )
-    });
     let entry = Entry {
         time: rfc3339_now(),
         uid: nix::unistd::getuid().as_raw(),
         argv: std::env::args().collect(),
+        peer,
         config_digest,
         verdict,
     };
@@ -390,6 +394,23 @@ fn append_audit(
     let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, errno)| Error::os(what(), errno))?;
     (&*locked).write_all(line.as_bytes()).context(what)
+}
+
+/// The client of a `brig serve` run, from the socket's peer credentials (SO_PEERCRED).
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Peer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+}
+
+/// SHA-256 of the resolved plan as YAML: which configuration a run had.
+pub fn config_digest(plan: &Plan) -> String {
+    use sha2::{Digest, Sha256};
+    let yaml = serde_saphyr::to_string(plan).unwrap_or_default();
+    let digest = Sha256::digest(yaml.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 /// UTC time as RFC 3339 with milliseconds, without a date crate.

@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use std::path::PathBuf;
 
 pub use channel::Stdio;
+pub use init::forwarded_signals;
 pub use relay::Counts as OutputCounts;
 pub use supervisor::{Jail, Outcome, RunReport};
 

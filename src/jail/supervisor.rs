@@ -14,6 +14,7 @@ use crate::net::record::NetworkRecord;
 use crate::plan::Plan;
 use crate::procfs::Stat;
 use crate::sys::{self, Cloned};
+use crate::units::Span;
 use crate::{identity, seccomp};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -21,7 +22,7 @@ use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
@@ -95,6 +96,8 @@ pub struct Jail<'p> {
     audit: Option<seccomp::AuditLog>,
     /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
     tun: Option<OwnedFd>,
+    /// The plan's `--time-limit`, unless the run was given another.
+    time_limit: Option<Span>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
     cgroup: Option<JailCgroup>,
@@ -183,6 +186,7 @@ impl<'p> Jail<'p> {
             relay,
             audit,
             tun: None,
+            time_limit: plan.time_limit,
             cgroup,
             reaped: false,
         };
@@ -208,6 +212,17 @@ impl<'p> Jail<'p> {
             jail.tun = Some(tun);
         }
         Ok(jail)
+    }
+
+    /// A pidfd of the jail's init: a signal to it (SIGKILL) ends the jail, and after the
+    /// jail is reaped it reaches nobody.
+    pub fn init_pidfd(&self) -> BorrowedFd<'_> {
+        self.init.pidfd.as_fd()
+    }
+
+    /// Gives the run a wall-clock limit other than the plan's (a server's request).
+    pub fn limit_time(&mut self, limit: Option<Span>) {
+        self.time_limit = limit;
     }
 
     /// Runs `program` in the jail and watches it until the jail is gone: forwarding
@@ -239,7 +254,7 @@ impl<'p> Jail<'p> {
             .at(Stage::Spawn)?;
         // The jail holds them now; brig's copies would keep a client's pipe open.
         drop(stdio);
-        let deadline = plan.time_limit.map(|limit| started + limit.0);
+        let deadline = self.time_limit.map(|limit| started + limit.0);
         let watch = Watch {
             relay: self.relay.as_mut(),
             audit: self.audit.as_mut(),

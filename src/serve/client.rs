@@ -1,0 +1,119 @@
+//! `brig run --server PATH`: the same options, exit statuses and verdict as a one-shot
+//! run, served by a `brig serve` on PATH. The client's own stdin, stdout and stderr go to
+//! the jail with the request (SCM_RIGHTS), so output flows straight through; SIGINT,
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program.
+
+use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
+use crate::error::{Context, Error, Result};
+use crate::options::JailOptions;
+use crate::verdict::Sinks;
+use nix::sys::signal::{SigmaskHow, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+pub fn connect(socket: &Path) -> Result<UnixStream> {
+    UnixStream::connect(socket).map_err(|err| {
+        Error::input(format!(
+            "--server {}: cannot connect: {err}; is `brig serve --socket {}` running, and may you use it?",
+            socket.display(),
+            socket.display()
+        ))
+    })
+}
+
+/// Runs `options` (already layered with `--config`) on the server at `socket`; returns
+/// brig's exit status for the run.
+pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
+    // Where the verdict goes is opened first, as a one-shot run does.
+    let sinks = Sinks::open(
+        options.report.as_deref(),
+        options.report_fd,
+        options.audit_log.as_deref(),
+    )?;
+    let stream = connect(socket)?;
+    let forwarded = crate::jail::forwarded_signals();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
+        .context(|| "block signals".into())?;
+    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .context(|| "create a signalfd".into())?;
+    let request = serde_json::json!({
+        "brig": protocol::VERSION,
+        "type": "run",
+        "options": for_server(options),
+        "stdio": StdioMode::Fds,
+    });
+    let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
+    protocol::write_frame(stream.as_fd(), &request, &stdio)?;
+    stream
+        .set_nonblocking(true)
+        .context(|| "make the connection non-blocking".into())?;
+    let mut reader = FrameReader::default();
+    loop {
+        let read = nix::poll::PollFlags::POLLIN;
+        let mut fds = [
+            nix::poll::PollFd::new(stream.as_fd(), read),
+            nix::poll::PollFd::new(signals.as_fd(), read),
+        ];
+        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {
+            continue;
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            let frame = serde_json::json!({"brig": protocol::VERSION, "type": "signal", "signal": info.ssi_signo});
+            let _ = stream.set_nonblocking(false);
+            let _ = protocol::write_frame(stream.as_fd(), &frame, &[]);
+            let _ = stream.set_nonblocking(true);
+        }
+        match reader.read(stream.as_fd())? {
+            Read::Partial => {}
+            Read::Closed => {
+                return Err(Error::setup(format!(
+                    "--server {}: the server closed the connection before the run ended",
+                    socket.display()
+                )));
+            }
+            Read::Frame(body, _) => return finish(&body, &sinks),
+        }
+    }
+}
+
+fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
+    let reply: Reply = serde_json::from_slice(body).map_err(|err| {
+        Error::setup(format!(
+            "brig serve sent an answer this client does not understand: {err}"
+        ))
+    })?;
+    match reply {
+        Reply::Done {
+            verdict,
+            config_digest,
+            ..
+        } => {
+            sinks.deliver_json(&verdict, Some(config_digest), None);
+            if let Some(message) = verdict["error"].as_str() {
+                eprintln!("brig: {message}");
+            }
+            Ok(verdict["brig_exit_code"]
+                .as_i64()
+                .unwrap_or(i64::from(crate::ExitStatus::BRIG_FAILED)) as i32)
+        }
+        Reply::Error {
+            message, exit_code, ..
+        } => {
+            eprintln!("brig: {message}");
+            Ok(exit_code)
+        }
+        Reply::Status(_) => Err(Error::setup("brig serve answered a run with its status")),
+    }
+}
+
+/// The options as the server takes them: the profile already expanded here, where the
+/// verdict goes left out (it is this client's to write).
+fn for_server(mut options: JailOptions) -> JailOptions {
+    options.profile = None;
+    options.report = None;
+    options.report_fd = None;
+    options.audit_log = None;
+    options
+}

@@ -1,0 +1,75 @@
+//! `brig serve`: a jail server with a warm pool. It listens on a unix socket; each run
+//! gets a fresh jail, never reused: one from the pool (assembled before the request came:
+//! namespaces, id maps, cgroup, mount tree, init waiting) when the request's jail has the
+//! pool's shape, else one built for it. `brig run --server` is its client (`client.rs`).
+//!
+//! - `protocol.rs`: the versioned wire format (length-prefixed JSON, SCM_RIGHTS);
+//! - `server.rs`: the listening process, single-threaded: it accepts, checks the peer and
+//!   the request, and hands each run to a runner;
+//! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
+//!   (before the request, for the pool), runs the program with the client's streams,
+//!   answers the client directly and exits;
+//! - `policy.rs`: what a client may ask for beyond the server's defaults.
+
+pub mod client;
+pub mod policy;
+pub mod protocol;
+mod runner;
+mod server;
+
+use crate::options::JailOptions;
+use crate::units::Span;
+use clap::Args;
+use std::path::PathBuf;
+
+pub use policy::Loosening;
+pub use server::serve;
+
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// The unix socket to listen on (created 0600, or 0660 with --socket-group).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+
+    /// Jails kept assembled and waiting for a request [default: 2].
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub pool: usize,
+
+    /// Jails running at once; more requests wait (--queue-timeout) [default: 64].
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_jails: usize,
+
+    /// How long a request waits for a free slot before it fails [default: 10s].
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub queue_timeout: Span,
+
+    /// On SIGTERM, how long running jails may finish before they are killed [default: 10s].
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub drain_grace: Span,
+
+    /// Let this group's members connect too (the socket becomes 0660).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+
+    /// Clients may bind host paths under DIR into their jails (repeatable); no other.
+    #[arg(long = "allow-bind-under", value_name = "DIR")]
+    pub allow_bind_under: Vec<PathBuf>,
+
+    /// Let clients loosen isolation this way: net-host, seccomp-none, landlock-off
+    /// (repeatable); refused otherwise.
+    #[arg(long = "client-may", value_name = "WHAT")]
+    pub client_may: Vec<Loosening>,
+
+    /// Print the status of the server on --socket and exit.
+    #[arg(long)]
+    pub status: bool,
+
+    /// Read the jails' default options from a YAML file (as `brig run --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The defaults of every jail, as for `brig run` (`--audit-log` is the server's: one
+    /// line per run with the client's uid and pid).
+    #[command(flatten)]
+    pub options: JailOptions,
+}

@@ -1,0 +1,293 @@
+//! The wire protocol of `brig serve`, version 1: small enough to speak from any language.
+//!
+//! A unix stream socket carries frames: a 4-byte big-endian length, then that many bytes
+//! of one JSON object (at most [`MAX_FRAME`]). Every client frame has `"brig": 1` and a
+//! `type`. Descriptors (SCM_RIGHTS) travel with the first byte of a frame.
+//!
+//! - `{"brig":1,"type":"run","options":{...},"stdio":"fds"}` with three descriptors: the
+//!   program's stdin, stdout and stderr. `options` are `brig run`'s, by their YAML names
+//!   (`command` is the program). With `"stdio":"capture"` and no descriptors, the reply
+//!   carries `stdout` and `stderr` (UTF-8, lossy, at most `output-limit` or 1 MiB) and
+//!   `"stdin"` may give the program's input as a string.
+//! - while it runs: `{"brig":1,"type":"signal","signal":15}` passes a signal on.
+//! - the server answers `{"type":"done","verdict":{...},"config_digest":"sha256:..."}`,
+//!   or `{"type":"error","message":"...","kind":"bad_input","exit_code":125}`, then
+//!   closes the connection.
+//! - `{"brig":1,"type":"status"}` → `{"type":"status", ...}` (see [`Status`]).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::JailOptions;
+use crate::sys;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+pub const VERSION: u64 = 1;
+/// The largest frame either side accepts.
+pub const MAX_FRAME: usize = 1 << 20;
+/// What `capture` keeps of each stream without an `output-limit`.
+pub const DEFAULT_CAPTURE: u64 = 1 << 20;
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Run {
+        #[serde(default)]
+        options: Box<JailOptions>,
+        #[serde(default)]
+        stdio: StdioMode,
+        /// With `capture`: the program's standard input.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stdin: Option<String>,
+    },
+    Signal {
+        signal: i32,
+    },
+    Status,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StdioMode {
+    /// The client's own descriptors, passed with the request.
+    #[default]
+    Fds,
+    /// Pipes: the reply carries what the program wrote.
+    Capture,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    Done {
+        verdict: serde_json::Value,
+        config_digest: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stdout: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stderr: Option<String>,
+    },
+    Error {
+        message: String,
+        kind: ErrorKind,
+        exit_code: i32,
+    },
+    Status(Status),
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Status {
+    pub version: String,
+    pub pid: u32,
+    /// Pooled jails wanted, and ready now.
+    pub pool: usize,
+    pub ready: usize,
+    /// Jails running a program now, and the most at once (`--max-jails`).
+    pub running: usize,
+    pub max_jails: usize,
+    /// Requests waiting for a jail.
+    pub queued: usize,
+    pub runs: u64,
+    /// Runs served by a pooled jail, and by one built for the request.
+    pub pooled_runs: u64,
+    pub refused: u64,
+    pub failures: u64,
+    pub draining: bool,
+}
+
+impl Reply {
+    pub fn error(error: &Error) -> Reply {
+        Reply::Error {
+            message: error.to_string(),
+            kind: error.kind(),
+            exit_code: crate::ExitStatus::BRIG_FAILED,
+        }
+    }
+}
+
+/// Writes one frame, with `fds` attached to its first byte.
+pub fn write_frame(socket: BorrowedFd, message: &impl Serialize, fds: &[BorrowedFd]) -> Result<()> {
+    let body = serde_json::to_vec(message)
+        .map_err(|err| Error::setup(format!("encode a frame: {err}")))?;
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let what = |errno| Error::os("write to the brig serve socket", errno);
+    let mut sent = sys::send_with_fds(socket, &frame, fds).map_err(what)?;
+    while sent < frame.len() {
+        sent += sys::send_with_fds(socket, &frame[sent..], &[]).map_err(what)?;
+    }
+    Ok(())
+}
+
+/// A client frame's JSON: the version checked and removed.
+pub fn parse_request(body: &[u8]) -> Result<Request> {
+    let mut value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|err| Error::input(format!("brig serve: a request that is not JSON: {err}")))?;
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| Error::input("brig serve: a request must be a JSON object"))?;
+    match object.remove("brig").and_then(|version| version.as_u64()) {
+        Some(VERSION) => {}
+        Some(other) => {
+            return Err(Error::input(format!(
+                "brig serve: protocol version {other} is not spoken here; this server speaks \"brig\": {VERSION}"
+            )));
+        }
+        None => {
+            return Err(Error::input(format!(
+                "brig serve: a request needs \"brig\": {VERSION} (the protocol version)"
+            )));
+        }
+    }
+    serde_json::from_value(value)
+        .map_err(|err| Error::input(format!("brig serve: a malformed request: {err}")))
+}
+
+/// Reads frames from a socket bit by bit (non-blocking, in the server's loop) or whole
+/// (blocking, in clients and runners), with the descriptors that came with them.
+#[derive(Default)]
+pub struct FrameReader {
+    buffer: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+/// What [`FrameReader::read`] found.
+pub enum Read {
+    Frame(Vec<u8>, Vec<OwnedFd>),
+    /// No whole frame yet (non-blocking socket).
+    Partial,
+    /// The peer closed the connection between frames.
+    Closed,
+}
+
+impl FrameReader {
+    /// Reads what is there; a whole frame when one has arrived. Errors: the peer closed
+    /// mid-frame, a frame over [`MAX_FRAME`], too many descriptors, a socket error.
+    pub fn read(&mut self, socket: BorrowedFd) -> Result<Read> {
+        loop {
+            if let Some(frame) = self.take_frame()? {
+                return Ok(frame);
+            }
+            let mut chunk = [0u8; 16 * 1024];
+            match sys::receive_with_fds(socket, &mut chunk) {
+                Ok((0, _)) if self.buffer.is_empty() => return Ok(Read::Closed),
+                Ok((0, _)) => {
+                    return Err(Error::input(
+                        "brig serve: the peer closed the connection in the middle of a frame",
+                    ));
+                }
+                Ok((count, fds)) => {
+                    self.buffer.extend_from_slice(&chunk[..count]);
+                    self.fds.extend(fds);
+                    if self.fds.len() > sys::MAX_FDS_PER_MESSAGE {
+                        return Err(Error::input(
+                            "brig serve: too many descriptors with one request; send 3 (stdin, stdout, stderr) or none",
+                        ));
+                    }
+                }
+                Err(nix::errno::Errno::EAGAIN) => return Ok(Read::Partial),
+                Err(nix::errno::Errno::EMSGSIZE) => {
+                    return Err(Error::input(
+                        "brig serve: too many descriptors with one request; send 3 (stdin, stdout, stderr) or none",
+                    ));
+                }
+                Err(errno) => return Err(Error::os("read from the brig serve socket", errno)),
+            }
+        }
+    }
+
+    fn take_frame(&mut self) -> Result<Option<Read>> {
+        if self.buffer.len() < 4 {
+            return Ok(None);
+        }
+        let length = u32::from_be_bytes([
+            self.buffer[0],
+            self.buffer[1],
+            self.buffer[2],
+            self.buffer[3],
+        ]) as usize;
+        if length > MAX_FRAME {
+            return Err(Error::input(format!(
+                "brig serve: a frame of {length} bytes; the most is {MAX_FRAME}"
+            )));
+        }
+        if self.buffer.len() < 4 + length {
+            return Ok(None);
+        }
+        let body = self.buffer[4..4 + length].to_vec();
+        self.buffer.drain(..4 + length);
+        Ok(Some(Read::Frame(body, std::mem::take(&mut self.fds))))
+    }
+
+    /// Blocks until a whole frame has arrived; None when the peer closed between frames.
+    pub fn read_blocking(&mut self, socket: &impl AsFd) -> Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+        loop {
+            match self.read(socket.as_fd())? {
+                Read::Frame(body, fds) => return Ok(Some((body, fds))),
+                Read::Closed => return Ok(None),
+                Read::Partial => {
+                    let mut poll = [nix::poll::PollFd::new(
+                        socket.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    )];
+                    let _ = nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_need_the_version_and_known_fields() {
+        let run =
+            parse_request(br#"{"brig":1,"type":"run","options":{"command":["true"]}}"#).unwrap();
+        assert!(matches!(
+            run,
+            Request::Run {
+                stdio: StdioMode::Fds,
+                ..
+            }
+        ));
+        for (body, needle) in [
+            (&br#"{"type":"status"}"#[..], "needs \"brig\": 1"),
+            (br#"{"brig":2,"type":"status"}"#, "version 2"),
+            (br#"[1]"#, "JSON object"),
+            (br#"{"brig":1,"type":"launch"}"#, "malformed"),
+            (br#"{"brig":1,"type":"run","options":{"bogus":1}}"#, "bogus"),
+            (b"not json", "not JSON"),
+        ] {
+            let err = parse_request(body).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_with_descriptors_and_refuse_oversize() {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        let (a, b) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        let (pipe_read, _pipe_write) = nix::unistd::pipe().unwrap();
+        write_frame(a.as_fd(), &Request::Status, &[pipe_read.as_fd()]).unwrap();
+        let (body, fds) = FrameReader::default().read_blocking(&b).unwrap().unwrap();
+        assert_eq!(body, br#"{"type":"status"}"#);
+        assert_eq!(fds.len(), 1);
+        nix::unistd::write(&a, &((MAX_FRAME as u32 + 1).to_be_bytes())).unwrap();
+        let err = FrameReader::default()
+            .read_blocking(&b)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("the most is"), "{err}");
+        drop(a);
+        assert!(FrameReader::default().read_blocking(&b).unwrap().is_none());
+    }
+}

@@ -1,0 +1,250 @@
+//! A runner: a process the server forks for one jail. A pooled runner assembles the
+//! server's default jail at once, tells the server it is ready and waits; a runner for a
+//! request whose jail has another shape assembles that one. Either way it then runs the
+//! request's program with the client's streams (or pipes it captures), answers the
+//! client itself, and exits: a jail is never reused.
+//!
+//! The runner is single-threaded until its jail is assembled; then threads pass the
+//! client's signals on and feed or drain captured streams.
+
+use super::protocol::{self, FrameReader, Reply, Request, StdioMode};
+use crate::error::{Error, Result};
+use crate::jail::{Jail, Program};
+use crate::options::JailOptions;
+use crate::plan::Plan;
+use crate::sys;
+use crate::verdict::{self, Peer, Sinks, Verdict};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+
+/// What the server sends a runner with a request (and, as SCM_RIGHTS, the client's
+/// connection, then its stdin, stdout and stderr in `fds` mode).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Job {
+    /// The server's defaults with the client's options on top, checked.
+    pub options: JailOptions,
+    pub stdio: StdioMode,
+    pub stdin: Option<String>,
+    pub peer: Peer,
+}
+
+/// What a runner tells the server.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Report {
+    /// The pooled jail is assembled and waits.
+    Ready,
+    /// The pooled jail could not be assembled.
+    Failed { message: String },
+}
+
+/// How a runner starts.
+pub enum Start<'a> {
+    /// Assemble `plan` (the server's default jail) and wait for a job.
+    Pooled(&'a Plan),
+    /// Assemble the jail of this job and run it (its descriptors: connection, streams).
+    ForJob(Box<Job>, Vec<OwnedFd>),
+}
+
+/// The runner's life; ends the process.
+pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
+    let code = match start {
+        Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
+        Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref()),
+    };
+    sys::exit_now(code);
+}
+
+fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
+    let jail = match Jail::assemble(plan) {
+        Ok(jail) => jail,
+        Err(err) => {
+            let report = Report::Failed {
+                message: err.to_string(),
+            };
+            let _ = protocol::write_frame(control.as_fd(), &report, &[]);
+            return 1;
+        }
+    };
+    if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
+        return 0;
+    }
+    // The server gone (or draining) closes the control socket: the jail goes unused.
+    let Ok(Some((body, fds))) = FrameReader::default().read_blocking(control) else {
+        return 0;
+    };
+    let Ok(job) = serde_json::from_slice::<Job>(&body) else {
+        return 1;
+    };
+    run_job(jail, job, fds, audit_log)
+}
+
+fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
+    let plan = match Plan::resolve(job.options.clone()) {
+        Ok(plan) => plan,
+        Err(err) => return answer_error(&fds, &err),
+    };
+    match Jail::assemble(&plan) {
+        Ok(jail) => run_job(jail, job, fds, audit_log),
+        Err(err) => answer_error(&fds, &err),
+    }
+}
+
+fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
+    if let Some(connection) = fds.first() {
+        let _ = protocol::write_frame(connection.as_fd(), &Reply::error(err), &[]);
+    }
+    1
+}
+
+fn run_job(mut jail: Jail, job: Job, mut fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
+    if fds.is_empty() {
+        return 1;
+    }
+    let connection = fds.remove(0);
+    // The request's own plan: its program, time limit and what the verdict reports.
+    let plan = match Plan::resolve(job.options.clone()) {
+        Ok(plan) => plan,
+        Err(err) => return answer_error(&[connection], &err),
+    };
+    jail.limit_time(plan.time_limit);
+    let (stdio, capture) = match job.stdio {
+        StdioMode::Fds => match <[OwnedFd; 3]>::try_from(fds) {
+            Ok(stdio) => (stdio, None),
+            Err(_) => {
+                return answer_error(
+                    &[connection],
+                    &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
+                );
+            }
+        },
+        StdioMode::Capture => {
+            let limit = plan
+                .limits
+                .output_limit
+                .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
+            match Capture::start(job.stdin.clone().unwrap_or_default(), limit) {
+                Ok((stdio, capture)) => (stdio, Some(capture)),
+                Err(err) => return answer_error(&[connection], &err),
+            }
+        }
+    };
+    let init = jail.init_pidfd().try_clone_to_owned().ok();
+    watch_client(&connection, init);
+    let program = Program::of(&plan);
+    let verdict = match jail.run_with_stdio(&program, Some(stdio)) {
+        Ok(report) => Verdict::of_run(&plan, &report),
+        Err(err) => Verdict::of_setup_error(Some(&plan), &err),
+    };
+    let (stdout, stderr) = match capture {
+        Some(capture) => {
+            let (stdout, stderr) = capture.finish();
+            (Some(stdout), Some(stderr))
+        }
+        None => (None, None),
+    };
+    let verdict = serde_json::to_value(&verdict).expect("a verdict always serializes");
+    let config_digest = verdict::config_digest(&plan);
+    if let Some(path) = audit_log
+        && let Ok(sinks) = Sinks::open(None, None, Some(path))
+    {
+        sinks.deliver_json(&verdict, Some(config_digest.clone()), Some(job.peer));
+    }
+    let reply = Reply::Done {
+        verdict,
+        config_digest,
+        stdout,
+        stderr,
+    };
+    let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+    0
+}
+
+/// Passes the client's `signal` frames on to the program (through this process's signal
+/// queue, which the supervisor forwards) and ends the jail when the client goes away.
+fn watch_client(connection: &OwnedFd, init: Option<OwnedFd>) {
+    let Ok(connection) = connection.try_clone() else {
+        return;
+    };
+    let forwarded = crate::jail::forwarded_signals();
+    let _ = std::thread::Builder::new()
+        .name("brig-client".into())
+        .spawn(move || {
+            let mut reader = FrameReader::default();
+            loop {
+                match reader.read_blocking(&connection) {
+                    Ok(Some((body, _))) => {
+                        if let Ok(Request::Signal { signal }) = protocol::parse_request(&body)
+                            && let Ok(signal) = Signal::try_from(signal)
+                        {
+                            if forwarded.contains(signal) {
+                                let _ = nix::sys::signal::kill(nix::unistd::getpid(), signal);
+                            } else if signal == Signal::SIGKILL
+                                && let Some(init) = &init
+                            {
+                                let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
+                            }
+                        }
+                    }
+                    // Gone (or speaking nonsense): the run is of no use to anyone.
+                    _ => {
+                        if let Some(init) = &init {
+                            let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
+                        }
+                        return;
+                    }
+                }
+            }
+        });
+}
+
+/// `capture` mode: pipes for the program's streams, a thread feeding stdin and one
+/// draining each of stdout and stderr (keeping at most `limit` bytes of each).
+struct Capture {
+    threads: Vec<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Capture {
+    fn start(stdin: String, limit: u64) -> Result<([OwnedFd; 3], Capture)> {
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|errno| Error::os("create a pipe for the program", errno))
+        };
+        let (in_read, in_write) = pipe()?;
+        let (out_read, out_write) = pipe()?;
+        let (err_read, err_write) = pipe()?;
+        let feed = std::thread::spawn(move || {
+            let _ = std::fs::File::from(in_write).write_all(stdin.as_bytes());
+            Vec::new()
+        });
+        let drain = |read: OwnedFd| {
+            std::thread::spawn(move || {
+                let mut kept = Vec::new();
+                let mut file = std::fs::File::from(read);
+                let mut chunk = [0u8; 64 * 1024];
+                while let Ok(count @ 1..) = file.read(&mut chunk) {
+                    let room = (limit as usize).saturating_sub(kept.len());
+                    kept.extend_from_slice(&chunk[..count.min(room)]);
+                }
+                kept
+            })
+        };
+        let threads = vec![feed, drain(out_read), drain(err_read)];
+        Ok(([in_read, out_write, err_write], Capture { threads }))
+    }
+
+    fn finish(self) -> (String, String) {
+        let mut outputs = self
+            .threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap_or_default());
+        let _stdin = outputs.next();
+        let text = |bytes: Option<Vec<u8>>| {
+            String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
+        };
+        (text(outputs.next()), text(outputs.next()))
+    }
+}

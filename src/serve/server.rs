@@ -1,0 +1,824 @@
+//! The listening process of `brig serve`. It stays single-threaded, because it forks a
+//! runner for every jail (a jail's process is cloned without exec, which a threaded
+//! process must not do). One poll loop: new connections, requests read bit by bit (a slow
+//! client never blocks the others), runners reporting, signals (SIGCHLD reaps runners,
+//! SIGTERM and SIGINT drain).
+
+use super::ServeArgs;
+use super::policy;
+use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
+use super::runner::{self, Job, Report, Start};
+use crate::error::{Context, Error, Result};
+use crate::options::JailOptions;
+use crate::plan::Plan;
+use crate::sys;
+use crate::verdict::Peer;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long a client has to send its whole request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a pooled jail fails to assemble this many times in a row, the pool waits.
+const FAILURES_BEFORE_BACKOFF: u32 = 3;
+const BACKOFF: Duration = Duration::from_secs(1);
+/// Requests waiting for a slot at most; more are refused at once.
+const MAX_QUEUE: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunnerState {
+    Assembling,
+    Ready,
+    Busy,
+}
+
+struct Runner {
+    pid: Pid,
+    control: OwnedFd,
+    reader: FrameReader,
+    state: RunnerState,
+    pooled: bool,
+}
+
+/// A connection whose request has not fully arrived.
+struct Incoming {
+    stream: UnixStream,
+    reader: FrameReader,
+    peer: Peer,
+    since: Instant,
+}
+
+/// A checked request waiting for a runner.
+struct Pending {
+    job: Job,
+    /// The connection, then the client's streams in `fds` mode.
+    fds: Vec<OwnedFd>,
+    pooled: bool,
+    deadline: Instant,
+}
+
+struct Server {
+    args: ServeArgs,
+    defaults: JailOptions,
+    pool_plan: Plan,
+    pool_shape: serde_json::Value,
+    listener: Option<UnixListener>,
+    signals: SignalFd,
+    runners: Vec<Runner>,
+    incoming: Vec<Incoming>,
+    queue: VecDeque<Pending>,
+    status: Status,
+    /// Set by SIGTERM: when running jails are told to stop.
+    drain_deadline: Option<Instant>,
+    failures_in_a_row: u32,
+    refill_after: Option<Instant>,
+    /// Who may connect besides root and the server's own uid.
+    group: Option<nix::unistd::Gid>,
+}
+
+/// `brig serve`: serves until SIGTERM or SIGINT, then drains. The exit status.
+pub fn serve(args: ServeArgs) -> Result<i32> {
+    if args.status {
+        return print_status(&args.socket);
+    }
+    let defaults = defaults(&args)?;
+    let pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    let group = args
+        .socket_group
+        .as_deref()
+        .map(resolve_group)
+        .transpose()?;
+    // Signals are read from a descriptor in the loop; runners reset the mask.
+    let mut handled = SigSet::empty();
+    for signal in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+    ] {
+        handled.add(signal);
+    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled), None).context(|| "block signals".into())?;
+    let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .context(|| "create a signalfd".into())?;
+    let listener = listen(&args.socket, group)?;
+    let pool_shape = shape(&pool_plan);
+    let mut server = Server {
+        status: Status {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            pool: args.pool,
+            max_jails: args.max_jails,
+            ..Status::default()
+        },
+        args,
+        defaults,
+        pool_plan,
+        pool_shape,
+        listener: Some(listener),
+        signals,
+        runners: Vec::new(),
+        incoming: Vec::new(),
+        queue: VecDeque::new(),
+        drain_deadline: None,
+        failures_in_a_row: 0,
+        refill_after: None,
+        group,
+    };
+    eprintln!(
+        "brig serve: listening on {} (pool {}, max jails {})",
+        server.args.socket.display(),
+        server.args.pool,
+        server.args.max_jails
+    );
+    let result = server.run();
+    let _ = std::fs::remove_file(&server.args.socket);
+    result.map(|()| 0)
+}
+
+/// The server's default options: the config file under the command line; a program or a
+/// report destination makes no sense for a server.
+fn defaults(args: &ServeArgs) -> Result<JailOptions> {
+    let defaults = crate::config::resolve(args.config.as_deref(), args.options.clone())?;
+    if !defaults.command.is_empty() {
+        return Err(Error::input(
+            "brig serve takes no program: each client names its own (`brig run --server PATH -- PROGRAM`)",
+        ));
+    }
+    if defaults.report.is_some() || defaults.report_fd.is_some() {
+        return Err(Error::input(
+            "brig serve: --report and --report-fd are each client's (`brig run --server PATH --report FILE`); the server's record is --audit-log",
+        ));
+    }
+    if let Some(dir) = defaults.workdir.as_ref().or(defaults.rootfs.as_ref())
+        && !dir.is_absolute()
+    {
+        return Err(Error::input(format!(
+            "brig serve: {} is relative; give absolute paths to a server",
+            dir.display()
+        )));
+    }
+    Ok(defaults)
+}
+
+/// The pooled jail waits for its program; the plan needs one to be valid.
+fn with_placeholder(mut options: JailOptions) -> JailOptions {
+    options.command = vec!["true".into()];
+    options
+}
+
+/// What makes two jails interchangeable: the plan without what a run gives its program.
+fn shape(plan: &Plan) -> serde_json::Value {
+    let mut value = serde_json::to_value(plan).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        for per_run in [
+            "command",
+            "env",
+            "chdir",
+            "time-limit",
+            "report",
+            "audit-log",
+            "warnings",
+        ] {
+            object.remove(per_run);
+        }
+    }
+    value
+}
+
+fn resolve_group(name: &str) -> Result<nix::unistd::Gid> {
+    match nix::unistd::Group::from_name(name) {
+        Ok(Some(group)) => Ok(group.gid),
+        _ => name
+            .parse::<u32>()
+            .map(nix::unistd::Gid::from_raw)
+            .map_err(|_| {
+                Error::input(format!(
+                    "--socket-group {name}: no such group; give a group name or number"
+                ))
+            }),
+    }
+}
+
+/// Binds the socket: 0600, or 0660 for --socket-group. A socket left by a server that
+/// died is replaced; one another server listens on is not.
+fn listen(path: &Path, group: Option<nix::unistd::Gid>) -> Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(Error::input(format!(
+                "--socket {}: exists and is not a socket; give another path",
+                path.display()
+            )));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(Error::input(format!(
+                "--socket {}: another brig serve listens there; stop it or give another path",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path)
+            .context(|| format!("--socket {}: remove the stale socket", path.display()))?;
+    }
+    // Created with no access for anyone, then opened up: no window where others connect.
+    let old_umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old_umask);
+    let listener = bound.map_err(|err| {
+        Error::input(format!(
+            "--socket {}: cannot listen there: {err}; give a path in a writable directory",
+            path.display()
+        ))
+    })?;
+    if let Some(group) = group {
+        nix::unistd::chown(path, None, Some(group))
+            .context(|| format!("--socket {}: give it to the group", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .context(|| format!("--socket {}: chmod 0660", path.display()))?;
+    }
+    listener
+        .set_nonblocking(true)
+        .context(|| "make the socket non-blocking".into())?;
+    Ok(listener)
+}
+
+impl Server {
+    fn run(&mut self) -> Result<()> {
+        loop {
+            self.refill_pool();
+            if self.drain_deadline.is_some() && self.runners.is_empty() {
+                return Ok(());
+            }
+            self.wait_and_handle();
+            self.expire();
+        }
+    }
+
+    /// One poll over every descriptor, and what each has for us.
+    fn wait_and_handle(&mut self) {
+        let mut fds: Vec<nix::poll::PollFd> = Vec::new();
+        let read = nix::poll::PollFlags::POLLIN;
+        fds.push(nix::poll::PollFd::new(self.signals.as_fd(), read));
+        if let Some(listener) = &self.listener {
+            fds.push(nix::poll::PollFd::new(listener.as_fd(), read));
+        }
+        // Raw descriptors, to look the sources up again after poll borrowed them.
+        let runner_fds: Vec<i32> = self
+            .runners
+            .iter()
+            .map(|runner| runner.control.as_raw_fd())
+            .collect();
+        let incoming_fds: Vec<i32> = self
+            .incoming
+            .iter()
+            .map(|incoming| incoming.stream.as_raw_fd())
+            .collect();
+        for fd in runner_fds.iter().chain(&incoming_fds) {
+            fds.push(nix::poll::PollFd::new(sys::borrow_fd(*fd), read));
+        }
+        let timeout = nix::poll::PollTimeout::from(200u16);
+        if nix::poll::poll(&mut fds, timeout).is_err() {
+            return;
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|events| !events.is_empty()))
+            .collect();
+        let mut index = 0;
+        if ready[index] {
+            self.handle_signals();
+        }
+        index += 1;
+        if self.listener.is_some() {
+            if ready[index] {
+                self.accept();
+            }
+            index += 1;
+        }
+        for fd in runner_fds {
+            if ready[index] {
+                self.handle_runner(fd);
+            }
+            index += 1;
+        }
+        for fd in incoming_fds {
+            if ready[index] {
+                self.handle_incoming(fd);
+            }
+            index += 1;
+        }
+    }
+
+    fn handle_signals(&mut self) {
+        while let Ok(Some(info)) = self.signals.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) => self.reap(),
+                Ok(_) => self.start_draining(),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Stops taking requests; idle pooled jails are let go, running ones finish (until
+    /// --drain-grace, then they are told to stop).
+    fn start_draining(&mut self) {
+        if self.drain_deadline.is_some() {
+            return;
+        }
+        eprintln!(
+            "brig serve: draining: no new requests; {} jail(s) running",
+            self.status.running
+        );
+        self.status.draining = true;
+        self.drain_deadline = Some(Instant::now() + self.args.drain_grace.0);
+        self.listener = None;
+        let _ = std::fs::remove_file(&self.args.socket);
+        for pending in std::mem::take(&mut self.queue) {
+            refuse(
+                &pending.fds[0],
+                &Error::setup("brig serve: the server is shutting down; retry with another"),
+            );
+        }
+        self.incoming.clear();
+        // An idle runner sees its control socket close and exits, dropping its jail.
+        self.runners
+            .retain(|runner| runner.state == RunnerState::Busy);
+    }
+
+    fn reap(&mut self) {
+        loop {
+            let status = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => status,
+            };
+            let Some(pid) = status.pid() else { continue };
+            if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
+                let runner = self.runners.remove(at);
+                if runner.state == RunnerState::Busy {
+                    self.status.running -= 1;
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        while let Ok((stream, _)) = listener.accept() {
+            let credentials =
+                nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials);
+            let Ok(credentials) = credentials else {
+                continue;
+            };
+            let peer = Peer {
+                uid: credentials.uid(),
+                gid: credentials.gid(),
+                pid: credentials.pid(),
+            };
+            if let Err(err) = self.admit(&peer) {
+                self.status.refused += 1;
+                let _ = stream.set_nonblocking(false);
+                refuse(&stream, &err);
+                continue;
+            }
+            if stream.set_nonblocking(true).is_ok() {
+                self.incoming.push(Incoming {
+                    stream,
+                    reader: FrameReader::default(),
+                    peer,
+                    since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    /// Root, the server's own uid, and with --socket-group that group's members.
+    fn admit(&self, peer: &Peer) -> Result<()> {
+        let own = nix::unistd::geteuid().as_raw();
+        let in_group = self.group.is_some_and(|group| {
+            peer.gid == group.as_raw() || supplementary_groups(peer.pid).contains(&group.as_raw())
+        });
+        if peer.uid == 0 || peer.uid == own || in_group {
+            return Ok(());
+        }
+        Err(Error::input(format!(
+            "brig serve: uid {} may not use this server (it runs as uid {own}); start it with --socket-group GROUP for a group of users",
+            peer.uid
+        )))
+    }
+
+    fn handle_incoming(&mut self, fd: i32) {
+        let Some(at) = self
+            .incoming
+            .iter()
+            .position(|incoming| incoming.stream.as_raw_fd() == fd)
+        else {
+            return;
+        };
+        let read = {
+            let incoming = &mut self.incoming[at];
+            incoming.reader.read(incoming.stream.as_fd())
+        };
+        match read {
+            Ok(Read::Partial) => {}
+            Ok(Read::Closed) => {
+                self.incoming.remove(at);
+            }
+            Ok(Read::Frame(body, fds)) => {
+                let incoming = self.incoming.remove(at);
+                self.handle_request(incoming, &body, fds);
+            }
+            Err(err) => {
+                let incoming = self.incoming.remove(at);
+                self.status.refused += 1;
+                let _ = incoming.stream.set_nonblocking(false);
+                refuse(&incoming.stream, &err);
+            }
+        }
+    }
+
+    fn handle_request(&mut self, incoming: Incoming, body: &[u8], fds: Vec<OwnedFd>) {
+        let stream = incoming.stream;
+        let _ = stream.set_nonblocking(false);
+        let request = match protocol::parse_request(body) {
+            Ok(request) => request,
+            Err(err) => {
+                self.status.refused += 1;
+                return refuse(&stream, &err);
+            }
+        };
+        match request {
+            Request::Status => {
+                let _ =
+                    protocol::write_frame(stream.as_fd(), &Reply::Status(self.status.clone()), &[]);
+            }
+            Request::Signal { .. } => {
+                refuse(
+                    &stream,
+                    &Error::input(
+                        "brig serve: a signal frame before any run; send it while a run is going",
+                    ),
+                );
+            }
+            Request::Run {
+                options,
+                stdio,
+                stdin,
+            } => match self.check_run(*options, stdio, stdin.as_deref(), &fds, incoming.peer) {
+                Ok((job, pooled)) => {
+                    let mut all = vec![OwnedFd::from(stream)];
+                    all.extend(fds);
+                    self.dispatch(Pending {
+                        job,
+                        fds: all,
+                        pooled,
+                        deadline: Instant::now() + self.args.queue_timeout.0,
+                    });
+                }
+                Err(err) => {
+                    self.status.refused += 1;
+                    refuse(&stream, &err);
+                }
+            },
+        }
+    }
+
+    /// The request's options checked and layered on the server's defaults, and whether
+    /// a pooled jail has its shape.
+    fn check_run(
+        &self,
+        mut client: JailOptions,
+        stdio: StdioMode,
+        stdin: Option<&str>,
+        fds: &[OwnedFd],
+        peer: Peer,
+    ) -> Result<(Job, bool)> {
+        match (stdio, fds.len()) {
+            (StdioMode::Fds, 3) | (StdioMode::Capture, 0) => {}
+            (StdioMode::Fds, count) => {
+                return Err(Error::input(format!(
+                    "brig serve: stdio \"fds\" needs 3 descriptors (stdin, stdout, stderr) with the request; it came with {count}"
+                )));
+            }
+            (StdioMode::Capture, count) => {
+                return Err(Error::input(format!(
+                    "brig serve: stdio \"capture\" takes no descriptors; the request came with {count}"
+                )));
+            }
+        }
+        if stdin.is_some() && stdio == StdioMode::Fds {
+            return Err(Error::input(
+                "brig serve: \"stdin\" goes with stdio \"capture\"; with \"fds\" send the descriptor",
+            ));
+        }
+        if stdio == StdioMode::Fds && !fds.iter().all(is_stream_or_file) {
+            return Err(Error::input(
+                "brig serve: the descriptors must be files, pipes, sockets or terminals",
+            ));
+        }
+        // Where the verdict goes is the client's business.
+        client.report = None;
+        client.report_fd = None;
+        client.audit_log = None;
+        policy::check_client(&client, &self.args.client_may, &self.args.allow_bind_under)?;
+        let options = self.defaults.clone().overlay(client);
+        let plan = Plan::resolve(options.clone())?;
+        let pooled = shape(&plan) == self.pool_shape;
+        let job = Job {
+            options,
+            stdio,
+            stdin: stdin.map(String::from),
+            peer,
+        };
+        Ok((job, pooled))
+    }
+
+    fn dispatch(&mut self, pending: Pending) {
+        if self.status.running >= self.args.max_jails {
+            if self.queue.len() >= MAX_QUEUE {
+                return refuse(
+                    &pending.fds[0],
+                    &Error::setup(format!(
+                        "brig serve: {MAX_QUEUE} requests wait already; retry later"
+                    )),
+                );
+            }
+            self.status.queued = self.queue.len() + 1;
+            self.queue.push_back(pending);
+            return;
+        }
+        self.status.running += 1;
+        self.status.runs += 1;
+        let ready = self
+            .runners
+            .iter()
+            .position(|runner| runner.pooled && runner.state == RunnerState::Ready);
+        match ready {
+            Some(at) if pending.pooled => {
+                self.status.pooled_runs += 1;
+                let runner = &mut self.runners[at];
+                let fds: Vec<BorrowedFd> = pending.fds.iter().map(AsFd::as_fd).collect();
+                runner.state = RunnerState::Busy;
+                runner.pooled = false;
+                if protocol::write_frame(runner.control.as_fd(), &pending.job, &fds).is_err() {
+                    refuse(
+                        &pending.fds[0],
+                        &Error::setup("brig serve: the pooled jail went away; retry"),
+                    );
+                }
+                self.status.ready = self.ready_count();
+            }
+            _ => {
+                let Pending { job, fds, .. } = pending;
+                if let Err(err) = self.spawn(Some((job, fds))) {
+                    self.status.running -= 1;
+                    self.status.failures += 1;
+                    eprintln!("brig serve: {err}");
+                }
+            }
+        }
+    }
+
+    fn ready_count(&self) -> usize {
+        self.runners
+            .iter()
+            .filter(|runner| runner.pooled && runner.state == RunnerState::Ready)
+            .count()
+    }
+
+    /// Keeps --pool jails assembling or ready, unless draining or backing off.
+    fn refill_pool(&mut self) {
+        if self.drain_deadline.is_some() || self.refill_after.is_some_and(|at| Instant::now() < at)
+        {
+            return;
+        }
+        let pooled = self.runners.iter().filter(|runner| runner.pooled).count();
+        for _ in pooled..self.args.pool {
+            if let Err(err) = self.spawn(None) {
+                eprintln!("brig serve: {err}");
+                self.refill_after = Some(Instant::now() + BACKOFF);
+                return;
+            }
+        }
+    }
+
+    /// Forks a runner: pooled (`job` None) or for a job, whose descriptors it inherits.
+    fn spawn(&mut self, job: Option<(Job, Vec<OwnedFd>)>) -> Result<()> {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+        let (control, runner_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .context(|| "create a socket pair for a runner".into())?;
+        let pooled = job.is_none();
+        match sys::fork_process().context(|| "fork a runner".into())? {
+            None => {
+                // The runner: nothing of the server's but its own ends.
+                let mut keep = vec![runner_end.as_raw_fd()];
+                if let Some((_, fds)) = &job {
+                    keep.extend(fds.iter().map(AsRawFd::as_raw_fd));
+                }
+                let _ = crate::fds::close_inherited(&keep);
+                let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+                // The server gone, a running program is told to stop (and the jail ends).
+                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+                let audit_log = self.defaults.audit_log.clone();
+                let start = match job {
+                    None => Start::Pooled(&self.pool_plan),
+                    Some((job, fds)) => Start::ForJob(Box::new(job), fds),
+                };
+                runner::main(runner_end, start, audit_log);
+            }
+            Some(pid) => {
+                let busy = !pooled;
+                self.runners.push(Runner {
+                    pid,
+                    control,
+                    reader: FrameReader::default(),
+                    state: if busy {
+                        RunnerState::Busy
+                    } else {
+                        RunnerState::Assembling
+                    },
+                    pooled,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn handle_runner(&mut self, fd: i32) {
+        let Some(at) = self
+            .runners
+            .iter()
+            .position(|runner| runner.control.as_raw_fd() == fd)
+        else {
+            return;
+        };
+        let read = {
+            let runner = &mut self.runners[at];
+            runner.reader.read(runner.control.as_fd())
+        };
+        match read {
+            Ok(Read::Frame(body, _)) => match serde_json::from_slice::<Report>(&body) {
+                Ok(Report::Ready) => {
+                    self.runners[at].state = RunnerState::Ready;
+                    self.failures_in_a_row = 0;
+                    self.status.ready = self.ready_count();
+                    self.dispatch_queued();
+                }
+                Ok(Report::Failed { message }) => {
+                    self.status.failures += 1;
+                    self.failures_in_a_row += 1;
+                    eprintln!("brig serve: a pooled jail failed to assemble: {message}");
+                    self.runners[at].pooled = false;
+                    if self.failures_in_a_row >= FAILURES_BEFORE_BACKOFF {
+                        self.refill_after = Some(Instant::now() + BACKOFF);
+                    }
+                }
+                Err(_) => {}
+            },
+            Ok(Read::Partial) => {}
+            // The runner is ending; SIGCHLD removes it. Until then, poll would report EOF
+            // again and again: stop watching its socket by marking it.
+            Ok(Read::Closed) | Err(_) => {
+                let runner = &mut self.runners[at];
+                if runner.state != RunnerState::Busy {
+                    runner.pooled = false;
+                }
+                if let Ok(null) = nix::fcntl::open(
+                    "/dev/null",
+                    nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                ) {
+                    // /dev/null never polls readable: the runner stays listed until reaped.
+                    let _ = nix::unistd::dup2(&null, &mut runner.control);
+                }
+            }
+        }
+    }
+
+    fn dispatch_queued(&mut self) {
+        while self.status.running < self.args.max_jails {
+            let Some(pending) = self.queue.pop_front() else {
+                break;
+            };
+            self.dispatch(pending);
+        }
+        self.status.queued = self.queue.len();
+    }
+
+    /// Times out slow requests and queued ones; past the drain deadline, stops runners.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        self.incoming
+            .retain(|incoming| now.duration_since(incoming.since) < REQUEST_TIMEOUT);
+        let max_jails = self.args.max_jails;
+        let waited = self.args.queue_timeout;
+        while self
+            .queue
+            .front()
+            .is_some_and(|pending| pending.deadline <= now)
+        {
+            let pending = self.queue.pop_front().expect("checked");
+            self.status.refused += 1;
+            refuse(
+                &pending.fds[0],
+                &Error::setup(format!(
+                    "brig serve: all {max_jails} jails are busy (--max-jails); waited {waited} (--queue-timeout); retry later"
+                )),
+            );
+        }
+        self.status.queued = self.queue.len();
+        if self.status.running < self.args.max_jails && !self.queue.is_empty() {
+            self.dispatch_queued();
+        }
+        if let Some(deadline) = self.drain_deadline {
+            let signal = if now >= deadline + Duration::from_secs(5) {
+                Some(Signal::SIGKILL)
+            } else if now >= deadline {
+                Some(Signal::SIGTERM)
+            } else {
+                None
+            };
+            if let Some(signal) = signal {
+                for runner in &self.runners {
+                    let _ = nix::sys::signal::kill(runner.pid, signal);
+                }
+            }
+        }
+    }
+}
+
+/// Answers a request with one error frame (the connection then closes).
+fn refuse(connection: &impl AsFd, error: &Error) {
+    let _ = protocol::write_frame(connection.as_fd(), &Reply::error(error), &[]);
+}
+
+/// Files, pipes, sockets and terminals may become a program's streams; not directories,
+/// epoll or event descriptors, or other exotica a client might send.
+fn is_stream_or_file(fd: &OwnedFd) -> bool {
+    use nix::sys::stat::SFlag;
+    let Ok(stat) = nix::sys::stat::fstat(fd) else {
+        return false;
+    };
+    let kind = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFDIR {
+        return false;
+    }
+    // Anonymous inodes (epoll, eventfd, signalfd, pidfd) have no file type bits we want.
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+    !link.to_string_lossy().starts_with("anon_inode:")
+}
+
+/// The supplementary groups of process `pid`, from /proc.
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|groups| {
+            groups
+                .split_whitespace()
+                .filter_map(|gid| gid.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
+fn print_status(socket: &Path) -> Result<i32> {
+    let stream = super::client::connect(socket)?;
+    protocol::write_frame(
+        stream.as_fd(),
+        &serde_json::json!({"brig": protocol::VERSION, "type": "status"}),
+        &[],
+    )?;
+    let (body, _) = FrameReader::default()
+        .read_blocking(&stream)?
+        .ok_or_else(|| {
+            Error::setup("brig serve --status: the server closed the connection without an answer")
+        })?;
+    match serde_json::from_slice::<Reply>(&body) {
+        Ok(Reply::Status(status)) => {
+            let yaml = serde_saphyr::to_string(&status)
+                .map_err(|err| Error::setup(format!("print the status: {err}")))?;
+            print!("{yaml}");
+            Ok(0)
+        }
+        Ok(Reply::Error { message, .. }) => Err(Error::setup(message)),
+        _ => Err(Error::setup(
+            "brig serve --status: an answer that is not a status",
+        )),
+    }
+}
