@@ -161,7 +161,7 @@ impl Verdict {
             stdout_bytes: run.output.map(|output| output.stdout_bytes),
             stderr_bytes: run.output.map(|output| output.stderr_bytes),
             output_truncated: run.output.is_some_and(|output| output.truncated),
-            limits: Some(limits(plan, run.cgroup_version.is_some())),
+            limits: Some(limits(plan, run.time_limit, run.cgroup_version.is_some())),
             protections: Some(protections(plan, run.cgroup_version)),
             warnings: plan.warnings.clone(),
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
@@ -189,7 +189,7 @@ impl Verdict {
             stdout_bytes: None,
             stderr_bytes: None,
             output_truncated: false,
-            limits: plan.map(|plan| limits(plan, false)),
+            limits: plan.map(|plan| limits(plan, plan.time_limit, false)),
             protections: None,
             warnings: plan.map(|plan| plan.warnings.clone()).unwrap_or_default(),
             error: Some(error.to_string()),
@@ -204,10 +204,10 @@ impl Verdict {
     }
 }
 
-fn limits(plan: &Plan, cgroup_enforced: bool) -> Limits {
+fn limits(plan: &Plan, time_limit: Option<crate::units::Span>, cgroup_enforced: bool) -> Limits {
     let millis = |span: Option<crate::units::Span>| span.map(|span| span.0.as_millis() as u64);
     Limits {
-        time_limit_ms: millis(plan.time_limit),
+        time_limit_ms: millis(time_limit),
         cpu_time_ms: millis(plan.limits.cpu_time),
         // A default memory limit this host cannot enforce is reported with
         // `cgroup_enforced: false`, as it always was.

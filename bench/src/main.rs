@@ -7,6 +7,7 @@
 //! brig/bwrap are the numbers the performance goals are stated in.
 
 mod net;
+mod serve;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ struct Options {
     /// The `--net filtered` section: measured unless `--no-net`; alone with `--net-only`.
     net: bool,
     net_only: bool,
+    /// The `brig serve` section: measured unless `--no-serve`; alone with `--serve-only`.
+    serve: bool,
+    serve_only: bool,
 }
 
 fn parse_options() -> Options {
@@ -45,6 +49,8 @@ fn parse_options() -> Options {
         only: None,
         net: true,
         net_only: false,
+        serve: true,
+        serve_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -64,6 +70,8 @@ fn parse_options() -> Options {
             "--tools" => options.only = Some(value().split(',').map(String::from).collect()),
             "--no-net" => options.net = false,
             "--net-only" => options.net_only = true,
+            "--no-serve" => options.serve = false,
+            "--serve-only" => options.serve_only = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown option {other}")),
         }
@@ -76,7 +84,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -245,6 +253,9 @@ struct Report {
     /// `--net filtered` against `--net none` and `--net host`.
     #[serde(skip_serializing_if = "Option::is_none")]
     network: Option<net::NetReport>,
+    /// `brig serve` against bwrap and a one-shot brig.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serve: Option<serve::ServeReport>,
 }
 
 fn main() {
@@ -276,7 +287,18 @@ fn main() {
         brig_binary_bytes: std::fs::metadata(&options.brig).map_or(0, |meta| meta.len()),
         ratios: BTreeMap::new(),
         network: None,
+        serve: None,
     };
+    let bwrap = tools
+        .iter()
+        .find(|tool| tool.name == "bwrap")
+        .map(|tool| tool.prefix.clone());
+    if options.serve_only {
+        let served = serve::measure(&options.brig, bwrap, options.rounds, options.throughput_for);
+        serve::print(&served);
+        report.serve = Some(served);
+        return write_json(&options, &report);
+    }
     if options.net_only {
         let network = net::measure(&options.brig, options.rounds);
         net::print(&network);
@@ -345,6 +367,11 @@ fn main() {
         );
     }
     print_table(&report, &tools);
+    if options.serve {
+        let served = serve::measure(&options.brig, bwrap, options.rounds, options.throughput_for);
+        serve::print(&served);
+        report.serve = Some(served);
+    }
     if options.net {
         let network = net::measure(&options.brig, options.rounds);
         net::print(&network);

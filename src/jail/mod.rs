@@ -24,7 +24,7 @@ pub use supervisor::{Jail, Outcome, RunReport};
 
 /// What runs in an assembled jail: the arguments (the first one is looked up in the
 /// jail's `PATH` unless it has a `/`), the whole environment and the working directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Program {
     pub argv: Vec<String>,
     pub env: Vec<String>,

@@ -68,6 +68,8 @@ impl Outcome {
 /// Everything brig learned about one run.
 pub struct RunReport {
     pub outcome: Outcome,
+    /// The wall-clock limit the run had (the plan's, or one given for this run).
+    pub time_limit: Option<Span>,
     pub wall: Duration,
     pub cpu_user: Duration,
     pub cpu_sys: Duration,
@@ -287,6 +289,7 @@ impl<'p> Jail<'p> {
             .unwrap_or(reaped.system + killed.system);
         Ok(RunReport {
             outcome,
+            time_limit: self.time_limit,
             wall,
             cpu_user,
             cpu_sys,

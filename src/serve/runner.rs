@@ -13,7 +13,8 @@ use crate::jail::{Jail, Program};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::sys;
-use crate::verdict::{self, Peer, Sinks, Verdict};
+use crate::units::Span;
+use crate::verdict::{Peer, Sinks, Verdict};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -24,8 +25,14 @@ use std::path::PathBuf;
 /// connection, then its stdin, stdout and stderr in `fds` mode).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Job {
-    /// The server's defaults with the client's options on top, checked.
+    /// The server's defaults with the client's options on top, checked: the plan of a
+    /// jail built for this job.
     pub options: JailOptions,
+    /// What runs, and for how long at most.
+    pub program: Program,
+    pub time_limit: Option<Span>,
+    /// Of the plan the job runs under.
+    pub config_digest: String,
     pub stdio: StdioMode,
     pub stdin: Option<String>,
     pub peer: Peer,
@@ -79,7 +86,7 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     let Ok(job) = serde_json::from_slice::<Job>(&body) else {
         return 1;
     };
-    run_job(jail, job, fds, audit_log)
+    run_job(jail, plan, job, fds, audit_log)
 }
 
 fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
@@ -88,7 +95,7 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
         Err(err) => return answer_error(&fds, &err),
     };
     match Jail::assemble(&plan) {
-        Ok(jail) => run_job(jail, job, fds, audit_log),
+        Ok(jail) => run_job(jail, &plan, job, fds, audit_log),
         Err(err) => answer_error(&fds, &err),
     }
 }
@@ -100,17 +107,20 @@ fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
     1
 }
 
-fn run_job(mut jail: Jail, job: Job, mut fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
+/// Runs the job's program in `jail`, whose plan is `plan` (the program and the time limit
+/// are the job's), answers the client and writes the server's audit line.
+fn run_job(
+    mut jail: Jail,
+    plan: &Plan,
+    job: Job,
+    mut fds: Vec<OwnedFd>,
+    audit_log: Option<&PathBuf>,
+) -> i32 {
     if fds.is_empty() {
         return 1;
     }
     let connection = fds.remove(0);
-    // The request's own plan: its program, time limit and what the verdict reports.
-    let plan = match Plan::resolve(job.options.clone()) {
-        Ok(plan) => plan,
-        Err(err) => return answer_error(&[connection], &err),
-    };
-    jail.limit_time(plan.time_limit);
+    jail.limit_time(job.time_limit);
     let (stdio, capture) = match job.stdio {
         StdioMode::Fds => match <[OwnedFd; 3]>::try_from(fds) {
             Ok(stdio) => (stdio, None),
@@ -134,10 +144,9 @@ fn run_job(mut jail: Jail, job: Job, mut fds: Vec<OwnedFd>, audit_log: Option<&P
     };
     let init = jail.init_pidfd().try_clone_to_owned().ok();
     watch_client(&connection, init);
-    let program = Program::of(&plan);
-    let verdict = match jail.run_with_stdio(&program, Some(stdio)) {
-        Ok(report) => Verdict::of_run(&plan, &report),
-        Err(err) => Verdict::of_setup_error(Some(&plan), &err),
+    let verdict = match jail.run_with_stdio(&job.program, Some(stdio)) {
+        Ok(report) => Verdict::of_run(plan, &report),
+        Err(err) => Verdict::of_setup_error(Some(plan), &err),
     };
     let (stdout, stderr) = match capture {
         Some(capture) => {
@@ -147,7 +156,7 @@ fn run_job(mut jail: Jail, job: Job, mut fds: Vec<OwnedFd>, audit_log: Option<&P
         None => (None, None),
     };
     let verdict = serde_json::to_value(&verdict).expect("a verdict always serializes");
-    let config_digest = verdict::config_digest(&plan);
+    let config_digest = job.config_digest;
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
     {

@@ -9,6 +9,7 @@ use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, Start};
 use crate::error::{Context, Error, Result};
+use crate::jail::Program;
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::sys;
@@ -68,7 +69,7 @@ struct Server {
     args: ServeArgs,
     defaults: JailOptions,
     pool_plan: Plan,
-    pool_shape: serde_json::Value,
+    pool_digest: String,
     listener: Option<UnixListener>,
     signals: SignalFd,
     runners: Vec<Runner>,
@@ -109,7 +110,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
     let listener = listen(&args.socket, group)?;
-    let pool_shape = shape(&pool_plan);
+    let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
         status: Status {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -121,7 +122,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         args,
         defaults,
         pool_plan,
-        pool_shape,
+        pool_digest,
         listener: Some(listener),
         signals,
         runners: Vec::new(),
@@ -174,23 +175,17 @@ fn with_placeholder(mut options: JailOptions) -> JailOptions {
     options
 }
 
-/// What makes two jails interchangeable: the plan without what a run gives its program.
-fn shape(plan: &Plan) -> serde_json::Value {
-    let mut value = serde_json::to_value(plan).unwrap_or_default();
-    if let Some(object) = value.as_object_mut() {
-        for per_run in [
-            "command",
-            "env",
-            "chdir",
-            "time-limit",
-            "report",
-            "audit-log",
-            "warnings",
-        ] {
-            object.remove(per_run);
-        }
-    }
-    value
+/// Options a run gives its program; any other a client sets changes the jail's shape,
+/// and the run gets a jail built for it instead of a pooled one.
+const PER_RUN_OPTIONS: [&str; 5] = ["command", "env", "chdir", "time-limit", "quiet-limits"];
+
+fn has_pool_shape(client: &JailOptions) -> bool {
+    let value = serde_json::to_value(client).unwrap_or_default();
+    value.as_object().is_some_and(|options| {
+        options
+            .keys()
+            .all(|key| PER_RUN_OPTIONS.contains(&key.as_str()))
+    })
 }
 
 fn resolve_group(name: &str) -> Result<nix::unistd::Gid> {
@@ -529,16 +524,57 @@ impl Server {
         client.report_fd = None;
         client.audit_log = None;
         policy::check_client(&client, &self.args.client_may, &self.args.allow_bind_under)?;
+        let pooled = has_pool_shape(&client);
         let options = self.defaults.clone().overlay(client);
-        let plan = Plan::resolve(options.clone())?;
-        let pooled = shape(&plan) == self.pool_shape;
+        // A pooled run needs only its program checked; another is planned whole here,
+        // so that a bad option is the client's one-line error before anything is built.
+        let (program, time_limit, config_digest) = if pooled {
+            (
+                self.pooled_program(&options)?,
+                options.time_limit,
+                self.pool_digest.clone(),
+            )
+        } else {
+            let plan = Plan::resolve(options.clone())?;
+            (
+                Program::of(&plan),
+                plan.time_limit,
+                crate::verdict::config_digest(&plan),
+            )
+        };
         let job = Job {
             options,
+            program,
+            time_limit,
+            config_digest,
             stdio,
             stdin: stdin.map(String::from),
             peer,
         };
         Ok((job, pooled))
+    }
+
+    /// The program of a run in a pooled jail: as `Plan::resolve` would give it.
+    fn pooled_program(&self, options: &JailOptions) -> Result<Program> {
+        if options.command.is_empty() {
+            return Err(Error::input(
+                "no program to run: give one after the options, e.g. `brig run --server S -- python3 main.py`",
+            ));
+        }
+        if options.time_limit.is_some_and(|limit| limit.0.is_zero()) {
+            return Err(Error::input("--time-limit: must be longer than 0; e.g. 5s"));
+        }
+        let chdir = match &options.chdir {
+            Some(dir) => crate::mount::jail_path("--chdir", &dir.to_string_lossy())?,
+            None => self.pool_plan.chdir.clone(),
+        };
+        let program = Program {
+            argv: options.command.clone(),
+            env: crate::environment::resolve(options, &self.pool_plan.identity)?,
+            chdir,
+        };
+        program.check()?;
+        Ok(program)
     }
 
     fn dispatch(&mut self, pending: Pending) {

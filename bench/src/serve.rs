@@ -1,0 +1,301 @@
+//! `brig serve` against bubblewrap and a one-shot brig, in one interleaved run: `true`
+//! through the server with `brig run --server` as the client, and with this harness
+//! speaking the protocol itself; throughput with 2 client workers; the server's memory.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize)]
+pub struct ServeReport {
+    pub pool: usize,
+    /// `true`, median ms: bwrap, one-shot brig, `brig run --server`, the protocol direct.
+    pub latency_ms: BTreeMap<String, f64>,
+    /// `true`, 2 workers, runs per second.
+    pub throughput: BTreeMap<String, f64>,
+    pub server_rss_kib: u64,
+    /// Proportional set size of each waiting pooled runner (its jail's init included).
+    pub pooled_runner_pss_kib: Vec<u64>,
+    pub ratios: BTreeMap<String, f64>,
+}
+
+struct Server {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn start_server(brig: &str, pool: usize) -> Server {
+    let socket = std::env::temp_dir().join(format!("brig-bench-{}.sock", std::process::id()));
+    let child = Command::new(brig)
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .args([
+            "--pool",
+            &pool.to_string(),
+            "--memory",
+            "max",
+            "--pids",
+            "max",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start brig serve");
+    let started = Instant::now();
+    while UnixStream::connect(&socket).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "brig serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Server { child, socket }
+}
+
+/// One run of `true` through the protocol: a request with /dev/null as the program's
+/// three streams, then the reply.
+fn protocol_run(socket: &Path) {
+    let stream = UnixStream::connect(socket).expect("connect");
+    let null = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null");
+    let body = br#"{"brig":1,"type":"run","options":{"command":["/usr/bin/true"]},"stdio":"fds"}"#;
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    let fds = [null.as_raw_fd(); 3];
+    let iov = [std::io::IoSlice::new(&frame)];
+    let control = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+    nix::sys::socket::sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        &control,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .expect("send the request");
+    let mut reader = &stream;
+    let mut length = [0u8; 4];
+    reader.read_exact(&mut length).expect("read the reply");
+    let mut reply = vec![0u8; u32::from_be_bytes(length) as usize];
+    reader.read_exact(&mut reply).expect("read the reply");
+    assert!(
+        reply.starts_with(br#"{"type":"done""#),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let _ = (&stream).flush();
+}
+
+fn run_command(argv: &[String]) {
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("start");
+    assert!(status.success(), "{argv:?}: {status:?}");
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn status_kib(pid: u32, file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect()
+}
+
+pub fn measure(
+    brig: &str,
+    bwrap: Option<Vec<String>>,
+    rounds: usize,
+    window: Duration,
+) -> ServeReport {
+    let pool = 4;
+    let server = start_server(brig, pool);
+    std::thread::sleep(Duration::from_millis(300));
+    let true_program = "/usr/bin/true".to_string();
+    let mut tools: Vec<(String, Box<dyn Fn()>)> = Vec::new();
+    let bwrap = bwrap.map(|mut prefix| {
+        prefix.push(true_program.clone());
+        prefix
+    });
+    if let Some(bwrap) = bwrap.clone() {
+        tools.push(("bwrap".into(), Box::new(move || run_command(&bwrap))));
+    }
+    let one_shot: Vec<String> = [
+        brig,
+        "run",
+        "--memory",
+        "max",
+        "--pids",
+        "max",
+        "--",
+        "/usr/bin/true",
+    ]
+    .map(String::from)
+    .to_vec();
+    tools.push(("brig".into(), Box::new(move || run_command(&one_shot))));
+    let client: Vec<String> = vec![
+        brig.into(),
+        "run".into(),
+        "--server".into(),
+        server.socket.display().to_string(),
+        "--".into(),
+        true_program,
+    ];
+    let client_for_throughput = client.clone();
+    tools.push((
+        "brig --server".into(),
+        Box::new(move || run_command(&client)),
+    ));
+    let socket = server.socket.clone();
+    tools.push(("protocol".into(), Box::new(move || protocol_run(&socket))));
+
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
+    for round in 0..rounds {
+        for offset in 0..tools.len() {
+            let index = (round + offset) % tools.len();
+            let started = Instant::now();
+            (tools[index].1)();
+            samples[index].push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let latency_ms: BTreeMap<String, f64> = tools
+        .iter()
+        .zip(samples)
+        .map(|((name, _), samples)| (name.clone(), median(samples)))
+        .collect();
+
+    // Throughput with 2 workers, the client through the server against bwrap, in turns.
+    let mut rates: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for _ in 0..3 {
+        rates.entry("brig --server".into()).or_default().push(rate(
+            &client_for_throughput,
+            2,
+            window,
+        ));
+        if let Some(bwrap) = &bwrap {
+            rates
+                .entry("bwrap".into())
+                .or_default()
+                .push(rate(bwrap, 2, window));
+        }
+    }
+    let throughput: BTreeMap<String, f64> = rates
+        .into_iter()
+        .map(|(name, values)| (name, median(values)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let server_pid = server.child.id();
+    let server_rss_kib = status_kib(server_pid, "status", "VmRSS:");
+    let pooled_runner_pss_kib = children(server_pid)
+        .into_iter()
+        .map(|runner| {
+            status_kib(runner, "smaps_rollup", "Pss:")
+                + children(runner)
+                    .into_iter()
+                    .map(|init| status_kib(init, "smaps_rollup", "Pss:"))
+                    .sum::<u64>()
+        })
+        .collect();
+    let mut ratios = BTreeMap::new();
+    if let Some(bwrap) = latency_ms.get("bwrap") {
+        ratios.insert(
+            "latency brig --server/bwrap (goal <= 0.5)".to_string(),
+            latency_ms["brig --server"] / bwrap,
+        );
+        ratios.insert(
+            "latency protocol/bwrap (goal <= 0.25)".to_string(),
+            latency_ms["protocol"] / bwrap,
+        );
+    }
+    if let Some(bwrap) = throughput.get("bwrap") {
+        ratios.insert(
+            "throughput, 2 workers, brig --server/bwrap (goal >= 1.5)".to_string(),
+            throughput["brig --server"] / bwrap,
+        );
+    }
+    ServeReport {
+        pool,
+        latency_ms,
+        throughput,
+        server_rss_kib,
+        pooled_runner_pss_kib,
+        ratios,
+    }
+}
+
+/// Runs per second of `argv` with `workers` threads back to back for `window`.
+pub fn rate(argv: &[String], workers: usize, window: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let (stop, done, argv) = (stop.clone(), done.clone(), argv.to_vec());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    run_command(&argv);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(window);
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().expect("worker");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+pub fn print(report: &ServeReport) {
+    println!("\nbrig serve (pool {}; one interleaved run)", report.pool);
+    for (tool, ms) in &report.latency_ms {
+        println!("{tool:<20} `true` median {ms:.2} ms");
+    }
+    for (tool, rate) in &report.throughput {
+        println!("{tool:<20} `true`, 2 workers: {rate:.0} runs/s");
+    }
+    println!(
+        "server RSS {} KiB; each waiting pooled jail (runner + init, PSS): {:?} KiB",
+        report.server_rss_kib, report.pooled_runner_pss_kib
+    );
+    for (label, ratio) in &report.ratios {
+        println!("{label:<48} {ratio:.2}");
+    }
+}
