@@ -608,6 +608,9 @@ pub fn send_with_fds(
 
 /// The most descriptors one message may bring; more are refused (closed).
 pub const MAX_FDS_PER_MESSAGE: usize = 8;
+/// The kernel's SCM_MAX_FD: room for this many, so that none is ever cut off (and lost
+/// open in this process) by a message that brings too many.
+const SCM_MAX_FD: usize = 253;
 
 /// Receives into `buffer` and takes the descriptors that came with those bytes,
 /// close-on-exec. Ok((0, _)) at EOF. A message whose descriptors did not fit
@@ -618,7 +621,7 @@ pub fn receive_with_fds(
 ) -> Result<(usize, Vec<OwnedFd>), Errno> {
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     let mut iov = [std::io::IoSliceMut::new(buffer)];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS_PER_MESSAGE]);
+    let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let message = loop {
         match recvmsg::<()>(
             socket.as_raw_fd(),

@@ -45,7 +45,13 @@ pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
         "stdio": StdioMode::Fds,
     });
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
-    protocol::write_frame(stream.as_fd(), &request, &stdio)?;
+    if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
+        // A server that refuses the peer answers at once and closes: its answer explains.
+        return match FrameReader::default().read_blocking(&stream) {
+            Ok(Some((body, _))) => finish(&body, &sinks),
+            _ => Err(err),
+        };
+    }
     stream
         .set_nonblocking(true)
         .context(|| "make the connection non-blocking".into())?;

@@ -185,7 +185,7 @@ impl FrameReader {
                     }
                 }
                 Err(nix::errno::Errno::EAGAIN) => return Ok(Read::Partial),
-                Err(nix::errno::Errno::EMSGSIZE) => {
+                Err(nix::errno::Errno::EMSGSIZE | nix::errno::Errno::ENOBUFS) => {
                     return Err(Error::input(
                         "brig serve: too many descriptors with one request; send 3 (stdin, stdout, stderr) or none",
                     ));

@@ -188,18 +188,23 @@ fn has_pool_shape(client: &JailOptions) -> bool {
     })
 }
 
+/// A group name (from /etc/group: brig is static, without NSS) or number.
 fn resolve_group(name: &str) -> Result<nix::unistd::Gid> {
-    match nix::unistd::Group::from_name(name) {
-        Ok(Some(group)) => Ok(group.gid),
-        _ => name
-            .parse::<u32>()
-            .map(nix::unistd::Gid::from_raw)
-            .map_err(|_| {
-                Error::input(format!(
-                    "--socket-group {name}: no such group; give a group name or number"
-                ))
-            }),
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(nix::unistd::Gid::from_raw(gid));
     }
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.len() >= 3 && fields[0] == name)
+        .and_then(|fields| fields[2].parse().ok())
+        .map(nix::unistd::Gid::from_raw)
+        .ok_or_else(|| {
+            Error::input(format!(
+                "--socket-group {name}: no such group in /etc/group; give a group name or number"
+            ))
+        })
 }
 
 /// Binds the socket: 0600, or 0660 for --socket-group. A socket left by a server that
@@ -360,6 +365,7 @@ impl Server {
                     self.status.running -= 1;
                 }
             }
+            self.dispatch_queued();
         }
     }
 
@@ -577,8 +583,19 @@ impl Server {
         Ok(program)
     }
 
+    /// A pooled request finds no ready jail, but one is being assembled: it will be
+    /// ready sooner than a new one would.
+    fn should_wait_for_pool(&self, pending: &Pending) -> bool {
+        pending.pooled
+            && self.ready_count() == 0
+            && self
+                .runners
+                .iter()
+                .any(|runner| runner.pooled && runner.state == RunnerState::Assembling)
+    }
+
     fn dispatch(&mut self, pending: Pending) {
-        if self.status.running >= self.args.max_jails {
+        if self.status.running >= self.args.max_jails || self.should_wait_for_pool(&pending) {
             if self.queue.len() >= MAX_QUEUE {
                 return refuse(
                     &pending.fds[0],
@@ -721,6 +738,8 @@ impl Server {
                     if self.failures_in_a_row >= FAILURES_BEFORE_BACKOFF {
                         self.refill_after = Some(Instant::now() + BACKOFF);
                     }
+                    // Requests that waited for this jail get one built for them.
+                    self.dispatch_queued();
                 }
                 Err(_) => {}
             },
@@ -745,10 +764,13 @@ impl Server {
     }
 
     fn dispatch_queued(&mut self) {
-        while self.status.running < self.args.max_jails {
-            let Some(pending) = self.queue.pop_front() else {
-                break;
-            };
+        while self.status.running < self.args.max_jails
+            && self
+                .queue
+                .front()
+                .is_some_and(|pending| !self.should_wait_for_pool(pending))
+        {
+            let pending = self.queue.pop_front().expect("checked");
             self.dispatch(pending);
         }
         self.status.queued = self.queue.len();
@@ -776,9 +798,7 @@ impl Server {
             );
         }
         self.status.queued = self.queue.len();
-        if self.status.running < self.args.max_jails && !self.queue.is_empty() {
-            self.dispatch_queued();
-        }
+        self.dispatch_queued();
         if let Some(deadline) = self.drain_deadline {
             let signal = if now >= deadline + Duration::from_secs(5) {
                 Some(Signal::SIGKILL)

@@ -1,0 +1,561 @@
+//! `brig serve` and `brig run --server`, for real, as root and rootless: a pooled run
+//! looks like a one-shot run from inside, a jail is never reused, the queue behind
+//! --max-jails, signals, a killed client or server leaving nothing, the client policy,
+//! a peer of another uid, and malformed protocol messages that leave the server up.
+
+#[macro_use]
+mod common;
+
+use common::limits::parse_verdict;
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+both_modes!(
+    a_pooled_run_looks_like_a_one_shot_run,
+    a_jail_is_never_reused,
+    requests_beyond_max_jails_wait_then_give_up,
+    signals_to_the_client_reach_the_program,
+    a_killed_client_takes_its_jail_along,
+    a_killed_server_leaves_nothing_after_a_restart,
+    looser_options_are_refused_unless_allowed,
+    malformed_messages_leave_the_server_up,
+    capture_mode_returns_the_output,
+    a_jail_of_another_shape_is_built_for_the_request,
+);
+
+/// A `brig serve` started by the test, stopped (SIGTERM, then waited for) when dropped.
+struct Server {
+    mode: Mode,
+    running: Option<Running>,
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+impl Server {
+    fn start(mode: Mode, args: &[&str]) -> Server {
+        let dir = TempDir::new("serve").writable_by_all();
+        let socket = dir.path().join("brig.sock");
+        let mut all = vec![
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--quiet-limits",
+        ];
+        all.extend_from_slice(args);
+        let mut command = command(mode, &all);
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        let running = Running::spawn(command);
+        let up = wait_until(Duration::from_secs(10), || {
+            UnixStream::connect(&socket).is_ok()
+        });
+        assert!(up, "brig serve did not listen on {}", socket.display());
+        Server {
+            mode,
+            running: Some(running),
+            socket,
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.running.as_ref().expect("running").pid()
+    }
+
+    fn socket(&self) -> &str {
+        self.socket.to_str().unwrap()
+    }
+
+    /// `brig run --server SOCKET ARGS -- PROGRAM`, as the server's user.
+    fn run(&self, args: &[&str], program: &[&str]) -> Output {
+        let mut all = vec!["run", "--server", self.socket()];
+        all.extend_from_slice(args);
+        all.push("--");
+        all.extend_from_slice(program);
+        run(self.mode, &all)
+    }
+
+    fn status(&self) -> Value {
+        let reply = exchange(&self.socket, br#"{"brig":1,"type":"status"}"#, &[]);
+        assert_eq!(reply["type"], "status", "{reply}");
+        reply
+    }
+
+    /// SIGTERM, and the server's stderr once it has drained and exited.
+    fn stop(&mut self) -> Output {
+        let running = self.running.take().expect("running");
+        kill(running.pid(), libc::SIGTERM);
+        running.wait()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.running.is_some() {
+            let output = self.stop();
+            assert!(output.status.success(), "brig serve: {}", describe(&output));
+            assert!(!self.socket.exists(), "the socket outlived the server");
+        }
+    }
+}
+
+/// One request on a fresh connection, with descriptors; the server's reply.
+fn exchange(socket: &PathBuf, body: &[u8], fds: &[i32]) -> Value {
+    let stream = UnixStream::connect(socket).expect("connect");
+    send_frame(&stream, body, fds);
+    read_reply(&stream).expect("a reply")
+}
+
+fn send_frame(stream: &UnixStream, body: &[u8], fds: &[i32]) {
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    let iov = [std::io::IoSlice::new(&frame)];
+    let rights = [nix::sys::socket::ControlMessage::ScmRights(fds)];
+    let control: &[nix::sys::socket::ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    nix::sys::socket::sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        control,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .expect("send a frame");
+}
+
+fn read_reply(mut stream: &UnixStream) -> Option<Value> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+}
+
+/// What a program sees of its jail, printed the same way for both kinds of run.
+const PROBE: &str = "id; hostname; echo pid $$; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ls /; ls -A /tmp; cat /proc/self/cgroup; exit 3";
+
+fn a_pooled_run_looks_like_a_one_shot_run(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let dir = TempDir::new("verdicts").writable_by_all();
+    let (served_report, one_shot_report) = (
+        dir.path().join("served.json"),
+        dir.path().join("one-shot.json"),
+    );
+    let served = server.run(
+        &[
+            "--quiet-limits",
+            "--report",
+            served_report.to_str().unwrap(),
+        ],
+        &["sh", "-c", PROBE],
+    );
+    let one_shot = run(
+        mode,
+        &[
+            "run",
+            "--quiet-limits",
+            "--report",
+            one_shot_report.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            PROBE,
+        ],
+    );
+    assert_eq!(code(&served), 3, "{}", describe(&served));
+    assert_eq!(stdout(&served), stdout(&one_shot), "{}", describe(&served));
+    assert_eq!(stderr(&served), stderr(&one_shot));
+    let read = |path: &PathBuf| parse_verdict(&std::fs::read_to_string(path).expect("a verdict"));
+    let (served, one_shot) = (read(&served_report), read(&one_shot_report));
+    for key in [
+        "status",
+        "exit_code",
+        "brig_exit_code",
+        "protections",
+        "limits",
+    ] {
+        assert_eq!(served[key], one_shot[key], "{key}: {served} vs {one_shot}");
+    }
+    assert_eq!(server.status()["pooled_runs"], 1);
+}
+
+fn a_jail_is_never_reused(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    for _ in 0..3 {
+        let output = server.run(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "test ! -e /tmp/left-behind && touch /tmp/left-behind && echo fresh $$",
+            ],
+        );
+        assert_eq!(stdout(&output), "fresh 2\n", "{}", describe(&output));
+    }
+    let status = server.status();
+    assert_eq!(status["runs"], 3, "{status}");
+}
+
+fn requests_beyond_max_jails_wait_then_give_up(mode: Mode) {
+    let server = Server::start(
+        mode,
+        &["--pool", "1", "--max-jails", "1", "--queue-timeout", "1s"],
+    );
+    let mut first = command(
+        mode,
+        &["run", "--server", server.socket(), "--", "sleep", "4"],
+    );
+    first.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let first = Running::spawn(first);
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["running"] == 1
+    ));
+    let waited = server.run(&[], &["true"]);
+    assert_one_line_error(&waited, &["--max-jails", "--queue-timeout"]);
+    let first = first.wait();
+    assert_eq!(code(&first), 0, "{}", describe(&first));
+    let after = server.run(&[], &["echo", "my turn"]);
+    assert_eq!(stdout(&after), "my turn\n", "{}", describe(&after));
+}
+
+fn signals_to_the_client_reach_the_program(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let script = "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut client = command(
+        mode,
+        &["run", "--server", server.socket(), "--", "sh", "-c", script],
+    );
+    client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut client = Running::spawn(client);
+    let mut stdout_pipe = client.child.stdout.take().expect("stdout");
+    let mut ready = [0u8; 6];
+    stdout_pipe
+        .read_exact(&mut ready)
+        .expect("the program started");
+    kill(client.pid(), libc::SIGTERM);
+    let mut rest = String::new();
+    stdout_pipe.read_to_string(&mut rest).expect("read");
+    let output = client.wait();
+    assert_eq!(code(&output), 7, "{}", describe(&output));
+    assert_eq!(rest, "got TERM\n");
+}
+
+fn a_killed_client_takes_its_jail_along(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("client"));
+    let mut client = command(
+        mode,
+        &[
+            "run",
+            "--server",
+            server.socket(),
+            "--env",
+            &marker,
+            "--",
+            "sleep",
+            "100",
+        ],
+    );
+    client.stdout(Stdio::null()).stderr(Stdio::null());
+    let client = Running::spawn(client);
+    assert!(wait_until(Duration::from_secs(5), || {
+        !processes_with_environ(&marker).is_empty()
+    }));
+    kill(client.pid(), libc::SIGKILL);
+    drop(client);
+    assert!(
+        wait_until(Duration::from_secs(5), || processes_with_environ(&marker)
+            .is_empty()),
+        "the jail outlived its client"
+    );
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["running"] == 0
+    ));
+    let output = server.run(&[], &["echo", "still serving"]);
+    assert_eq!(stdout(&output), "still serving\n");
+}
+
+fn a_killed_server_leaves_nothing_after_a_restart(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "2"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("server"));
+    let mut client = command(
+        mode,
+        &[
+            "run",
+            "--server",
+            server.socket(),
+            "--env",
+            &marker,
+            "--",
+            "sleep",
+            "100",
+        ],
+    );
+    client.stdout(Stdio::null()).stderr(Stdio::null());
+    let client = Running::spawn(client);
+    assert!(wait_until(Duration::from_secs(5), || {
+        !processes_with_environ(&marker).is_empty()
+    }));
+    let runners = children(server.pid());
+    assert!(runners.len() >= 2, "pooled and busy runners: {runners:?}");
+    let server_process = server.running.take().expect("running");
+    kill(server_process.pid(), libc::SIGKILL);
+    let _ = server_process.wait();
+    let gone = |pid: &u32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(
+        wait_until(Duration::from_secs(10), || runners.iter().all(gone)),
+        "runners outlived the server: {runners:?}"
+    );
+    assert!(
+        processes_with_environ(&marker).is_empty(),
+        "the jail outlived the server"
+    );
+    let client = client.wait();
+    assert_ne!(code_or_signal(&client), 0, "{}", describe(&client));
+    // The killed server's socket is still there; a new server replaces it.
+    assert!(server.socket.exists());
+    let again = Server::start_at(mode, &server.socket, &["--pool", "1"]);
+    let output = again.run(&[], &["echo", "back"]);
+    assert_eq!(stdout(&output), "back\n", "{}", describe(&output));
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect()
+}
+
+fn code_or_signal(output: &Output) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    output
+        .status
+        .code()
+        .unwrap_or_else(|| 128 + output.status.signal().unwrap_or(0))
+}
+
+impl Server {
+    /// A server on an existing socket path (one a killed server left).
+    fn start_at(mode: Mode, socket: &std::path::Path, args: &[&str]) -> Server {
+        let dir = TempDir::new("serve-again");
+        let mut all = vec![
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--quiet-limits",
+        ];
+        all.extend_from_slice(args);
+        let mut command = command(mode, &all);
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+        let running = Running::spawn(command);
+        assert!(wait_until(Duration::from_secs(10), || UnixStream::connect(
+            socket
+        )
+        .is_ok()));
+        Server {
+            mode,
+            running: Some(running),
+            socket: socket.to_path_buf(),
+            _dir: dir,
+        }
+    }
+}
+
+fn looser_options_are_refused_unless_allowed(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    for (args, needle) in [
+        (&["--net", "host"][..], "--client-may net-host"),
+        (&["--seccomp", "none"][..], "--client-may seccomp-none"),
+        (&["--landlock", "off"][..], "--client-may landlock-off"),
+        (&["--ro-bind", "/etc:/x"][..], "--allow-bind-under"),
+        (&["--env-pass", "HOME"][..], "--env-pass"),
+    ] {
+        let output = server.run(args, &["true"]);
+        assert_one_line_error(&output, &[needle]);
+    }
+    let bad = server.run(&["--time-limit", "0s"], &["true"]);
+    assert_one_line_error(&bad, &["--time-limit"]);
+    let status = server.status();
+    assert_eq!(status["refused"], 6, "{status}");
+    drop(server);
+    let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
+    let output = allowed.run(&["--net", "host"], &["true"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+}
+
+fn malformed_messages_leave_the_server_up(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let fds_before = open_fds(server.pid());
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let dir = std::fs::File::open("/").unwrap();
+    let n = null.as_raw_fd();
+    let cases: Vec<(&[u8], Vec<i32>, &str)> = vec![
+        (b"not json", vec![], "not JSON"),
+        (br#"{"type":"status"}"#, vec![], "\"brig\": 1"),
+        (br#"{"brig":9,"type":"status"}"#, vec![], "version 9"),
+        (br#"{"brig":1,"type":"explode"}"#, vec![], "malformed"),
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]}}"#,
+            vec![],
+            "needs 3 descriptors",
+        ),
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]}}"#,
+            vec![n; 5],
+            "needs 3 descriptors",
+        ),
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]}}"#,
+            vec![n; 9],
+            "too many descriptors",
+        ),
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]}}"#,
+            vec![n, dir.as_raw_fd(), n],
+            "files, pipes",
+        ),
+        (
+            br#"{"brig":1,"type":"run","options":{"bogus":1}}"#,
+            vec![],
+            "bogus",
+        ),
+        (
+            br#"{"brig":1,"type":"signal","signal":15}"#,
+            vec![],
+            "before any run",
+        ),
+    ];
+    for (body, fds, needle) in cases {
+        let reply = exchange(&server.socket, body, &fds);
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert_eq!(reply["exit_code"], 125, "{reply}");
+        let message = reply["message"].as_str().unwrap();
+        assert!(
+            message.contains(needle) && !message.contains('\n'),
+            "{needle}: {message}"
+        );
+    }
+    // An oversized frame, and one cut short by a client that goes away.
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    (&stream).write_all(&(64u32 << 20).to_be_bytes()).unwrap();
+    let reply = read_reply(&stream).expect("a reply");
+    assert!(
+        reply["message"].as_str().unwrap().contains("the most is"),
+        "{reply}"
+    );
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    (&stream).write_all(&100u32.to_be_bytes()).unwrap();
+    (&stream).write_all(b"{\"brig\":").unwrap();
+    drop(stream);
+    // Still serving, and holding no descriptor more than before.
+    let output = server.run(&[], &["echo", "up"]);
+    assert_eq!(stdout(&output), "up\n", "{}", describe(&output));
+    assert!(
+        wait_until(Duration::from_secs(5), || open_fds(server.pid())
+            <= fds_before),
+        "the server leaked descriptors: {} before, {} after",
+        fds_before,
+        open_fds(server.pid())
+    );
+}
+
+fn capture_mode_returns_the_output(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let body = br#"{"brig":1,"type":"run","stdio":"capture","stdin":"from stdin\n","options":{"command":["sh","-c","cat; echo to stderr >&2; exit 4"]}}"#;
+    let reply = exchange(&server.socket, body, &[]);
+    assert_eq!(reply["type"], "done", "{reply}");
+    assert_eq!(reply["stdout"], "from stdin\n", "{reply}");
+    assert_eq!(reply["stderr"], "to stderr\n", "{reply}");
+    assert_eq!(reply["verdict"]["exit_code"], 4, "{reply}");
+    assert!(
+        reply["config_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+}
+
+fn a_jail_of_another_shape_is_built_for_the_request(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let output = server.run(
+        &["--hostname", "other", "--tmpfs-size", "8M"],
+        &["hostname"],
+    );
+    assert_eq!(stdout(&output), "other\n", "{}", describe(&output));
+    let status = server.status();
+    assert_eq!(
+        (status["runs"].as_u64(), status["pooled_runs"].as_u64()),
+        (Some(1), Some(0)),
+        "{status}"
+    );
+}
+
+/// A peer of another uid is refused by its credentials, even when the socket's mode
+/// would let it connect.
+#[test]
+fn a_peer_of_another_uid_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let server = Server::start(Mode::Root, &["--pool", "1"]);
+    set_mode(&server.socket, 0o666);
+    let output = run(
+        Mode::Rootless,
+        &["run", "--server", server.socket(), "--", "true"],
+    );
+    assert_one_line_error(
+        &output,
+        &["uid 65534 may not use this server", "--socket-group"],
+    );
+    assert_eq!(server.status()["refused"], 1);
+}
+
+#[test]
+fn bad_serve_options_are_one_line_errors() {
+    let dir = TempDir::new("serve-bad");
+    let socket = dir.path().join("s.sock");
+    let socket = socket.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec!["serve", "--socket", socket, "--", "python3"],
+            "takes no program",
+        ),
+        (
+            vec!["serve", "--socket", socket, "--report", "/tmp/x"],
+            "--report",
+        ),
+        (
+            vec!["serve", "--socket", "/nonexistent/dir/s.sock"],
+            "--socket /nonexistent/dir/s.sock",
+        ),
+        (
+            vec![
+                "serve",
+                "--socket",
+                socket,
+                "--socket-group",
+                "no-such-group-here",
+            ],
+            "--socket-group",
+        ),
+        (vec!["run", "--server", socket, "--", "true"], "--server"),
+    ] {
+        let output = run(Mode::Root, &args);
+        assert_one_line_error(&output, &[needle]);
+    }
+    assert!(!std::path::Path::new(socket).exists());
+}
