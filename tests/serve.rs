@@ -7,8 +7,8 @@
 mod common;
 
 use common::limits::parse_verdict;
+use common::serve::{Server, exchange, read_reply};
 use common::*;
-use serde_json::Value;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -28,115 +28,6 @@ both_modes!(
     capture_mode_returns_the_output,
     a_jail_of_another_shape_is_built_for_the_request,
 );
-
-/// A `brig serve` started by the test, stopped (SIGTERM, then waited for) when dropped.
-struct Server {
-    mode: Mode,
-    running: Option<Running>,
-    socket: PathBuf,
-    _dir: TempDir,
-}
-
-impl Server {
-    fn start(mode: Mode, args: &[&str]) -> Server {
-        let dir = TempDir::new("serve").writable_by_all();
-        let socket = dir.path().join("brig.sock");
-        let mut all = vec![
-            "serve",
-            "--socket",
-            socket.to_str().unwrap(),
-            "--quiet-limits",
-        ];
-        all.extend_from_slice(args);
-        let mut command = command(mode, &all);
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        let running = Running::spawn(command);
-        let up = wait_until(Duration::from_secs(10), || {
-            UnixStream::connect(&socket).is_ok()
-        });
-        assert!(up, "brig serve did not listen on {}", socket.display());
-        Server {
-            mode,
-            running: Some(running),
-            socket,
-            _dir: dir,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.running.as_ref().expect("running").pid()
-    }
-
-    fn socket(&self) -> &str {
-        self.socket.to_str().unwrap()
-    }
-
-    /// `brig run --server SOCKET ARGS -- PROGRAM`, as the server's user.
-    fn run(&self, args: &[&str], program: &[&str]) -> Output {
-        let mut all = vec!["run", "--server", self.socket()];
-        all.extend_from_slice(args);
-        all.push("--");
-        all.extend_from_slice(program);
-        run(self.mode, &all)
-    }
-
-    fn status(&self) -> Value {
-        let reply = exchange(&self.socket, br#"{"brig":1,"type":"status"}"#, &[]);
-        assert_eq!(reply["type"], "status", "{reply}");
-        reply
-    }
-
-    /// SIGTERM, and the server's stderr once it has drained and exited.
-    fn stop(&mut self) -> Output {
-        let running = self.running.take().expect("running");
-        kill(running.pid(), libc::SIGTERM);
-        running.wait()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if self.running.is_some() {
-            let output = self.stop();
-            assert!(output.status.success(), "brig serve: {}", describe(&output));
-            assert!(!self.socket.exists(), "the socket outlived the server");
-        }
-    }
-}
-
-/// One request on a fresh connection, with descriptors; the server's reply.
-fn exchange(socket: &PathBuf, body: &[u8], fds: &[i32]) -> Value {
-    let stream = UnixStream::connect(socket).expect("connect");
-    send_frame(&stream, body, fds);
-    read_reply(&stream).expect("a reply")
-}
-
-fn send_frame(stream: &UnixStream, body: &[u8], fds: &[i32]) {
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(body);
-    let iov = [std::io::IoSlice::new(&frame)];
-    let rights = [nix::sys::socket::ControlMessage::ScmRights(fds)];
-    let control: &[nix::sys::socket::ControlMessage] = if fds.is_empty() { &[] } else { &rights };
-    nix::sys::socket::sendmsg::<()>(
-        stream.as_raw_fd(),
-        &iov,
-        control,
-        nix::sys::socket::MsgFlags::empty(),
-        None,
-    )
-    .expect("send a frame");
-}
-
-fn read_reply(mut stream: &UnixStream) -> Option<Value> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .ok()?;
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
-}
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
@@ -346,33 +237,6 @@ fn code_or_signal(output: &Output) -> i32 {
         .status
         .code()
         .unwrap_or_else(|| 128 + output.status.signal().unwrap_or(0))
-}
-
-impl Server {
-    /// A server on an existing socket path (one a killed server left).
-    fn start_at(mode: Mode, socket: &std::path::Path, args: &[&str]) -> Server {
-        let dir = TempDir::new("serve-again");
-        let mut all = vec![
-            "serve",
-            "--socket",
-            socket.to_str().unwrap(),
-            "--quiet-limits",
-        ];
-        all.extend_from_slice(args);
-        let mut command = command(mode, &all);
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-        let running = Running::spawn(command);
-        assert!(wait_until(Duration::from_secs(10), || UnixStream::connect(
-            socket
-        )
-        .is_ok()));
-        Server {
-            mode,
-            running: Some(running),
-            socket: socket.to_path_buf(),
-            _dir: dir,
-        }
-    }
 }
 
 fn looser_options_are_refused_unless_allowed(mode: Mode) {

@@ -18,6 +18,7 @@
 
 pub mod limits;
 pub mod net;
+pub mod serve;
 
 use std::ffi::OsString;
 use std::io::Read;
