@@ -72,6 +72,14 @@ anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP
 Rootless, brig creates the TUN device as the caller inside the jail's namespaces, which needs \fI/dev/net/tun\fR open to everyone (mode 0666, the usual one); \fBbrig doctor\fR checks it.
 "#;
 
+const SERVE: &str = r#".SH SERVER
+\fBbrig serve \-\-socket\fR \fIPATH\fR [\fB\-\-pool\fR \fIN\fR] [\fIRUN OPTIONS\fR] is a jail server for services that run programs many times an hour. The run options (or \fB\-\-config\fR) are the defaults of every jail. It keeps \fB\-\-pool\fR jails assembled ahead of requests (namespaces, id maps, cgroup, mount tree, init waiting); a request takes one, its program starts with privileges dropped, Landlock and seccomp applied last, as in a one-shot run, and the jail is torn down afterwards and never reused. A request whose options change the jail's shape (anything beyond \fBcommand\fR, \fBenv\fR, \fBchdir\fR, \fBtime\-limit\fR, \fBquiet\-limits\fR) gets a jail built for it. Each jail is assembled in a runner process forked from the server (the server stays single-threaded), which answers the client directly.
+.PP
+\fBbrig run \-\-server\fR \fIPATH\fR [\fIOPTIONS\fR] \fB\-\-\fR \fIPROGRAM\fR is its client: the same options, exit statuses and verdict (\fB\-\-report\fR, \fB\-\-report\-fd\fR and \fB\-\-audit\-log\fR are written by the client); its stdin, stdout and stderr are passed to the jail (SCM_RIGHTS), and SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 reach the program. A client that goes away takes its jail along.
+.PP
+Who may connect: the socket is 0600, or 0660 with \fB\-\-socket\-group\fR; the server checks each peer's credentials (SO_PEERCRED: root, its own uid, or the group) and writes them to its \fB\-\-audit\-log\fR. A client may not loosen the server's policy: \fB\-\-net host\fR, \fB\-\-seccomp none\fR and \fB\-\-landlock off\fR need \fB\-\-client\-may\fR, binds and roots need \fB\-\-allow\-bind\-under\fR, and \fB\-\-cgroup\-parent\fR, \fB\-\-host\-uid\fR, \fB\-\-host\-gid\fR, \fB\-\-env\-pass\fR and seccomp profile files are refused. \fB\-\-max\-jails\fR bounds the jails running at once; a request beyond it waits up to \fB\-\-queue\-timeout\fR, then fails (125). SIGTERM or SIGINT drains: no new requests, running jails finish within \fB\-\-drain\-grace\fR or are stopped. A server killed outright takes its jails along (its runners die with it), and the next start replaces its stale socket. \fBbrig serve \-\-status \-\-socket\fR \fIPATH\fR prints the pool, runs and failures. The wire protocol is in \fBbrig\-config\fR(5).
+"#;
+
 const LIMITS_AND_VERDICT: &str = r#".SH LIMITS
 \fB\-\-memory\fR (default 1G, no swap), \fB\-\-pids\fR (default 256) and \fB\-\-cpus\fR are enforced by a cgroup of the jail's own: cgroup v2, or the v1 memory, pids and cpu hierarchies. It is created under \fB\-\-cgroup\-parent\fR, else (as root) under a \fIbrig\fR cgroup brig creates, else (rootless) under brig's own cgroup when it is delegated to the caller. When the program ends, whatever is left in it is killed and it is removed. An explicit cgroup limit without a usable cgroup fails closed (exit 125). Without one, the default process limit is RLIMIT_NPROC, which the kernel counts per jail (per user in each user namespace), and the default memory limit is not enforced: brig says so in the plan, in the verdict's warnings and, once the program has run, in one line on standard error, unless \fB\-\-memory max\fR or \fB\-\-quiet\-limits\fR. \fB\-\-cpu\-time\fR is RLIMIT_CPU (per process, SIGXCPU then SIGKILL); \fB\-\-rlimit\fR sets any other rlimit (defaults core=0, nofile=1024, fsize=1G); \fB\-\-output\-limit\fR relays stdout and stderr through brig and kills the jail past SIZE bytes. A memory limit hit ends with exit 137, a CPU-time limit with 152.
 .SH VERDICT
@@ -104,6 +112,8 @@ brig run \-\-profile python \-\- python3 \-c 'print("hello from the jail")'
 brig run \-\-time\-limit 5s \-\-tmpfs\-size 16M \-\-ro\-bind ./task:/task \-\- python3 /task/main.py
 brig run \-\-bind "$PWD/out":/out \-\-chdir /out \-\- sh \-c 'echo result > answer.txt'
 brig run \-\-report\-fd 3 \-\- python3 main.py 3> verdict.json
+brig serve \-\-socket /run/brig/brig.sock \-\-pool 4 \-\-time\-limit 30s &
+brig run \-\-server /run/brig/brig.sock \-\- python3 \-c 'print(1)'
 brig run \-\-allow\-net pypi.org:443 \-\-allow\-net files.pythonhosted.org:443 \-\- pip download \-d /tmp six
 brig check \-\-config judge.yaml \-\- ./solution
 brig doctor
@@ -235,6 +245,23 @@ pub fn render_brig1() -> String {
         "brig run",
         "OPTIONS OF RUN AND CHECK",
     ));
+    // brig serve takes every option of brig run as the jails' defaults: list its own.
+    let run_ids: Vec<String> = find(&["run"])
+        .get_arguments()
+        .map(|arg| arg.get_id().to_string())
+        .collect();
+    let serve_own = run_ids.iter().fold(find(&["serve"]), |serve, id| {
+        if serve.get_arguments().any(|arg| arg.get_id() == id.as_str()) {
+            serve.mut_arg(id.as_str(), |arg| arg.hide(true))
+        } else {
+            serve
+        }
+    });
+    text.push_str(&options_section(
+        &serve_own,
+        "brig serve",
+        "OPTIONS OF SERVE (and every option of run, as the jails' defaults)",
+    ));
     text.push_str(&options_section(
         &find(&["doctor"]),
         "brig doctor",
@@ -249,6 +276,7 @@ pub fn render_brig1() -> String {
         THE_JAIL,
         EXIT_STATUS,
         NETWORK,
+        SERVE,
         LIMITS_AND_VERDICT,
         CONFIGURATION,
         OPERATORS,
@@ -323,6 +351,27 @@ Every root also gets /etc, /proc, /dev, /tmp and the home directory, the mount p
 programs: [node]
 files: [/etc/ssl/certs/ca\-certificates.crt]
 .fi
+"#;
+
+const PROTOCOL: &str = r#".SH SERVER PROTOCOL
+\fBbrig serve\fR speaks version 1 of this protocol on a unix stream socket. A frame is a 4-byte big-endian length, then that many bytes of one JSON object (at most 1 MiB). Descriptors travel as SCM_RIGHTS with the first byte of a frame. Every client frame has \fB"brig": 1\fR and a \fBtype\fR; unknown fields are refused. Each connection carries one request.
+.TP
+\fB{"brig":1,"type":"run","options":{...},"stdio":"fds"}\fR
+runs \fBoptions\fR (\fBbrig run\fR's, by the YAML names above; \fBcommand\fR is the program) with three descriptors sent along: the program's stdin, stdout and stderr. With \fB"stdio":"capture"\fR no descriptors are sent, \fB"stdin"\fR may give the program's input as a string, and the reply carries \fBstdout\fR and \fBstderr\fR (lossy UTF-8, at most \fBoutput\-limit\fR or 1 MiB each).
+.TP
+\fB{"brig":1,"type":"signal","signal":15}\fR
+sent while a run goes on: passes the signal to the program (SIGKILL ends the jail). Closing the connection before the answer ends the jail.
+.TP
+\fB{"type":"done","verdict":{...},"config_digest":"sha256:..."}\fR
+the answer to a run: the verdict (below) and the digest of the plan it ran under.
+.TP
+\fB{"type":"error","message":"...","kind":"bad_input","exit_code":125}\fR
+the answer to a request the server refused or could not run: one line, whose fault (as \fBerror_kind\fR), and brig's exit status.
+.TP
+\fB{"brig":1,"type":"status"}\fR
+is answered \fB{"type":"status",...}\fR: \fBversion\fR, \fBpid\fR, \fBpool\fR, \fBready\fR, \fBrunning\fR, \fBmax_jails\fR, \fBqueued\fR, \fBruns\fR, \fBpooled_runs\fR, \fBrefused\fR, \fBfailures\fR, \fBdraining\fR.
+.PP
+Clients: \fBbrig run \-\-server\fR, and in the source tree \fIclients/python\fR (\fBbrig_client.run\fR) and \fIclients/node\fR (capture mode: Node cannot pass descriptors).
 "#;
 
 const VERDICT: &str = r#".SH VERDICT
@@ -427,6 +476,7 @@ pub fn render_config5() -> String {
     }
     text.push_str(CONFIG_EXAMPLE);
     text.push_str(MANIFEST);
+    text.push_str(PROTOCOL);
     text.push_str(VERDICT);
     text
 }

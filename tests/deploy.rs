@@ -24,6 +24,42 @@ fn command_as(mode: Mode, program: &str, args: &[&str]) -> Command {
     command
 }
 
+/// brig-serve.service verifies too, with the brig under test in place of
+/// /usr/local/bin/brig (verify checks that the program exists).
+#[test]
+fn systemd_serve_unit_verifies() {
+    if !common::require_program(
+        "systemd-analyze",
+        "tests/run.sh installs it (Debian package systemd)",
+    ) {
+        return;
+    }
+    let text = std::fs::read_to_string(deploy("systemd/brig-serve.service"))
+        .unwrap()
+        .replace("/usr/local/bin/brig", common::brig().to_str().unwrap());
+    let dir = TempDir::new("serve-unit");
+    let unit = dir.file("brig-serve.service", &text);
+    let output = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+        .expect("run systemd-analyze");
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(output.stderr.is_empty(), "{}", describe(&output));
+    // The options of its ExecStart are brig serve's: `brig serve --status` parses them.
+    let exec_start: String = text
+        .lines()
+        .skip_while(|line| !line.starts_with("ExecStart="))
+        .take_while(|line| !line.is_empty())
+        .map(|line| line.trim_end_matches('\\').trim_start_matches("ExecStart="))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut words: Vec<&str> = exec_start.split_whitespace().collect();
+    words.push("--help");
+    let output = Command::new(words[0]).args(&words[1..]).output().unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+}
+
 #[test]
 fn systemd_unit_verifies() {
     let unit = deploy("systemd/brig-worker.service");

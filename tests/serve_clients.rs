@@ -100,7 +100,13 @@ fn node_client_runs_and_reports(mode: Mode) {
     let output = output_of(command_as(
         mode,
         interpreter("node"),
-        &["-e", NODE_SCRIPT, "--", module.to_str().unwrap(), server.socket()],
+        &[
+            "-e",
+            NODE_SCRIPT,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ],
     ));
     let out = assert_success(&output);
     let lines: Vec<&str> = out.lines().collect();

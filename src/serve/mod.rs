@@ -31,19 +31,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: PathBuf,
 
-    /// Jails kept assembled and waiting for a request [default: 2].
+    /// Jails kept assembled and waiting for a request.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub pool: usize,
 
-    /// Jails running at once; more requests wait (--queue-timeout) [default: 64].
+    /// Jails running at once; more requests wait (--queue-timeout).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_jails: usize,
 
-    /// How long a request waits for a free slot before it fails [default: 10s].
+    /// How long a request waits for a free slot before it fails.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub queue_timeout: Span,
 
-    /// On SIGTERM, how long running jails may finish before they are killed [default: 10s].
+    /// On SIGTERM, how long running jails may finish before they are killed.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub drain_grace: Span,
 
