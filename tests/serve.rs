@@ -27,6 +27,8 @@ both_modes!(
     malformed_messages_leave_the_server_up,
     capture_mode_returns_the_output,
     a_jail_of_another_shape_is_built_for_the_request,
+    a_pooled_run_takes_its_own_time_limit,
+    the_audit_logs_name_the_client,
 );
 
 fn open_fds(pid: u32) -> usize {
@@ -422,4 +424,52 @@ fn bad_serve_options_are_one_line_errors() {
         assert_one_line_error(&output, &[needle]);
     }
     assert!(!std::path::Path::new(socket).exists());
+}
+
+fn a_pooled_run_takes_its_own_time_limit(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["ready"] == 1
+    ));
+    let dir = TempDir::new("time-limit").writable_by_all();
+    let report = dir.path().join("verdict.json");
+    let output = server.run(
+        &["--time-limit", "1s", "--report", report.to_str().unwrap()],
+        &["sleep", "30"],
+    );
+    assert_eq!(code(&output), 124, "{}", describe(&output));
+    let verdict = parse_verdict(&std::fs::read_to_string(&report).unwrap());
+    assert_eq!(verdict["status"], "timeout", "{verdict}");
+    assert_eq!(verdict["limits"]["time_limit_ms"], 1000, "{verdict}");
+    assert_eq!(server.status()["pooled_runs"], 1);
+}
+
+fn the_audit_logs_name_the_client(mode: Mode) {
+    let dir = TempDir::new("audit").writable_by_all();
+    let server_log = dir.path().join("server.log");
+    let client_log = dir.path().join("client.log");
+    let server = Server::start(
+        mode,
+        &["--pool", "1", "--audit-log", server_log.to_str().unwrap()],
+    );
+    let output = server.run(
+        &["--audit-log", client_log.to_str().unwrap()],
+        &["sh", "-c", "exit 5"],
+    );
+    assert_eq!(code(&output), 5, "{}", describe(&output));
+    let line = |path: &PathBuf| -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        assert_eq!(text.lines().count(), 1, "{text}");
+        serde_json::from_str(text.trim()).unwrap()
+    };
+    let (served, client) = (line(&server_log), line(&client_log));
+    let client_uid = if mode == Mode::Root { 0 } else { NOBODY };
+    assert_eq!(served["peer"]["uid"], client_uid, "{served}");
+    assert!(served["peer"]["pid"].as_u64().unwrap() > 1, "{served}");
+    assert_eq!(served["verdict"]["exit_code"], 5, "{served}");
+    assert_eq!(served["verdict"], client["verdict"]);
+    assert_eq!(served["config_digest"], client["config_digest"]);
+    assert!(client["peer"].is_null(), "{client}");
 }
