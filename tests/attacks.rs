@@ -174,7 +174,14 @@ macro_rules! attacks {
             $(assert_eq!(probe(Root, LANDLOCK_OFF, attack), $landlock_off, "--landlock off, {attack:?}");)?
             $(assert_eq!(probe(Root, BOTH_OFF, attack), $both_off, "both off, {attack:?}");)?
         }
-    )*};
+    )*
+
+    /// Every attack and the default jail's answer, for the same attacks on a pooled jail
+    /// of `brig serve` (`attacks_fail_the_same_in_a_pooled_jail`).
+    fn default_jail_answers() -> Vec<(&'static [&'static str], &'static str)> {
+        vec![$((&[$($arg),+], $on)),*]
+    }
+    };
 }
 
 attacks! {
@@ -295,6 +302,35 @@ attacks! {
     create_in_tmp_works: ["create", "/tmp/file"] => "ok";
     /// procfs lets a process write some of its own files; Landlock gives /proc read only.
     write_proc: ["write", "/proc/self/comm"] => "errno=EACCES", landlock_off: "ok";
+}
+
+/// A pooled jail of `brig serve` is the one-shot jail, assembled ahead: every attack above
+/// gets the answer it gets in a one-shot run, as root and rootless.
+#[test]
+fn attacks_fail_the_same_in_a_pooled_jail() {
+    let Some(kit) = kit() else {
+        return;
+    };
+    let mount = kit.mount();
+    let program = format!("{IN_JAIL}/probe");
+    for who in [Root, Rootless] {
+        let server = common::serve::Server::start(who, &["--pool", "2", "--ro-bind", &mount]);
+        for (attack, expected) in default_jail_answers() {
+            let output = server.run(&[], &[&[program.as_str()][..], attack].concat());
+            let answer = String::from_utf8_lossy(&output.stdout).trim().to_string();
+            assert_eq!(
+                answer,
+                expected,
+                "{who:?}, pooled jail, {attack:?}: {}",
+                common::describe(&output)
+            );
+        }
+        let status = server.status();
+        assert_eq!(
+            status["runs"], status["pooled_runs"],
+            "every run was pooled: {status}"
+        );
+    }
 }
 
 /// i386 getpid through `int 0x80`: the filter only accepts x86_64 calls and kills anything
