@@ -581,6 +581,13 @@ pub fn seccomp_action_available(action: u32) -> Result<(), Errno> {
     Errno::result(ret).map(drop)
 }
 
+/// dup2(`fd`, `target`): `target` becomes a copy of `fd`, without close-on-exec.
+pub fn place_fd(fd: RawFd, target: RawFd) -> Result<(), Errno> {
+    // SAFETY: dup2 on a descriptor this process holds; `target` is replaced atomically,
+    // and the caller hands the program exactly these numbers.
+    Errno::result(unsafe { libc::dup2(fd, target) }).map(drop)
+}
+
 /// Sends `payload` and, with it, `fds` (SCM_RIGHTS) over a unix socket, in one message.
 pub fn send_with_fds(
     socket: BorrowedFd,

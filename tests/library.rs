@@ -213,7 +213,7 @@ fn program_gets_the_given_streams() -> Result<(), String> {
         .write_all(b"hello\n")
         .map_err(|err| err.to_string())?;
     let report = jail
-        .run_with_stdio(&program, Some([in_read, out_write, err_write]))
+        .run_with_stdio(&program, Some(vec![in_read, out_write, err_write]))
         .map_err(|err| format!("run: {err}"))?;
     let read_all = |fd: std::os::fd::OwnedFd| {
         let mut text = String::new();

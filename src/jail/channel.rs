@@ -14,7 +14,7 @@ use crate::error::{Error, Stage};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::unistd::{pipe2, read, write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 pub struct Channel {
@@ -39,9 +39,9 @@ pub struct ParentEnd {
     pub descriptors: OwnedFd,
 }
 
-/// The program's standard input, output and error, when brig gives them with the
-/// program instead of letting it inherit init's.
-pub type Stdio = [OwnedFd; 3];
+/// The program's standard input, output and error, and any descriptors after them (3,
+/// 4, ...), when brig gives them with the program instead of letting it inherit init's.
+pub type Stdio = Vec<OwnedFd>;
 
 #[derive(Debug, PartialEq)]
 pub enum Message {
@@ -137,8 +137,7 @@ impl ChildEnd {
                 let mut byte = [0u8; 1];
                 let (_, fds) =
                     crate::sys::receive_with_fds(self.descriptors.as_fd(), &mut byte).ok()?;
-                let stdio: Stdio = fds.try_into().ok()?;
-                Some((program, Some(stdio)))
+                (fds.len() >= 3).then_some((program, Some(fds)))
             }
             _ => None,
         }
@@ -203,7 +202,7 @@ impl ParentEnd {
         frame.extend_from_slice(&payload);
         write_all(&self.go, &frame)?;
         if let Some(stdio) = stdio {
-            let fds = [stdio[0].as_fd(), stdio[1].as_fd(), stdio[2].as_fd()];
+            let fds: Vec<BorrowedFd> = stdio.iter().map(AsFd::as_fd).collect();
             crate::sys::send_with_fds(self.descriptors.as_fd(), b"s", &fds)?;
         }
         Ok(())

@@ -168,14 +168,23 @@ fn become_program(plan: &Plan, program: &Program, stdio: Option<&Stdio>, channel
     sys::exit_now(status.code());
 }
 
-/// The streams brig gave with the program become its 0, 1 and 2 (their originals are
-/// close-on-exec).
+/// The descriptors brig gave with the program become its 0, 1, 2, ... (their originals
+/// are close-on-exec). Each is first copied above them all, so that placing one never
+/// overwrites another still to be placed.
 fn take_stdio(stdio: &Stdio) -> Result<()> {
-    nix::unistd::dup2_stdin(&stdio[0])
-        .and_then(|()| nix::unistd::dup2_stdout(&stdio[1]))
-        .and_then(|()| nix::unistd::dup2_stderr(&stdio[2]))
+    let above = stdio.len() as std::os::fd::RawFd + 3;
+    let copies = stdio
+        .iter()
+        .map(|fd| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(above)))
+        .collect::<std::result::Result<Vec<_>, _>>()
         .context(|| "give the program its standard streams".into())
-        .at(Stage::Descriptors)
+        .at(Stage::Descriptors)?;
+    for (target, copy) in copies.iter().enumerate() {
+        sys::place_fd(*copy, target as std::os::fd::RawFd)
+            .context(|| format!("give the program its descriptor {target}"))
+            .at(Stage::Descriptors)?;
+    }
+    Ok(())
 }
 
 fn drop_privileges(plan: &Plan, program: &Program) -> Result<()> {

@@ -122,9 +122,9 @@ fn run_job(
     let connection = fds.remove(0);
     jail.limit_time(job.time_limit);
     let (stdio, capture) = match job.stdio {
-        StdioMode::Fds => match <[OwnedFd; 3]>::try_from(fds) {
-            Ok(stdio) => (stdio, None),
-            Err(_) => {
+        StdioMode::Fds => match fds.len() {
+            3 => (fds, None),
+            _ => {
                 return answer_error(
                     &[connection],
                     &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
@@ -217,7 +217,7 @@ struct Capture {
 }
 
 impl Capture {
-    fn start(stdin: String, limit: u64) -> Result<([OwnedFd; 3], Capture)> {
+    fn start(stdin: String, limit: u64) -> Result<(Vec<OwnedFd>, Capture)> {
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|errno| Error::os("create a pipe for the program", errno))
@@ -242,7 +242,7 @@ impl Capture {
             })
         };
         let threads = vec![feed, drain(out_read), drain(err_read)];
-        Ok(([in_read, out_write, err_write], Capture { threads }))
+        Ok((vec![in_read, out_write, err_write], Capture { threads }))
     }
 
     fn finish(self) -> (String, String) {
