@@ -73,7 +73,7 @@ Rootless, brig creates the TUN device as the caller inside the jail's namespaces
 "#;
 
 const SERVE: &str = r#".SH SERVER
-\fBbrig serve \-\-socket\fR \fIPATH\fR [\fB\-\-pool\fR \fIN\fR] [\fIRUN OPTIONS\fR] is a jail server for services that run programs many times an hour. The run options (or \fB\-\-config\fR) are the defaults of every jail. It keeps \fB\-\-pool\fR jails assembled ahead of requests (namespaces, id maps, cgroup, mount tree, init waiting); a request takes one, its program starts with privileges dropped, Landlock and seccomp applied last, as in a one-shot run, and the jail is torn down afterwards and never reused. A request whose options change the jail's shape (anything beyond \fBcommand\fR, \fBenv\fR, \fBchdir\fR, \fBtime\-limit\fR, \fBquiet\-limits\fR) gets a jail built for it. Each jail is assembled in a runner process forked from the server (the server stays single-threaded), which answers the client directly.
+\fBbrig serve \-\-socket\fR \fIPATH\fR [\fB\-\-pool\fR \fIN\fR] [\fIRUN OPTIONS\fR] is a jail server for services that run programs many times an hour. The run options (or \fB\-\-config\fR) are the defaults of every jail. It keeps \fB\-\-pool\fR jails assembled ahead of requests (namespaces, id maps, cgroup, mount tree, init waiting); a request takes one, its program starts with privileges dropped, Landlock and seccomp applied last, as in a one-shot run, and the jail is torn down afterwards and never reused. With \fB\-\-warm\-python\fR \fIN\fR, N pooled jails have Python already started inside them under all their restrictions; a request of the pool's shape for \fBpython3 \-c\fR \fICODE\fR, \fBpython3\fR \fISCRIPT\fR or \fBpython3 \-\fR is served by one and behaves as a cold start (argv, sys.path[0], __main__, stdin, exit status, tracebacks, signals); its verdict says \fBwarm\fR. A request whose options change the jail's shape (anything beyond \fBcommand\fR, \fBenv\fR, \fBchdir\fR, \fBtime\-limit\fR, \fBquiet\-limits\fR) gets a jail built for it. Each jail is assembled in a runner process forked from the server (the server stays single-threaded), which answers the client directly.
 .PP
 \fBbrig run \-\-server\fR \fIPATH\fR [\fIOPTIONS\fR] \fB\-\-\fR \fIPROGRAM\fR is its client: the same options, exit statuses and verdict (\fB\-\-report\fR, \fB\-\-report\-fd\fR and \fB\-\-audit\-log\fR are written by the client); its stdin, stdout and stderr are passed to the jail (SCM_RIGHTS), and SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 reach the program. A client that goes away takes its jail along.
 .PP
@@ -400,6 +400,9 @@ from the jail's cgroup; null without one, or where the kernel lacks the counter
 .TP
 \fBstdout_bytes\fR, \fBstderr_bytes\fR, \fBoutput_truncated\fR
 what the program wrote, counted with \fB\-\-output\-limit\fR only (null otherwise)
+.TP
+\fBwarm\fR
+true when \fBbrig serve \-\-warm\-python\fR ran the program in an interpreter started before the request; \fBwall_ms\fR and the CPU times are then the request's own
 .TP
 \fBlimits\fR
 the effective limits: time_limit_ms, cpu_time_ms, memory_bytes, pids, cpus, cgroup_enforced, output_limit_bytes, tmpfs_size_bytes, rlimits (name, soft, hard)

@@ -55,6 +55,9 @@ pub struct Verdict {
     pub stdout_bytes: Option<u64>,
     pub stderr_bytes: Option<u64>,
     pub output_truncated: bool,
+    /// `brig serve --warm-python`: the program ran in an interpreter started before the
+    /// request; wall and CPU times are the request's own.
+    pub warm: bool,
     pub limits: Option<Limits>,
     pub protections: Option<Protections>,
     pub warnings: Vec<String>,
@@ -161,6 +164,7 @@ impl Verdict {
             stdout_bytes: run.output.map(|output| output.stdout_bytes),
             stderr_bytes: run.output.map(|output| output.stderr_bytes),
             output_truncated: run.output.is_some_and(|output| output.truncated),
+            warm: false,
             limits: Some(limits(plan, run.time_limit, run.cgroup_version.is_some())),
             protections: Some(protections(plan, run.cgroup_version)),
             warnings: plan.warnings.clone(),
@@ -189,6 +193,7 @@ impl Verdict {
             stdout_bytes: None,
             stderr_bytes: None,
             output_truncated: false,
+            warm: false,
             limits: plan.map(|plan| limits(plan, plan.time_limit, false)),
             protections: None,
             warnings: plan.map(|plan| plan.warnings.clone()).unwrap_or_default(),

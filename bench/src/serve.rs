@@ -16,7 +16,12 @@ use std::time::{Duration, Instant};
 #[derive(Serialize)]
 pub struct ServeReport {
     pub pool: usize,
-    /// `true`, median ms: bwrap, one-shot brig, `brig run --server`, the protocol direct.
+    /// The server's own count: runs, those served by a pooled jail, by a warm Python.
+    pub runs: u64,
+    pub pooled_runs: u64,
+    pub warm_runs: u64,
+    /// Median ms: `true` by bwrap, one-shot brig, `brig run --server`, the protocol
+    /// direct; `python3 -c pass` bare on the host and through a warm Python.
     pub latency_ms: BTreeMap<String, f64>,
     /// `true`, 2 workers, runs per second.
     pub throughput: BTreeMap<String, f64>,
@@ -50,6 +55,8 @@ fn start_server(brig: &str, pool: usize) -> Server {
         .args([
             "--pool",
             &pool.to_string(),
+            "--warm-python",
+            &pool.to_string(),
             "--memory",
             "max",
             "--pids",
@@ -72,16 +79,17 @@ fn start_server(brig: &str, pool: usize) -> Server {
 
 /// One run of `true` through the protocol: a request with /dev/null as the program's
 /// three streams, then the reply.
-fn protocol_run(socket: &Path) {
+fn protocol_run(socket: &Path, program: &[&str]) {
     let stream = UnixStream::connect(socket).expect("connect");
     let null = std::fs::File::options()
         .read(true)
         .write(true)
         .open("/dev/null")
         .expect("/dev/null");
-    let body = br#"{"brig":1,"type":"run","options":{"command":["/usr/bin/true"]},"stdio":"fds"}"#;
+    let request = serde_json::json!({"brig": 1, "type": "run", "options": {"command": program}, "stdio": "fds"});
+    let body = serde_json::to_vec(&request).expect("JSON");
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(body);
+    frame.extend_from_slice(&body);
     let fds = [null.as_raw_fd(); 3];
     let iov = [std::io::IoSlice::new(&frame)];
     let control = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -183,7 +191,22 @@ pub fn measure(
         Box::new(move || run_command(&client)),
     ));
     let socket = server.socket.clone();
-    tools.push(("protocol".into(), Box::new(move || protocol_run(&socket))));
+    tools.push((
+        "protocol".into(),
+        Box::new(move || protocol_run(&socket, &["/usr/bin/true"])),
+    ));
+    let python = ["/usr/bin/python3", "-c", "pass"]
+        .map(String::from)
+        .to_vec();
+    tools.push((
+        "bare python3 -c pass".into(),
+        Box::new(move || run_command(&python)),
+    ));
+    let socket = server.socket.clone();
+    tools.push((
+        "warm python3 -c pass (protocol)".into(),
+        Box::new(move || protocol_run(&socket, &["python3", "-c", "pass"])),
+    ));
 
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
     for round in 0..rounds {
@@ -221,6 +244,21 @@ pub fn measure(
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let server_pid = server.child.id();
+    let status = Command::new(brig)
+        .args(["serve", "--status", "--socket"])
+        .arg(&server.socket)
+        .output()
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+        .unwrap_or_default();
+    let count = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (runs, pooled_runs, warm_runs) =
+        (count("runs:"), count("pooled_runs:"), count("warm_runs:"));
     let server_rss_kib = status_kib(server_pid, "status", "VmRSS:");
     let pooled_runner_pss_kib = children(server_pid)
         .into_iter()
@@ -243,6 +281,10 @@ pub fn measure(
             latency_ms["protocol"] / bwrap,
         );
     }
+    ratios.insert(
+        "warm python3 -c pass / bare python3 -c pass (goal <= 0.2)".to_string(),
+        latency_ms["warm python3 -c pass (protocol)"] / latency_ms["bare python3 -c pass"],
+    );
     if let Some(bwrap) = throughput.get("bwrap") {
         ratios.insert(
             "throughput, 2 workers, brig --server/bwrap (goal >= 1.5)".to_string(),
@@ -250,6 +292,9 @@ pub fn measure(
         );
     }
     ServeReport {
+        runs,
+        pooled_runs,
+        warm_runs,
         pool,
         latency_ms,
         throughput,
@@ -284,7 +329,10 @@ pub fn rate(argv: &[String], workers: usize, window: Duration) -> f64 {
 }
 
 pub fn print(report: &ServeReport) {
-    println!("\nbrig serve (pool {}; one interleaved run)", report.pool);
+    println!(
+        "\nbrig serve (pool {} and {} warm Python; one interleaved run; {} runs, {} pooled, {} warm)",
+        report.pool, report.pool, report.runs, report.pooled_runs, report.warm_runs
+    );
     for (tool, ms) in &report.latency_ms {
         println!("{tool:<20} `true` median {ms:.2} ms");
     }

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod protocol;
 mod runner;
 mod server;
+mod warm;
 
 use crate::options::JailOptions;
 use crate::units::Span;
@@ -34,6 +35,12 @@ pub struct ServeArgs {
     /// Jails kept assembled and waiting for a request.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub pool: usize,
+
+    /// Pooled jails with Python already started inside (under all their restrictions):
+    /// `python3 -c CODE`, `python3 SCRIPT` and `python3 -` requests of the pool's shape
+    /// skip the interpreter's startup.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warm_python: usize,
 
     /// Jails running at once; more requests wait (--queue-timeout).
     #[arg(long, value_name = "N", default_value_t = 64)]

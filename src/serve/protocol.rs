@@ -78,9 +78,11 @@ pub enum Reply {
 pub struct Status {
     pub version: String,
     pub pid: u32,
-    /// Pooled jails wanted, and ready now.
+    /// Pooled jails wanted, and ready now; the same for warm Python jails.
     pub pool: usize,
     pub ready: usize,
+    pub warm_python: usize,
+    pub warm_ready: usize,
     /// Jails running a program now, and the most at once (`--max-jails`).
     pub running: usize,
     pub max_jails: usize,
@@ -89,6 +91,8 @@ pub struct Status {
     pub runs: u64,
     /// Runs served by a pooled jail, and by one built for the request.
     pub pooled_runs: u64,
+    /// Runs served by a warm Python.
+    pub warm_runs: u64,
     pub refused: u64,
     pub failures: u64,
     pub draining: bool,

@@ -52,6 +52,8 @@ pub enum Report {
 pub enum Start<'a> {
     /// Assemble `plan` (the server's default jail) and wait for a job.
     Pooled(&'a Plan),
+    /// Assemble `plan`, start Python in it, and wait for a job for Python.
+    WarmPython(&'a Plan),
     /// Assemble the jail of this job and run it (its descriptors: connection, streams).
     ForJob(Box<Job>, Vec<OwnedFd>),
 }
@@ -60,6 +62,7 @@ pub enum Start<'a> {
 pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
     let code = match start {
         Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
+        Start::WarmPython(plan) => super::warm::python(&control, plan, audit_log.as_ref()),
         Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref()),
     };
     sys::exit_now(code);
@@ -100,7 +103,7 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
     }
 }
 
-fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
+pub(super) fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
     if let Some(connection) = fds.first() {
         let _ = protocol::write_frame(connection.as_fd(), &Reply::error(err), &[]);
     }
@@ -113,41 +116,60 @@ fn run_job(
     mut jail: Jail,
     plan: &Plan,
     job: Job,
-    mut fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
     audit_log: Option<&PathBuf>,
 ) -> i32 {
-    if fds.is_empty() {
-        return 1;
-    }
-    let connection = fds.remove(0);
-    jail.limit_time(job.time_limit);
-    let (stdio, capture) = match job.stdio {
-        StdioMode::Fds => match fds.len() {
-            3 => (fds, None),
-            _ => {
-                return answer_error(
-                    &[connection],
-                    &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
-                );
-            }
-        },
-        StdioMode::Capture => {
-            let limit = plan
-                .limits
-                .output_limit
-                .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
-            match Capture::start(job.stdin.clone().unwrap_or_default(), limit) {
-                Ok((stdio, capture)) => (stdio, Some(capture)),
-                Err(err) => return answer_error(&[connection], &err),
-            }
-        }
+    let (connection, stdio, capture) = match client_streams(&job, fds, plan.limits.output_limit) {
+        Ok(streams) => streams,
+        Err(code) => return code,
     };
+    jail.limit_time(job.time_limit);
     let init = jail.init_pidfd().try_clone_to_owned().ok();
     watch_client(&connection, init);
     let verdict = match jail.run_with_stdio(&job.program, Some(stdio)) {
         Ok(report) => Verdict::of_run(plan, &report),
         Err(err) => Verdict::of_setup_error(Some(plan), &err),
     };
+    answer(&connection, &verdict, &job, capture, audit_log);
+    0
+}
+
+/// The client's connection, the program's streams (the client's, or pipes this runner
+/// captures), and the capture; Err with the exit status after answering the client.
+pub(super) fn client_streams(
+    job: &Job,
+    mut fds: Vec<OwnedFd>,
+    output_limit: Option<crate::units::Size>,
+) -> std::result::Result<(OwnedFd, Vec<OwnedFd>, Option<Capture>), i32> {
+    if fds.is_empty() {
+        return Err(1);
+    }
+    let connection = fds.remove(0);
+    match job.stdio {
+        StdioMode::Fds if fds.len() == 3 => Ok((connection, fds, None)),
+        StdioMode::Fds => Err(answer_error(
+            &[connection],
+            &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
+        )),
+        StdioMode::Capture => {
+            let limit = output_limit.map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
+            match Capture::start(job.stdin.clone().unwrap_or_default(), limit) {
+                Ok((stdio, capture)) => Ok((connection, stdio, Some(capture))),
+                Err(err) => Err(answer_error(&[connection], &err)),
+            }
+        }
+    }
+}
+
+/// Answers the client with the verdict (and captured output) and appends the server's
+/// audit line.
+pub(super) fn answer(
+    connection: &OwnedFd,
+    verdict: &Verdict,
+    job: &Job,
+    capture: Option<Capture>,
+    audit_log: Option<&PathBuf>,
+) {
     let (stdout, stderr) = match capture {
         Some(capture) => {
             let (stdout, stderr) = capture.finish();
@@ -155,26 +177,24 @@ fn run_job(
         }
         None => (None, None),
     };
-    let verdict = serde_json::to_value(&verdict).expect("a verdict always serializes");
-    let config_digest = job.config_digest;
+    let verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
     {
-        sinks.deliver_json(&verdict, Some(config_digest.clone()), Some(job.peer));
+        sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(job.peer));
     }
     let reply = Reply::Done {
         verdict,
-        config_digest,
+        config_digest: job.config_digest.clone(),
         stdout,
         stderr,
     };
     let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
-    0
 }
 
 /// Passes the client's `signal` frames on to the program (through this process's signal
 /// queue, which the supervisor forwards) and ends the jail when the client goes away.
-fn watch_client(connection: &OwnedFd, init: Option<OwnedFd>) {
+pub(super) fn watch_client(connection: &OwnedFd, init: Option<OwnedFd>) {
     let Ok(connection) = connection.try_clone() else {
         return;
     };
@@ -212,12 +232,12 @@ fn watch_client(connection: &OwnedFd, init: Option<OwnedFd>) {
 
 /// `capture` mode: pipes for the program's streams, a thread feeding stdin and one
 /// draining each of stdout and stderr (keeping at most `limit` bytes of each).
-struct Capture {
+pub(super) struct Capture {
     threads: Vec<std::thread::JoinHandle<Vec<u8>>>,
 }
 
 impl Capture {
-    fn start(stdin: String, limit: u64) -> Result<(Vec<OwnedFd>, Capture)> {
+    pub(super) fn start(stdin: String, limit: u64) -> Result<(Vec<OwnedFd>, Capture)> {
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|errno| Error::os("create a pipe for the program", errno))
@@ -245,7 +265,7 @@ impl Capture {
         Ok((vec![in_read, out_write, err_write], Capture { threads }))
     }
 
-    fn finish(self) -> (String, String) {
+    pub(super) fn finish(self) -> (String, String) {
         let mut outputs = self
             .threads
             .into_iter()

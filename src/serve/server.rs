@@ -45,7 +45,10 @@ struct Runner {
     control: OwnedFd,
     reader: FrameReader,
     state: RunnerState,
+    /// In the pool: not handed a job yet.
     pooled: bool,
+    /// Its jail runs a warm Python, for Python requests only.
+    warm: bool,
 }
 
 /// A connection whose request has not fully arrived.
@@ -54,6 +57,12 @@ struct Incoming {
     reader: FrameReader,
     peer: Peer,
     since: Instant,
+}
+
+/// What a new runner is for.
+enum Spawn {
+    Pooled { warm: bool },
+    ForJob(Box<Job>, Vec<OwnedFd>),
 }
 
 /// A checked request waiting for a runner.
@@ -116,6 +125,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             version: env!("CARGO_PKG_VERSION").into(),
             pid: std::process::id(),
             pool: args.pool,
+            warm_python: args.warm_python,
             max_jails: args.max_jails,
             ..Status::default()
         },
@@ -583,15 +593,34 @@ impl Server {
         Ok(program)
     }
 
+    /// Whether `runner`'s jail can take `pending`: any pooled jail a request of the pool's
+    /// shape, a warm one only what its Python can serve as a cold start would.
+    fn suits(runner: &Runner, pending: &Pending) -> bool {
+        runner.pooled
+            && pending.pooled
+            && (!runner.warm || super::warm::serves(&pending.job.program))
+    }
+
+    /// The ready pooled runner for `pending`, a warm one first.
+    fn ready_for(&self, pending: &Pending) -> Option<usize> {
+        let ready = |warm: bool| {
+            self.runners.iter().position(|runner| {
+                runner.warm == warm
+                    && runner.state == RunnerState::Ready
+                    && Self::suits(runner, pending)
+            })
+        };
+        ready(true).or_else(|| ready(false))
+    }
+
     /// A pooled request finds no ready jail, but one is being assembled: it will be
     /// ready sooner than a new one would.
     fn should_wait_for_pool(&self, pending: &Pending) -> bool {
         pending.pooled
-            && self.ready_count() == 0
-            && self
-                .runners
-                .iter()
-                .any(|runner| runner.pooled && runner.state == RunnerState::Assembling)
+            && self.ready_for(pending).is_none()
+            && self.runners.iter().any(|runner| {
+                runner.state == RunnerState::Assembling && Self::suits(runner, pending)
+            })
     }
 
     fn dispatch(&mut self, pending: Pending) {
@@ -610,13 +639,12 @@ impl Server {
         }
         self.status.running += 1;
         self.status.runs += 1;
-        let ready = self
-            .runners
-            .iter()
-            .position(|runner| runner.pooled && runner.state == RunnerState::Ready);
-        match ready {
-            Some(at) if pending.pooled => {
+        match self.ready_for(&pending) {
+            Some(at) => {
                 self.status.pooled_runs += 1;
+                if self.runners[at].warm {
+                    self.status.warm_runs += 1;
+                }
                 let runner = &mut self.runners[at];
                 let fds: Vec<BorrowedFd> = pending.fds.iter().map(AsFd::as_fd).collect();
                 runner.state = RunnerState::Busy;
@@ -627,11 +655,11 @@ impl Server {
                         &Error::setup("brig serve: the pooled jail went away; retry"),
                     );
                 }
-                self.status.ready = self.ready_count();
+                self.count_ready();
             }
-            _ => {
+            None => {
                 let Pending { job, fds, .. } = pending;
-                if let Err(err) = self.spawn(Some((job, fds))) {
+                if let Err(err) = self.spawn(Spawn::ForJob(Box::new(job), fds)) {
                     self.status.running -= 1;
                     self.status.failures += 1;
                     eprintln!("brig serve: {err}");
@@ -640,31 +668,44 @@ impl Server {
         }
     }
 
-    fn ready_count(&self) -> usize {
-        self.runners
-            .iter()
-            .filter(|runner| runner.pooled && runner.state == RunnerState::Ready)
-            .count()
+    fn count_ready(&mut self) {
+        let ready = |warm: bool| {
+            self.runners
+                .iter()
+                .filter(|runner| {
+                    runner.pooled && runner.warm == warm && runner.state == RunnerState::Ready
+                })
+                .count()
+        };
+        self.status.ready = ready(false);
+        self.status.warm_ready = ready(true);
     }
 
-    /// Keeps --pool jails assembling or ready, unless draining or backing off.
+    /// Keeps --pool cold and --warm-python warm jails assembling or ready, unless
+    /// draining or backing off.
     fn refill_pool(&mut self) {
         if self.drain_deadline.is_some() || self.refill_after.is_some_and(|at| Instant::now() < at)
         {
             return;
         }
-        let pooled = self.runners.iter().filter(|runner| runner.pooled).count();
-        for _ in pooled..self.args.pool {
-            if let Err(err) = self.spawn(None) {
-                eprintln!("brig serve: {err}");
-                self.refill_after = Some(Instant::now() + BACKOFF);
-                return;
+        for (warm, wanted) in [(false, self.args.pool), (true, self.args.warm_python)] {
+            let pooled = self
+                .runners
+                .iter()
+                .filter(|runner| runner.pooled && runner.warm == warm)
+                .count();
+            for _ in pooled..wanted {
+                if let Err(err) = self.spawn(Spawn::Pooled { warm }) {
+                    eprintln!("brig serve: {err}");
+                    self.refill_after = Some(Instant::now() + BACKOFF);
+                    return;
+                }
             }
         }
     }
 
-    /// Forks a runner: pooled (`job` None) or for a job, whose descriptors it inherits.
-    fn spawn(&mut self, job: Option<(Job, Vec<OwnedFd>)>) -> Result<()> {
+    /// Forks a runner: pooled, or for a job, whose descriptors it inherits.
+    fn spawn(&mut self, what: Spawn) -> Result<()> {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let (control, runner_end) = socketpair(
             AddressFamily::Unix,
@@ -673,12 +714,15 @@ impl Server {
             SockFlag::SOCK_CLOEXEC,
         )
         .context(|| "create a socket pair for a runner".into())?;
-        let pooled = job.is_none();
+        let (pooled, warm) = match &what {
+            Spawn::Pooled { warm } => (true, *warm),
+            Spawn::ForJob(..) => (false, false),
+        };
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
                 // The runner: nothing of the server's but its own ends.
                 let mut keep = vec![runner_end.as_raw_fd()];
-                if let Some((_, fds)) = &job {
+                if let Spawn::ForJob(_, fds) = &what {
                     keep.extend(fds.iter().map(AsRawFd::as_raw_fd));
                 }
                 let _ = crate::fds::close_inherited(&keep);
@@ -686,9 +730,10 @@ impl Server {
                 // The server gone, a running program is told to stop (and the jail ends).
                 let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
                 let audit_log = self.defaults.audit_log.clone();
-                let start = match job {
-                    None => Start::Pooled(&self.pool_plan),
-                    Some((job, fds)) => Start::ForJob(Box::new(job), fds),
+                let start = match what {
+                    Spawn::Pooled { warm: false } => Start::Pooled(&self.pool_plan),
+                    Spawn::Pooled { warm: true } => Start::WarmPython(&self.pool_plan),
+                    Spawn::ForJob(job, fds) => Start::ForJob(job, fds),
                 };
                 runner::main(runner_end, start, audit_log);
             }
@@ -704,6 +749,7 @@ impl Server {
                         RunnerState::Assembling
                     },
                     pooled,
+                    warm,
                 });
                 Ok(())
             }
@@ -727,7 +773,7 @@ impl Server {
                 Ok(Report::Ready) => {
                     self.runners[at].state = RunnerState::Ready;
                     self.failures_in_a_row = 0;
-                    self.status.ready = self.ready_count();
+                    self.count_ready();
                     self.dispatch_queued();
                 }
                 Ok(Report::Failed { message }) => {

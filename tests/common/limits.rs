@@ -155,6 +155,7 @@ pub fn assert_verdict_shape(v: &Value) {
             "stdout_bytes",
             "stderr_bytes",
             "output_truncated",
+            "warm",
             "limits",
             "protections",
             "warnings",

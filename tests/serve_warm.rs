@@ -1,0 +1,206 @@
+//! Warm Python (`brig serve --warm-python N`): a set of programs run by a cold `python3`
+//! in a one-shot jail and by a warm interpreter of the server must print the same stdout
+//! and stderr and end with the same status, as root and rootless. And the warm run is
+//! reported as such.
+
+#[macro_use]
+mod common;
+
+use common::limits::parse_verdict;
+use common::serve::Server;
+use common::*;
+use std::io::Read;
+use std::process::{Output, Stdio};
+
+both_modes!(
+    warm_python_behaves_as_a_cold_start,
+    signals_reach_a_warm_python,
+    a_warm_run_is_reported_as_warm
+);
+
+const MAIN_PY: &str = r#"import os, sys, helper
+print(__name__, __file__, sys.argv, sys.path[0], helper.where())
+print("cwd", os.getcwd(), "HOME" in os.environ)
+"#;
+
+const HELPER_PY: &str = "import os\ndef where():\n    return os.path.basename(__file__)\n";
+
+/// (arguments after `python3`, stdin): each must behave the same warm and cold.
+fn programs() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
+        (
+            vec![
+                "-c",
+                "import sys; print(sys.argv, repr(sys.path[0]), __name__)",
+                "a",
+                "b",
+            ],
+            "",
+        ),
+        (
+            vec![
+                "-c",
+                "import sys, os; print(sys.stdin.read().upper(), end=''); print(os.getcwd())",
+            ],
+            "from stdin\n",
+        ),
+        (vec!["-c", "raise ValueError('boom')"], ""),
+        (vec!["-c", "x = ("], ""),
+        (vec!["-c", "import sys; sys.exit(3)"], ""),
+        (vec!["-c", "import sys; sys.exit('a message')"], ""),
+        (
+            vec![
+                "-c",
+                "import os, signal; os.kill(os.getpid(), signal.SIGINT)",
+            ],
+            "",
+        ),
+        (
+            vec![
+                "-c",
+                "import atexit; atexit.register(print, 'bye'); print('no newline', end='')",
+            ],
+            "",
+        ),
+        (vec!["-c", "def f():\n    g()\ndef g():\n    1/0\nf()"], ""),
+        (vec!["/task/main.py", "x", "--y"], ""),
+        (
+            vec!["-", "arg"],
+            "import sys\nprint('from stdin script', sys.argv)\nraise SystemExit(4)\n",
+        ),
+        (vec![], "print('no arguments at all')\n"),
+    ]
+}
+
+fn task_dir() -> TempDir {
+    let dir = TempDir::new("warm-task");
+    dir.file("main.py", MAIN_PY);
+    dir.file("helper.py", HELPER_PY);
+    dir
+}
+
+fn run_with_stdin(mode: Mode, args: &[&str], stdin: &str) -> Output {
+    let mut command = command(mode, args);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("start brig");
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let output = child.wait_with_output().expect("wait");
+    writer.join().unwrap();
+    output
+}
+
+fn warm_python_behaves_as_a_cold_start(mode: Mode) {
+    let task = task_dir();
+    let bind = format!("{}:/task", task.str());
+    let server = Server::start(
+        mode,
+        &["--pool", "0", "--warm-python", "2", "--ro-bind", &bind],
+    );
+    let mut warm_runs = 0;
+    for (args, stdin) in programs() {
+        let mut cold = vec!["run", "--quiet-limits", "--ro-bind", &bind, "--", "python3"];
+        cold.extend(&args);
+        let mut warm = vec!["run", "--server", server.socket(), "--", "python3"];
+        warm.extend(&args);
+        let (cold_output, warm_output) = (
+            run_with_stdin(mode, &cold, stdin),
+            run_with_stdin(mode, &warm, stdin),
+        );
+        let what = format!("python3 {args:?}");
+        assert_eq!(
+            warm_output.status.code(),
+            cold_output.status.code(),
+            "{what}: {}",
+            describe(&warm_output)
+        );
+        assert_eq!(stdout(&warm_output), stdout(&cold_output), "{what}");
+        assert_eq!(stderr(&warm_output), stderr(&cold_output), "{what}");
+        warm_runs += 1;
+    }
+    let status = server.status();
+    assert_eq!(
+        status["warm_runs"], warm_runs,
+        "every run was warm: {status}"
+    );
+}
+
+fn signals_reach_a_warm_python(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0", "--warm-python", "1"]);
+    let program = "import time; print('ready', flush=True); time.sleep(30)";
+    for args in [
+        vec!["run", "--quiet-limits", "--", "python3", "-c", program],
+        vec![
+            "run",
+            "--server",
+            server.socket(),
+            "--",
+            "python3",
+            "-c",
+            program,
+        ],
+    ] {
+        let mut client = command(mode, &args);
+        client.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut client = Running::spawn(client);
+        let mut ready = [0u8; 6];
+        client
+            .child
+            .stdout
+            .as_mut()
+            .unwrap()
+            .read_exact(&mut ready)
+            .unwrap();
+        kill(client.pid(), libc::SIGTERM);
+        let output = client.wait();
+        assert_eq!(
+            output.status.code(),
+            Some(128 + libc::SIGTERM),
+            "{args:?}: {}",
+            describe(&output)
+        );
+    }
+    assert_eq!(server.status()["warm_runs"], 1);
+}
+
+fn a_warm_run_is_reported_as_warm(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1", "--warm-python", "1"]);
+    let warm_ready = || server.status()["warm_ready"] == 1;
+    assert!(wait_until(std::time::Duration::from_secs(10), warm_ready));
+    let dir = TempDir::new("warm-verdict").writable_by_all();
+    let report = dir.path().join("v.json");
+    let report = report.to_str().unwrap();
+    let output = server.run(
+        &["--report", report],
+        &["python3", "-c", "sum(range(10**6))"],
+    );
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+    assert_eq!(verdict["warm"], true, "{verdict}");
+    assert_eq!(verdict["status"], "ok");
+    // Not Python: the cold pooled jail serves it, and says so.
+    let output = server.run(&["--report", report], &["sh", "-c", "exit 0"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+    assert_eq!(verdict["warm"], false, "{verdict}");
+    // A time limit holds in a warm jail too.
+    assert!(wait_until(std::time::Duration::from_secs(10), warm_ready));
+    let output = server.run(
+        &["--time-limit", "1s", "--report", report],
+        &["python3", "-c", "while True: pass"],
+    );
+    assert_eq!(code(&output), 124, "{}", describe(&output));
+    let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+    assert_eq!(
+        (verdict["status"].as_str(), verdict["warm"].as_bool()),
+        (Some("timeout"), Some(true)),
+        "{verdict}"
+    );
+}
