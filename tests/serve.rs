@@ -29,6 +29,7 @@ both_modes!(
     a_jail_of_another_shape_is_built_for_the_request,
     a_pooled_run_takes_its_own_time_limit,
     the_audit_logs_name_the_client,
+    sigterm_drains,
 );
 
 fn open_fds(pid: u32) -> usize {
@@ -472,4 +473,51 @@ fn the_audit_logs_name_the_client(mode: Mode) {
     assert_eq!(served["verdict"], client["verdict"]);
     assert_eq!(served["config_digest"], client["config_digest"]);
     assert!(client["peer"].is_null(), "{client}");
+}
+
+/// SIGTERM: no new requests; a run that ends within --drain-grace ends normally, one that
+/// does not is stopped; then the server exits with nothing left, its socket removed.
+fn sigterm_drains(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "2", "--drain-grace", "2s"]);
+    let spawn = |program: &[&str]| {
+        let mut args = vec!["run", "--server", server.socket(), "--"];
+        args.extend_from_slice(program);
+        let mut client = command(mode, &args);
+        client.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Running::spawn(client)
+    };
+    let short = spawn(&["sh", "-c", "sleep 1; echo finished"]);
+    let long = spawn(&["sleep", "60"]);
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["running"] == 2
+    ));
+    let runners = children(server.pid());
+    let stopped = server.stop();
+    assert!(stopped.status.success(), "{}", describe(&stopped));
+    assert!(
+        stderr(&stopped).contains("draining"),
+        "{}",
+        describe(&stopped)
+    );
+    let short = short.wait();
+    assert_eq!(
+        (code(&short), stdout(&short)),
+        (0, "finished\n".to_string()),
+        "{}",
+        describe(&short)
+    );
+    let long = long.wait();
+    assert_eq!(
+        code_or_signal(&long),
+        128 + libc::SIGTERM,
+        "{}",
+        describe(&long)
+    );
+    let gone = |pid: &u32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(
+        runners.iter().all(gone),
+        "runners outlived the server: {runners:?}"
+    );
+    assert!(!server.socket.exists());
 }

@@ -293,7 +293,17 @@ impl Server {
         for fd in runner_fds.iter().chain(&incoming_fds) {
             fds.push(nix::poll::PollFd::new(sys::borrow_fd(*fd), read));
         }
-        let timeout = nix::poll::PollTimeout::from(200u16);
+        // Idle, the server sleeps until something happens; with deadlines to keep (slow
+        // requests, the queue, draining, a pool backing off) it looks again soon.
+        let waiting = !self.incoming.is_empty()
+            || !self.queue.is_empty()
+            || self.drain_deadline.is_some()
+            || self.refill_after.is_some();
+        let timeout = if waiting {
+            nix::poll::PollTimeout::from(100u16)
+        } else {
+            nix::poll::PollTimeout::NONE
+        };
         if nix::poll::poll(&mut fds, timeout).is_err() {
             return;
         }
