@@ -243,21 +243,50 @@ fn code_or_signal(output: &Output) -> i32 {
 }
 
 fn looser_options_are_refused_unless_allowed(mode: Mode) {
-    let server = Server::start(mode, &["--pool", "1"]);
-    for (args, needle) in [
-        (&["--net", "host"][..], "--client-may net-host"),
-        (&["--seccomp", "none"][..], "--client-may seccomp-none"),
-        (&["--landlock", "off"][..], "--client-may landlock-off"),
-        (&["--ro-bind", "/etc:/x"][..], "--allow-bind-under"),
-        (&["--env-pass", "HOME"][..], "--env-pass"),
-    ] {
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "1",
+            "--time-limit",
+            "20s",
+            "--seccomp",
+            "strict",
+            "--tmpfs-size",
+            "16M",
+        ],
+    );
+    let refused: &[(&[&str], &str)] = &[
+        (&["--net", "host"], "--client-may net-host"),
+        (&["--seccomp", "none"], "--client-may seccomp-none"),
+        (&["--seccomp-log"], "--client-may seccomp-log"),
+        (&["--landlock", "off"], "--client-may landlock-off"),
+        (&["--allow-net", "pypi.org:443"], "--client-may allow-net"),
+        (&["--proc", "host"], "--client-may proc-host"),
+        (&["--ro-bind", "/etc:/x"], "--allow-bind-under"),
+        (&["--env-pass", "HOME"], "--env-pass"),
+        (&["--time-limit", "0s"], "--time-limit"),
+        // Limits may only be tightened.
+        (&["--time-limit", "1h"], "looser than this server's 20s"),
+        (&["--tmpfs-size", "1G"], "--tmpfs-size 1G: looser"),
+        (&["--seccomp", "default"], "--seccomp default: looser"),
+        (&["--rlimit", "nofile=100000"], "--rlimit nofile"),
+    ];
+    for (args, needle) in refused {
         let output = server.run(args, &["true"]);
         assert_one_line_error(&output, &[needle]);
     }
-    let bad = server.run(&["--time-limit", "0s"], &["true"]);
-    assert_one_line_error(&bad, &["--time-limit"]);
     let status = server.status();
-    assert_eq!(status["refused"], 6, "{status}");
+    assert_eq!(status["refused"], refused.len() as u64, "{status}");
+    // Tighter is fine: a jail built for the request.
+    let output = server.run(&["--time-limit", "5s", "--tmpfs-size", "8M"], &["true"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    // Where the server's memory limit is enforced (a cgroup: here, as root), no client
+    // may lift it.
+    if mode == Mode::Root {
+        let output = server.run(&["--memory", "max"], &["true"]);
+        assert_one_line_error(&output, &["--memory max: looser than this server's 1G"]);
+    }
     drop(server);
     let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
     let output = allowed.run(&["--net", "host"], &["true"]);

@@ -62,8 +62,8 @@ pub struct ServeArgs {
     #[arg(long = "allow-bind-under", value_name = "DIR")]
     pub allow_bind_under: Vec<PathBuf>,
 
-    /// Let clients loosen isolation this way: net-host, seccomp-none, landlock-off
-    /// (repeatable); refused otherwise.
+    /// Let clients loosen isolation this way (repeatable); refused otherwise. Limits
+    /// (memory, pids, cpus, time, output, tmpfs, rlimits) may only ever be tightened.
     #[arg(long = "client-may", value_name = "WHAT")]
     pub client_may: Vec<Loosening>,
 

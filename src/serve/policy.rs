@@ -2,9 +2,12 @@
 //! defaults; those that would loosen isolation are refused unless the server was started
 //! allowing them (`--client-may`, `--allow-bind-under`), and those that reach into the
 //! server's own host (its environment, cgroups, host ids, files) are always refused.
+//! Limits may only be tightened: the jail a client gets is checked against the pool's.
 
 use crate::error::{Error, Result};
 use crate::options::{JailOptions, LandlockMode, NetMode};
+use crate::plan::Plan;
+use crate::units::Span;
 use clap::ValueEnum;
 use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
@@ -18,6 +21,12 @@ pub enum Loosening {
     SeccompNone,
     /// `--landlock off`.
     LandlockOff,
+    /// `--seccomp-log` (calls outside the profile allowed, and logged).
+    SeccompLog,
+    /// `--allow-net` and `--add-host` (a network the server's default does not give).
+    AllowNet,
+    /// `--proc host`.
+    ProcHost,
 }
 
 /// Refuses the first option of `client` the server does not allow, naming it and the
@@ -38,6 +47,27 @@ pub fn check_client(client: &JailOptions, may: &[Loosening], bind_under: &[PathB
         return refuse(
             "--landlock off",
             "start it with --client-may landlock-off to allow it",
+        );
+    }
+    if client.seccomp_log && !may.contains(&Loosening::SeccompLog) {
+        return refuse(
+            "--seccomp-log",
+            "start it with --client-may seccomp-log to allow it",
+        );
+    }
+    let asks_network = !client.allow_net.is_empty()
+        || !client.add_host.is_empty()
+        || client.net == Some(NetMode::Filtered);
+    if asks_network && !may.contains(&Loosening::AllowNet) {
+        return refuse(
+            "--allow-net",
+            "start it with --client-may allow-net to allow it",
+        );
+    }
+    if client.proc == Some(crate::options::ProcMode::Host) && !may.contains(&Loosening::ProcHost) {
+        return refuse(
+            "--proc host",
+            "start it with --client-may proc-host to allow it",
         );
     }
     match client.seccomp.as_deref() {
@@ -94,6 +124,132 @@ pub fn check_client(client: &JailOptions, may: &[Loosening], bind_under: &[PathB
     Ok(())
 }
 
+/// The jail a client's options give, against the pool's (the server's defaults): no
+/// limit looser, no weaker seccomp or Landlock mode. Loosenings the server allowed with
+/// --client-may were let through by [`check_client`] and are not looked at again.
+pub fn check_jail(jail: &Plan, pool: &Plan, may: &[Loosening]) -> Result<()> {
+    let looser = |what: &str, theirs: String, ours: String| {
+        Err(Error::input(format!(
+            "{what} {theirs}: looser than this server's {ours}; ask for at most {ours}"
+        )))
+    };
+    let shown = |limit: Option<String>| limit.unwrap_or_else(|| "max".into());
+    let (mine, server) = (&jail.limits, &pool.limits);
+    if exceeds(
+        mine.cgroup.memory.map(|size| size.0),
+        server.cgroup.memory.map(|size| size.0),
+    ) {
+        return looser(
+            "--memory",
+            shown(mine.cgroup.memory.map(|s| s.to_string())),
+            shown(server.cgroup.memory.map(|s| s.to_string())),
+        );
+    }
+    if exceeds(mine.cgroup.pids, server.cgroup.pids) {
+        return looser(
+            "--pids",
+            shown(mine.cgroup.pids.map(|n| n.to_string())),
+            shown(server.cgroup.pids.map(|n| n.to_string())),
+        );
+    }
+    if exceeds_f64(mine.cgroup.cpus, server.cgroup.cpus) {
+        return looser(
+            "--cpus",
+            shown(mine.cgroup.cpus.map(|n| n.to_string())),
+            shown(server.cgroup.cpus.map(|n| n.to_string())),
+        );
+    }
+    let millis = |span: Option<Span>| span.map(|span| span.0.as_millis() as u64);
+    if exceeds(millis(jail.time_limit), millis(pool.time_limit)) {
+        return looser(
+            "--time-limit",
+            shown(jail.time_limit.map(|s| s.to_string())),
+            shown(pool.time_limit.map(|s| s.to_string())),
+        );
+    }
+    if exceeds(millis(mine.cpu_time), millis(server.cpu_time)) {
+        return looser(
+            "--cpu-time",
+            shown(mine.cpu_time.map(|s| s.to_string())),
+            shown(server.cpu_time.map(|s| s.to_string())),
+        );
+    }
+    if exceeds(
+        mine.output_limit.map(|s| s.0),
+        server.output_limit.map(|s| s.0),
+    ) {
+        return looser(
+            "--output-limit",
+            shown(mine.output_limit.map(|s| s.to_string())),
+            shown(server.output_limit.map(|s| s.to_string())),
+        );
+    }
+    if mine.tmpfs_size.0 > server.tmpfs_size.0 {
+        return looser(
+            "--tmpfs-size",
+            mine.tmpfs_size.to_string(),
+            server.tmpfs_size.to_string(),
+        );
+    }
+    for rlimit in &mine.rlimits {
+        let ours = server
+            .rlimits
+            .iter()
+            .find(|theirs| theirs.name == rlimit.name);
+        if let Some(ours) = ours
+            && (exceeds(rlimit.hard, ours.hard) || exceeds(rlimit.soft, ours.hard))
+        {
+            return looser(
+                &format!("--rlimit {}", rlimit.name),
+                shown(rlimit.hard.map(|n| n.to_string())),
+                shown(ours.hard.map(|n| n.to_string())),
+            );
+        }
+    }
+    let tighter_seccomp =
+        jail.seccomp.profile == pool.seccomp.profile || jail.seccomp.profile == "strict";
+    if jail.seccomp.mode == crate::seccomp::Mode::Enforce && !tighter_seccomp {
+        return looser(
+            "--seccomp",
+            jail.seccomp.profile.clone(),
+            pool.seccomp.profile.clone(),
+        );
+    }
+    let strength = |mode: LandlockMode| match mode {
+        LandlockMode::Off => 0,
+        LandlockMode::BestEffort => 1,
+        LandlockMode::Require(_) => 2,
+    };
+    if jail.landlock.mode != LandlockMode::Off
+        && strength(jail.landlock.mode) < strength(pool.landlock.mode)
+    {
+        return looser(
+            "--landlock",
+            jail.landlock.mode.to_string(),
+            pool.landlock.mode.to_string(),
+        );
+    }
+    let _ = may;
+    Ok(())
+}
+
+/// `mine` asks for more than `ours` (None: no limit).
+fn exceeds(mine: Option<u64>, ours: Option<u64>) -> bool {
+    match (mine, ours) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(mine), Some(ours)) => mine > ours,
+    }
+}
+
+fn exceeds_f64(mine: Option<f64>, ours: Option<f64>) -> bool {
+    match (mine, ours) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(mine), Some(ours)) => mine > ours,
+    }
+}
+
 /// `path` is absolute, has no `..`, and lies under one of `dirs` (lexically; the jail's
 /// own mount checks then refuse symlinks on the way).
 fn under_any(path: &Path, dirs: &[PathBuf]) -> bool {
@@ -122,6 +278,9 @@ mod tests {
             ("host-uid: 0", "--host-uid"),
             ("env-pass: [SECRET]", "--env-pass"),
             ("ro-bind: [/etc]", "--allow-bind-under"),
+            ("seccomp-log: true", "--client-may seccomp-log"),
+            ("allow-net: [pypi.org]", "--client-may allow-net"),
+            ("proc: host", "--client-may proc-host"),
         ] {
             let err = check_client(&client(yaml), none, &[])
                 .unwrap_err()

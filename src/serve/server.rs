@@ -555,6 +555,17 @@ impl Server {
         // A pooled run needs only its program checked; another is planned whole here,
         // so that a bad option is the client's one-line error before anything is built.
         let (program, time_limit, config_digest) = if pooled {
+            let pool_limit = self.pool_plan.time_limit.map(|limit| limit.0);
+            let asked = options.time_limit.map(|limit| limit.0);
+            if pool_limit.is_some_and(|ours| asked.is_none_or(|theirs| theirs > ours)) {
+                let ours = self.pool_plan.time_limit.expect("checked");
+                return Err(Error::input(format!(
+                    "--time-limit {}: looser than this server's {ours}; ask for at most {ours}",
+                    options
+                        .time_limit
+                        .map_or("max".to_string(), |limit| limit.to_string())
+                )));
+            }
             (
                 self.pooled_program(&options)?,
                 options.time_limit,
@@ -562,6 +573,7 @@ impl Server {
             )
         } else {
             let plan = Plan::resolve(options.clone())?;
+            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
             (
                 Program::of(&plan),
                 plan.time_limit,
