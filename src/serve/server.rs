@@ -49,6 +49,9 @@ struct Runner {
     pooled: bool,
     /// Its jail runs a warm Python, for Python requests only.
     warm: bool,
+    /// Its end of the control socket closed: no longer polled (it stays listed until
+    /// SIGCHLD reaps it).
+    silent: bool,
 }
 
 /// A connection whose request has not fully arrived.
@@ -283,6 +286,7 @@ impl Server {
         let runner_fds: Vec<i32> = self
             .runners
             .iter()
+            .filter(|runner| !runner.silent)
             .map(|runner| runner.control.as_raw_fd())
             .collect();
         let incoming_fds: Vec<i32> = self
@@ -681,10 +685,15 @@ impl Server {
             }
             None => {
                 let Pending { job, fds, .. } = pending;
+                // To answer the client if no runner can be made for it.
+                let connection = fds[0].try_clone().ok();
                 if let Err(err) = self.spawn(Spawn::ForJob(Box::new(job), fds)) {
                     self.status.running -= 1;
                     self.status.failures += 1;
                     eprintln!("brig serve: {err}");
+                    if let Some(connection) = connection {
+                        refuse(&connection, &err);
+                    }
                 }
             }
         }
@@ -772,6 +781,7 @@ impl Server {
                     },
                     pooled,
                     warm,
+                    silent: false,
                 });
                 Ok(())
             }
@@ -819,14 +829,7 @@ impl Server {
                 if runner.state != RunnerState::Busy {
                     runner.pooled = false;
                 }
-                if let Ok(null) = nix::fcntl::open(
-                    "/dev/null",
-                    nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
-                    nix::sys::stat::Mode::empty(),
-                ) {
-                    // /dev/null never polls readable: the runner stays listed until reaped.
-                    let _ = nix::unistd::dup2(&null, &mut runner.control);
-                }
+                runner.silent = true;
             }
         }
     }
