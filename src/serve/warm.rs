@@ -42,6 +42,9 @@ pub fn serves(program: &Program) -> bool {
     interpreter && form && !startup_env
 }
 
+/// The most of the warm Python's report the runner keeps.
+const MAX_REPORT: usize = 4096;
+
 /// What the warm Python reports when it is done: the CPU time of the request.
 #[derive(Default, Deserialize)]
 struct Usage {
@@ -228,7 +231,9 @@ fn wait_for_python(
         let mut chunk = [0u8; 512];
         match python.read(&mut chunk) {
             Ok(0) => return (serde_json::from_slice(&report).ok(), false),
-            Ok(count) => report.extend_from_slice(&chunk[..count]),
+            // The program could write to descriptor 3 too: keep what a report needs.
+            Ok(count) if report.len() < MAX_REPORT => report.extend_from_slice(&chunk[..count]),
+            Ok(_) => {}
             Err(err)
                 if matches!(
                     err.kind(),
