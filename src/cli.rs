@@ -28,6 +28,7 @@ pub enum Command {
     Run(RunArgs),
     /// A jail server with a warm pool: `brig serve --socket PATH [--pool N] [RUN OPTIONS]`;
     /// clients run with `brig run --server PATH -- PROGRAM`.
+    #[command(mut_arg("command", |arg| arg.hide(true)))]
     Serve(brig::serve::ServeArgs),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
