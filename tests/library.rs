@@ -196,7 +196,7 @@ fn filtered_run_leaves_no_thread_or_descriptor() -> Result<(), String> {
 fn program_gets_the_given_streams() -> Result<(), String> {
     use std::io::{Read, Write};
     let plan = plan("memory: max\npids: max\ncommand: [/bin/false]\n");
-    let jail = Jail::assemble(&plan).map_err(|err| format!("assemble: {err}"))?;
+    let jail = Jail::assemble_for_streams(&plan).map_err(|err| format!("assemble: {err}"))?;
     let pipe = || nix::unistd::pipe().map_err(|err| err.to_string());
     let ((in_read, in_write), (out_read, out_write), (err_read, err_write)) =
         (pipe()?, pipe()?, pipe()?);

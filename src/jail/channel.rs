@@ -5,7 +5,8 @@
 //! - `report`: the jail's processes send the parent framed messages: the jail is ready,
 //!   a setup error, an exec failure, or the program's final status. Every end is
 //!   close-on-exec, so the program never inherits one.
-//! - `descriptors`: a unix socket pair for descriptors (SCM_RIGHTS): the child hands brig
+//! - `descriptors` (only for jails that need it): a unix socket pair for descriptors
+//!   (SCM_RIGHTS): the child hands brig
 //!   one it made inside the jail (the TUN device of `--net filtered`), and brig gives the
 //!   program its standard streams when they are not init's (a server's client's).
 
@@ -22,21 +23,21 @@ pub struct Channel {
     go_write: OwnedFd,
     report_read: OwnedFd,
     report_write: OwnedFd,
-    descriptors: (OwnedFd, OwnedFd),
+    descriptors: Option<(OwnedFd, OwnedFd)>,
 }
 
 /// The child's ends.
 pub struct ChildEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
-    pub descriptors: OwnedFd,
+    pub descriptors: Option<OwnedFd>,
 }
 
 /// The parent's ends.
 pub struct ParentEnd {
     pub go: OwnedFd,
     pub report: OwnedFd,
-    pub descriptors: OwnedFd,
+    pub descriptors: Option<OwnedFd>,
 }
 
 /// The program's standard input, output and error, and any descriptors after them (3,
@@ -64,17 +65,20 @@ pub enum Message {
 }
 
 impl Channel {
-    /// The pipes and the descriptor socket.
-    pub fn new() -> Result<Channel, Errno> {
+    /// The pipes, and the descriptor socket when `with_descriptors`.
+    pub fn new(with_descriptors: bool) -> Result<Channel, Errno> {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let (go_read, go_write) = pipe2(OFlag::O_CLOEXEC)?;
         let (report_read, report_write) = pipe2(OFlag::O_CLOEXEC)?;
-        let descriptors = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )?;
+        let descriptors = match with_descriptors {
+            true => Some(socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )?),
+            false => None,
+        };
         Ok(Channel {
             go_read,
             go_write,
@@ -88,7 +92,7 @@ impl Channel {
         ChildEnd {
             go: self.go_read,
             report: self.report_write,
-            descriptors: self.descriptors.1,
+            descriptors: self.descriptors.map(|(_, child)| child),
         }
     }
 
@@ -96,22 +100,28 @@ impl Channel {
         ParentEnd {
             go: self.go_write,
             report: self.report_read,
-            descriptors: self.descriptors.0,
+            descriptors: self.descriptors.map(|(parent, _)| parent),
         }
     }
 }
 
 impl ChildEnd {
     pub fn raw_fds(&self) -> Vec<RawFd> {
-        [&self.go, &self.report, &self.descriptors]
-            .into_iter()
-            .map(AsRawFd::as_raw_fd)
-            .collect()
+        [
+            Some(&self.go),
+            Some(&self.report),
+            self.descriptors.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(AsRawFd::as_raw_fd)
+        .collect()
     }
 
     /// Hands brig a descriptor made inside the jail.
     pub fn hand_over(&self, fd: OwnedFd) -> Result<(), Errno> {
-        crate::sys::send_fd(self.descriptors.as_fd(), fd.as_fd())
+        let socket = self.descriptors.as_ref().ok_or(Errno::EBADF)?;
+        crate::sys::send_fd(socket.as_fd(), fd.as_fd())
     }
 
     /// Blocks until the parent says go; false if the parent went away.
@@ -136,7 +146,8 @@ impl ChildEnd {
             b'Q' => {
                 let mut byte = [0u8; 1];
                 let (_, fds) =
-                    crate::sys::receive_with_fds(self.descriptors.as_fd(), &mut byte).ok()?;
+                    crate::sys::receive_with_fds(self.descriptors.as_ref()?.as_fd(), &mut byte)
+                        .ok()?;
                 (fds.len() >= 3).then_some((program, Some(fds)))
             }
             _ => None,
@@ -190,7 +201,7 @@ impl ParentEnd {
 
     /// The descriptor the jail handed over, once it is ready.
     pub fn take_handed_over(&self) -> Option<OwnedFd> {
-        crate::sys::receive_fd(self.descriptors.as_fd())
+        crate::sys::receive_fd(self.descriptors.as_ref()?.as_fd())
     }
 
     /// Hands the jail the program to run, and its standard streams when given.
@@ -203,7 +214,8 @@ impl ParentEnd {
         write_all(&self.go, &frame)?;
         if let Some(stdio) = stdio {
             let fds: Vec<BorrowedFd> = stdio.iter().map(AsFd::as_fd).collect();
-            crate::sys::send_with_fds(self.descriptors.as_fd(), b"s", &fds)?;
+            let socket = self.descriptors.as_ref().ok_or(Errno::EBADF)?;
+            crate::sys::send_with_fds(socket.as_fd(), b"s", &fds)?;
         }
         Ok(())
     }
@@ -371,18 +383,18 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let channel = Channel::new().unwrap();
+        let channel = Channel::new(true).unwrap();
         let (go_read, go_write, report_read, report_write) = (
             channel.go_read,
             channel.go_write,
             channel.report_read,
             channel.report_write,
         );
-        let (parent_descriptors, child_descriptors) = channel.descriptors;
+        let (parent_descriptors, child_descriptors) = channel.descriptors.unwrap();
         let child = ChildEnd {
             go: go_read,
             report: report_write,
-            descriptors: child_descriptors,
+            descriptors: Some(child_descriptors),
         };
         let sent = [
             Message::SetupError {
@@ -412,7 +424,7 @@ mod tests {
         let parent = ParentEnd {
             go: go_write,
             report: report_read,
-            descriptors: parent_descriptors,
+            descriptors: Some(parent_descriptors),
         };
         assert_eq!(parent.collect(), sent);
     }

@@ -108,7 +108,18 @@ pub struct Jail<'p> {
 
 impl<'p> Jail<'p> {
     /// Builds the jail `plan` describes, up to the point where only the program is missing.
+    /// Its program inherits init's standard streams ([`Jail::run`]).
     pub fn assemble(plan: &'p Plan) -> Result<Jail<'p>> {
+        Jail::assemble_with(plan, false)
+    }
+
+    /// [`Jail::assemble`], for a jail whose program will be given its descriptors
+    /// ([`Jail::run_with_stdio`]): a server's pooled jail.
+    pub fn assemble_for_streams(plan: &'p Plan) -> Result<Jail<'p>> {
+        Jail::assemble_with(plan, true)
+    }
+
+    fn assemble_with(plan: &'p Plan, streams: bool) -> Result<Jail<'p>> {
         // The jail's first process is cloned without exec and allocates: in a process
         // with other threads it could inherit a lock one of them held.
         // procfs gives a process's task directory one link per thread, plus two.
@@ -126,7 +137,8 @@ impl<'p> Jail<'p> {
         let signals =
             SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .context(|| "create a signalfd".into())?;
-        let channel = Channel::new().context(|| "create the pipes to the jail".into())?;
+        let channel = Channel::new(streams || plan.network.is_some())
+            .context(|| "create the pipes to the jail".into())?;
         let (relay, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
                 let (relay, ends) =
@@ -236,7 +248,8 @@ impl<'p> Jail<'p> {
     }
 
     /// [`Jail::run`], with `stdio` as the program's standard input, output and error (a
-    /// server gives a pooled jail its client's).
+    /// server gives a pooled jail its client's); the jail must come from
+    /// [`Jail::assemble_for_streams`].
     pub fn run_with_stdio(mut self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;

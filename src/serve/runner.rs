@@ -69,7 +69,7 @@ pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
 }
 
 fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
-    let jail = match Jail::assemble(plan) {
+    let jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
         Err(err) => {
             let report = Report::Failed {
@@ -97,7 +97,7 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
         Ok(plan) => plan,
         Err(err) => return answer_error(&fds, &err),
     };
-    match Jail::assemble(&plan) {
+    match Jail::assemble_for_streams(&plan) {
         Ok(jail) => run_job(jail, &plan, job, fds, audit_log),
         Err(err) => answer_error(&fds, &err),
     }

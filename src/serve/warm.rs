@@ -54,7 +54,7 @@ struct Usage {
 
 /// The warm runner's life: assemble, start Python, wait for a job, run it, answer.
 pub fn python(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
-    let jail = match Jail::assemble(plan) {
+    let jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
         Err(err) => return failed(control, &err),
     };
