@@ -30,6 +30,7 @@ both_modes!(
     a_pooled_run_takes_its_own_time_limit,
     the_audit_logs_name_the_client,
     sigterm_drains,
+    the_output_limit_holds_in_a_pooled_jail,
 );
 
 fn open_fds(pid: u32) -> usize {
@@ -449,6 +450,18 @@ fn bad_serve_options_are_one_line_errors() {
             "--socket-group",
         ),
         (vec!["run", "--server", socket, "--", "true"], "--server"),
+        (
+            vec![
+                "serve",
+                "--socket",
+                socket,
+                "--warm-python",
+                "1",
+                "--output-limit",
+                "1M",
+            ],
+            "--warm-python with --output-limit",
+        ),
     ] {
         let output = run(Mode::Root, &args);
         assert_one_line_error(&output, &[needle]);
@@ -549,4 +562,21 @@ fn sigterm_drains(mode: Mode) {
         "runners outlived the server: {runners:?}"
     );
     assert!(!server.socket.exists());
+}
+
+/// The server's --output-limit holds for its clients' streams too: the program writes
+/// into brig's relay, which forwards to the client within the limit, then ends the jail.
+fn the_output_limit_holds_in_a_pooled_jail(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1", "--output-limit", "1K"]);
+    let output = server.run(&[], &["sh", "-c", "yes | head -c 100000; echo done >&2"]);
+    assert_eq!(code(&output), 124, "{}", describe(&output));
+    assert_eq!(output.stdout.len(), 1024, "{}", describe(&output));
+    let small = server.run(&[], &["sh", "-c", "echo fits"]);
+    assert_eq!(stdout(&small), "fits\n", "{}", describe(&small));
+    // Capture mode too.
+    let body = br#"{"brig":1,"type":"run","stdio":"capture","options":{"command":["sh","-c","yes | head -c 5000"]}}"#;
+    let reply = exchange(&server.socket, body, &[]);
+    assert_eq!(reply["verdict"]["status"], "output_limit", "{reply}");
+    assert_eq!(reply["stdout"].as_str().unwrap().len(), 1024, "{reply}");
+    assert_eq!(server.status()["pooled_runs"], 3);
 }

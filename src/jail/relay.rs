@@ -34,6 +34,8 @@ struct Stream {
     pipe: Option<OwnedFd>,
     /// brig's own fd 1 or 2.
     target: i32,
+    /// Where the output goes instead of `target` (a server's client's stream).
+    given: Option<OwnedFd>,
 }
 
 impl Relay {
@@ -49,10 +51,12 @@ impl Relay {
                 Stream {
                     pipe: Some(stdout_read),
                     target: 1,
+                    given: None,
                 },
                 Stream {
                     pipe: Some(stderr_read),
                     target: 2,
+                    given: None,
                 },
             ],
             limit,
@@ -67,6 +71,12 @@ impl Relay {
                 stderr: stderr_write,
             },
         ))
+    }
+
+    /// Forwards to these instead of brig's own stdout and stderr.
+    pub fn redirect(&mut self, stdout: OwnedFd, stderr: OwnedFd) {
+        self.streams[0].given = Some(stdout);
+        self.streams[1].given = Some(stderr);
     }
 
     /// The pipes still open, for poll; index 0 is stdout, 1 stderr.
@@ -100,7 +110,12 @@ impl Relay {
                 self.counts.stderr_bytes += count as u64;
             }
             let allowed = self.limit.saturating_sub(self.forwarded).min(count as u64) as usize;
-            forward(self.streams[index].target, &self.buffer[..allowed]);
+            let stream = &self.streams[index];
+            let target = match &stream.given {
+                Some(fd) => fd.as_fd(),
+                None => crate::sys::borrow_fd(stream.target),
+            };
+            forward(target, &self.buffer[..allowed]);
             if index == 1 && allowed > 0 {
                 self.counts.stderr_mid_line = self.buffer[allowed - 1] != b'\n';
             }
@@ -128,9 +143,8 @@ impl Relay {
     }
 }
 
-/// Writes to brig's own stdout/stderr; a reader that went away is not brig's failure.
-fn forward(target: i32, mut bytes: &[u8]) {
-    let fd = crate::sys::borrow_fd(target);
+/// Writes where the output goes; a reader that went away is not brig's failure.
+fn forward(fd: BorrowedFd, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         match write(fd, bytes) {
             Ok(written) => bytes = &bytes[written..],

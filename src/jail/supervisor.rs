@@ -4,7 +4,7 @@
 
 use super::Program;
 use super::channel::{Channel, Message, ParentEnd, Stdio};
-use super::relay::{Counts, Relay};
+use super::relay::{Counts, JailEnds, Relay};
 use super::{child, init};
 use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::error::{AtStage, Context, Error, Result, Stage};
@@ -100,6 +100,10 @@ pub struct Jail<'p> {
     tun: Option<OwnedFd>,
     /// The plan's `--time-limit`, unless the run was given another.
     time_limit: Option<Span>,
+    /// A server's jail with `--output-limit`: brig's copies of the relay pipes' write
+    /// ends, which the program gets as its stdout and stderr in place of the client's
+    /// (the relay forwards to those, within the limit).
+    relay_ends: Option<JailEnds>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
     cgroup: Option<JailCgroup>,
@@ -183,7 +187,8 @@ impl<'p> Jail<'p> {
                 in_cgroup,
             } => (pid, pidfd, in_cgroup),
         };
-        drop(jail_output);
+        // Kept only for a server's jail, to give its program with its other streams.
+        let relay_ends = jail_output.filter(|_| streams);
         let mut jail = Jail {
             plan,
             init: Init {
@@ -201,6 +206,7 @@ impl<'p> Jail<'p> {
             audit,
             tun: None,
             time_limit: plan.time_limit,
+            relay_ends,
             cgroup,
             reaped: false,
         };
@@ -253,6 +259,17 @@ impl<'p> Jail<'p> {
     pub fn run_with_stdio(mut self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;
+        // With --output-limit the program writes into the relay, which forwards to the
+        // given stdout and stderr within the limit.
+        let stdio = match (stdio, self.relay_ends.take(), self.relay.as_mut()) {
+            (Some(mut given), Some(ends), Some(relay)) if given.len() >= 3 => {
+                let stdout = std::mem::replace(&mut given[1], ends.stdout);
+                let stderr = std::mem::replace(&mut given[2], ends.stderr);
+                relay.redirect(stdout, stderr);
+                Some(given)
+            }
+            (stdio, _, _) => stdio,
+        };
         // The filter relays from the program's first packet on.
         let forwarder = match (self.tun.take(), &plan.network) {
             (Some(tun), Some(policy)) => Some(

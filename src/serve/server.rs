@@ -102,6 +102,11 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         return print_status(&args.socket);
     }
     let defaults = defaults(&args)?;
+    if args.warm_python > 0 && defaults.output_limit.is_some() {
+        return Err(Error::input(
+            "--warm-python with --output-limit: a warm Python writes to its client's streams itself, past brig's relay; drop one of them",
+        ));
+    }
     let pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
     let group = args
         .socket_group
