@@ -32,6 +32,7 @@ pub struct Limits {
     pub cpu_time: Option<Span>,
     pub output_limit: Option<Size>,
     pub tmpfs_size: Size,
+    pub home_size: Size,
     pub rlimits: Vec<Rlimit>,
 }
 
@@ -70,7 +71,7 @@ impl NotEnforced {
     }
 }
 
-pub fn resolve(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
+pub fn resolve(options: &JailOptions, tmpfs_size: Size, home_size: Size) -> Result<Limits> {
     if let Some(Limit::To(memory)) = options.memory
         && memory < Size(4 << 20)
     {
@@ -112,6 +113,7 @@ pub fn resolve(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
             .value()
             .map(|count| count.0),
         cpus: options.cpus,
+        oom_kills_one: false,
     };
     let placement = cgroup::place(
         &cgroup_limits,
@@ -126,6 +128,7 @@ pub fn resolve(options: &JailOptions, tmpfs_size: Size) -> Result<Limits> {
         cpu_time: options.cpu_time,
         output_limit: options.output_limit,
         tmpfs_size,
+        home_size,
         rlimits: rlimits::resolve(&options.rlimit, options.cpu_time)?,
     };
     if limits.placement.is_none() {

@@ -181,6 +181,11 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tmpfs_size: Option<Size>,
 
+    /// Size of the home directory alone [default: --tmpfs-size] (a session's workspace).
+    #[arg(long, value_name = "SIZE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home_size: Option<Size>,
+
     /// Bind this host directory read-only at /work and start there: short for
     /// `--ro-bind DIR:/work --chdir /work` (for outputs, add a writable `--bind`).
     #[arg(short = 'w', long, value_name = "DIR")]
@@ -315,6 +320,7 @@ impl JailOptions {
             bind: append(self.bind, over.bind),
             tmpfs: append(self.tmpfs, over.tmpfs),
             tmpfs_size: over.tmpfs_size.or(self.tmpfs_size),
+            home_size: over.home_size.or(self.home_size),
             workdir: over.workdir.or(self.workdir),
             chdir: over.chdir.or(self.chdir),
             env: append(self.env, over.env),

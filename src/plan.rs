@@ -69,15 +69,22 @@ impl Plan {
         let hostname = namespaces::resolve_hostname(options.hostname.as_deref())?;
         let tmpfs_size = options.tmpfs_size.unwrap_or(mount::DEFAULT_TMPFS_SIZE);
         mount::check_tmpfs_size("--tmpfs-size", tmpfs_size)?;
+        let home_size = options.home_size.unwrap_or(tmpfs_size);
+        mount::check_tmpfs_size("--home-size", home_size)?;
         if let Some(limit) = options.time_limit
             && limit.0.is_zero()
         {
             return Err(Error::input("--time-limit: must be longer than 0; e.g. 5s"));
         }
 
-        let (mounts, rootfs) =
-            mount::plan(&options, &identity, &hostname, tmpfs_size, network.as_ref())?;
-        let limits = limits::resolve(&options, tmpfs_size)?;
+        let (mounts, rootfs) = mount::plan(
+            &options,
+            &identity,
+            &hostname,
+            (tmpfs_size, home_size),
+            network.as_ref(),
+        )?;
+        let limits = limits::resolve(&options, tmpfs_size, home_size)?;
         let report = resolve_report(&options)?;
         let chdir = match &options.chdir {
             Some(dir) => mount::jail_path("--chdir", &dir.to_string_lossy())?,

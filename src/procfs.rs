@@ -21,6 +21,11 @@ impl Stat {
         })
     }
 
+    /// Field 3: R, S, D, Z (a zombie), T, ...
+    pub fn state(&self) -> Option<char> {
+        self.after_name.first()?.chars().next()
+    }
+
     /// Field `number` (4 = ppid, 14 = utime, 48 = arg_start, ...) as a number.
     pub fn field(&self, number: usize) -> Option<u64> {
         self.after_name.get(number.checked_sub(3)?)?.parse().ok()

@@ -152,6 +152,24 @@ pub fn spawn_sharing_memory(child: &mut dyn FnMut()) -> Result<Pid, Errno> {
     Errno::result(pid).map(Pid::from_raw)
 }
 
+/// wait4(2) for any child, without blocking: None when none has exited.
+pub fn wait4_any_nohang() -> Result<Option<(Pid, nix::sys::wait::WaitStatus, libc::rusage)>, Errno>
+{
+    let mut status: libc::c_int = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are valid for writes for the duration of the call.
+    let ret = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+    match Errno::result(ret)? {
+        0 => Ok(None),
+        pid => {
+            let pid = Pid::from_raw(pid);
+            let status = nix::sys::wait::WaitStatus::from_raw(pid, status)?;
+            Ok(Some((pid, status, usage)))
+        }
+    }
+}
+
 /// wait4(2) for the child `pid`: how it ended, and its resource usage including that of
 /// the children it reaped (unlike RUSAGE_CHILDREN, nothing of brig's other children).
 pub fn wait4(pid: Pid) -> Result<(nix::sys::wait::WaitStatus, libc::rusage), Errno> {

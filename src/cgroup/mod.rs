@@ -29,6 +29,10 @@ pub struct Limits {
     pub memory: Option<Size>,
     pub pids: Option<u64>,
     pub cpus: Option<f64>,
+    /// An OOM kill takes one process, not the whole jail (v2's memory.oom.group off): a
+    /// session's jail outlives its interpreter's OOM kill.
+    #[serde(skip)]
+    pub oom_kills_one: bool,
 }
 
 impl Limits {

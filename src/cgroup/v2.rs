@@ -14,7 +14,9 @@ pub fn write_limits(dir: &Path, limits: &Limits) -> Result<()> {
             write_file(dir, "memory.swap.max", "0")?;
         }
         // An OOM kill takes the whole jail, not one random process of it.
-        write_file(dir, "memory.oom.group", "1")?;
+        if !limits.oom_kills_one {
+            write_file(dir, "memory.oom.group", "1")?;
+        }
     }
     if let Some(pids) = limits.pids {
         write_file(dir, "pids.max", &pids.to_string())?;

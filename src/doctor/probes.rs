@@ -407,6 +407,7 @@ fn default_limits() -> cgroup::Limits {
         memory: Some(DEFAULT_MEMORY),
         pids: Some(DEFAULT_PIDS),
         cpus: None,
+        oom_kills_one: false,
     }
 }
 

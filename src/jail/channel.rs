@@ -59,9 +59,40 @@ pub enum Message {
     ExecError { code: u8, message: String },
     /// The program exited with this code.
     Exited(i32),
-    /// The program was killed by this signal.
     /// The program was killed by `signal` after using `cpu_ms` of CPU itself.
     Signaled { signal: i32, cpu_ms: u64 },
+    /// A session's program `id` could not be started or executed (125, 126, 127); its
+    /// [`Message::Ended`] follows.
+    ProgramError { id: u32, code: u8, message: String },
+    /// A session's program `id` ended, with its own resource usage.
+    Ended { id: u32, end: Ended },
+}
+
+/// How a session's program ended, and what it used (its own, and its reaped children's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// Its exit status, or None when a signal killed it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cpu_user_us: u64,
+    pub cpu_sys_us: u64,
+    pub max_rss_kib: u64,
+}
+
+/// What a session's init is told to do once its jail is ready.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    /// Start `program` as program `id` (in a process group of its own with `own_group`),
+    /// with the descriptors sent along as its 0, 1, 2, ...
+    Spawn {
+        id: u32,
+        program: Program,
+        own_group: bool,
+    },
+    /// Send `signal` to program `id`, or to its process group with `group`.
+    Signal { id: u32, signal: i32, group: bool },
+    /// SIGKILL every process of the jail but init and the programs `keep`.
+    Sweep { keep: Vec<u32> },
 }
 
 impl Channel {
@@ -154,6 +185,48 @@ impl ChildEnd {
         }
     }
 
+    /// A session's next command, with the descriptors of a spawn; None once brig closed
+    /// its end (the session is over) or sent something else.
+    pub fn next_command(&self) -> Option<(Command, Stdio)> {
+        let (tag, payload) = read_frame(&self.go)?;
+        let number = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(
+                payload.get(at..at + 4)?.try_into().ok()?,
+            ))
+        };
+        match tag {
+            b'S' => {
+                let program = decode_program(payload.get(5..)?)?;
+                let mut byte = [0u8; 1];
+                let (_, fds) =
+                    crate::sys::receive_with_fds(self.descriptors.as_ref()?.as_fd(), &mut byte)
+                        .ok()?;
+                let command = Command::Spawn {
+                    id: number(0)?,
+                    own_group: *payload.get(4)? != 0,
+                    program,
+                };
+                Some((command, fds))
+            }
+            b'K' => Some((
+                Command::Signal {
+                    id: number(0)?,
+                    signal: number(4)? as i32,
+                    group: *payload.get(8)? != 0,
+                },
+                Vec::new(),
+            )),
+            b'W' => {
+                let keep = payload
+                    .chunks_exact(4)
+                    .map(|chunk| u32::from_le_bytes(chunk.try_into().unwrap_or_default()))
+                    .collect();
+                Some((Command::Sweep { keep }, Vec::new()))
+            }
+            _ => None,
+        }
+    }
+
     /// False once the parent has exited (its end of `go` is closed then).
     pub fn parent_alive(&self) -> bool {
         let mut fds = [nix::poll::PollFd::new(
@@ -218,6 +291,58 @@ impl ParentEnd {
             crate::sys::send_with_fds(socket.as_fd(), b"s", &fds)?;
         }
         Ok(())
+    }
+
+    /// Tells a session's init what to do; a spawn's descriptors go along.
+    pub fn send_command(&self, command: &Command, stdio: &[BorrowedFd]) -> Result<(), Errno> {
+        let (tag, payload) = match command {
+            Command::Spawn {
+                id,
+                program,
+                own_group,
+            } => {
+                let mut payload = id.to_le_bytes().to_vec();
+                payload.push(u8::from(*own_group));
+                payload.extend_from_slice(&encode_program(program));
+                (b'S', payload)
+            }
+            Command::Signal { id, signal, group } => {
+                let mut payload = id.to_le_bytes().to_vec();
+                payload.extend_from_slice(&signal.to_le_bytes());
+                payload.push(u8::from(*group));
+                (b'K', payload)
+            }
+            Command::Sweep { keep } => {
+                (b'W', keep.iter().flat_map(|id| id.to_le_bytes()).collect())
+            }
+        };
+        let mut frame = Vec::with_capacity(payload.len() + 5);
+        frame.push(tag);
+        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&payload);
+        write_all(&self.go, &frame)?;
+        if matches!(command, Command::Spawn { .. }) {
+            let socket = self.descriptors.as_ref().ok_or(Errno::EBADF)?;
+            crate::sys::send_with_fds(socket.as_fd(), b"s", stdio)?;
+        }
+        Ok(())
+    }
+
+    /// The report pipe's end, to poll (a session's messages arrive while init lives).
+    pub fn report_fd(&self) -> BorrowedFd<'_> {
+        self.report.as_fd()
+    }
+
+    /// The whole messages that have arrived, without blocking (the report pipe must be
+    /// non-blocking); a frame's start waits in `pending` for its rest.
+    pub fn read_available(&self, pending: &mut Vec<u8>) -> Vec<Message> {
+        let mut buffer = [0u8; 4096];
+        while let Ok(count @ 1..) = read(&self.report, &mut buffer) {
+            pending.extend_from_slice(&buffer[..count]);
+        }
+        let (messages, used) = decode_prefix(pending);
+        pending.drain(..used);
+        messages
     }
 
     /// Every message the jail sent; call once the jail's init has exited.
@@ -326,6 +451,25 @@ fn send(fd: &impl AsFd, message: &Message) {
             payload.extend_from_slice(&cpu_ms.to_le_bytes());
             (b'K', payload)
         }
+        Message::ProgramError { id, code, message } => {
+            let mut payload = id.to_le_bytes().to_vec();
+            payload.push(*code);
+            payload.extend_from_slice(message.as_bytes());
+            (b'x', payload)
+        }
+        Message::Ended { id, end } => {
+            let mut payload = id.to_le_bytes().to_vec();
+            let (kind, value) = match (end.code, end.signal) {
+                (Some(code), _) => (0u8, code),
+                (None, signal) => (1u8, signal.unwrap_or(0)),
+            };
+            payload.push(kind);
+            payload.extend_from_slice(&value.to_le_bytes());
+            for number in [end.cpu_user_us, end.cpu_sys_us, end.max_rss_kib] {
+                payload.extend_from_slice(&number.to_le_bytes());
+            }
+            (b'N', payload)
+        }
     };
     let mut frame = Vec::with_capacity(payload.len() + 5);
     frame.push(tag);
@@ -335,20 +479,25 @@ fn send(fd: &impl AsFd, message: &Message) {
     let _ = write(fd, &frame);
 }
 
-fn decode(mut bytes: &[u8]) -> Vec<Message> {
+fn decode(bytes: &[u8]) -> Vec<Message> {
+    decode_prefix(bytes).0
+}
+
+/// The whole frames at the start of `bytes`, and how many bytes they took.
+fn decode_prefix(bytes: &[u8]) -> (Vec<Message>, usize) {
     let mut messages = Vec::new();
-    while bytes.len() >= 5 {
-        let length = u32::from_le_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
-        let Some(message) = bytes
-            .get(5..5 + length)
-            .and_then(|payload| decode_frame(bytes[0], payload))
-        else {
+    let mut used = 0;
+    while bytes.len() - used >= 5 {
+        let rest = &bytes[used..];
+        let length = u32::from_le_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        let Some(payload) = rest.get(5..5 + length) else {
             break;
         };
-        messages.push(message);
-        bytes = &bytes[5 + length..];
+        // A frame brig does not know is skipped; the next one is still whole.
+        messages.extend(decode_frame(rest[0], payload));
+        used += 5 + length;
     }
-    messages
+    (messages, used)
 }
 
 /// One frame's message; None for a tag or payload brig does not know.
@@ -369,6 +518,26 @@ fn decode_frame(tag: u8, payload: &[u8]) -> Option<Message> {
             message: String::from_utf8_lossy(&payload[1..]).into_owned(),
         },
         b'S' => Message::Exited(number()),
+        b'x' if payload.len() >= 5 => Message::ProgramError {
+            id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
+            code: payload[4],
+            message: String::from_utf8_lossy(&payload[5..]).into_owned(),
+        },
+        b'N' if payload.len() == 33 => {
+            let value = i32::from_le_bytes(payload[5..9].try_into().ok()?);
+            let number =
+                |at: usize| u64::from_le_bytes(payload[at..at + 8].try_into().unwrap_or_default());
+            Message::Ended {
+                id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
+                end: Ended {
+                    code: (payload[4] == 0).then_some(value),
+                    signal: (payload[4] == 1).then_some(value),
+                    cpu_user_us: number(9),
+                    cpu_sys_us: number(17),
+                    max_rss_kib: number(25),
+                },
+            }
+        }
         b'K' if payload.len() == 12 => Message::Signaled {
             signal: i32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]),
             cpu_ms: u64::from_le_bytes(payload[4..12].try_into().unwrap_or_default()),
@@ -416,6 +585,21 @@ mod tests {
                 signal: 9,
                 cpu_ms: 1500,
             },
+            Message::ProgramError {
+                id: 7,
+                code: 127,
+                message: "not found".into(),
+            },
+            Message::Ended {
+                id: 7,
+                end: Ended {
+                    code: None,
+                    signal: Some(9),
+                    cpu_user_us: 1,
+                    cpu_sys_us: 2,
+                    max_rss_kib: 3,
+                },
+            },
         ];
         for message in &sent {
             child.send(message);
@@ -444,5 +628,60 @@ mod tests {
         assert_eq!(decode_program(&encode_program(&program)), Some(program));
         assert_eq!(decode_program(b"\x01\0\0\0\0\0\0\0/\0"), None);
         assert_eq!(decode_program(b"\x01"), None);
+    }
+
+    #[test]
+    fn session_commands_round_trip() {
+        let channel = Channel::new(true).unwrap();
+        let (parent_descriptors, child_descriptors) = channel.descriptors.unwrap();
+        let parent = ParentEnd {
+            go: channel.go_write,
+            report: channel.report_read,
+            descriptors: Some(parent_descriptors),
+        };
+        let child = ChildEnd {
+            go: channel.go_read,
+            report: channel.report_write,
+            descriptors: Some(child_descriptors),
+        };
+        let (pipe_read, _pipe_write) = nix::unistd::pipe().unwrap();
+        let spawn = Command::Spawn {
+            id: 3,
+            program: Program {
+                argv: vec!["ls".into()],
+                env: vec![],
+                chdir: "/".into(),
+            },
+            own_group: true,
+        };
+        parent.send_command(&spawn, &[pipe_read.as_fd()]).unwrap();
+        let (command, fds) = child.next_command().unwrap();
+        assert_eq!((command, fds.len()), (spawn, 1));
+        for command in [
+            Command::Signal {
+                id: 3,
+                signal: 2,
+                group: false,
+            },
+            Command::Sweep { keep: vec![1, 5] },
+        ] {
+            parent.send_command(&command, &[]).unwrap();
+            assert_eq!(child.next_command().unwrap().0, command);
+        }
+        // A message split across reads waits for its rest.
+        let mut pending = Vec::new();
+        nix::fcntl::fcntl(
+            &parent.report,
+            nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        write(&child.report, &[b'S', 4, 0]).unwrap();
+        assert!(parent.read_available(&mut pending).is_empty());
+        write(&child.report, &[0, 0, 5, 0, 0, 0]).unwrap();
+        assert_eq!(
+            parent.read_available(&mut pending),
+            vec![Message::Exited(5)]
+        );
+        assert!(pending.is_empty());
     }
 }

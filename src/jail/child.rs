@@ -3,7 +3,7 @@
 //! Every step runs in the order below.
 
 use super::Program;
-use super::channel::{ChildEnd, Message, Stdio};
+use super::channel::{ChildEnd, Message};
 use super::init;
 use super::relay::JailEnds;
 use crate::error::{AtStage, Context, Error, Result, Stage};
@@ -18,16 +18,45 @@ use nix::unistd::execve;
 use std::ffi::CString;
 use std::path::Path;
 
-/// Entry point in the cloned child; never returns.
+/// Entry point in the cloned child; never returns. A session's init (`session`) runs
+/// programs one after another instead of one.
 pub fn run(
     plan: &Plan,
     channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
+    session: bool,
 ) -> ! {
     if let Err(err) = assemble_jail(plan, &channel, output, cgroup) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
+    }
+    if session {
+        // brig reaches the workspace (the home directory) through this descriptor: its
+        // files are put and got there, resolved beneath it.
+        let workspace = nix::fcntl::open(
+            &plan.identity.home,
+            nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|errno| {
+            Error::os(
+                format!("open the workspace {}", plan.identity.home.display()),
+                errno,
+            )
+        })
+        .and_then(|fd| {
+            channel
+                .hand_over(fd)
+                .context(|| "hand the workspace to brig".into())
+        })
+        .at(Stage::Mounts);
+        if let Err(err) = workspace {
+            channel.send_error(&err);
+            sys::exit_now(ExitStatus::BRIG_FAILED);
+        }
+        channel.send(&Message::Ready);
+        init::run_session(plan, &channel);
     }
     // Assembled: tell brig, then wait for the program to run in it.
     channel.send(&Message::Ready);
@@ -36,8 +65,9 @@ pub fn run(
     };
     // The program's process shares init's memory until its exec (vfork-like): cheaper
     // than a fork, whose copy of brig the exec would only tear down again.
-    let spawned =
-        sys::spawn_sharing_memory(&mut || become_program(plan, &program, stdio.as_ref(), &channel));
+    let spawned = sys::spawn_sharing_memory(&mut || {
+        become_program(plan, &program, stdio.as_deref(), &channel, None)
+    });
     // Only the program holds its streams: a client's pipe closes when the program ends.
     drop(stdio);
     match spawned {
@@ -134,15 +164,42 @@ fn assemble_jail(
     Ok(())
 }
 
+/// A session's program: its id in brig's messages, and whether it leads a process group
+/// of its own (so that one signal reaches what it started).
+#[derive(Clone, Copy)]
+pub struct InSession {
+    pub id: u32,
+    pub own_group: bool,
+}
+
 /// rlimits → capabilities → no_new_privs → Landlock → seccomp → exec, in the program's
 /// process (which already has the jail's identity, see `assemble_jail`). The seccomp
 /// filter is installed last, so from there on only the exec loop runs: execve, and on
 /// failure one write to brig's pipe and exit_group.
-fn become_program(plan: &Plan, program: &Program, stdio: Option<&Stdio>, channel: &ChildEnd) -> ! {
+pub fn become_program(
+    plan: &Plan,
+    program: &Program,
+    stdio: Option<&[std::os::fd::OwnedFd]>,
+    channel: &ChildEnd,
+    session: Option<InSession>,
+) -> ! {
     let fail = |err: Error| -> ! {
-        channel.send_error(&err);
+        match session {
+            Some(InSession { id, .. }) => channel.send(&Message::ProgramError {
+                id,
+                code: ExitStatus::BRIG_FAILED as u8,
+                message: err.to_string(),
+            }),
+            None => channel.send_error(&err),
+        }
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
+    if session.is_some_and(|session| session.own_group)
+        && let Err(errno) =
+            nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
+    {
+        fail(Error::os("give the program a process group of its own", errno).at(Stage::Spawn));
+    }
     if let Some(stdio) = stdio
         && let Err(err) = take_stdio(stdio)
     {
@@ -161,9 +218,10 @@ fn become_program(plan: &Plan, program: &Program, stdio: Option<&Stdio>, channel
         fail(err);
     }
     let (status, message) = exec.run();
-    channel.send(&Message::ExecError {
-        code: status.code() as u8,
-        message,
+    let code = status.code() as u8;
+    channel.send(&match session {
+        Some(InSession { id, .. }) => Message::ProgramError { id, code, message },
+        None => Message::ExecError { code, message },
     });
     sys::exit_now(status.code());
 }
@@ -171,7 +229,7 @@ fn become_program(plan: &Plan, program: &Program, stdio: Option<&Stdio>, channel
 /// The descriptors brig gave with the program become its 0, 1, 2, ... (their originals
 /// are close-on-exec). Each is first copied above them all, so that placing one never
 /// overwrites another still to be placed.
-fn take_stdio(stdio: &Stdio) -> Result<()> {
+fn take_stdio(stdio: &[std::os::fd::OwnedFd]) -> Result<()> {
     let above = stdio.len() as std::os::fd::RawFd + 3;
     let copies = stdio
         .iter()

@@ -1,9 +1,11 @@
 //! The jail's PID 1: forwards signals to the program, reaps zombies, and exits with the
 //! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
 
-use super::channel::{ChildEnd, Message};
+use super::channel::{ChildEnd, Command, Ended, Message};
+use super::child::{self, InSession};
 use crate::error::Stage;
 use crate::exit::ExitStatus;
+use crate::plan::Plan;
 use crate::procfs::Stat;
 use crate::{privileges, sys};
 use nix::sys::signal::{SigSet, Signal, kill};
@@ -26,18 +28,22 @@ pub fn forwarded_signals() -> SigSet {
     set
 }
 
-pub fn run(program: Pid, channel: &ChildEnd) -> ! {
-    // Init needs no privilege from here on. Undumpable, so the program cannot ptrace it
-    // or read its memory or environment (brig's) through /proc/1.
+/// Init needs no privilege once it has spawned a program (or, in a session, at all: each
+/// program drops its own). Undumpable, so that no program can ptrace it or read its
+/// memory or environment (brig's) through /proc/1.
+fn harden() -> crate::error::Result<()> {
     let _ = nix::sys::prctl::set_name(c"brig-init");
     sys::scrub_cmdline("brig-init");
-    let hardened = privileges::drop_all_capabilities()
+    privileges::drop_all_capabilities()
         .and_then(|()| privileges::set_no_new_privs())
         .and_then(|()| {
             nix::sys::prctl::set_dumpable(false)
                 .map_err(|errno| crate::error::Error::os("make the jail's init undumpable", errno))
-        });
-    if let Err(err) = hardened {
+        })
+}
+
+pub fn run(program: Pid, channel: &ChildEnd) -> ! {
+    if let Err(err) = harden() {
         let _ = kill(program, Signal::SIGKILL);
         channel.send_error(&err.at(Stage::Init));
         sys::exit_now(ExitStatus::BRIG_FAILED);
@@ -87,6 +93,169 @@ fn reap(program: Pid, channel: &ChildEnd) {
             }
             Ok(WaitStatus::StillAlive) | Err(_) => return,
             Ok(_) => {}
+        }
+    }
+}
+
+/// A session's init: runs the programs brig sends, one [`Message::Ended`] for each, until
+/// brig closes the channel; then everything in the jail dies with init.
+pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
+    if let Err(err) = harden() {
+        channel.send_error(&err.at(Stage::Init));
+        sys::exit_now(ExitStatus::BRIG_FAILED);
+    }
+    let mut waited = forwarded_signals();
+    waited.add(Signal::SIGCHLD);
+    let Ok(signals) = nix::sys::signalfd::SignalFd::with_flags(
+        &waited,
+        nix::sys::signalfd::SfdFlags::SFD_NONBLOCK | nix::sys::signalfd::SfdFlags::SFD_CLOEXEC,
+    ) else {
+        sys::exit_now(ExitStatus::BRIG_FAILED);
+    };
+    // pid -> (id, own group)
+    let mut programs: std::collections::HashMap<Pid, (u32, bool)> = Default::default();
+    loop {
+        let read = nix::poll::PollFlags::POLLIN;
+        let mut fds = [
+            nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&channel.go), read),
+            nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&signals), read),
+        ];
+        if nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {
+            continue;
+        }
+        let command_ready = fds[0].any().unwrap_or(false);
+        // Signals other than SIGCHLD are brig's business, not the session's programs'.
+        while let Ok(Some(_)) = signals.read_signal() {}
+        reap_programs(&mut programs, channel);
+        if !command_ready {
+            continue;
+        }
+        match channel.next_command() {
+            None => {
+                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+                sys::exit_now(0);
+            }
+            Some((
+                Command::Spawn {
+                    id,
+                    program,
+                    own_group,
+                },
+                stdio,
+            )) => {
+                let session = Some(InSession { id, own_group });
+                let spawned = sys::spawn_sharing_memory(&mut || {
+                    child::become_program(plan, &program, Some(&stdio), channel, session)
+                });
+                drop(stdio);
+                match spawned {
+                    Ok(pid) => {
+                        programs.insert(pid, (id, own_group));
+                    }
+                    Err(errno) => {
+                        channel.send(&Message::ProgramError {
+                            id,
+                            code: ExitStatus::BRIG_FAILED as u8,
+                            message: format!(
+                                "start the program's process inside the jail: {}",
+                                errno.desc()
+                            ),
+                        });
+                        channel.send(&Message::Ended {
+                            id,
+                            end: Ended {
+                                code: Some(ExitStatus::BRIG_FAILED),
+                                ..Ended::default()
+                            },
+                        });
+                    }
+                }
+            }
+            Some((Command::Signal { id, signal, group }, _)) => {
+                let found = programs.iter().find(|(_, (of, _))| *of == id);
+                if let (Some((pid, (_, own_group))), Ok(signal)) = (found, Signal::try_from(signal))
+                {
+                    let target = if group && *own_group {
+                        Pid::from_raw(-pid.as_raw())
+                    } else {
+                        *pid
+                    };
+                    let _ = kill(target, signal);
+                }
+            }
+            Some((Command::Sweep { keep }, _)) => {
+                let kept: Vec<Pid> = programs
+                    .iter()
+                    .filter(|(_, (id, _))| keep.contains(id))
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                sweep(plan, &kept);
+                reap_programs(&mut programs, channel);
+            }
+        }
+    }
+}
+
+/// Reaps every child that exited; a session's program gets its [`Message::Ended`].
+fn reap_programs(programs: &mut std::collections::HashMap<Pid, (u32, bool)>, channel: &ChildEnd) {
+    while let Ok(Some((pid, status, usage))) = sys::wait4_any_nohang() {
+        let Some((id, _)) = programs.remove(&pid) else {
+            continue;
+        };
+        let (code, signal) = match status {
+            WaitStatus::Exited(_, code) => (Some(code), None),
+            WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+            _ => (None, None),
+        };
+        let micros =
+            |tv: libc::timeval| tv.tv_sec.max(0) as u64 * 1_000_000 + tv.tv_usec.max(0) as u64;
+        channel.send(&Message::Ended {
+            id,
+            end: Ended {
+                code,
+                signal,
+                cpu_user_us: micros(usage.ru_utime),
+                cpu_sys_us: micros(usage.ru_stime),
+                max_rss_kib: usage.ru_maxrss.max(0) as u64,
+            },
+        });
+    }
+}
+
+/// SIGKILLs every process of the jail but init and `keep`, pass after pass over the
+/// jail's own /proc until none is left (a process forked during a pass is caught by the
+/// next; a killed one forks no more). With `--proc host`, /proc shows other pids than
+/// the jail's: everything is killed instead, `keep` too.
+fn sweep(plan: &Plan, keep: &[Pid]) {
+    let own_proc = plan
+        .mounts
+        .iter()
+        .any(|op| matches!(op, crate::mount::MountOp::Proc { .. }));
+    if !own_proc {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        return;
+    }
+    for _ in 0..1000 {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        let mut found = false;
+        for pid in entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .map(Pid::from_raw)
+        {
+            if pid.as_raw() == 1 || keep.contains(&pid) {
+                continue;
+            }
+            if Stat::read(pid).and_then(|stat| stat.state()) == Some('Z') {
+                continue;
+            }
+            found = true;
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        if !found {
+            return;
         }
     }
 }

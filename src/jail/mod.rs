@@ -11,6 +11,7 @@ mod channel;
 mod child;
 mod init;
 mod relay;
+pub mod session;
 mod supervisor;
 
 use crate::error::{Error, Result};
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 pub use channel::Stdio;
 pub use init::forwarded_signals;
 pub use relay::Counts as OutputCounts;
+pub use session::SessionJail;
 pub use supervisor::{Jail, Outcome, RunReport};
 
 /// What runs in an assembled jail: the arguments (the first one is looked up in the

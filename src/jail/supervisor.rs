@@ -90,14 +90,16 @@ pub struct RunReport {
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
 /// waits for a program. Dropped without running one, it is killed and its cgroup removed.
 pub struct Jail<'p> {
-    plan: &'p Plan,
+    pub(super) plan: &'p Plan,
     init: Init,
-    channel: ParentEnd,
+    pub(super) channel: ParentEnd,
     signals: SignalFd,
     relay: Option<Relay>,
     audit: Option<seccomp::AuditLog>,
     /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
-    tun: Option<OwnedFd>,
+    pub(super) tun: Option<OwnedFd>,
+    /// A session's home directory, opened inside the jail.
+    pub(super) workspace: Option<OwnedFd>,
     /// The plan's `--time-limit`, unless the run was given another.
     time_limit: Option<Span>,
     /// A server's jail with `--output-limit`: brig's copies of the relay pipes' write
@@ -106,7 +108,7 @@ pub struct Jail<'p> {
     relay_ends: Option<JailEnds>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
-    cgroup: Option<JailCgroup>,
+    pub(super) cgroup: Option<JailCgroup>,
     reaped: bool,
 }
 
@@ -114,16 +116,18 @@ impl<'p> Jail<'p> {
     /// Builds the jail `plan` describes, up to the point where only the program is missing.
     /// Its program inherits init's standard streams ([`Jail::run`]).
     pub fn assemble(plan: &'p Plan) -> Result<Jail<'p>> {
-        Jail::assemble_with(plan, false)
+        Jail::assemble_with(plan, false, false)
     }
 
     /// [`Jail::assemble`], for a jail whose program will be given its descriptors
     /// ([`Jail::run_with_stdio`]): a server's pooled jail.
     pub fn assemble_for_streams(plan: &'p Plan) -> Result<Jail<'p>> {
-        Jail::assemble_with(plan, true)
+        Jail::assemble_with(plan, true, false)
     }
 
-    fn assemble_with(plan: &'p Plan, streams: bool) -> Result<Jail<'p>> {
+    /// `session`: the jail's init runs programs one after another (`session.rs`), and
+    /// hands brig its workspace.
+    pub(super) fn assemble_with(plan: &'p Plan, streams: bool, session: bool) -> Result<Jail<'p>> {
         // The jail's first process is cloned without exec and allocates: in a process
         // with other threads it could inherit a lock one of them held.
         // procfs gives a process's task directory one link per thread, plus two.
@@ -141,7 +145,7 @@ impl<'p> Jail<'p> {
         let signals =
             SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .context(|| "create a signalfd".into())?;
-        let channel = Channel::new(streams || plan.network.is_some())
+        let channel = Channel::new(streams || session || plan.network.is_some())
             .context(|| "create the pipes to the jail".into())?;
         let (relay, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
@@ -180,6 +184,7 @@ impl<'p> Jail<'p> {
                 channel.child_end(),
                 jail_output,
                 cgroup.as_ref().and_then(JailCgroup::entry),
+                session,
             ),
             Cloned::Parent {
                 pid,
@@ -205,6 +210,7 @@ impl<'p> Jail<'p> {
             relay,
             audit,
             tun: None,
+            workspace: None,
             time_limit: plan.time_limit,
             relay_ends,
             cgroup,
@@ -230,6 +236,12 @@ impl<'p> Jail<'p> {
                 Error::setup("the jail did not hand over its TUN device").at(Stage::Isolation)
             })?;
             jail.tun = Some(tun);
+        }
+        if session {
+            let workspace = jail.channel.take_handed_over().ok_or_else(|| {
+                Error::setup("the jail did not hand over its workspace").at(Stage::Mounts)
+            })?;
+            jail.workspace = Some(workspace);
         }
         Ok(jail)
     }
@@ -336,6 +348,14 @@ impl<'p> Jail<'p> {
     fn reap(&mut self) -> (Option<WaitStatus>, Measured) {
         self.reaped = true;
         self.init.reap()
+    }
+
+    /// Kills every process of the jail at once and reaps init (a session's end).
+    pub(super) fn end(&mut self) {
+        if !self.reaped {
+            self.init.kill();
+            self.reap();
+        }
     }
 }
 
@@ -748,7 +768,8 @@ fn decide(
             } => {
                 return Err(Error::from_jail(message, stage, errno.map(Errno::from_raw)));
             }
-            Message::Ready => {}
+            // A session's messages; a one-shot jail sends none.
+            Message::Ready | Message::ProgramError { .. } | Message::Ended { .. } => {}
             Message::ExecError { code, message } => {
                 return Ok(Outcome::ExecFailed { code, message });
             }

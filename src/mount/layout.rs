@@ -122,6 +122,8 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
 pub struct Inputs<'a> {
     pub tmpfs_size: Size,
+    /// The home directory's own size (a session's workspace).
+    pub home_size: Size,
     pub proc: ProcMode,
     pub home: &'a Path,
     pub uid: u32,
@@ -236,7 +238,7 @@ fn push_runtime_mounts(ops: &mut Vec<MountOp>, inputs: &Inputs) {
     });
     ops.push(MountOp::Tmpfs {
         dst: inputs.home.into(),
-        size: inputs.tmpfs_size,
+        size: inputs.home_size,
         mode: 0o700,
         owner: Some(Owner {
             uid: inputs.uid,

@@ -17,11 +17,12 @@ pub fn plan(
     options: &JailOptions,
     identity: &Identity,
     hostname: &str,
-    tmpfs_size: Size,
+    (tmpfs_size, home_size): (Size, Size),
     network: Option<&Policy>,
 ) -> Result<(Vec<MountOp>, Option<Rootfs>)> {
     let inputs = layout::Inputs {
         tmpfs_size,
+        home_size,
         proc: options.proc.unwrap_or_default(),
         home: &identity.home,
         uid: identity.uid,

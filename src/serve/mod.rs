@@ -9,14 +9,18 @@
 //! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
 //!   (before the request, for the pool), runs the program with the client's streams,
 //!   answers the client directly and exits;
-//! - `policy.rs`: what a client may ask for beyond the server's defaults.
+//! - `policy.rs`: what a client may ask for beyond the server's defaults;
+//! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
+//!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
 pub mod client;
 pub mod policy;
 pub mod protocol;
 mod runner;
 mod server;
+mod session;
 mod warm;
+mod workspace;
 
 use crate::options::JailOptions;
 use crate::units::Span;
@@ -41,6 +45,23 @@ pub struct ServeArgs {
     /// skip the interpreter's startup.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub warm_python: usize,
+
+    /// Session jails kept assembled, with Python started inside, for `session_create`
+    /// requests of the server's shape.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub session_pool: usize,
+
+    /// Sessions open at once; more `session_create` requests are refused.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_sessions: usize,
+
+    /// A session's total life, by default and at most (a client may ask for less).
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub session_timeout: Span,
+
+    /// A session with no request for this long ends, by default and at most.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub idle_timeout: Span,
 
     /// Jails running at once; more requests wait (--queue-timeout).
     #[arg(long, value_name = "N", default_value_t = 64)]

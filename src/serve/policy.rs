@@ -191,6 +191,13 @@ pub fn check_jail(jail: &Plan, pool: &Plan, may: &[Loosening]) -> Result<()> {
             server.tmpfs_size.to_string(),
         );
     }
+    if mine.home_size.0 > server.home_size.0 {
+        return looser(
+            "--home-size",
+            mine.home_size.to_string(),
+            server.home_size.to_string(),
+        );
+    }
     for rlimit in &mine.rlimits {
         let ours = server
             .rlimits

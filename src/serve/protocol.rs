@@ -18,6 +18,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::JailOptions;
 use crate::sys;
+use crate::units::{Size, Span};
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -43,6 +44,89 @@ pub enum Request {
         signal: i32,
     },
     Status,
+    /// A session: a jail that lives between requests (`session.rs`).
+    SessionCreate {
+        #[serde(default)]
+        options: Box<JailOptions>,
+        #[serde(default)]
+        session_timeout: Option<Span>,
+        #[serde(default)]
+        idle_timeout: Option<Span>,
+        #[serde(default)]
+        workspace_size: Option<Size>,
+    },
+    /// Runs a command (`command`) or a code cell (`code`) in the session.
+    SessionExec {
+        session: String,
+        #[serde(default)]
+        command: Vec<String>,
+        #[serde(default)]
+        code: Option<String>,
+        #[serde(default)]
+        language: Option<Language>,
+        #[serde(default)]
+        stdin: Option<String>,
+        #[serde(default)]
+        env: Vec<String>,
+        #[serde(default)]
+        chdir: Option<std::path::PathBuf>,
+        #[serde(default)]
+        time_limit: Option<Span>,
+        #[serde(default)]
+        output_limit: Option<Size>,
+    },
+    SessionPut {
+        session: String,
+        path: String,
+        /// Base64.
+        data: String,
+        #[serde(default)]
+        append: bool,
+    },
+    SessionGet {
+        session: String,
+        path: String,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        length: Option<u64>,
+    },
+    SessionLs {
+        session: String,
+        #[serde(default = "here")]
+        path: String,
+    },
+    SessionClose {
+        session: String,
+    },
+    SessionList,
+}
+
+fn here() -> String {
+    ".".into()
+}
+
+/// A session's interpreters.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    #[default]
+    Python,
+    Node,
+}
+
+impl Request {
+    /// The session a request is for, if it is for one.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Request::SessionExec { session, .. }
+            | Request::SessionPut { session, .. }
+            | Request::SessionGet { session, .. }
+            | Request::SessionLs { session, .. }
+            | Request::SessionClose { session } => Some(session),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -96,6 +180,12 @@ pub struct Status {
     pub refused: u64,
     pub failures: u64,
     pub draining: bool,
+    /// Sessions open now, the most at once (`--max-sessions`), and pooled session jails
+    /// ready.
+    pub sessions: usize,
+    pub max_sessions: usize,
+    pub session_pool: usize,
+    pub session_ready: usize,
 }
 
 impl Reply {

@@ -56,6 +56,20 @@ pub enum Start<'a> {
     WarmPython(&'a Plan),
     /// Assemble the jail of this job and run it (its descriptors: connection, streams).
     ForJob(Box<Job>, Vec<OwnedFd>),
+    /// Assemble `plan` as a session's jail (its programs' options), start Python in it,
+    /// and wait for a session to serve.
+    SessionPool(&'a Plan, &'a JailOptions),
+    /// Assemble a session's own jail and serve it.
+    Session(Box<SessionStart>),
+}
+
+/// A session of a shape of its own: its plan, its options, the server's word that it is
+/// created, and the client's connection.
+pub struct SessionStart {
+    pub plan: Plan,
+    pub options: JailOptions,
+    pub open: super::session::ToSession,
+    pub connection: OwnedFd,
 }
 
 /// The runner's life; ends the process.
@@ -64,6 +78,25 @@ pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
         Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
         Start::WarmPython(plan) => super::warm::python(&control, plan, audit_log.as_ref()),
         Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref()),
+        Start::SessionPool(plan, options) => {
+            super::session::pooled(&control, plan, options, audit_log.as_ref())
+        }
+        Start::Session(start) => {
+            let SessionStart {
+                plan,
+                options,
+                open,
+                connection,
+            } = *start;
+            super::session::for_create(
+                &control,
+                &plan,
+                options,
+                open,
+                connection,
+                audit_log.as_ref(),
+            )
+        }
     };
     sys::exit_now(code);
 }

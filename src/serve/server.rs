@@ -7,7 +7,8 @@
 use super::ServeArgs;
 use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
-use super::runner::{self, Job, Report, Start};
+use super::runner::{self, Job, Report, SessionStart, Start};
+use super::session::ToSession;
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
 use crate::options::JailOptions;
@@ -38,6 +39,17 @@ enum RunnerState {
     Assembling,
     Ready,
     Busy,
+    /// Serving a session (not counted in --max-jails).
+    Session,
+}
+
+/// An open session, as the server knows it.
+struct SessionEntry {
+    id: String,
+    owner: Peer,
+    created: Instant,
+    last_request: Instant,
+    requests: u64,
 }
 
 struct Runner {
@@ -49,6 +61,9 @@ struct Runner {
     pooled: bool,
     /// Its jail runs a warm Python, for Python requests only.
     warm: bool,
+    /// A session's jail: pooled for one (`pooled`), or serving it.
+    for_session: bool,
+    session: Option<SessionEntry>,
     /// Its end of the control socket closed: no longer polled (it stays listed until
     /// SIGCHLD reaps it).
     silent: bool,
@@ -65,7 +80,9 @@ struct Incoming {
 /// What a new runner is for.
 enum Spawn {
     Pooled { warm: bool },
+    SessionPool,
     ForJob(Box<Job>, Vec<OwnedFd>),
+    ForSession(Box<SessionStart>),
 }
 
 /// A checked request waiting for a runner.
@@ -81,6 +98,8 @@ struct Server {
     args: ServeArgs,
     defaults: JailOptions,
     pool_plan: Plan,
+    /// The jail of a pooled session: the pool's, whose OOM kills take one process.
+    session_plan: Plan,
     pool_digest: String,
     listener: Option<UnixListener>,
     signals: SignalFd,
@@ -126,6 +145,8 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled), None).context(|| "block signals".into())?;
     let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
+    let mut session_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    session_plan.limits.cgroup.oom_kills_one = true;
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
@@ -135,11 +156,14 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             pool: args.pool,
             warm_python: args.warm_python,
             max_jails: args.max_jails,
+            max_sessions: args.max_sessions,
+            session_pool: args.session_pool,
             ..Status::default()
         },
         args,
         defaults,
         pool_plan,
+        session_plan,
         pool_digest,
         listener: Some(listener),
         signals,
@@ -376,9 +400,19 @@ impl Server {
             );
         }
         self.incoming.clear();
-        // An idle runner sees its control socket close and exits, dropping its jail.
+        // An idle runner sees its control socket close and exits, dropping its jail. A
+        // session's runner sees it shut and ends its session; the server waits for it.
         self.runners
-            .retain(|runner| runner.state == RunnerState::Busy);
+            .retain(|runner| matches!(runner.state, RunnerState::Busy | RunnerState::Session));
+        for runner in &mut self.runners {
+            if runner.state == RunnerState::Session {
+                let _ = nix::sys::socket::shutdown(
+                    runner.control.as_raw_fd(),
+                    nix::sys::socket::Shutdown::Both,
+                );
+                runner.silent = true;
+            }
+        }
     }
 
     fn reap(&mut self) {
@@ -390,8 +424,10 @@ impl Server {
             let Some(pid) = status.pid() else { continue };
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
-                if runner.state == RunnerState::Busy {
-                    self.status.running -= 1;
+                match runner.state {
+                    RunnerState::Busy => self.status.running -= 1,
+                    RunnerState::Session => self.status.sessions -= 1,
+                    _ => {}
                 }
             }
             self.dispatch_queued();
@@ -485,6 +521,13 @@ impl Server {
                 return refuse(&stream, &err);
             }
         };
+        if !matches!(request, Request::Run { .. }) && !fds.is_empty() {
+            self.status.refused += 1;
+            return refuse(
+                &stream,
+                &Error::input("brig serve: only a run request may come with descriptors"),
+            );
+        }
         match request {
             Request::Status => {
                 let _ =
@@ -498,6 +541,38 @@ impl Server {
                     ),
                 );
             }
+            Request::SessionCreate {
+                options,
+                session_timeout,
+                idle_timeout,
+                workspace_size,
+            } => {
+                let asked = SessionAsk {
+                    options: *options,
+                    session_timeout,
+                    idle_timeout,
+                    workspace_size,
+                };
+                if let Err(err) = self.create_session(&stream, asked, incoming.peer) {
+                    self.status.refused += 1;
+                    refuse(&stream, &err);
+                }
+            }
+            Request::SessionList => {
+                let reply = self.list_sessions(&incoming.peer);
+                let _ = protocol::write_frame(stream.as_fd(), &reply, &[]);
+            }
+            ref request if request.session().is_some() => {
+                if let Err(err) = self.route_to_session(&stream, request, body, incoming.peer) {
+                    self.status.refused += 1;
+                    refuse(&stream, &err);
+                }
+            }
+            Request::SessionExec { .. }
+            | Request::SessionPut { .. }
+            | Request::SessionGet { .. }
+            | Request::SessionLs { .. }
+            | Request::SessionClose { .. } => {}
             Request::Run {
                 options,
                 stdio,
@@ -628,6 +703,7 @@ impl Server {
     /// shape, a warm one only what its Python can serve as a cold start would.
     fn suits(runner: &Runner, pending: &Pending) -> bool {
         runner.pooled
+            && !runner.for_session
             && pending.pooled
             && (!runner.warm || super::warm::serves(&pending.job.program))
     }
@@ -704,6 +780,192 @@ impl Server {
         }
     }
 
+    fn ready_for_sessions(&self) -> usize {
+        self.runners
+            .iter()
+            .filter(|runner| {
+                runner.pooled && runner.for_session && runner.state == RunnerState::Ready
+            })
+            .count()
+    }
+
+    /// Opens a session: a pooled session jail when the client asks for the server's
+    /// shape, else one built for it. The runner answers the client with the session's id.
+    fn create_session(&mut self, stream: &UnixStream, asked: SessionAsk, peer: Peer) -> Result<()> {
+        let SessionAsk {
+            options: mut client,
+            session_timeout,
+            idle_timeout,
+            workspace_size,
+        } = asked;
+        if self.status.sessions >= self.args.max_sessions {
+            return Err(Error::setup(format!(
+                "brig serve: {} sessions are open (--max-sessions); close one or retry later",
+                self.status.sessions
+            )));
+        }
+        let within = |field: &str, asked: Option<crate::units::Span>, ours: crate::units::Span| {
+            match asked {
+                Some(asked) if asked.0.is_zero() => Err(Error::input(format!(
+                    "{field}: must be longer than 0; e.g. 10m"
+                ))),
+                Some(asked) if asked.0 > ours.0 => Err(Error::input(format!(
+                    "{field} {asked}: longer than this server allows ({ours}); ask for at most {ours}"
+                ))),
+                asked => Ok(asked.unwrap_or(ours).0),
+            }
+        };
+        let session_timeout = within(
+            "session_timeout",
+            session_timeout,
+            self.args.session_timeout,
+        )?;
+        let idle_timeout = within("idle_timeout", idle_timeout, self.args.idle_timeout)?;
+        if !client.command.is_empty() {
+            return Err(Error::input(
+                "session_create: options take no \"command\"; run programs with session_exec",
+            ));
+        }
+        client.report = None;
+        client.report_fd = None;
+        client.audit_log = None;
+        let pooled = workspace_size.is_none()
+            && serde_json::to_value(&client)
+                .ok()
+                .and_then(|value| value.as_object().map(|object| object.is_empty()))
+                .unwrap_or(false);
+        client.home_size = workspace_size.or(client.home_size);
+        policy::check_client(&client, &self.args.client_may, &self.args.allow_bind_under)?;
+        let mut id_bytes = [0u8; 16];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").context(|| "open /dev/urandom".into())?,
+            &mut id_bytes,
+        )
+        .context(|| "read /dev/urandom".into())?;
+        let id: String = id_bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        let open = ToSession::Open {
+            id,
+            owner: peer,
+            session_timeout_ms: session_timeout.as_millis() as u64,
+            idle_timeout_ms: idle_timeout.as_millis() as u64,
+        };
+        let connection = OwnedFd::from(
+            stream
+                .try_clone()
+                .context(|| "keep the client's connection".into())?,
+        );
+        let ready = self.runners.iter().position(|runner| {
+            runner.pooled && runner.for_session && runner.state == RunnerState::Ready
+        });
+        match ready {
+            Some(at) if pooled => {
+                let runner = &mut self.runners[at];
+                protocol::write_frame(runner.control.as_fd(), &open, &[connection.as_fd()])?;
+                runner.pooled = false;
+                runner.state = RunnerState::Session;
+                runner.session = session_entry(&open);
+                self.count_ready();
+            }
+            _ => {
+                let options = self.defaults.clone().overlay(client);
+                let mut plan = Plan::resolve(with_placeholder(options.clone()))?;
+                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
+                plan.limits.cgroup.oom_kills_one = true;
+                let start = SessionStart {
+                    plan,
+                    options,
+                    open,
+                    connection,
+                };
+                self.spawn(Spawn::ForSession(Box::new(start)))?;
+            }
+        }
+        self.status.sessions += 1;
+        Ok(())
+    }
+
+    /// Hands a request to its session's runner, which answers the client. The request
+    /// goes in a memfd: what the server writes to a busy runner stays a few bytes.
+    fn route_to_session(
+        &mut self,
+        stream: &UnixStream,
+        request: &Request,
+        body: &[u8],
+        peer: Peer,
+    ) -> Result<()> {
+        let id = request.session().unwrap_or_default();
+        let gone = || {
+            Error::input(format!(
+                "brig serve: no session {id} (closed, expired or never created)"
+            ))
+        };
+        let runner = self
+            .runners
+            .iter_mut()
+            .find(|runner| {
+                runner
+                    .session
+                    .as_ref()
+                    .is_some_and(|session| session.id == id)
+            })
+            .ok_or_else(gone)?;
+        let session = runner.session.as_mut().expect("found");
+        if peer.uid != session.owner.uid && peer.uid != 0 {
+            return Err(Error::input(format!(
+                "brig serve: session {id} belongs to another user (uid {}); use your own",
+                session.owner.uid
+            )));
+        }
+        super::session::check_request(request)?;
+        let memfd =
+            nix::sys::memfd::memfd_create(c"brig-request", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .context(|| "create a memfd for a session's request".into())?;
+        std::io::Write::write_all(
+            &mut std::fs::File::from(memfd.try_clone().context(|| "dup".into())?),
+            body,
+        )
+        .context(|| "write a session's request".into())?;
+        let connection = stream
+            .try_clone()
+            .context(|| "keep the client's connection".into())?;
+        let frame = ToSession::Request { peer };
+        // Non-blocking: a runner that stopped reading must not stop the server.
+        let _ = nix::fcntl::fcntl(
+            &runner.control,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        );
+        protocol::write_frame(
+            runner.control.as_fd(),
+            &frame,
+            &[connection.as_fd(), memfd.as_fd()],
+        )
+        .map_err(|_| gone())?;
+        session.last_request = Instant::now();
+        session.requests += 1;
+        Ok(())
+    }
+
+    /// The peer's sessions (all of them for root and the server's own uid).
+    fn list_sessions(&self, peer: &Peer) -> serde_json::Value {
+        let own = nix::unistd::geteuid().as_raw();
+        let sessions: Vec<serde_json::Value> = self
+            .runners
+            .iter()
+            .filter_map(|runner| runner.session.as_ref())
+            .filter(|session| peer.uid == 0 || peer.uid == own || peer.uid == session.owner.uid)
+            .map(|session| {
+                serde_json::json!({
+                    "session": session.id,
+                    "uid": session.owner.uid,
+                    "age_ms": session.created.elapsed().as_millis() as u64,
+                    "idle_ms": session.last_request.elapsed().as_millis() as u64,
+                    "requests": session.requests,
+                })
+            })
+            .collect();
+        serde_json::json!({"type": "sessions", "sessions": sessions})
+    }
+
     fn count_ready(&mut self) {
         let ready = |warm: bool| {
             self.runners
@@ -713,8 +975,9 @@ impl Server {
                 })
                 .count()
         };
-        self.status.ready = ready(false);
+        self.status.ready = ready(false) - self.ready_for_sessions();
         self.status.warm_ready = ready(true);
+        self.status.session_ready = self.ready_for_sessions();
     }
 
     /// Keeps --pool cold and --warm-python warm jails assembling or ready, unless
@@ -724,14 +987,25 @@ impl Server {
         {
             return;
         }
-        for (warm, wanted) in [(false, self.args.pool), (true, self.args.warm_python)] {
+        let kinds = [
+            (false, false, self.args.pool),
+            (true, false, self.args.warm_python),
+            (false, true, self.args.session_pool),
+        ];
+        for (warm, for_session, wanted) in kinds {
             let pooled = self
                 .runners
                 .iter()
-                .filter(|runner| runner.pooled && runner.warm == warm)
+                .filter(|runner| {
+                    runner.pooled && runner.warm == warm && runner.for_session == for_session
+                })
                 .count();
             for _ in pooled..wanted {
-                if let Err(err) = self.spawn(Spawn::Pooled { warm }) {
+                let what = match for_session {
+                    true => Spawn::SessionPool,
+                    false => Spawn::Pooled { warm },
+                };
+                if let Err(err) = self.spawn(what) {
                     eprintln!("brig serve: {err}");
                     self.refill_after = Some(Instant::now() + BACKOFF);
                     return;
@@ -750,16 +1024,20 @@ impl Server {
             SockFlag::SOCK_CLOEXEC,
         )
         .context(|| "create a socket pair for a runner".into())?;
-        let (pooled, warm) = match &what {
-            Spawn::Pooled { warm } => (true, *warm),
-            Spawn::ForJob(..) => (false, false),
+        let (pooled, warm, for_session) = match &what {
+            Spawn::Pooled { warm } => (true, *warm, false),
+            Spawn::SessionPool => (true, false, true),
+            Spawn::ForJob(..) => (false, false, false),
+            Spawn::ForSession(..) => (false, false, true),
         };
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
                 // The runner: nothing of the server's but its own ends.
                 let mut keep = vec![runner_end.as_raw_fd()];
-                if let Spawn::ForJob(_, fds) = &what {
-                    keep.extend(fds.iter().map(AsRawFd::as_raw_fd));
+                match &what {
+                    Spawn::ForJob(_, fds) => keep.extend(fds.iter().map(AsRawFd::as_raw_fd)),
+                    Spawn::ForSession(start) => keep.push(start.connection.as_raw_fd()),
+                    _ => {}
                 }
                 let _ = crate::fds::close_inherited(&keep);
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
@@ -770,22 +1048,26 @@ impl Server {
                     Spawn::Pooled { warm: false } => Start::Pooled(&self.pool_plan),
                     Spawn::Pooled { warm: true } => Start::WarmPython(&self.pool_plan),
                     Spawn::ForJob(job, fds) => Start::ForJob(job, fds),
+                    Spawn::SessionPool => Start::SessionPool(&self.session_plan, &self.defaults),
+                    Spawn::ForSession(start) => Start::Session(start),
                 };
                 runner::main(runner_end, start, audit_log);
             }
             Some(pid) => {
-                let busy = !pooled;
+                let (state, session) = match what {
+                    _ if pooled => (RunnerState::Assembling, None),
+                    Spawn::ForSession(start) => (RunnerState::Session, session_entry(&start.open)),
+                    _ => (RunnerState::Busy, None),
+                };
                 self.runners.push(Runner {
                     pid,
                     control,
                     reader: FrameReader::default(),
-                    state: if busy {
-                        RunnerState::Busy
-                    } else {
-                        RunnerState::Assembling
-                    },
+                    state,
                     pooled,
                     warm,
+                    for_session,
+                    session,
                     silent: false,
                 });
                 Ok(())
@@ -889,6 +1171,27 @@ impl Server {
                 }
             }
         }
+    }
+}
+
+/// What a `session_create` asks for.
+struct SessionAsk {
+    options: JailOptions,
+    session_timeout: Option<crate::units::Span>,
+    idle_timeout: Option<crate::units::Span>,
+    workspace_size: Option<crate::units::Size>,
+}
+
+fn session_entry(open: &ToSession) -> Option<SessionEntry> {
+    match open {
+        ToSession::Open { id, owner, .. } => Some(SessionEntry {
+            id: id.clone(),
+            owner: *owner,
+            created: Instant::now(),
+            last_request: Instant::now(),
+            requests: 0,
+        }),
+        ToSession::Request { .. } => None,
     }
 }
 

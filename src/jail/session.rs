@@ -1,0 +1,174 @@
+//! A session's jail: assembled once, then given programs one after another for as long as
+//! it lives (a `brig serve` session: commands, and the interpreter whose state persists
+//! between code cells). Each program is started by the jail's init exactly as a one-shot
+//! program is (rlimits → capabilities → no_new_privs → Landlock → seccomp → exec); the
+//! jail's namespaces, cgroup and workspace outlive them. Dropped, the jail is killed
+//! whole and its cgroup removed.
+
+use super::Program;
+use super::channel::{Command, Message};
+use super::supervisor::Jail;
+use crate::cgroup::{JailCgroup, Usage, Version};
+use crate::error::{AtStage, Context, Result, Stage};
+use crate::net::forward::Forwarder;
+use crate::plan::Plan;
+use nix::sys::signal::Signal;
+use std::os::fd::{AsFd, BorrowedFd};
+
+pub use super::channel::Ended;
+
+/// What a session's jail reports about its programs.
+#[derive(Debug, PartialEq)]
+pub enum Event {
+    /// Program `id` could not be started or executed: 125 (set-up), 126, 127 (not
+    /// found); its `Ended` follows.
+    Failed { id: u32, code: u8, message: String },
+    /// Program `id` ended.
+    Ended { id: u32, end: Ended },
+}
+
+pub struct SessionJail<'p> {
+    jail: Jail<'p>,
+    /// A frame's start, waiting for its rest.
+    pending: Vec<u8>,
+    next_id: u32,
+    /// `--net filtered`: relaying for the session's whole life.
+    forwarder: Option<Forwarder>,
+}
+
+impl<'p> SessionJail<'p> {
+    /// Builds the jail `plan` describes (its `command` is not run) and starts its
+    /// network relay, if it has one.
+    pub fn assemble(plan: &'p Plan) -> Result<SessionJail<'p>> {
+        let mut jail = Jail::assemble_with(plan, true, true)?;
+        nix::fcntl::fcntl(
+            jail.channel.report_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .context(|| "make the jail's report pipe non-blocking".into())?;
+        let forwarder = match (jail.tun.take(), &plan.network) {
+            (Some(tun), Some(policy)) => Some(
+                Forwarder::start(tun, policy)
+                    .context(|| "start relaying the jail's network".into())
+                    .at(Stage::Isolation)?,
+            ),
+            _ => None,
+        };
+        Ok(SessionJail {
+            jail,
+            pending: Vec::new(),
+            next_id: 1,
+            forwarder,
+        })
+    }
+
+    pub fn plan(&self) -> &'p Plan {
+        self.jail.plan
+    }
+
+    /// The workspace (the jail's home directory), opened inside the jail: paths are
+    /// resolved beneath it.
+    pub fn workspace(&self) -> BorrowedFd<'_> {
+        self.jail
+            .workspace
+            .as_ref()
+            .expect("a session's jail has a workspace")
+            .as_fd()
+    }
+
+    /// Starts `program` with `stdio` as its descriptors 0, 1, 2, ... (in a process group
+    /// of its own with `own_group`); its id, for [`Event`]s and signals.
+    pub fn spawn(
+        &mut self,
+        program: &Program,
+        stdio: &[BorrowedFd],
+        own_group: bool,
+    ) -> Result<u32> {
+        program.check()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let command = Command::Spawn {
+            id,
+            program: program.clone(),
+            own_group,
+        };
+        self.jail
+            .channel
+            .send_command(&command, stdio)
+            .context(|| "hand the program to the session's jail".into())
+            .at(Stage::Spawn)?;
+        Ok(id)
+    }
+
+    /// Sends `signal` to program `id` (to its process group with `group`).
+    pub fn signal(&self, id: u32, signal: Signal, group: bool) -> Result<()> {
+        let command = Command::Signal {
+            id,
+            signal: signal as i32,
+            group,
+        };
+        self.jail
+            .channel
+            .send_command(&command, &[])
+            .context(|| "signal a program of the session".into())
+    }
+
+    /// Kills every process of the jail but its init and the programs `keep`.
+    pub fn sweep(&self, keep: &[u32]) -> Result<()> {
+        let command = Command::Sweep {
+            keep: keep.to_vec(),
+        };
+        self.jail
+            .channel
+            .send_command(&command, &[])
+            .context(|| "end the processes of a session".into())
+    }
+
+    /// Readable when the jail has [`Event`]s to read.
+    pub fn events_fd(&self) -> BorrowedFd<'_> {
+        self.jail.channel.report_fd()
+    }
+
+    /// Readable when the jail's init has died (the session is over).
+    pub fn init_fd(&self) -> BorrowedFd<'_> {
+        self.jail.init_pidfd()
+    }
+
+    /// The events that have arrived; never blocks.
+    pub fn events(&mut self) -> Vec<Event> {
+        self.jail
+            .channel
+            .read_available(&mut self.pending)
+            .into_iter()
+            .filter_map(|message| match message {
+                Message::ProgramError { id, code, message } => {
+                    Some(Event::Failed { id, code, message })
+                }
+                Message::Ended { id, end } => Some(Event::Ended { id, end }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What the session's cgroup counts so far (memory peak, OOM kills, pids, CPU).
+    pub fn usage(&self) -> Option<Usage> {
+        self.jail.cgroup.as_ref().map(JailCgroup::usage)
+    }
+
+    pub fn cgroup_version(&self) -> Option<Version> {
+        self.jail.cgroup.as_ref().map(JailCgroup::version)
+    }
+
+    /// Ends the session: every process killed, init reaped; the cgroup goes when this is
+    /// dropped.
+    pub fn end(mut self) -> Option<crate::net::record::NetworkRecord> {
+        self.jail.end();
+        self.forwarder.take().map(Forwarder::finish)
+    }
+}
+
+impl Drop for SessionJail<'_> {
+    fn drop(&mut self) {
+        self.jail.end();
+    }
+}

@@ -1,0 +1,1039 @@
+//! A session's runner: a process the server forks for one session, which owns the
+//! session's jail ([`SessionJail`]) for its whole life and serves its requests one at a
+//! time: commands, code cells in a persistent interpreter (`session_python.py`,
+//! `session_node.js`), and files in the workspace (`workspace.rs`). The server hands it
+//! each request with the client's connection; the runner answers the client itself. It
+//! ends the session on `session_close`, after `idle_timeout` without a request, at
+//! `session_timeout`, or when the server goes away; the jail goes with it, whole.
+
+use super::protocol::{self, FrameReader, Language, Reply, Request};
+use super::runner::Report;
+use super::workspace::{self, Workspace};
+use crate::error::{Error, Result};
+use crate::jail::session::{Ended, Event};
+use crate::jail::{Outcome, Program, RunReport, SessionJail};
+use crate::options::JailOptions;
+use crate::plan::Plan;
+use crate::units::Span;
+use crate::verdict::{Peer, Sinks, Verdict};
+use base64::Engine;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// How long an interpreter has to start and say it is ready.
+const STARTUP: Duration = Duration::from_secs(30);
+/// How long an interrupted cell has to come back before its interpreter is killed.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+const PYTHON_SCRIPT: &str = include_str!("session_python.py");
+const PYTHON_LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-session>', 'exec'))";
+const NODE_SCRIPT: &str = include_str!("session_node.js");
+
+/// What the server sends a session's runner, with the client's connection.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToSession {
+    /// The session is created: answer the client with its id.
+    Open {
+        id: String,
+        owner: Peer,
+        session_timeout_ms: u64,
+        idle_timeout_ms: u64,
+    },
+    /// A request for the session (checked by the server: its owner, its form). Its
+    /// descriptors: the connection, then a memfd holding the request's frame (which may
+    /// be large: the server's writes to a busy runner must stay small).
+    Request { peer: Peer },
+}
+
+/// The request's frame from the memfd the server wrote it to.
+fn read_request(memfd: &OwnedFd) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    let mut file = std::fs::File::from(memfd.try_clone().ok()?);
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).ok()?;
+    file.take(protocol::MAX_FRAME as u64)
+        .read_to_end(&mut body)
+        .ok()?;
+    Some(body)
+}
+
+/// A pooled session runner: assemble, start Python, wait for a session to serve.
+pub fn pooled(
+    control: &OwnedFd,
+    plan: &Plan,
+    options: &JailOptions,
+    audit_log: Option<&PathBuf>,
+) -> i32 {
+    let jail = match SessionJail::assemble(plan) {
+        Ok(jail) => jail,
+        Err(err) => {
+            let report = Report::Failed {
+                message: err.to_string(),
+            };
+            let _ = protocol::write_frame(control.as_fd(), &report, &[]);
+            return 1;
+        }
+    };
+    let mut session = Session::new(jail, options.clone(), audit_log.cloned());
+    // A pool's session answers its first cell at once; a jail without Python still serves
+    // commands and files.
+    let _ = session.interpreter(Language::Python);
+    if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
+        return 0;
+    }
+    let Ok(Some((body, mut fds))) = FrameReader::default().read_blocking(control) else {
+        return 0;
+    };
+    let (Ok(open), false) = (serde_json::from_slice::<ToSession>(&body), fds.is_empty()) else {
+        return 1;
+    };
+    session.serve(control, open, fds.remove(0));
+    0
+}
+
+/// A session of its own shape: assemble its jail, then serve it.
+pub fn for_create(
+    control: &OwnedFd,
+    plan: &Plan,
+    options: JailOptions,
+    open: ToSession,
+    connection: OwnedFd,
+    audit_log: Option<&PathBuf>,
+) -> i32 {
+    match SessionJail::assemble(plan) {
+        Ok(jail) => {
+            Session::new(jail, options, audit_log.cloned()).serve(control, open, connection);
+            0
+        }
+        Err(err) => super::runner::answer_error(&[connection], &err),
+    }
+}
+
+/// A running interpreter: its program's id in the jail, its socket and output pipes.
+struct Interpreter {
+    id: u32,
+    control: UnixStream,
+    /// What arrived on `control` beyond the last whole line.
+    lines: Vec<u8>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    cells: u64,
+}
+
+struct Session<'p> {
+    jail: SessionJail<'p>,
+    options: JailOptions,
+    audit_log: Option<PathBuf>,
+    id: String,
+    interpreters: HashMap<Language, Interpreter>,
+    execs: u64,
+}
+
+/// Output kept of one exec, per stream, up to a limit.
+struct Captured {
+    kept: [Vec<u8>; 2],
+    bytes: [u64; 2],
+    limit: u64,
+}
+
+impl Captured {
+    fn new(limit: u64) -> Captured {
+        Captured {
+            kept: [Vec::new(), Vec::new()],
+            bytes: [0, 0],
+            limit,
+        }
+    }
+
+    /// Reads what `pipe` has now into stream `index`; false once the limit is passed.
+    fn drain(&mut self, index: usize, pipe: BorrowedFd) -> bool {
+        let mut chunk = [0u8; 64 * 1024];
+        while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
+            self.bytes[index] += count as u64;
+            let room = (self.limit as usize).saturating_sub(self.kept[index].len());
+            self.kept[index].extend_from_slice(&chunk[..count.min(room)]);
+        }
+        self.bytes[index] <= self.limit
+    }
+
+    fn text(&self, index: usize) -> String {
+        String::from_utf8_lossy(&self.kept[index]).into_owned()
+    }
+
+    fn counts(&self) -> crate::jail::OutputCounts {
+        crate::jail::OutputCounts {
+            stdout_bytes: self.bytes[0],
+            stderr_bytes: self.bytes[1],
+            truncated: self.bytes.iter().any(|bytes| *bytes > self.limit),
+            stderr_mid_line: false,
+        }
+    }
+}
+
+/// Why an exec ended early.
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    TimeLimit,
+    OutputLimit,
+    /// The client went away: nobody waits for the result.
+    ClientGone,
+}
+
+fn nonblocking(fd: &impl AsFd) {
+    let _ = nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|errno| Error::os("create a pipe for the session", errno))
+}
+
+fn dev_null() -> Result<OwnedFd> {
+    std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|err| Error::setup(format!("open /dev/null: {err}")))
+}
+
+/// Milliseconds left until `deadline`, rounded up, for poll.
+fn poll_timeout(deadline: Option<Instant>) -> PollTimeout {
+    match deadline {
+        None => PollTimeout::NONE,
+        Some(at) => {
+            let left = at.saturating_duration_since(Instant::now());
+            PollTimeout::try_from(left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX)
+        }
+    }
+}
+
+/// Whether the client hung up (or sent something, which a session request never does).
+fn client_gone(connection: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(connection.as_fd(), PollFlags::POLLIN)];
+    nix::poll::poll(&mut fds, PollTimeout::ZERO).is_ok_and(|ready| ready > 0)
+}
+
+impl<'p> Session<'p> {
+    fn new(jail: SessionJail<'p>, options: JailOptions, audit_log: Option<PathBuf>) -> Session<'p> {
+        Session {
+            jail,
+            options,
+            audit_log,
+            id: String::new(),
+            interpreters: HashMap::new(),
+            execs: 0,
+        }
+    }
+
+    fn plan(&self) -> &'p Plan {
+        self.jail.plan()
+    }
+
+    /// Serves the session until it ends, then ends its jail.
+    fn serve(mut self, control: &OwnedFd, open: ToSession, connection: OwnedFd) {
+        let ToSession::Open {
+            id,
+            session_timeout_ms,
+            idle_timeout_ms,
+            ..
+        } = open
+        else {
+            return;
+        };
+        self.id = id;
+        let reply = json!({
+            "type": "session",
+            "session": self.id,
+            "workspace": self.plan().identity.home,
+        });
+        let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+        drop(connection);
+        let ends_at = Instant::now() + Duration::from_millis(session_timeout_ms);
+        let idle = Duration::from_millis(idle_timeout_ms);
+        let mut last_request = Instant::now();
+        let mut closed_by = None;
+        let why = loop {
+            let deadline = ends_at.min(last_request + idle);
+            let mut fds = [
+                PollFd::new(control.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
+            ];
+            let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
+            let ready = fds.map(|fd| fd.any().unwrap_or(false));
+            if ready[1] {
+                break "its jail ended";
+            }
+            if ready[2] {
+                self.absorb_events();
+            }
+            if Instant::now() >= ends_at {
+                break "it reached its session_timeout";
+            }
+            if Instant::now() >= last_request + idle {
+                break "it was idle for its idle_timeout";
+            }
+            if !ready[0] {
+                continue;
+            }
+            let Ok(Some((body, mut fds))) = FrameReader::default().read_blocking(control) else {
+                break "the server went away";
+            };
+            last_request = Instant::now();
+            let (Ok(ToSession::Request { peer }), 2) =
+                (serde_json::from_slice::<ToSession>(&body), fds.len())
+            else {
+                continue;
+            };
+            let connection = fds.remove(0);
+            let Some(body) = read_request(&fds[0]).and_then(|body| String::from_utf8(body).ok())
+            else {
+                continue;
+            };
+            let closing = matches!(
+                protocol::parse_request(body.as_bytes()),
+                Ok(Request::SessionClose { .. })
+            );
+            if closing {
+                closed_by = Some(connection);
+                break "it was closed";
+            }
+            let reply = self.handle(&body, peer, &connection);
+            let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+        };
+        // No request may be lost in a socket nobody reads: the server's writes fail from
+        // here on, and those already sent are answered.
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(control),
+            nix::sys::socket::Shutdown::Read,
+        );
+        let message = format!("brig serve: session {} ended: {why}", self.id);
+        nonblocking(control);
+        let mut reader = FrameReader::default();
+        while let Ok(protocol::Read::Frame(_, fds)) = reader.read(control.as_fd()) {
+            if let Some(connection) = fds.first() {
+                let _ = protocol::write_frame(
+                    connection.as_fd(),
+                    &Reply::error(&Error::input(message.clone())),
+                    &[],
+                );
+            }
+        }
+        let id = self.id.clone();
+        self.end_jail();
+        // Answered once nothing of the session is left.
+        if let Some(connection) = closed_by {
+            let reply = json!({"type": "closed", "session": id});
+            let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+        }
+    }
+
+    fn end_jail(self) {
+        drop(self.interpreters);
+        self.jail.end();
+    }
+
+    /// One request's reply.
+    fn handle(&mut self, body: &str, peer: Peer, connection: &OwnedFd) -> Value {
+        let request = match protocol::parse_request(body.as_bytes()) {
+            Ok(request) => request,
+            Err(err) => return error_reply(&err),
+        };
+        let result = match request {
+            Request::SessionExec {
+                command,
+                code: Some(code),
+                language,
+                time_limit,
+                output_limit,
+                ..
+            } if command.is_empty() => self.run_code(
+                &code,
+                language.unwrap_or_default(),
+                time_limit,
+                output_limit,
+                peer,
+                connection,
+            ),
+            Request::SessionExec {
+                command,
+                code: None,
+                stdin,
+                env,
+                chdir,
+                time_limit,
+                output_limit,
+                ..
+            } if !command.is_empty() => {
+                let exec = CommandExec {
+                    command,
+                    stdin,
+                    env,
+                    chdir,
+                    time_limit,
+                    output_limit,
+                };
+                self.run_command(exec, peer, connection)
+            }
+            Request::SessionExec { .. } => Err(Error::input(
+                "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")",
+            )),
+            Request::SessionPut {
+                path, data, append, ..
+            } => base64::engine::general_purpose::STANDARD
+                .decode(data.as_bytes())
+                .map_err(|err| Error::input(format!("session_put: \"data\" is not base64: {err}")))
+                .and_then(|data| self.workspace().put(&path, &data, append))
+                .map(|size| json!({"type": "put", "path": path, "size": size})),
+            Request::SessionGet {
+                path,
+                offset,
+                length,
+                ..
+            } => self
+                .workspace()
+                .get(&path, offset, length)
+                .map(|(data, size)| {
+                    json!({
+                        "type": "get",
+                        "path": path,
+                        "offset": offset,
+                        "size": size,
+                        "data": base64::engine::general_purpose::STANDARD.encode(data),
+                    })
+                }),
+            Request::SessionLs { path, .. } => self
+                .workspace()
+                .list(&path)
+                .map(|entries| json!({"type": "ls", "path": path, "entries": entries})),
+            _ => Err(Error::input(
+                "brig serve: a session's runner was handed a request that is not for a session",
+            )),
+        };
+        result.unwrap_or_else(|err| error_reply(&err))
+    }
+
+    fn workspace(&self) -> Workspace<'_> {
+        let plan = self.plan();
+        Workspace {
+            dir: self.jail.workspace(),
+            owner: (plan.identity.host_uid, plan.identity.host_gid),
+            size: plan.limits.home_size,
+        }
+    }
+
+    /// Events that came between requests: an interpreter that died is forgotten (the
+    /// next cell starts a fresh one).
+    fn absorb_events(&mut self) {
+        for event in self.jail.events() {
+            if let Event::Ended { id, .. } = event {
+                self.interpreters
+                    .retain(|_, interpreter| interpreter.id != id);
+            }
+        }
+    }
+
+    /// The time limit of one exec: the one asked for, no looser than the session's.
+    fn time_limit(&self, asked: Option<Span>) -> Result<Option<Duration>> {
+        let ours = self.plan().time_limit.map(|limit| limit.0);
+        match (asked.map(|limit| limit.0), ours) {
+            (Some(asked), _) if asked.is_zero() => {
+                Err(Error::input("time_limit: must be longer than 0; e.g. 5s"))
+            }
+            (Some(asked), Some(ours)) if asked > ours => Err(Error::input(format!(
+                "time_limit {}: looser than this session's {}; ask for at most that",
+                Span(asked),
+                Span(ours)
+            ))),
+            (asked, ours) => Ok(asked.or(ours)),
+        }
+    }
+
+    fn output_limit(&self, asked: Option<crate::units::Size>) -> Result<u64> {
+        let ours = self
+            .plan()
+            .limits
+            .output_limit
+            .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
+        match asked {
+            Some(size) if size.0 == 0 => Err(Error::input(
+                "output_limit: must be at least 1 byte; e.g. 1M",
+            )),
+            Some(size) if size.0 > ours => Err(Error::input(format!(
+                "output_limit {size}: looser than this session's {}; ask for at most that",
+                crate::units::Size(ours)
+            ))),
+            Some(size) => Ok(size.0),
+            None => Ok(ours),
+        }
+    }
+
+    /// The program of a command: the session's environment with the request's on top.
+    fn program(
+        &self,
+        argv: Vec<String>,
+        env: Vec<String>,
+        chdir: Option<PathBuf>,
+    ) -> Result<Program> {
+        let mut options = self.options.clone();
+        options.env.extend(env);
+        let env = crate::environment::resolve(&options, &self.plan().identity)?;
+        let chdir = match chdir {
+            Some(dir) => crate::mount::jail_path("chdir", &dir.to_string_lossy())?,
+            None => self.plan().chdir.clone(),
+        };
+        let program = Program { argv, env, chdir };
+        program.check()?;
+        Ok(program)
+    }
+
+    fn run_command(
+        &mut self,
+        exec: CommandExec,
+        peer: Peer,
+        connection: &OwnedFd,
+    ) -> Result<Value> {
+        let time_limit = self.time_limit(exec.time_limit)?;
+        let limit = self.output_limit(exec.output_limit)?;
+        let program = self.program(exec.command, exec.env, exec.chdir)?;
+        let (stdin_read, stdin_write) = pipe()?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        let oom_before = self.oom_kills();
+        let started = Instant::now();
+        let id = self.jail.spawn(
+            &program,
+            &[
+                stdin_read.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+            ],
+            true,
+        )?;
+        drop((stdin_read, stdout_write, stderr_write));
+        for fd in [&stdin_write, &stdout_read, &stderr_read] {
+            nonblocking(fd);
+        }
+        let stdin = exec.stdin.unwrap_or_default().into_bytes();
+        let mut fed = 0;
+        let mut stdin_write = Some(stdin_write);
+        if stdin.is_empty() {
+            stdin_write = None;
+        }
+        let mut captured = Captured::new(limit);
+        let deadline = time_limit.map(|limit| started + limit);
+        let mut cut = None;
+        let mut failure = None;
+        let ended = loop {
+            let mut fds = vec![
+                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
+                PollFd::new(stdout_read.as_fd(), PollFlags::POLLIN),
+                PollFd::new(stderr_read.as_fd(), PollFlags::POLLIN),
+                PollFd::new(connection.as_fd(), PollFlags::POLLIN),
+            ];
+            if let Some(write) = &stdin_write {
+                fds.push(PollFd::new(write.as_fd(), PollFlags::POLLOUT));
+            }
+            let _ = nix::poll::poll(&mut fds, poll_timeout(deadline.filter(|_| cut.is_none())));
+            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+            drop(fds);
+            if ready[1] {
+                return Err(Error::setup(format!("session {}: its jail ended", self.id)));
+            }
+            for (index, pipe) in [(0, &stdout_read), (1, &stderr_read)] {
+                if ready[2 + index] && !captured.drain(index, pipe.as_fd()) && cut.is_none() {
+                    cut = Some(Cut::OutputLimit);
+                    self.jail.signal(id, Signal::SIGKILL, true)?;
+                }
+            }
+            if ready.get(5) == Some(&true)
+                && let Some(write) = &stdin_write
+            {
+                match nix::unistd::write(write, &stdin[fed..]) {
+                    Ok(count) => fed += count,
+                    Err(nix::errno::Errno::EAGAIN) => {}
+                    Err(_) => fed = stdin.len(),
+                }
+                if fed >= stdin.len() {
+                    stdin_write = None;
+                }
+            }
+            if ready[4] && cut.is_none() && client_gone(connection) {
+                cut = Some(Cut::ClientGone);
+                self.jail.signal(id, Signal::SIGKILL, true)?;
+            }
+            if cut.is_none() && deadline.is_some_and(|at| Instant::now() >= at) {
+                cut = Some(Cut::TimeLimit);
+                self.jail.signal(id, Signal::SIGKILL, true)?;
+            }
+            let mut done = None;
+            for event in self.jail.events() {
+                match event {
+                    Event::Failed {
+                        id: of,
+                        code,
+                        message,
+                    } if of == id => failure = Some((code, message)),
+                    Event::Ended { id: of, end } if of == id => done = Some(end),
+                    Event::Ended { id: of, .. } => self
+                        .interpreters
+                        .retain(|_, interpreter| interpreter.id != of),
+                    Event::Failed { .. } => {}
+                }
+            }
+            if let Some(end) = done {
+                break end;
+            }
+        };
+        let wall = started.elapsed();
+        // What the program wrote before it ended (processes it left running may write on).
+        captured.drain(0, stdout_read.as_fd());
+        captured.drain(1, stderr_read.as_fd());
+        let outcome = match (failure, cut) {
+            (Some((code, message)), _) if code != 125 || ended.code == Some(125) => {
+                Outcome::ExecFailed { code, message }
+            }
+            (_, Some(Cut::TimeLimit | Cut::ClientGone)) => Outcome::TimedOut,
+            (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
+            (_, None) => program_outcome(&ended),
+        };
+        let oom = self.oom_kills().saturating_sub(oom_before);
+        let report = self.report(
+            outcome,
+            time_limit,
+            wall,
+            &ended,
+            oom,
+            Some(captured.counts()),
+        );
+        let verdict = self.verdict(&report, peer);
+        Ok(json!({
+            "type": "exec",
+            "verdict": verdict,
+            "stdout": captured.text(0),
+            "stderr": captured.text(1),
+        }))
+    }
+
+    fn oom_kills(&self) -> u64 {
+        self.jail
+            .usage()
+            .and_then(|usage| usage.oom_kills)
+            .unwrap_or(0)
+    }
+
+    fn report(
+        &self,
+        outcome: Outcome,
+        time_limit: Option<Duration>,
+        wall: Duration,
+        ended: &Ended,
+        oom_kills: u64,
+        output: Option<crate::jail::OutputCounts>,
+    ) -> RunReport {
+        let mut usage = self.jail.usage();
+        if let Some(usage) = usage.as_mut() {
+            // The session's cgroup counts since its start; an exec's own are below.
+            usage.oom_kills = Some(oom_kills);
+            usage.cpu_user_usec = None;
+            usage.cpu_sys_usec = None;
+        }
+        RunReport {
+            outcome,
+            time_limit: time_limit.map(Span),
+            wall,
+            cpu_user: Duration::from_micros(ended.cpu_user_us),
+            cpu_sys: Duration::from_micros(ended.cpu_sys_us),
+            max_rss_kib: ended.max_rss_kib,
+            cgroup_version: self.jail.cgroup_version(),
+            cgroup_usage: usage,
+            out_of_memory: oom_kills > 0,
+            output,
+            seccomp_log: None,
+            network: None,
+        }
+    }
+
+    /// The exec's verdict as JSON, with the session's id; the server's audit line.
+    fn verdict(&mut self, report: &RunReport, peer: Peer) -> Value {
+        self.execs += 1;
+        let mut verdict =
+            serde_json::to_value(Verdict::of_run(self.plan(), report)).unwrap_or_default();
+        verdict["session"] = json!(self.id);
+        if let Some(path) = &self.audit_log
+            && let Ok(sinks) = Sinks::open(None, None, Some(path))
+        {
+            sinks.deliver_json(
+                &verdict,
+                Some(crate::verdict::config_digest(self.plan())),
+                Some(peer),
+            );
+        }
+        verdict
+    }
+
+    /// The session's interpreter of `language`, started if it is not running.
+    fn interpreter(&mut self, language: Language) -> Result<&mut Interpreter> {
+        if !self.interpreters.contains_key(&language) {
+            let interpreter = self.start_interpreter(language)?;
+            self.interpreters.insert(language, interpreter);
+        }
+        Ok(self.interpreters.get_mut(&language).expect("inserted"))
+    }
+
+    fn start_interpreter(&mut self, language: Language) -> Result<Interpreter> {
+        let argv: Vec<String> = match language {
+            Language::Python => vec![
+                "python3".into(),
+                "-c".into(),
+                PYTHON_LAUNCH.into(),
+                PYTHON_SCRIPT.into(),
+            ],
+            Language::Node => vec!["node".into(), "-e".into(), NODE_SCRIPT.into()],
+        };
+        let program = self.program(argv, Vec::new(), None)?;
+        let (ours, theirs) = UnixStream::pair()
+            .map_err(|err| Error::setup(format!("a socket pair for the interpreter: {err}")))?;
+        let (stdout_read, stdout_write) = pipe()?;
+        let (stderr_read, stderr_write) = pipe()?;
+        let null = dev_null()?;
+        let id = self.jail.spawn(
+            &program,
+            &[
+                null.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+                theirs.as_fd(),
+            ],
+            true,
+        )?;
+        drop((null, stdout_write, stderr_write, theirs));
+        nonblocking(&stdout_read);
+        nonblocking(&stderr_read);
+        let mut interpreter = Interpreter {
+            id,
+            control: ours,
+            lines: Vec::new(),
+            stdout: stdout_read,
+            stderr: stderr_read,
+            cells: 0,
+        };
+        // Ready, or why not: what it wrote, or why it could not be run.
+        let deadline = Instant::now() + STARTUP;
+        let mut captured = Captured::new(4096);
+        let mut failure = None;
+        loop {
+            let mut fds = [
+                PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
+                PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
+            ];
+            let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
+            captured.drain(1, interpreter.stderr.as_fd());
+            if let Some(line) = interpreter.next_line()? {
+                if line.get("ready") == Some(&Value::Bool(true)) {
+                    return Ok(interpreter);
+                }
+                continue;
+            }
+            for event in self.jail.events() {
+                match event {
+                    Event::Failed {
+                        id: of, message, ..
+                    } if of == id => failure = Some(message),
+                    Event::Ended { id: of, .. } if of == id => {
+                        captured.drain(1, interpreter.stderr.as_fd());
+                        let why = failure.take().unwrap_or_else(|| {
+                            format!("it ended before it was ready: {}", captured.text(1).trim())
+                        });
+                        return Err(Error::setup(format!(
+                            "the session's {} interpreter did not start: {why}",
+                            language_name(language)
+                        )));
+                    }
+                    Event::Ended { id: of, .. } => self
+                        .interpreters
+                        .retain(|_, interpreter| interpreter.id != of),
+                    Event::Failed { .. } => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                return Err(Error::setup(format!(
+                    "the session's {} interpreter was not ready within {}s",
+                    language_name(language),
+                    STARTUP.as_secs()
+                )));
+            }
+        }
+    }
+
+    fn run_code(
+        &mut self,
+        code: &str,
+        language: Language,
+        time_limit: Option<Span>,
+        output_limit: Option<crate::units::Size>,
+        peer: Peer,
+        connection: &OwnedFd,
+    ) -> Result<Value> {
+        let time_limit = self.time_limit(time_limit)?;
+        let limit = self.output_limit(output_limit)?;
+        self.absorb_events();
+        let oom_before = self.oom_kills();
+        let interpreter = self.interpreter(language)?;
+        interpreter.cells += 1;
+        let cell = interpreter.cells;
+        let id = interpreter.id;
+        let mut line = serde_json::to_vec(&json!({"id": cell, "code": code})).expect("JSON");
+        line.push(b'\n');
+        let started = Instant::now();
+        if interpreter.control.write_all(&line).is_err() {
+            self.interpreters.remove(&language);
+            return Err(Error::setup(
+                "the session's interpreter went away; run the cell again",
+            ));
+        }
+        let mut captured = Captured::new(limit);
+        let mut deadline = time_limit.map(|limit| started + limit);
+        let mut cut = None;
+        let mut answer: Option<Value> = None;
+        let mut died: Option<Ended> = None;
+        loop {
+            let interpreter = self.interpreters.get_mut(&language).expect("running");
+            let mut fds = [
+                PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
+                PollFd::new(interpreter.stdout.as_fd(), PollFlags::POLLIN),
+                PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
+                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
+                PollFd::new(connection.as_fd(), PollFlags::POLLIN),
+            ];
+            let _ = nix::poll::poll(&mut fds, poll_timeout(deadline));
+            let ready = fds.map(|fd| fd.any().unwrap_or(false));
+            if ready[4] {
+                return Err(Error::setup(format!("session {}: its jail ended", self.id)));
+            }
+            let mut over = false;
+            for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
+                over |= !captured.drain(index, pipe.as_fd());
+            }
+            while let Some(reply) = interpreter.next_line()? {
+                if reply.get("id") == Some(&json!(cell)) {
+                    answer = Some(reply);
+                }
+            }
+            if answer.is_some() {
+                break;
+            }
+            for event in self.jail.events() {
+                if let Event::Ended { id: of, end } = event {
+                    if of == id {
+                        died = Some(end);
+                    } else {
+                        self.interpreters
+                            .retain(|_, interpreter| interpreter.id != of);
+                    }
+                }
+            }
+            if died.is_some() {
+                break;
+            }
+            let now = Instant::now();
+            let client_left = ready[5] && client_gone(connection);
+            let why = if over {
+                Some(Cut::OutputLimit)
+            } else if client_left {
+                Some(Cut::ClientGone)
+            } else if deadline.is_some_and(|at| now >= at) {
+                Some(Cut::TimeLimit)
+            } else {
+                None
+            };
+            match (cut, why) {
+                // First: interrupt the cell, end what it started, give it a grace period.
+                (None, Some(why)) => {
+                    cut = Some(why);
+                    self.jail.signal(id, Signal::SIGINT, false)?;
+                    self.jail.sweep(&[id])?;
+                    deadline = Some(now + INTERRUPT_GRACE);
+                }
+                // It did not come back: the interpreter goes, and its state with it.
+                (Some(_), _) if deadline.is_some_and(|at| now >= at) => {
+                    self.jail.signal(id, Signal::SIGKILL, true)?;
+                    self.jail.sweep(&[])?;
+                    deadline = None;
+                }
+                _ => {}
+            }
+        }
+        let wall = started.elapsed();
+        if cut.is_some() {
+            // What the cell started, and what it forks while it is interrupted.
+            let keep: Vec<u32> = self.interpreters.values().map(|i| i.id).collect();
+            self.jail.sweep(&keep)?;
+        }
+        let interpreter = self.interpreters.get_mut(&language).expect("running");
+        captured.drain(0, interpreter.stdout.as_fd());
+        captured.drain(1, interpreter.stderr.as_fd());
+        let oom = self.oom_kills().saturating_sub(oom_before);
+        let state_lost = died.is_some();
+        let ended = match (&died, &answer) {
+            (Some(end), _) => *end,
+            (None, Some(answer)) => Ended {
+                code: Some(0),
+                cpu_user_us: answer["cpu_user_ms"].as_u64().unwrap_or(0) * 1000,
+                cpu_sys_us: answer["cpu_sys_ms"].as_u64().unwrap_or(0) * 1000,
+                ..Ended::default()
+            },
+            (None, None) => Ended::default(),
+        };
+        if state_lost {
+            self.interpreters.remove(&language);
+        }
+        let error = answer
+            .as_ref()
+            .map(|answer| answer["error"].clone())
+            .filter(|error| !error.is_null());
+        let outcome = match (cut, &died) {
+            (Some(Cut::OutputLimit), _) => Outcome::OutputLimit,
+            (Some(_), _) => Outcome::TimedOut,
+            (None, Some(end)) => program_outcome(end),
+            (None, None) if error.is_some() => Outcome::Exited(1),
+            (None, None) => Outcome::Exited(0),
+        };
+        let report = self.report(
+            outcome,
+            time_limit,
+            wall,
+            &ended,
+            oom,
+            Some(captured.counts()),
+        );
+        let mut verdict = self.verdict(&report, peer);
+        verdict["language"] = json!(language_name(language));
+        let error = error.or_else(|| {
+            state_lost.then(|| {
+                json!({
+                    "type": "InterpreterDied",
+                    "message": format!(
+                        "the {} interpreter died ({}); its state is lost and the next cell starts a fresh one",
+                        language_name(language),
+                        describe_end(&ended, oom > 0)
+                    ),
+                    "traceback": "",
+                })
+            })
+        });
+        Ok(json!({
+            "type": "exec",
+            "verdict": verdict,
+            "stdout": captured.text(0),
+            "stderr": captured.text(1),
+            "result": answer.as_ref().map_or(Value::Null, |answer| answer["result"].clone()),
+            "error": error.unwrap_or(Value::Null),
+            "state_lost": state_lost,
+        }))
+    }
+}
+
+/// A command's fields.
+struct CommandExec {
+    command: Vec<String>,
+    stdin: Option<String>,
+    env: Vec<String>,
+    chdir: Option<PathBuf>,
+    time_limit: Option<Span>,
+    output_limit: Option<crate::units::Size>,
+}
+
+impl Interpreter {
+    /// The next whole line the interpreter sent, as JSON; None when none is there yet.
+    fn next_line(&mut self) -> Result<Option<Value>> {
+        loop {
+            if let Some(end) = self.lines.iter().position(|byte| *byte == b'\n') {
+                let line: Vec<u8> = self.lines.drain(..=end).collect();
+                return Ok(serde_json::from_slice(&line).ok().or(Some(Value::Null)));
+            }
+            let _ = self.control.set_nonblocking(true);
+            let mut chunk = [0u8; 64 * 1024];
+            match self.control.read(&mut chunk) {
+                Ok(0) => return Ok(None),
+                Ok(count) => self.lines.extend_from_slice(&chunk[..count]),
+                Err(_) => return Ok(None),
+            }
+            // A cell's output goes to its pipes: a runaway line here is the program's
+            // own writing to descriptor 3, kept within bounds.
+            if self.lines.len() > protocol::MAX_FRAME {
+                self.lines.clear();
+            }
+        }
+    }
+}
+
+fn program_outcome(end: &Ended) -> Outcome {
+    match (end.code, end.signal) {
+        (Some(code), _) => Outcome::Exited(code),
+        (None, signal) => Outcome::Signaled {
+            signal: signal.unwrap_or(libc::SIGKILL),
+            seccomp: false,
+            syscall: None,
+            cpu: Some(Duration::from_micros(end.cpu_user_us + end.cpu_sys_us)),
+        },
+    }
+}
+
+fn describe_end(end: &Ended, oom: bool) -> String {
+    match (end.code, end.signal) {
+        _ if oom => "killed for memory".into(),
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "killed".into(),
+    }
+}
+
+fn language_name(language: Language) -> &'static str {
+    match language {
+        Language::Python => "python",
+        Language::Node => "node",
+    }
+}
+
+fn error_reply(err: &Error) -> Value {
+    serde_json::to_value(Reply::error(err)).unwrap_or_default()
+}
+
+/// Checks a request for a session before the server hands it on: the paths and sizes a
+/// client could get wrong are its one-line errors here (the runner checks them again).
+pub fn check_request(request: &Request) -> Result<()> {
+    match request {
+        Request::SessionPut { data, .. }
+            if data.len() as u64 > workspace::MAX_CHUNK * 4 / 3 + 4 =>
+        {
+            Err(Error::input(format!(
+                "session_put: more than {} bytes of data in one request; send the rest with \"append\": true",
+                workspace::MAX_CHUNK
+            )))
+        }
+        Request::SessionExec { command, code, .. } if command.is_empty() == code.is_none() => {
+            Err(Error::input(
+                "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
