@@ -30,6 +30,10 @@ pub enum Command {
     /// clients run with `brig run --server PATH -- PROGRAM`.
     #[command(mut_arg("command", |arg| arg.hide(true)))]
     Serve(brig::serve::ServeArgs),
+    /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
+    /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
+    #[command(subcommand)]
+    Session(brig::serve::session_client::SessionCommand),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
     /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.

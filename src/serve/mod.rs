@@ -19,6 +19,7 @@ pub mod protocol;
 mod runner;
 mod server;
 mod session;
+pub mod session_client;
 mod warm;
 mod workspace;
 

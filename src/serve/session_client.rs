@@ -1,0 +1,367 @@
+//! `brig session ...`: the command line's client for a server's sessions (see
+//! `session.rs` and docs/sessions-protocol.md). Each command is one request on a fresh
+//! connection; `create` prints the session's id, the others take it with `--session`.
+
+use super::protocol::{self, FrameReader, Language};
+use crate::error::{Error, Result};
+use crate::exit::ExitStatus;
+use crate::options::JailOptions;
+use crate::units::{Size, Span};
+use crate::verdict::Sinks;
+use base64::Engine;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Open a session on the server and print its id.
+    #[command(mut_arg("command", |arg| arg.hide(true)))]
+    Create(CreateArgs),
+    /// Run a command (`-- ARGV...`) or a code cell (`--code FILE|-`) in a session.
+    Exec(ExecArgs),
+    /// Write a local file (or - for stdin) into the session's workspace.
+    Put {
+        #[command(flatten)]
+        at: At,
+        /// The local file, or - for standard input.
+        #[arg(value_name = "LOCAL")]
+        local: PathBuf,
+        /// Its path in the workspace (relative).
+        #[arg(value_name = "REMOTE")]
+        remote: String,
+    },
+    /// Read a file of the session's workspace into a local file (or standard output).
+    Get {
+        #[command(flatten)]
+        at: At,
+        /// Its path in the workspace (relative).
+        #[arg(value_name = "REMOTE")]
+        remote: String,
+        /// The local file to write; standard output when absent or -.
+        #[arg(value_name = "LOCAL")]
+        local: Option<PathBuf>,
+    },
+    /// List a directory of the session's workspace.
+    Ls {
+        #[command(flatten)]
+        at: At,
+        /// The directory, relative to the workspace.
+        #[arg(value_name = "PATH", default_value = ".")]
+        path: String,
+    },
+    /// Close the session: its jail, processes and workspace are destroyed.
+    Close {
+        #[command(flatten)]
+        at: At,
+    },
+    /// List the sessions open on the server (yours; all of them for root).
+    List {
+        /// The server's socket.
+        #[arg(long, value_name = "SOCKET", env = "BRIG_SERVER")]
+        server: PathBuf,
+    },
+}
+
+/// Which server, which session.
+#[derive(Args, Debug)]
+pub struct At {
+    /// The server's socket.
+    #[arg(long, value_name = "SOCKET", env = "BRIG_SERVER")]
+    pub server: PathBuf,
+    /// The session's id (as `brig session create` printed it).
+    #[arg(long, value_name = "ID", env = "BRIG_SESSION")]
+    pub session: String,
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The server's socket.
+    #[arg(long, value_name = "SOCKET", env = "BRIG_SERVER")]
+    pub server: PathBuf,
+    /// The session's whole life [default: the server's --session-timeout].
+    #[arg(long, value_name = "DURATION")]
+    pub session_timeout: Option<Span>,
+    /// The session ends after this long without a request [default: the server's
+    /// --idle-timeout].
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<Span>,
+    /// The size of the session's workspace, its home directory [default: --tmpfs-size].
+    #[arg(long, value_name = "SIZE")]
+    pub workspace_size: Option<Size>,
+    /// Read the session's options from a YAML file (as `brig run --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The session's jail, as for `brig run` (memory, pids and cpus hold for the whole
+    /// session).
+    #[command(flatten)]
+    pub options: JailOptions,
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub at: At,
+    /// Run this file's code (- for standard input) in the session's interpreter, whose
+    /// variables live on between cells.
+    #[arg(long, value_name = "FILE")]
+    pub code: Option<PathBuf>,
+    /// The interpreter for --code.
+    #[arg(long, value_name = "LANGUAGE", value_enum, default_value = "python")]
+    pub language: LanguageArg,
+    /// Wall-clock limit of this exec (at most the session's --time-limit).
+    #[arg(long, value_name = "DURATION")]
+    pub time_limit: Option<Span>,
+    /// Output kept of each stream; past it the exec is stopped.
+    #[arg(long, value_name = "SIZE")]
+    pub output_limit: Option<Size>,
+    /// Set a variable for the command (repeatable).
+    #[arg(long, value_name = "K=V")]
+    pub env: Vec<String>,
+    /// The command's working directory in the jail.
+    #[arg(long, value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+    /// The command's standard input: a file, or - for this one's.
+    #[arg(long, value_name = "FILE")]
+    pub stdin: Option<PathBuf>,
+    /// Write the exec's verdict (JSON) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// The command to run (after --).
+    #[arg(last = true, value_name = "ARGV")]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum LanguageArg {
+    Python,
+    Node,
+}
+
+/// Runs one `brig session` command; brig's exit status.
+pub fn run(command: SessionCommand) -> Result<i32> {
+    match command {
+        SessionCommand::Create(args) => create(args),
+        SessionCommand::Exec(args) => exec(args),
+        SessionCommand::Put { at, local, remote } => put(&at, &local, &remote),
+        SessionCommand::Get { at, remote, local } => get(&at, &remote, local.as_deref()),
+        SessionCommand::Ls { at, path } => {
+            let reply = request(&at.server, json!({"type": "session_ls", "session": at.session, "path": path}))?;
+            for entry in reply["entries"].as_array().into_iter().flatten() {
+                let kind = entry["type"].as_str().unwrap_or("?");
+                let mode = entry["mode"].as_u64().unwrap_or(0);
+                println!(
+                    "{} {:>10} {}{}",
+                    format!("{kind:<7} {mode:04o}"),
+                    entry["size"].as_u64().unwrap_or(0),
+                    entry["name"].as_str().unwrap_or("?"),
+                    if kind == "dir" { "/" } else { "" }
+                );
+            }
+            Ok(0)
+        }
+        SessionCommand::Close { at } => {
+            request(&at.server, json!({"type": "session_close", "session": at.session}))?;
+            Ok(0)
+        }
+        SessionCommand::List { server } => {
+            let reply = request(&server, json!({"type": "session_list"}))?;
+            for session in reply["sessions"].as_array().into_iter().flatten() {
+                println!(
+                    "{} uid={} age={}ms idle={}ms requests={}",
+                    session["session"].as_str().unwrap_or("?"),
+                    session["uid"],
+                    session["age_ms"],
+                    session["idle_ms"],
+                    session["requests"]
+                );
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// One request, one reply; a server's error reply is this side's error.
+pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
+    message["brig"] = json!(protocol::VERSION);
+    let stream = super::client::connect(socket)?;
+    protocol::write_frame(stream.as_fd(), &message, &[])?;
+    let (body, _) = FrameReader::default().read_blocking(&stream)?.ok_or_else(|| {
+        Error::setup(format!(
+            "--server {}: the server closed the connection without an answer",
+            socket.display()
+        ))
+    })?;
+    let reply: Value = serde_json::from_slice(&body)
+        .map_err(|err| Error::setup(format!("brig serve sent an answer that is not JSON: {err}")))?;
+    if reply["type"] == "error" {
+        let message = reply["message"].as_str().unwrap_or("brig serve refused the request");
+        return Err(match reply["kind"].as_str() {
+            Some("bad_input") => Error::input(message),
+            _ => Error::setup(message),
+        });
+    }
+    Ok(reply)
+}
+
+fn create(args: CreateArgs) -> Result<i32> {
+    let mut options = crate::config::resolve(args.config.as_deref(), args.options)?;
+    if !options.command.is_empty() {
+        return Err(Error::input(
+            "brig session create takes no program; run one with `brig session exec --session ID -- PROGRAM`",
+        ));
+    }
+    options.profile = None;
+    let mut message = json!({"type": "session_create", "options": options});
+    if let Some(span) = args.session_timeout {
+        message["session_timeout"] = json!(span);
+    }
+    if let Some(span) = args.idle_timeout {
+        message["idle_timeout"] = json!(span);
+    }
+    if let Some(size) = args.workspace_size {
+        message["workspace_size"] = json!(size);
+    }
+    let reply = request(&args.server, message)?;
+    println!("{}", reply["session"].as_str().unwrap_or_default());
+    Ok(0)
+}
+
+fn read_local(path: &Path) -> Result<Vec<u8>> {
+    let mut data = Vec::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin().read_to_end(&mut data).map(drop)
+    } else {
+        std::fs::File::open(path).and_then(|mut file| file.read_to_end(&mut data).map(drop))
+    };
+    read.map_err(|err| Error::input(format!("{}: cannot read it: {err}", path.display())))?;
+    Ok(data)
+}
+
+fn exec(args: ExecArgs) -> Result<i32> {
+    let sinks = Sinks::open(args.report.as_deref(), None, None)?;
+    let at = &args.at;
+    let mut message = match (&args.code, args.command.is_empty()) {
+        (Some(file), true) => {
+            let code = String::from_utf8(read_local(file)?)
+                .map_err(|_| Error::input(format!("--code {}: not UTF-8 text", file.display())))?;
+            let language = match args.language {
+                LanguageArg::Python => Language::Python,
+                LanguageArg::Node => Language::Node,
+            };
+            json!({"type": "session_exec", "session": at.session, "code": code, "language": language})
+        }
+        (None, false) => {
+            let mut message = json!({
+                "type": "session_exec",
+                "session": at.session,
+                "command": args.command,
+                "env": args.env,
+            });
+            if let Some(dir) = &args.chdir {
+                message["chdir"] = json!(dir);
+            }
+            if let Some(file) = &args.stdin {
+                let input = String::from_utf8(read_local(file)?).map_err(|_| {
+                    Error::input(format!("--stdin {}: not UTF-8 text", file.display()))
+                })?;
+                message["stdin"] = json!(input);
+            }
+            message
+        }
+        (Some(_), false) => {
+            return Err(Error::input(
+                "brig session exec: --code or a command after --, not both",
+            ));
+        }
+        (None, true) => {
+            return Err(Error::input(
+                "brig session exec: nothing to run; give --code FILE or a command after --",
+            ));
+        }
+    };
+    if let Some(span) = args.time_limit {
+        message["time_limit"] = json!(span);
+    }
+    if let Some(size) = args.output_limit {
+        message["output_limit"] = json!(size);
+    }
+    let reply = request(&at.server, message)?;
+    let mut stdout = std::io::stdout();
+    let _ = stdout.write_all(reply["stdout"].as_str().unwrap_or_default().as_bytes());
+    if let Some(result) = reply["result"].as_str() {
+        let _ = writeln!(stdout, "{result}");
+    }
+    let _ = stdout.flush();
+    let mut stderr = std::io::stderr();
+    let _ = stderr.write_all(reply["stderr"].as_str().unwrap_or_default().as_bytes());
+    if let Some(traceback) = reply["error"]["traceback"].as_str().filter(|text| !text.is_empty()) {
+        let _ = stderr.write_all(traceback.as_bytes());
+    } else if let Some(message) = reply["error"]["message"].as_str() {
+        let _ = writeln!(stderr, "{}: {message}", reply["error"]["type"].as_str().unwrap_or("Error"));
+    }
+    let verdict = &reply["verdict"];
+    if let Some(message) = verdict["error"].as_str() {
+        let _ = writeln!(stderr, "brig: {message}");
+    }
+    sinks.deliver_json(verdict, None, None);
+    Ok(verdict["brig_exit_code"]
+        .as_i64()
+        .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32)
+}
+
+fn put(at: &At, local: &Path, remote: &str) -> Result<i32> {
+    let data = read_local(local)?;
+    let chunk = super::workspace::MAX_CHUNK as usize;
+    // An empty file is one request too.
+    let mut chunks: Vec<&[u8]> = data.chunks(chunk).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
+    }
+    for (index, piece) in chunks.into_iter().enumerate() {
+        request(
+            &at.server,
+            json!({
+                "type": "session_put",
+                "session": at.session,
+                "path": remote,
+                "data": base64::engine::general_purpose::STANDARD.encode(piece),
+                "append": index > 0,
+            }),
+        )?;
+    }
+    Ok(0)
+}
+
+fn get(at: &At, remote: &str, local: Option<&Path>) -> Result<i32> {
+    let mut data = Vec::new();
+    loop {
+        let reply = request(
+            &at.server,
+            json!({"type": "session_get", "session": at.session, "path": remote, "offset": data.len()}),
+        )?;
+        let piece = base64::engine::general_purpose::STANDARD
+            .decode(reply["data"].as_str().unwrap_or_default())
+            .map_err(|err| Error::setup(format!("brig serve sent data that is not base64: {err}")))?;
+        let size = reply["size"].as_u64().unwrap_or(0);
+        let done = piece.is_empty() || data.len() as u64 + piece.len() as u64 >= size;
+        data.extend_from_slice(&piece);
+        if done {
+            break;
+        }
+    }
+    match local.filter(|path| *path != Path::new("-")) {
+        Some(path) => std::fs::write(path, &data)
+            .map_err(|err| Error::input(format!("{}: cannot write it: {err}", path.display())))?,
+        None => {
+            let mut stdout = std::io::stdout();
+            stdout
+                .write_all(&data)
+                .and_then(|()| stdout.flush())
+                .map_err(|err| Error::setup(format!("write to standard output: {err}")))?;
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,572 @@
+//! Sessions of `brig serve`, for real, as root and rootless: a jail that lives between
+//! requests. State persists across cells (variables, imports, files); two sessions are
+//! isolated; idle and total timeouts destroy a session and everything of it; runaway cells
+//! (an endless loop, a fork bomb, a memory bomb, an output flood) are stopped and
+//! reported while the session goes on; the workspace's paths cannot lead out; closed,
+//! unknown and foreign sessions are clear errors; a killed server leaves nothing.
+
+#[macro_use]
+mod common;
+
+use common::limits::jail_cgroups_of;
+use common::serve::{Server, exchange};
+use common::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+
+both_modes!(
+    state_persists_across_cells,
+    sessions_are_isolated_from_each_other,
+    commands_run_in_the_session,
+    idle_and_total_timeouts_end_the_session,
+    an_endless_cell_is_interrupted_and_the_state_kept,
+    a_fork_bomb_cell_is_stopped_and_the_session_goes_on,
+    a_memory_bomb_cell_is_stopped_and_the_session_goes_on,
+    an_output_flood_is_cut_and_the_session_goes_on,
+    workspace_paths_cannot_lead_out,
+    closed_and_unknown_sessions_are_clear_errors,
+    a_killed_server_leaves_no_session_behind,
+    the_command_line_drives_a_session,
+    malformed_session_requests_leave_the_server_up,
+    each_exec_has_an_audit_line_with_the_session,
+    a_pooled_session_is_fresh,
+);
+
+/// One request on a fresh connection (the test's own uid: root, which every server admits).
+fn ask(server: &Server, mut message: Value) -> Value {
+    message["brig"] = json!(1);
+    exchange(&server.socket, message.to_string().as_bytes(), &[])
+}
+
+fn create(server: &Server, extra: Value) -> String {
+    let mut message = json!({"type": "session_create"});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "session", "{reply}");
+    let id = reply["session"].as_str().expect("an id").to_string();
+    assert_eq!(id.len(), 32, "{reply}");
+    id
+}
+
+fn cell(server: &Server, id: &str, code: &str) -> Value {
+    cell_with(server, id, code, json!({}))
+}
+
+fn cell_with(server: &Server, id: &str, code: &str, extra: Value) -> Value {
+    let mut message = json!({"type": "session_exec", "session": id, "code": code});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "exec", "{reply}");
+    reply
+}
+
+fn command(server: &Server, id: &str, argv: &[&str], extra: Value) -> Value {
+    let mut message = json!({"type": "session_exec", "session": id, "command": argv});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "exec", "{reply}");
+    reply
+}
+
+fn put(server: &Server, id: &str, path: &str, data: &[u8]) -> Value {
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(data);
+    ask(server, json!({"type": "session_put", "session": id, "path": path, "data": data}))
+}
+
+fn get(server: &Server, id: &str, path: &str) -> Value {
+    ask(server, json!({"type": "session_get", "session": id, "path": path}))
+}
+
+fn decoded(reply: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(reply["data"].as_str().unwrap_or_else(|| panic!("no data: {reply}")))
+        .unwrap()
+}
+
+fn close(server: &Server, id: &str) {
+    let reply = ask(server, json!({"type": "session_close", "session": id}));
+    assert_eq!(reply["type"], "closed", "{reply}");
+}
+
+fn assert_error(reply: &Value, needle: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert_eq!(reply["exit_code"], 125, "{reply}");
+}
+
+/// The server's runner processes (one per pooled or open session).
+fn runners(server: &Server) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+fn marker(label: &str) -> String {
+    format!("BRIG_TEST_MARKER={}", unique(label))
+}
+
+fn state_persists_across_cells(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let first = cell(&server, &id, "import statistics\nx = 41\nrows = [1, 2, 3]");
+    assert_eq!(first["verdict"]["status"], "ok", "{first}");
+    assert_eq!(first["result"], Value::Null, "{first}");
+    let second = cell(&server, &id, "print('mean', statistics.mean(rows))\nx + 1");
+    assert_eq!(second["result"], "42", "{second}");
+    assert_eq!(second["stdout"], "mean 2\n", "{second}");
+    assert_eq!(second["state_lost"], false);
+    assert_eq!(second["verdict"]["session"], id.as_str());
+    // Files: written by a cell, read back by get; put, read by a cell.
+    cell(&server, &id, "open('made.txt', 'w').write('by a cell')");
+    assert_eq!(decoded(&get(&server, &id, "made.txt")), b"by a cell");
+    let reply = put(&server, &id, "data/in.csv", b"a,b\n1,2\n3,4\n");
+    assert_eq!(reply["size"], 12, "{reply}");
+    let read = cell(
+        &server,
+        &id,
+        "import csv\nsum(int(r['b']) for r in csv.DictReader(open('data/in.csv')))",
+    );
+    assert_eq!(read["result"], "6", "{read}");
+    // An exception is the cell's error; the state survives it.
+    let failed = cell(&server, &id, "def f():\n    return 1 / 0\nf()");
+    assert_eq!(failed["verdict"]["status"], "nonzero_exit", "{failed}");
+    assert_eq!(failed["verdict"]["exit_code"], 1, "{failed}");
+    assert_eq!(failed["error"]["type"], "ZeroDivisionError", "{failed}");
+    let traceback = failed["error"]["traceback"].as_str().unwrap();
+    assert!(traceback.contains("return 1 / 0"), "{traceback}");
+    assert!(!traceback.contains("brig-session"), "{traceback}");
+    assert_eq!(cell(&server, &id, "x")["result"], "41");
+    close(&server, &id);
+}
+
+fn sessions_are_isolated_from_each_other(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let (one, two) = (create(&server, json!({})), create(&server, json!({})));
+    cell(&server, &one, "secret = 'one'\nopen('/tmp/one', 'w').write('1')\nopen('mine', 'w').write('1')");
+    let sleeper = command(
+        &server,
+        &one,
+        &["sh", "-c", "sleep 300 > /dev/null 2>&1 & echo started"],
+        json!({}),
+    );
+    assert_eq!(sleeper["stdout"], "started\n", "{sleeper}");
+    let seen = cell(
+        &server,
+        &two,
+        "import os\n[ 'secret' in globals(), os.path.exists('/tmp/one'), os.path.exists('mine'), sorted(p for p in os.listdir('/proc') if p.isdigit() and open(f'/proc/{p}/comm').read().strip() == 'sleep') ]",
+    );
+    assert_eq!(seen["result"], "[False, False, False, []]", "{seen}");
+    assert_error(&get(&server, &two, "mine"), "no such file");
+    // The sleeper lives on in its own session, between requests.
+    let ps = command(&server, &one, &["sh", "-c", "ps -eo comm | grep -c '^sleep$'"], json!({}));
+    assert_eq!(ps["stdout"], "1\n", "{ps}");
+    close(&server, &one);
+    close(&server, &two);
+}
+
+fn commands_run_in_the_session(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let reply = command(
+        &server,
+        &id,
+        &["sh", "-c", "read line; echo got $line; echo $GREETING; pwd; id -un; echo oops >&2; exit 3"],
+        json!({"stdin": "hello\n", "env": ["GREETING=hi"]}),
+    );
+    assert_eq!(reply["stdout"], "got hello\nhi\n/home/sandbox\nsandbox\n", "{reply}");
+    assert_eq!(reply["stderr"], "oops\n", "{reply}");
+    assert_eq!(reply["verdict"]["status"], "nonzero_exit");
+    assert_eq!(reply["verdict"]["exit_code"], 3);
+    assert_eq!(reply["verdict"]["brig_exit_code"], 3);
+    let missing = command(&server, &id, &["no-such-program"], json!({}));
+    assert_eq!(missing["verdict"]["status"], "setup_error", "{missing}");
+    assert_eq!(missing["verdict"]["brig_exit_code"], 127, "{missing}");
+    let slow = command(&server, &id, &["sleep", "30"], json!({"time_limit": "1s"}));
+    assert_eq!(slow["verdict"]["status"], "timeout", "{slow}");
+    assert_eq!(slow["verdict"]["brig_exit_code"], 124, "{slow}");
+    // The jail's restrictions hold for every program of the session.
+    let probe = command(
+        &server,
+        &id,
+        &["sh", "-c", "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; cat /etc/shadow"],
+        json!({"chdir": "/tmp"}),
+    );
+    assert_eq!(
+        probe["stdout"],
+        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
+        "{probe}"
+    );
+    assert!(probe["stderr"].as_str().unwrap().contains("No such file"), "{probe}");
+    close(&server, &id);
+}
+
+fn idle_and_total_timeouts_end_the_session(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let idle_marker = marker("idle");
+    let idle = create(
+        &server,
+        json!({"idle_timeout": "1s", "options": {"env": [idle_marker]}}),
+    );
+    command(&server, &idle, &["sh", "-c", "sleep 300 &"], json!({}));
+    let runner_of_idle = runners(&server);
+    assert!(!processes_with_environ(&idle_marker).is_empty());
+    let total_marker = marker("total");
+    let total = create(
+        &server,
+        json!({"session_timeout": "3s", "options": {"env": [total_marker]}}),
+    );
+    // Busy all along, it still ends at its session_timeout.
+    let started = std::time::Instant::now();
+    let mut last = Value::Null;
+    while started.elapsed() < Duration::from_secs(8) {
+        last = ask(&server, json!({"type": "session_exec", "session": total, "code": "1"}));
+        if last["type"] == "error" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_error(&last, "no session");
+    assert_error(&cell_or_error(&server, &idle), "no session");
+    for marker in [&idle_marker, &total_marker] {
+        assert!(
+            wait_until(Duration::from_secs(5), || processes_with_environ(marker).is_empty()),
+            "a session's processes outlived it"
+        );
+    }
+    for runner in runner_of_idle {
+        assert!(jail_cgroups_of(runner).is_empty(), "cgroups left by {runner}");
+    }
+    let status = server.status();
+    assert_eq!(status["sessions"], 0, "{status}");
+    // Longer than the server allows: refused.
+    let reply = ask(&server, json!({"type": "session_create", "idle_timeout": "2h"}));
+    assert_error(&reply, "idle_timeout 2h");
+}
+
+fn cell_or_error(server: &Server, id: &str) -> Value {
+    ask(server, json!({"type": "session_exec", "session": id, "code": "1"}))
+}
+
+fn an_endless_cell_is_interrupted_and_the_state_kept(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    cell(&server, &id, "kept = 'yes'");
+    let endless = cell_with(&server, &id, "while True:\n    pass", json!({"time_limit": "1s"}));
+    assert_eq!(endless["verdict"]["status"], "timeout", "{endless}");
+    assert_eq!(endless["error"]["type"], "KeyboardInterrupt", "{endless}");
+    assert_eq!(endless["state_lost"], false, "{endless}");
+    assert_eq!(cell(&server, &id, "kept")["result"], "'yes'");
+    // A cell that swallows the interrupt: the interpreter is restarted, the state lost.
+    let stubborn = cell_with(
+        &server,
+        &id,
+        "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        pass",
+        json!({"time_limit": "1s"}),
+    );
+    assert_eq!(stubborn["verdict"]["status"], "timeout", "{stubborn}");
+    assert_eq!(stubborn["state_lost"], true, "{stubborn}");
+    let after = cell(&server, &id, "'kept' in globals()");
+    assert_eq!(after["result"], "False", "{after}");
+    close(&server, &id);
+}
+
+fn a_fork_bomb_cell_is_stopped_and_the_session_goes_on(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({"options": {"pids": 64}}));
+    cell(&server, &id, "kept = 1");
+    let bomb = cell_with(
+        &server,
+        &id,
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        json!({"time_limit": "2s"}),
+    );
+    assert_eq!(bomb["verdict"]["status"], "timeout", "{bomb}");
+    // Only init, the interpreter and this command are left.
+    let ps = command(&server, &id, &["sh", "-c", "ps -eo stat= | grep -vc '^Z'"], json!({}));
+    assert_eq!(ps["stdout"], "4\n", "init, the interpreter, sh, ps: {ps}");
+    let after = cell(&server, &id, "kept + 1");
+    assert_eq!(after["result"], "2", "{after}");
+    close(&server, &id);
+}
+
+fn a_memory_bomb_cell_is_stopped_and_the_session_goes_on(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))";
+    if mode == Mode::Root {
+        // A cgroup limits the session: the kernel's OOM killer takes the interpreter.
+        let id = create(&server, json!({"options": {"memory": "256M"}}));
+        cell(&server, &id, "kept = 1");
+        let reply = cell(&server, &id, bomb);
+        assert_eq!(reply["verdict"]["status"], "oom", "{reply}");
+        assert_eq!(reply["state_lost"], true, "{reply}");
+        assert_eq!(reply["error"]["type"], "InterpreterDied", "{reply}");
+        let after = cell(&server, &id, "'kept' in globals(), 40 + 2");
+        assert_eq!(after["result"], "(False, 42)", "{after}");
+        close(&server, &id);
+    } else {
+        // Rootless here has no cgroup: an address-space limit stops the bomb.
+        let id = create(&server, json!({"options": {"rlimit": ["as=1G"]}}));
+        cell(&server, &id, "kept = 1");
+        let reply = cell(&server, &id, bomb);
+        assert_eq!(reply["error"]["type"], "MemoryError", "{reply}");
+        assert_eq!(reply["state_lost"], false, "{reply}");
+        let after = cell(&server, &id, "del chunks\nkept + 1");
+        assert_eq!(after["result"], "2", "{after}");
+        close(&server, &id);
+    }
+}
+
+fn an_output_flood_is_cut_and_the_session_goes_on(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    cell(&server, &id, "kept = 1");
+    let flood = cell_with(
+        &server,
+        &id,
+        "while True:\n    print('x' * 1000)",
+        json!({"output_limit": "64K"}),
+    );
+    assert_eq!(flood["verdict"]["status"], "output_limit", "{flood}");
+    assert_eq!(flood["stdout"].as_str().unwrap().len(), 64 << 10, "kept up to the limit");
+    assert_eq!(flood["verdict"]["output_truncated"], true, "{flood}");
+    assert_eq!(cell(&server, &id, "kept")["result"], "1");
+    let command_flood = command(&server, &id, &["yes"], json!({"output_limit": "64K"}));
+    assert_eq!(command_flood["verdict"]["status"], "output_limit", "{command_flood}");
+    assert_eq!(command_flood["stdout"].as_str().unwrap().len(), 64 << 10);
+    close(&server, &id);
+}
+
+fn workspace_paths_cannot_lead_out(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // The jail plants symlinks leading out, and a FIFO.
+    command(
+        &server,
+        &id,
+        &["sh", "-c", "ln -s /etc/passwd abs; ln -s ../../../etc up; mkfifo pipe; mkdir d; ln -s .. d/parent"],
+        json!({}),
+    );
+    for path in ["../x", "/etc/passwd", "abs", "up/passwd", "d/parent/abs", "d/../../x"] {
+        let got = get(&server, &id, path);
+        assert_eq!(got["type"], "error", "{path}: {got}");
+        let put_reply = put(&server, &id, path, b"overwritten");
+        assert_eq!(put_reply["type"], "error", "{path}: {put_reply}");
+    }
+    assert_error(&get(&server, &id, "abs"), "leads out of the workspace");
+    assert_error(&get(&server, &id, "../x"), "`..`");
+    assert_error(&get(&server, &id, "/etc/passwd"), "absolute");
+    assert_error(&get(&server, &id, "pipe"), "not a regular file");
+    assert_error(&put(&server, &id, "pipe", b"x"), "not a regular file");
+    // Nothing outside changed; the workspace works.
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert!(!passwd.contains("overwritten"));
+    assert_eq!(put(&server, &id, "d/ok.txt", b"fine")["type"], "put");
+    assert_eq!(decoded(&get(&server, &id, "d/parent/d/ok.txt")), b"fine");
+    let listed = ask(&server, json!({"type": "session_ls", "session": id, "path": "."}));
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["abs", "d", "pipe", "up"], "{listed}");
+    // A full workspace is named.
+    let small = create(&server, json!({"workspace_size": "1M"}));
+    let chunk = vec![b'x'; 512 << 10];
+    let mut full = Value::Null;
+    for index in 0..4 {
+        full = put(&server, &small, &format!("f{index}"), &chunk);
+        if full["type"] == "error" {
+            break;
+        }
+    }
+    assert_error(&full, "workspace is full");
+    close(&server, &id);
+    close(&server, &small);
+}
+
+fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    close(&server, &id);
+    for message in [
+        json!({"type": "session_exec", "session": id, "code": "1"}),
+        json!({"type": "session_ls", "session": id}),
+        json!({"type": "session_close", "session": id}),
+        json!({"type": "session_get", "session": "0123456789abcdef0123456789abcdef", "path": "x"}),
+    ] {
+        assert_error(&ask(&server, message), "no session");
+    }
+    // Another user may not use a session (root may, and created this one).
+    if mode == Mode::Root {
+        let group_server = Server::start(mode, &["--pool", "0", "--socket-group", "65534"]);
+        let id = create(&group_server, json!({}));
+        let script = format!(
+            "import json,socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\nb=json.dumps({{'brig':1,'type':'session_exec','session':{:?},'code':'1'}}).encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
+            group_server.socket(),
+            id
+        );
+        let mut foreign = std::process::Command::new("setpriv");
+        foreign.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--groups=65534"]);
+        foreign.arg(interpreter("python3")).args(["-c", &script]);
+        let output = output_of(foreign);
+        assert!(stdout(&output).contains("belongs to another user"), "{}", describe(&output));
+        close(&group_server, &id);
+    }
+}
+
+fn a_killed_server_leaves_no_session_behind(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "0"]);
+    let marker = marker("killed");
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    cell(&server, &id, "x = 1");
+    command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
+    let runners = runners(&server);
+    assert!(!processes_with_environ(&marker).is_empty());
+    let socket: PathBuf = server.socket.clone();
+    let process = server.running.take().expect("running");
+    kill(process.pid(), libc::SIGKILL);
+    let _ = process.wait();
+    assert!(
+        wait_until(Duration::from_secs(10), || processes_with_environ(&marker).is_empty()),
+        "the session's processes outlived the server"
+    );
+    let again = Server::start_at(mode, &socket, &["--pool", "0"]);
+    assert_error(&cell_or_error(&again, &id), "no session");
+    // The next start removed what the killed runner could not.
+    let fresh = create(&again, json!({}));
+    close(&again, &fresh);
+    for runner in runners {
+        assert!(
+            wait_until(Duration::from_secs(5), || jail_cgroups_of(runner).is_empty()),
+            "cgroups of the killed session's runner {runner} are left"
+        );
+    }
+}
+
+fn the_command_line_drives_a_session(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let dir = TempDir::new("session-cli").writable_by_all();
+    let at = |args: &[&str], id: &str| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(&args[..1]);
+        all.extend_from_slice(&["--server", server.socket(), "--session", id]);
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    let created = run(mode, &["session", "create", "--server", server.socket(), "--memory", "max"]);
+    let id = assert_success(&created).trim().to_string();
+    assert_eq!(id.len(), 32, "{}", describe(&created));
+    let code = dir.file("cell.py", "import math\nroot = math.sqrt(81)\nroot");
+    let output = at(&["exec", "--code", code.to_str().unwrap()], &id);
+    assert_eq!(assert_success(&output), "9.0\n");
+    let raising = dir.file("raise.py", "root + undefined");
+    let output = at(&["exec", "--code", raising.to_str().unwrap()], &id);
+    assert_eq!(code(&output), 1, "{}", describe(&output));
+    assert!(stderr(&output).contains("NameError"), "{}", describe(&output));
+    let local = dir.file("in.txt", "from the host\n");
+    assert_success(&at(&["put", local.to_str().unwrap(), "sub/in.txt"], &id));
+    let output = at(&["exec", "--", "cat", "sub/in.txt"], &id);
+    assert_eq!(assert_success(&output), "from the host\n");
+    let output = at(&["ls", "sub"], &id);
+    assert!(assert_success(&output).contains("in.txt"), "{}", describe(&output));
+    let back = dir.path().join("back.txt");
+    assert_success(&at(&["get", "sub/in.txt", back.to_str().unwrap()], &id));
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "from the host\n");
+    let output = at(&["exec", "--", "sh", "-c", "exit 7"], &id);
+    assert_eq!(code(&output), 7, "{}", describe(&output));
+    let output = at(&["exec", "--time-limit", "1s", "--", "sleep", "30"], &id);
+    assert_eq!(code(&output), 124, "{}", describe(&output));
+    let output = at(&["get", "../etc/passwd"], &id);
+    assert_one_line_error(&output, &["`..`"]);
+    assert_eq!(code(&output), 125);
+    let listed = run(mode, &["session", "list", "--server", server.socket()]);
+    assert!(assert_success(&listed).contains(&id), "{}", describe(&listed));
+    assert_success(&at(&["close"], &id));
+    let output = at(&["exec", "--", "true"], &id);
+    assert_one_line_error(&output, &["no session"]);
+    assert_eq!(code(&output), 125);
+}
+
+fn malformed_session_requests_leave_the_server_up(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&null);
+    let with_fds = exchange(
+        &server.socket,
+        json!({"brig": 1, "type": "session_ls", "session": id}).to_string().as_bytes(),
+        &[fd, fd, fd],
+    );
+    assert_error(&with_fds, "only a run request");
+    for (message, needle) in [
+        (json!({"type": "session_exec", "session": id}), "either \"command\""),
+        (json!({"type": "session_exec", "session": id, "code": "1", "command": ["true"]}), "either"),
+        (json!({"type": "session_put", "session": id, "path": "x", "data": "%%%"}), "base64"),
+        (json!({"type": "session_put", "session": id, "path": "x"}), "malformed"),
+        (json!({"type": "session_exec", "session": id, "code": "1", "time_limit": "soon"}), "malformed"),
+        (json!({"type": "session_exec", "session": id, "code": "1", "language": "cobol"}), "malformed"),
+        (json!({"type": "session_create", "options": {"command": ["true"]}}), "command"),
+        (json!({"type": "session_create", "options": {"memory": "100T"}}), "--memory"),
+        (json!({"type": "session_create", "options": {"net": "host"}}), "--net host"),
+        (json!({"type": "session_create", "session_timeout": "0s"}), "longer than 0"),
+    ] {
+        assert_error(&ask(&server, message.clone()), needle);
+    }
+    let big = "A".repeat(900 << 10);
+    assert_error(
+        &ask(&server, json!({"type": "session_put", "session": id, "path": "x", "data": big})),
+        "append",
+    );
+    // Still serving, the session too.
+    assert_eq!(cell(&server, &id, "6 * 7")["result"], "42");
+    close(&server, &id);
+}
+
+fn each_exec_has_an_audit_line_with_the_session(mode: Mode) {
+    let dir = TempDir::new("session-audit").writable_by_all();
+    let log = dir.path().join("audit.log");
+    let server = Server::start(mode, &["--pool", "0", "--audit-log", log.to_str().unwrap()]);
+    let id = create(&server, json!({}));
+    cell(&server, &id, "1");
+    command(&server, &id, &["true"], json!({}));
+    put(&server, &id, "f", b"no audit line for files");
+    close(&server, &id);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for line in &lines {
+        assert_eq!(line["verdict"]["session"], id.as_str(), "{line}");
+        assert_eq!(line["peer"]["uid"], 0, "{line}");
+    }
+    assert_eq!(lines[0]["verdict"]["language"], "python");
+}
+
+/// A session from the pool starts with its interpreter running and nothing of another
+/// session's: never reused.
+fn a_pooled_session_is_fresh(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0", "--session-pool", "1"]);
+    assert!(wait_until(Duration::from_secs(20), || server.status()["session_ready"] == 1));
+    let first = create(&server, json!({}));
+    cell(&server, &first, "open('/tmp/left', 'w').write('x')\nleft = 1");
+    close(&server, &first);
+    assert!(wait_until(Duration::from_secs(20), || server.status()["session_ready"] == 1));
+    let second = create(&server, json!({}));
+    assert_ne!(first, second);
+    let seen = cell(&server, &second, "import os\n('left' in globals(), os.path.exists('/tmp/left'))");
+    assert_eq!(seen["result"], "(False, False)", "{seen}");
+    close(&server, &second);
+}
