@@ -1,6 +1,8 @@
 //! The Python and Node clients of `brig serve` (clients/python, clients/node) against a
 //! real server, as root and rootless: a run with captured output, a run with the
-//! caller's own streams (Python), a refused request, and the status.
+//! caller's own streams (Python), a refused request, and the status; sessions
+//! (docs/sessions-protocol.md) through each client's `Sandbox`; and the agent tool
+//! example (deploy/clients/agent_tool.py) on them.
 
 #[macro_use]
 mod common;
@@ -9,14 +11,25 @@ use common::serve::Server;
 use common::*;
 use std::path::Path;
 
-both_modes!(python_client_runs_and_reports, node_client_runs_and_reports);
+both_modes!(
+    python_client_runs_and_reports,
+    node_client_runs_and_reports,
+    python_client_sessions,
+    node_client_sessions,
+    deploy_agent_tool_example_runs,
+);
 
 /// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
 fn client_copy(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("client-{name}"));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name);
+    readable_copy(&Path::new("clients").join(name))
+}
+
+/// A copy of the checkout's `PATH` (a file or a directory), as `DIR/NAME` in the
+/// directory returned, that uid 65534 can read.
+fn readable_copy(path: &Path) -> TempDir {
+    let name = path.file_name().unwrap();
+    let dir = TempDir::new(&format!("client-{}", name.to_str().unwrap()));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     let copied = std::process::Command::new("cp")
         .arg("-r")
         .arg(&source)
@@ -118,4 +131,194 @@ fn node_client_runs_and_reports(mode: Mode) {
     );
     assert_eq!(lines[1], r#"["BrigError","bad_input",125,true]"#);
     assert!(lines[2].contains("\"pooled_runs\""), "{}", lines[2]);
+}
+
+/// A session through the Python client: state between cells, output, a raised exception,
+/// files (one large enough to travel in chunks), a command, re-attaching, closing.
+const PYTHON_SESSION_SCRIPT: &str = r#"
+import json, sys
+import brig_client
+from brig_client import BrigError, Sandbox
+socket = sys.argv[1]
+def show(*values):
+    print(json.dumps(values), flush=True)
+with Sandbox(socket=socket, options={"pids": 64}, session_timeout="10m", idle_timeout=300) as sb:
+    first = sb.run_code("x = 41")
+    show(first.ok, first.result, first.error is None)
+    ex = sb.run_code("print('hello'); x + 1", language="python", timeout="10s")
+    show(ex.ok, ex.stdout, ex.result, ex.verdict["status"], ex.state_lost)
+    ex = sb.run_code("1 / 0")
+    show(ex.ok, ex.error.type, ex.error.message, "Traceback" in ex.error.traceback, ex.verdict["status"])
+    show(sb.files.write("data/in.csv", "a,b\n1,2\n"), sb.files.read("data/in.csv"))
+    big = bytes(range(256)) * 2800
+    show(sb.files.write("big.bin", big), sb.files.read("big.bin", format="bytes") == big)
+    top = [[e.name, e.type] + ([e.size] if e.type == "file" else []) for e in sb.files.list(".")]
+    show(["big.bin", "file", 716800] in top, ["data", "dir"] in top)
+    show([[e.name, e.type, e.size] for e in sb.files.list("data")])
+    r = sb.commands.run(["/bin/sh", "-c", "echo hi; exit 3"])
+    show(r.exit_code, r.stdout, r.verdict["status"])
+    r = sb.commands.run("cat; echo $K", stdin="in\n", env={"K": "v"}, timeout=5)
+    show(r.exit_code, r.stdout)
+    again = Sandbox.connect(sb.session_id, socket=socket)
+    show(again.run_code("x").result, sb.session_id in [s["session"] for s in brig_client.list_sessions(socket)])
+    sb.close()
+    try:
+        again.run_code("x")
+    except BrigError as error:
+        show("closed", error.exit_code, "no session" in error.message)
+    else:
+        show("still open")
+"#;
+
+/// The lines a session script prints, checked one by one against `expected`.
+fn assert_lines(output: &std::process::Output, expected: &[&str]) {
+    let out = assert_success(output);
+    let lines: Vec<&str> = out.lines().collect();
+    for (index, want) in expected.iter().enumerate() {
+        assert_eq!(
+            lines.get(index).copied(),
+            Some(*want),
+            "line {}: {}",
+            index + 1,
+            describe(output)
+        );
+    }
+    assert_eq!(lines.len(), expected.len(), "{}", describe(output));
+}
+
+fn python_client_sessions(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", PYTHON_SESSION_SCRIPT, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(
+        &output_of(command),
+        &[
+            r#"[true, null, true]"#,
+            r#"[true, "hello\n", "42", "ok", false]"#,
+            r#"[false, "ZeroDivisionError", "division by zero", true, "nonzero_exit"]"#,
+            r#"[8, "a,b\n1,2\n"]"#,
+            r#"[716800, true]"#,
+            r#"[true, true]"#,
+            r#"[[["in.csv", "file", 8]]]"#,
+            r#"[3, "hi\n", "nonzero_exit"]"#,
+            r#"[0, "in\nv\n"]"#,
+            r#"["41", true]"#,
+            r#"["closed", 125, true]"#,
+        ],
+    );
+}
+
+/// The same through the Node client, with Node cells.
+const NODE_SESSION_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+const show = (...values) => console.log(JSON.stringify(values));
+const node = { language: "node" };
+(async () => {
+  const sb = await brig.Sandbox.create({ socket, options: { pids: 64 }, sessionTimeout: "10m", idleTimeout: 300 });
+  let ex = await sb.runCode("x = 41", node);
+  show(ex.ok, ex.error);
+  ex = await sb.runCode("console.log('hello'); x + 1", { language: "node", timeout: "10s" });
+  show(ex.ok, ex.stdout, ex.result, ex.verdict.status, ex.stateLost);
+  ex = await sb.runCode("null.x", node);
+  show(ex.ok, ex.error.type, ex.error.message.includes("null"), ex.verdict.status);
+  show(await sb.files.write("data/in.csv", "a,b\n1,2\n"), await sb.files.read("data/in.csv"));
+  const big = Buffer.alloc(256 * 2800).map((_, i) => i % 256);
+  show(await sb.files.write("big.bin", big), (await sb.files.read("big.bin", { format: "bytes" })).equals(big));
+  const top = (await sb.files.list(".")).map((e) => JSON.stringify(e.type === "file" ? [e.name, e.type, e.size] : [e.name, e.type]));
+  show(top.includes('["big.bin","file",716800]'), top.includes('["data","dir"]'));
+  show((await sb.files.list("data")).map((e) => [e.name, e.type, e.size]));
+  let r = await sb.commands.run(["/bin/sh", "-c", "echo hi; exit 3"]);
+  show(r.exitCode, r.stdout, r.verdict.status);
+  r = await sb.commands.run("cat; echo $K", { stdin: "in\n", env: { K: "v" }, timeout: 5 });
+  show(r.exitCode, r.stdout);
+  const again = await brig.Sandbox.connect(sb.sessionId, { socket });
+  show((await again.runCode("x", node)).result, (await brig.listSessions({ socket })).some((s) => s.session === sb.sessionId));
+  await sb.close();
+  try {
+    await again.runCode("x", node);
+    show("still open");
+  } catch (error) {
+    show(error.name, error.exitCode, error.message.includes("no session"));
+  }
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn node_client_sessions(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &[]);
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    let output = output_of(command_as(
+        mode,
+        interpreter("node"),
+        &[
+            "-e",
+            NODE_SESSION_SCRIPT,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ],
+    ));
+    assert_lines(
+        &output,
+        &[
+            r#"[true,null]"#,
+            r#"[true,"hello\n","42","ok",false]"#,
+            r#"[false,"TypeError",true,"nonzero_exit"]"#,
+            r#"[8,"a,b\n1,2\n"]"#,
+            r#"[716800,true]"#,
+            r#"[true,true]"#,
+            r#"[[["in.csv","file",8]]]"#,
+            r#"[3,"hi\n","nonzero_exit"]"#,
+            r#"[0,"in\nv\n"]"#,
+            r#"["41",true]"#,
+            r#"["BrigError",125,true]"#,
+        ],
+    );
+}
+
+/// deploy/clients/agent_tool.py's demo conversation: a CSV written with `files.write`,
+/// then three tool calls in one session (load it, its mean, print it).
+fn deploy_agent_tool_example_runs(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let client = client_copy("python");
+    let example = readable_copy(Path::new("deploy/clients/agent_tool.py"));
+    let script = example.path().join("agent_tool.py");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &[script.to_str().unwrap(), server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    let output = output_of(command);
+    let out = assert_success(&output);
+    let replies: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|line| line.strip_prefix("tool: "))
+        .map(|text| serde_json::from_str(text).expect("the tool answers JSON"))
+        .collect();
+    assert_eq!(replies.len(), 3, "{}", describe(&output));
+    assert_eq!(replies[0]["result"], "4", "{}", describe(&output));
+    assert_eq!(replies[1]["result"], "31.25", "{}", describe(&output));
+    assert_eq!(
+        replies[2]["stdout"],
+        "mean amount: 31.25\n",
+        "{}",
+        describe(&output)
+    );
+    for reply in &replies {
+        assert!(reply.get("error").is_none(), "{}", describe(&output));
+    }
+    // The demo closed its session.
+    let sessions =
+        common::serve::exchange(&server.socket, br#"{"brig":1,"type":"session_list"}"#, &[]);
+    assert_eq!(sessions["sessions"], serde_json::json!([]), "{sessions}");
 }

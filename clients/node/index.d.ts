@@ -20,3 +20,91 @@ export function run(
 ): Promise<RunResult>;
 
 export function status(options?: { socket?: string; timeoutMs?: number }): Promise<Record<string, unknown>>;
+
+/** A duration: a string such as "5s", "1500ms", "10m", "1h", or a number of seconds. */
+export type Duration = string | number;
+
+export interface ExecutionError {
+  type: string;
+  message: string;
+  traceback: string;
+}
+
+export interface Execution {
+  stdout: string;
+  stderr: string;
+  /** The representation of the cell's final expression; null after a statement. */
+  result: string | null;
+  error: ExecutionError | null;
+  verdict: Record<string, unknown>;
+  /** The interpreter was restarted (time limit, out of memory): its globals are gone. */
+  stateLost: boolean;
+  ok: boolean;
+}
+
+export interface CommandResult {
+  /** As `brig run` would exit: the program's status; 124 timeout, 128+N signal N, 127 not found. */
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  verdict: Record<string, unknown>;
+}
+
+export interface EntryInfo {
+  name: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  mode: number;
+}
+
+export interface SessionInfo {
+  session: string;
+  uid: number;
+  age_ms: number;
+  idle_ms: number;
+  execs: number;
+}
+
+export interface Files {
+  write(path: string, data: string | Uint8Array): Promise<number>;
+  read(path: string, options?: { format?: "text" }): Promise<string>;
+  read(path: string, options: { format: "bytes" }): Promise<Buffer>;
+  list(path?: string): Promise<EntryInfo[]>;
+}
+
+export interface Commands {
+  run(
+    cmd: string | string[],
+    options?: {
+      stdin?: string;
+      timeout?: Duration;
+      env?: Record<string, string> | string[];
+      cwd?: string;
+      outputLimit?: string;
+    },
+  ): Promise<CommandResult>;
+}
+
+export class Sandbox {
+  readonly sessionId: string;
+  readonly socket: string;
+  readonly workspace: string;
+  readonly files: Files;
+  readonly commands: Commands;
+  static create(options?: {
+    socket?: string;
+    options?: Record<string, unknown>;
+    sessionTimeout?: Duration;
+    idleTimeout?: Duration;
+    workspaceSize?: string;
+    timeoutMs?: number;
+  }): Promise<Sandbox>;
+  static connect(sessionId: string, options?: { socket?: string; timeoutMs?: number }): Promise<Sandbox>;
+  runCode(
+    code: string,
+    options?: { language?: "python" | "node"; timeout?: Duration; outputLimit?: string },
+  ): Promise<Execution>;
+  close(): Promise<void>;
+}
+
+export function listSessions(options?: { socket?: string; timeoutMs?: number }): Promise<SessionInfo[]>;

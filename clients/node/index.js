@@ -1,13 +1,18 @@
 "use strict";
 // A client for `brig serve` (protocol version 1): frames of a 4-byte big-endian length and
 // one JSON object over a unix stream socket. Runs use "capture" mode, since Node cannot
-// pass descriptors: the reply carries the program's stdout and stderr.
+// pass descriptors: the reply carries the program's stdout and stderr. A `Sandbox` is a
+// session (docs/sessions-protocol.md): a jail that keeps its interpreter's state and its
+// files between requests, one request per connection.
 
 const net = require("net");
 
 const PROTOCOL_VERSION = 1;
 const DEFAULT_SOCKET = "/run/brig/brig.sock";
 const MAX_FRAME = 1 << 20;
+// A reply may be larger than a request: captured output is up to 1 MiB per stream, and
+// JSON escapes it. The bound only guards against a peer that is not brig.
+const MAX_REPLY = 64 << 20;
 
 class BrigError extends Error {
   constructor(message, kind = "setup_failed", exitCode = 125) {
@@ -21,7 +26,6 @@ class BrigError extends Error {
 function exchange(socketPath, request, timeoutMs) {
   return new Promise((resolve, reject) => {
     const connection = net.createConnection(socketPath);
-    let buffer = Buffer.alloc(0);
     let done = false;
     const finish = (error, value) => {
       if (done) return;
@@ -38,12 +42,19 @@ function exchange(socketPath, request, timeoutMs) {
       header.writeUInt32BE(body.length);
       connection.write(Buffer.concat([header, body]));
     });
+    const chunks = [];
+    let received = 0;
+    let length = -1;
     connection.on("data", (chunk) => {
-      buffer = Buffer.concat([buffer, chunk]);
-      if (buffer.length < 4) return;
-      const length = buffer.readUInt32BE(0);
-      if (length > MAX_FRAME) return finish(new BrigError(`brig serve sent a frame of ${length} bytes`));
-      if (buffer.length < 4 + length) return;
+      chunks.push(chunk);
+      received += chunk.length;
+      if (length < 0) {
+        if (received < 4) return;
+        length = Buffer.concat(chunks).readUInt32BE(0);
+        if (length > MAX_REPLY) return finish(new BrigError(`brig serve sent a frame of ${length} bytes`));
+      }
+      if (received < 4 + length) return;
+      const buffer = Buffer.concat(chunks, received);
       try {
         finish(null, JSON.parse(buffer.subarray(4, 4 + length).toString("utf8")));
       } catch (error) {
@@ -92,4 +103,180 @@ async function status({ socket, timeoutMs } = {}) {
   return rest;
 }
 
-module.exports = { run, status, BrigError, PROTOCOL_VERSION };
+// Sessions (docs/sessions-protocol.md): a jail that lives between requests.
+
+const CHUNK = 512 << 10; // the most data one session_put or session_get carries
+
+/** A duration for the server: strings as given ("5s", "10m"), numbers as seconds. */
+function duration(value) {
+  if (value === undefined || value === null || typeof value === "string") return value ?? undefined;
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
+    throw new TypeError(`a duration is a string such as '5s' or a number of seconds, not ${value}`);
+  }
+  const millis = Math.round(value * 1000);
+  return millis % 1000 === 0 ? `${millis / 1000}s` : `${millis}ms`;
+}
+
+/** One session request on its own connection; the reply, or a BrigError. */
+async function request(socketPath, body, expected, timeoutMs) {
+  const fields = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
+  const reply = await exchange(socketPath, { brig: PROTOCOL_VERSION, ...fields }, timeoutMs);
+  if (reply.type === "error") throw new BrigError(reply.message, reply.kind, reply.exit_code);
+  if (reply.type !== expected) throw new BrigError(`brig serve answered ${body.type} with ${JSON.stringify(reply.type)}`);
+  return reply;
+}
+
+/** `sandbox.files`: the session's workspace; paths are relative to it. */
+class Files {
+  constructor(sandbox) {
+    this._sandbox = sandbox;
+  }
+
+  /** Writes a string (UTF-8) or bytes to `path` in 512 KiB chunks; resolves to the file's size. */
+  async write(path, data) {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    let size = 0;
+    for (let start = 0; start < Math.max(bytes.length, 1); start += CHUNK) {
+      const reply = await this._sandbox._request({
+        type: "session_put",
+        path,
+        data: bytes.subarray(start, start + CHUNK).toString("base64"),
+        append: start > 0,
+      }, "put");
+      size = reply.size;
+    }
+    return size;
+  }
+
+  /** The file at `path`: a string (UTF-8), or a Buffer with `{format: "bytes"}`. */
+  async read(path, { format = "text" } = {}) {
+    if (format !== "text" && format !== "bytes") throw new TypeError("format is 'text' or 'bytes'");
+    const chunks = [];
+    let offset = 0;
+    for (;;) {
+      const reply = await this._sandbox._request({ type: "session_get", path, offset, length: CHUNK }, "get");
+      const data = Buffer.from(reply.data || "", "base64");
+      chunks.push(data);
+      offset += data.length;
+      if (data.length === 0 || offset >= reply.size) break;
+    }
+    const content = Buffer.concat(chunks);
+    return format === "bytes" ? content : content.toString("utf8");
+  }
+
+  /** The entries of the directory `path`: [{name, type, size, mode}], sorted by name. */
+  async list(path = ".") {
+    const reply = await this._sandbox._request({ type: "session_ls", path }, "ls");
+    return (reply.entries || []).map(({ name, type, size, mode }) => ({ name, type, size, mode }));
+  }
+}
+
+/** `sandbox.commands`: programs run in the session's jail. */
+class Commands {
+  constructor(sandbox) {
+    this._sandbox = sandbox;
+  }
+
+  /**
+   * Runs `cmd`, an argv array or a shell command line (run with /bin/sh -c); resolves to
+   * {exitCode, stdout, stderr, verdict}, `exitCode` as `brig run` would exit.
+   */
+  async run(cmd, { stdin, timeout, env, cwd, outputLimit } = {}) {
+    const command = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd.map(String);
+    const reply = await this._sandbox._request({
+      type: "session_exec",
+      command,
+      stdin,
+      env: env && !Array.isArray(env) ? Object.entries(env).map(([k, v]) => `${k}=${v}`) : env,
+      chdir: cwd,
+      time_limit: duration(timeout),
+      output_limit: outputLimit,
+    }, "exec");
+    const verdict = reply.verdict || {};
+    return {
+      exitCode: verdict.brig_exit_code ?? verdict.exit_code ?? 125,
+      stdout: reply.stdout ?? "",
+      stderr: reply.stderr ?? "",
+      verdict,
+    };
+  }
+}
+
+/**
+ * A session on `brig serve`: a jail whose interpreters keep their globals and whose
+ * workspace (/home/sandbox) keeps its files until `close()`, `idleTimeout` or
+ * `sessionTimeout`. Server failures (an unknown or closed session, a refused option or
+ * path) reject with a BrigError.
+ */
+class Sandbox {
+  constructor(sessionId, { socket, timeoutMs, workspace = "/home/sandbox" } = {}) {
+    this.sessionId = sessionId;
+    this.socket = socketOf({ socket });
+    this.workspace = workspace;
+    this.files = new Files(this);
+    this.commands = new Commands(this);
+    this._timeoutMs = timeoutMs;
+    this._closed = false;
+  }
+
+  /** Creates a session; `options` are `brig run`'s by their YAML names. */
+  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, timeoutMs } = {}) {
+    const reply = await request(socketOf({ socket }), {
+      type: "session_create",
+      options,
+      session_timeout: duration(sessionTimeout),
+      idle_timeout: duration(idleTimeout),
+      workspace_size: workspaceSize,
+    }, "session", timeoutMs);
+    return new Sandbox(reply.session, { socket, timeoutMs, workspace: reply.workspace });
+  }
+
+  /** Attaches to an existing session (this uid's), say from another process. */
+  static async connect(sessionId, { socket, timeoutMs } = {}) {
+    return new Sandbox(sessionId, { socket, timeoutMs });
+  }
+
+  /**
+   * Runs a cell in the session's interpreter of `language` (python or node); resolves to
+   * {stdout, stderr, result, error: null | {type, message, traceback}, verdict, stateLost, ok}.
+   */
+  async runCode(code, { language = "python", timeout, outputLimit } = {}) {
+    const reply = await this._request({
+      type: "session_exec",
+      code,
+      language,
+      time_limit: duration(timeout),
+      output_limit: outputLimit,
+    }, "exec");
+    const verdict = reply.verdict || {};
+    const error = reply.error || null;
+    return {
+      stdout: reply.stdout ?? "",
+      stderr: reply.stderr ?? "",
+      result: reply.result ?? null,
+      error,
+      verdict,
+      stateLost: Boolean(reply.state_lost),
+      ok: error === null && verdict.status === "ok",
+    };
+  }
+
+  /** Destroys the session: its processes and its workspace. A second call does nothing. */
+  async close() {
+    if (this._closed) return;
+    await this._request({ type: "session_close" }, "closed");
+    this._closed = true;
+  }
+
+  _request(body, expected) {
+    return request(this.socket, { ...body, session: this.sessionId }, expected, this._timeoutMs);
+  }
+}
+
+/** This uid's sessions (all of them for root): [{session, uid, age_ms, idle_ms, execs}]. */
+async function listSessions({ socket, timeoutMs } = {}) {
+  const reply = await request(socketOf({ socket }), { type: "session_list" }, "sessions", timeoutMs);
+  return reply.sessions || [];
+}
+
+module.exports = { run, status, Sandbox, listSessions, BrigError, PROTOCOL_VERSION };

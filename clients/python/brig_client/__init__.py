@@ -1,10 +1,14 @@
-"""A client for `brig serve`: each run gets a fresh jail from the server's warm pool.
+"""A client for `brig serve`: each run gets a fresh jail from the server's warm pool,
+and a `Sandbox` is a session, a jail that keeps its interpreter's state and its files
+between requests.
 
 The protocol (version 1): frames of a 4-byte big-endian length and one JSON object, over
 a unix stream socket; the program's standard streams travel as SCM_RIGHTS descriptors
-with the request, or are captured by the server and returned in its reply.
+with the request, or are captured by the server and returned in its reply. Sessions are
+described in docs/sessions-protocol.md: one request per connection.
 """
 
+import base64
 import json
 import os
 import socket as _socket
@@ -13,11 +17,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, IO, List, Optional, Sequence
 
-__all__ = ["BrigError", "Result", "Client", "run", "status", "PROTOCOL_VERSION"]
+__all__ = [
+    "BrigError", "Result", "Client", "run", "status", "PROTOCOL_VERSION",
+    "Sandbox", "Execution", "ExecutionError", "CommandResult", "EntryInfo", "list_sessions",
+]
 
 PROTOCOL_VERSION = 1
 DEFAULT_SOCKET = "/run/brig/brig.sock"
 MAX_FRAME = 1 << 20
+# A reply may be larger than a request: captured output is up to 1 MiB per stream, and
+# JSON escapes it. The bound only guards against a peer that is not brig.
+MAX_REPLY = 64 << 20
 
 
 class BrigError(Exception):
@@ -143,7 +153,7 @@ def _read_exactly(connection: _socket.socket, count: int) -> bytes:
 
 def _read_frame(connection: _socket.socket) -> Dict[str, Any]:
     (length,) = struct.unpack(">I", _read_exactly(connection, 4))
-    if length > MAX_FRAME:
+    if length > MAX_REPLY:
         raise BrigError(f"brig serve sent a frame of {length} bytes")
     return json.loads(_read_exactly(connection, length))
 
@@ -155,3 +165,285 @@ def run(argv: Sequence[str], *, socket: Optional[str] = None, **kwargs: Any) -> 
 
 def status(socket: Optional[str] = None) -> Dict[str, Any]:
     return (Client(socket) if socket else Client()).status()
+
+
+# Sessions (docs/sessions-protocol.md): a jail that lives between requests.
+
+CHUNK = 512 << 10  # the most data one session_put or session_get carries
+
+
+def _duration(value: Any) -> Optional[str]:
+    """A duration for the server: strings as given ("5s", "10m"), numbers as seconds."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"a duration is a string such as '5s' or a number of seconds, not {value!r}")
+    millis = round(value * 1000)
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
+def _request(client: Client, request: Dict[str, Any], expected: str) -> Dict[str, Any]:
+    """One session request on its own connection; the reply, or BrigError."""
+    reply = client._exchange(dict(request, brig=PROTOCOL_VERSION), [])
+    kind = reply.get("type")
+    if kind == "error":
+        raise BrigError(reply.get("message", "?"), reply.get("kind", "setup_failed"), int(reply.get("exit_code", 125)))
+    if kind != expected:
+        raise BrigError(f"brig serve answered {request['type']} with {kind!r}")
+    return reply
+
+
+@dataclass
+class ExecutionError:
+    """An exception a cell raised: its type's name, its message and the traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass
+class Execution:
+    """One cell: what it printed, the representation of its final expression (`result`,
+    None after a statement), the exception it raised (`error`), the verdict, and
+    `state_lost` when the interpreter was restarted (time limit, out of memory)."""
+
+    stdout: str
+    stderr: str
+    result: Optional[str]
+    error: Optional[ExecutionError]
+    verdict: Dict[str, Any]
+    state_lost: bool = False
+
+    @property
+    def status(self) -> str:
+        return self.verdict.get("status", "")
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == "ok"
+
+
+@dataclass
+class CommandResult:
+    """One command: `exit_code` as `brig run` would exit (the program's status; 124 at
+    the time limit, 128+N killed by signal N, 127 not found), its output, the verdict."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    verdict: Dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return self.verdict.get("status", "")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class EntryInfo:
+    """A directory entry in the workspace; `type` is file, dir, symlink or other."""
+
+    name: str
+    type: str
+    size: int
+    mode: int
+
+
+class Files:
+    """`Sandbox.files`: the session's workspace; paths are relative to it."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sandbox = sandbox
+
+    def write(self, path: str, data: Any) -> int:
+        """Writes `data` (str, as UTF-8, or bytes) to `path`, creating parent directories;
+        large data goes in 512 KiB chunks. Returns the file's size."""
+        if isinstance(data, str):
+            data = data.encode()
+        data = bytes(data)
+        size = 0
+        for start in range(0, max(len(data), 1), CHUNK):
+            reply = self._sandbox._request({
+                "type": "session_put",
+                "path": path,
+                "data": base64.b64encode(data[start:start + CHUNK]).decode("ascii"),
+                "append": start > 0,
+            }, "put")
+            size = int(reply.get("size", 0))
+        return size
+
+    def read(self, path: str, format: str = "text") -> Any:
+        """The file at `path`: a str (UTF-8), or bytes with `format="bytes"`."""
+        if format not in ("text", "bytes"):
+            raise ValueError("format is 'text' or 'bytes'")
+        chunks: List[bytes] = []
+        offset = 0
+        while True:
+            reply = self._sandbox._request(
+                {"type": "session_get", "path": path, "offset": offset, "length": CHUNK}, "get")
+            data = base64.b64decode(reply.get("data", ""))
+            chunks.append(data)
+            offset += len(data)
+            if not data or offset >= int(reply.get("size", 0)):
+                break
+        content = b"".join(chunks)
+        return content if format == "bytes" else content.decode()
+
+    def list(self, path: str = ".") -> List[EntryInfo]:
+        """The entries of the directory `path`, sorted by name."""
+        reply = self._sandbox._request({"type": "session_ls", "path": path}, "ls")
+        return [EntryInfo(entry["name"], entry["type"], int(entry.get("size", 0)), int(entry.get("mode", 0)))
+                for entry in reply.get("entries", [])]
+
+
+class Commands:
+    """`Sandbox.commands`: programs run in the session's jail."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sandbox = sandbox
+
+    def run(
+        self,
+        cmd: Any,
+        *,
+        stdin: Optional[str] = None,
+        timeout: Any = None,
+        env: Any = None,
+        cwd: Optional[str] = None,
+        output_limit: Optional[str] = None,
+    ) -> CommandResult:
+        """Runs `cmd`, an argv list or a shell command line (run with /bin/sh -c).
+        `env` is a dict or a list of "K=V"; `timeout` a duration ("5s") or seconds."""
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(arg) for arg in cmd]
+        request: Dict[str, Any] = {"type": "session_exec", "command": argv}
+        if stdin is not None:
+            request["stdin"] = stdin
+        if env:
+            request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
+        if cwd is not None:
+            request["chdir"] = cwd
+        if timeout is not None:
+            request["time_limit"] = _duration(timeout)
+        if output_limit is not None:
+            request["output_limit"] = output_limit
+        reply = self._sandbox._request(request, "exec")
+        verdict = reply.get("verdict") or {}
+        code = verdict.get("brig_exit_code")
+        if code is None:
+            code = verdict.get("exit_code")
+        return CommandResult(int(code if code is not None else 125), reply.get("stdout", ""),
+                             reply.get("stderr", ""), verdict)
+
+
+class Sandbox:
+    """A session on `brig serve`: a jail whose interpreters keep their globals and whose
+    workspace (/home/sandbox) keeps its files until `close()`, `idle_timeout` or
+    `session_timeout`.
+
+        with Sandbox(options={"memory": "512M"}) as sb:
+            sb.run_code("x = 41")
+            print(sb.run_code("x + 1").result)        # 42
+
+    `options` are `brig run`'s by their YAML names, checked against the server's policy.
+    Durations are strings ("1h", "10m") or seconds; `workspace_size` is a size ("256M").
+    The socket defaults to `$BRIG_SERVER`, else /run/brig/brig.sock. Failures of the
+    server (an unknown or closed session, a refused option or path) raise BrigError.
+    """
+
+    def __init__(
+        self,
+        socket: Optional[str] = None,
+        options: Optional[Dict[str, Any]] = None,
+        session_timeout: Any = None,
+        idle_timeout: Any = None,
+        workspace_size: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+        _session: Optional[str] = None,
+    ):
+        self._client = Client(socket, timeout) if socket else Client(timeout=timeout)
+        self.files = Files(self)
+        self.commands = Commands(self)
+        self._closed = False
+        self.workspace = "/home/sandbox"
+        if _session is not None:
+            self.session_id = _session
+            return
+        request: Dict[str, Any] = {"type": "session_create", "options": dict(options or {})}
+        for key, value in (("session_timeout", _duration(session_timeout)),
+                           ("idle_timeout", _duration(idle_timeout)),
+                           ("workspace_size", workspace_size)):
+            if value is not None:
+                request[key] = value
+        reply = _request(self._client, request, "session")
+        self.session_id: str = reply["session"]
+        self.workspace = reply.get("workspace", self.workspace)
+
+    @classmethod
+    def create(cls, **kwargs: Any) -> "Sandbox":
+        """`Sandbox(**kwargs)`."""
+        return cls(**kwargs)
+
+    @classmethod
+    def connect(cls, session_id: str, socket: Optional[str] = None, *, timeout: Optional[float] = None) -> "Sandbox":
+        """Attaches to an existing session (this uid's), say from another process."""
+        return cls(socket, timeout=timeout, _session=session_id)
+
+    @property
+    def socket(self) -> str:
+        return self._client.socket
+
+    def run_code(self, code: str, language: str = "python", timeout: Any = None,
+                 output_limit: Optional[str] = None) -> Execution:
+        """Runs a cell in the session's interpreter of `language` (python or node)."""
+        request: Dict[str, Any] = {"type": "session_exec", "code": code, "language": language}
+        if timeout is not None:
+            request["time_limit"] = _duration(timeout)
+        if output_limit is not None:
+            request["output_limit"] = output_limit
+        reply = self._request(request, "exec")
+        error = reply.get("error")
+        return Execution(
+            stdout=reply.get("stdout", ""),
+            stderr=reply.get("stderr", ""),
+            result=reply.get("result"),
+            error=ExecutionError(error.get("type", ""), error.get("message", ""), error.get("traceback", ""))
+            if error else None,
+            verdict=reply.get("verdict") or {},
+            state_lost=bool(reply.get("state_lost", False)),
+        )
+
+    def close(self) -> None:
+        """Destroys the session: its processes and its workspace. A second call does nothing."""
+        if not self._closed:
+            self._request({"type": "session_close"}, "closed")
+            self._closed = True
+
+    def _request(self, request: Dict[str, Any], expected: str) -> Dict[str, Any]:
+        return _request(self._client, dict(request, session=self.session_id), expected)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        try:
+            self.close()
+        except BrigError:
+            if kind is None:
+                raise  # otherwise the exception on its way out says more
+
+    def __repr__(self) -> str:
+        return f"Sandbox(session_id={self.session_id!r}, socket={self.socket!r})"
+
+
+def list_sessions(socket: Optional[str] = None) -> List[Dict[str, Any]]:
+    """This uid's sessions (all of them for root): session, uid, age_ms, idle_ms, execs."""
+    client = Client(socket) if socket else Client()
+    return list(_request(client, {"type": "session_list"}, "sessions").get("sessions", []))
