@@ -253,7 +253,7 @@ fn idle_and_total_timeouts_end_the_session(mode: Mode) {
     assert_eq!(status["sessions"], 0, "{status}");
     // Longer than the server allows: refused.
     let reply = ask(&server, json!({"type": "session_create", "idle_timeout": "2h"}));
-    assert_error(&reply, "idle_timeout 2h");
+    assert_error(&reply, "longer than this server allows");
 }
 
 fn cell_or_error(server: &Server, id: &str) -> Value {
@@ -285,7 +285,12 @@ fn an_endless_cell_is_interrupted_and_the_state_kept(mode: Mode) {
 
 fn a_fork_bomb_cell_is_stopped_and_the_session_goes_on(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({"options": {"pids": 64}}));
+    // Rootless here, without a cgroup, the jail's processes are bounded by RLIMIT_NPROC.
+    let options = match mode {
+        Mode::Root => json!({"options": {"pids": 64}}),
+        Mode::Rootless => json!({}),
+    };
+    let id = create(&server, options);
     cell(&server, &id, "kept = 1");
     let bomb = cell_with(
         &server,
@@ -294,9 +299,11 @@ fn a_fork_bomb_cell_is_stopped_and_the_session_goes_on(mode: Mode) {
         json!({"time_limit": "2s"}),
     );
     assert_eq!(bomb["verdict"]["status"], "timeout", "{bomb}");
-    // Only init, the interpreter and this command are left.
-    let ps = command(&server, &id, &["sh", "-c", "ps -eo stat= | grep -vc '^Z'"], json!({}));
-    assert_eq!(ps["stdout"], "4\n", "init, the interpreter, sh, ps: {ps}");
+    // Only init, the interpreter and this command are left (and no zombie).
+    let ps = command(&server, &id, &["ps", "-eo", "stat=,comm="], json!({}));
+    let left: Vec<&str> = ps["stdout"].as_str().unwrap().lines().map(str::trim).collect();
+    assert_eq!(left.len(), 3, "{ps}");
+    assert!(left[0].ends_with("brig-init") && left[1].ends_with("python3"), "{ps}");
     let after = cell(&server, &id, "kept + 1");
     assert_eq!(after["result"], "2", "{after}");
     close(&server, &id);
@@ -420,7 +427,7 @@ fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
             id
         );
         let mut foreign = std::process::Command::new("setpriv");
-        foreign.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--groups=65534"]);
+        foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
         foreign.arg(interpreter("python3")).args(["-c", &script]);
         let output = output_of(foreign);
         assert!(stdout(&output).contains("belongs to another user"), "{}", describe(&output));
@@ -467,11 +474,11 @@ fn the_command_line_drives_a_session(mode: Mode) {
         all.extend_from_slice(&args[1..]);
         run(mode, &all)
     };
-    let created = run(mode, &["session", "create", "--server", server.socket(), "--memory", "max"]);
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
     let id = assert_success(&created).trim().to_string();
     assert_eq!(id.len(), 32, "{}", describe(&created));
-    let code = dir.file("cell.py", "import math\nroot = math.sqrt(81)\nroot");
-    let output = at(&["exec", "--code", code.to_str().unwrap()], &id);
+    let cell_file = dir.file("cell.py", "import math\nroot = math.sqrt(81)\nroot");
+    let output = at(&["exec", "--code", cell_file.to_str().unwrap()], &id);
     assert_eq!(assert_success(&output), "9.0\n");
     let raising = dir.file("raise.py", "root + undefined");
     let output = at(&["exec", "--code", raising.to_str().unwrap()], &id);

@@ -47,7 +47,7 @@ pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
         // A server that refuses the peer answers at once and closes: its answer explains.
-        return match FrameReader::default().read_blocking(&stream) {
+        return match FrameReader::replies().read_blocking(&stream) {
             Ok(Some((body, _))) => finish(&body, &sinks),
             _ => Err(err),
         };
@@ -55,7 +55,7 @@ pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
     stream
         .set_nonblocking(true)
         .context(|| "make the connection non-blocking".into())?;
-    let mut reader = FrameReader::default();
+    let mut reader = FrameReader::replies();
     loop {
         let read = nix::poll::PollFlags::POLLIN;
         let mut fds = [

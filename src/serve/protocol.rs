@@ -238,10 +238,25 @@ pub fn parse_request(body: &[u8]) -> Result<Request> {
 
 /// Reads frames from a socket bit by bit (non-blocking, in the server's loop) or whole
 /// (blocking, in clients and runners), with the descriptors that came with them.
-#[derive(Default)]
 pub struct FrameReader {
     buffer: Vec<u8>,
     fds: Vec<OwnedFd>,
+    limit: usize,
+}
+
+/// The largest reply a client accepts: an exec's reply carries up to its output limit of
+/// each stream, escaped as JSON.
+pub const MAX_REPLY: usize = 64 << 20;
+
+impl Default for FrameReader {
+    /// A reader of requests: frames of at most [`MAX_FRAME`].
+    fn default() -> FrameReader {
+        FrameReader {
+            buffer: Vec::new(),
+            fds: Vec::new(),
+            limit: MAX_FRAME,
+        }
+    }
 }
 
 /// What [`FrameReader::read`] found.
@@ -254,6 +269,14 @@ pub enum Read {
 }
 
 impl FrameReader {
+    /// A client's reader of replies: frames of at most [`MAX_REPLY`].
+    pub fn replies() -> FrameReader {
+        FrameReader {
+            limit: MAX_REPLY,
+            ..FrameReader::default()
+        }
+    }
+
     /// Reads what is there; a whole frame when one has arrived. Errors: the peer closed
     /// mid-frame, a frame over [`MAX_FRAME`], too many descriptors, a socket error.
     pub fn read(&mut self, socket: BorrowedFd) -> Result<Read> {
@@ -299,9 +322,10 @@ impl FrameReader {
             self.buffer[2],
             self.buffer[3],
         ]) as usize;
-        if length > MAX_FRAME {
+        if length > self.limit {
             return Err(Error::input(format!(
-                "brig serve: a frame of {length} bytes; the most is {MAX_FRAME}"
+                "brig serve: a frame of {length} bytes; the most is {}",
+                self.limit
             )));
         }
         if self.buffer.len() < 4 + length {

@@ -620,7 +620,7 @@ impl<'p> Session<'p> {
             oom,
             Some(captured.counts()),
         );
-        let verdict = self.verdict(&report, peer);
+        let verdict = self.verdict(&report, peer, None);
         Ok(json!({
             "type": "exec",
             "verdict": verdict,
@@ -668,12 +668,16 @@ impl<'p> Session<'p> {
         }
     }
 
-    /// The exec's verdict as JSON, with the session's id; the server's audit line.
-    fn verdict(&mut self, report: &RunReport, peer: Peer) -> Value {
+    /// The exec's verdict as JSON, with the session's id (and the language of a cell);
+    /// the server's audit line.
+    fn verdict(&mut self, report: &RunReport, peer: Peer, language: Option<Language>) -> Value {
         self.execs += 1;
         let mut verdict =
             serde_json::to_value(Verdict::of_run(self.plan(), report)).unwrap_or_default();
         verdict["session"] = json!(self.id);
+        if let Some(language) = language {
+            verdict["language"] = json!(language_name(language));
+        }
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
@@ -924,8 +928,7 @@ impl<'p> Session<'p> {
             oom,
             Some(captured.counts()),
         );
-        let mut verdict = self.verdict(&report, peer);
-        verdict["language"] = json!(language_name(language));
+        let verdict = self.verdict(&report, peer, Some(language));
         let error = error.or_else(|| {
             state_lost.then(|| {
                 json!({

@@ -188,7 +188,7 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
     message["brig"] = json!(protocol::VERSION);
     let stream = super::client::connect(socket)?;
     protocol::write_frame(stream.as_fd(), &message, &[])?;
-    let (body, _) = FrameReader::default().read_blocking(&stream)?.ok_or_else(|| {
+    let (body, _) = FrameReader::replies().read_blocking(&stream)?.ok_or_else(|| {
         Error::setup(format!(
             "--server {}: the server closed the connection without an answer",
             socket.display()

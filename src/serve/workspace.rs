@@ -97,6 +97,10 @@ fn resolve_error(path: &str, what: &str, errno: Errno) -> Error {
         Errno::ENOENT => Error::input(format!("path {path:?}: no such file in the workspace")),
         Errno::ENOTDIR => Error::input(format!("path {path:?}: a part of it is not a directory")),
         Errno::EISDIR => Error::input(format!("path {path:?}: is a directory")),
+        // A FIFO without a reader, a socket: nothing brig writes to.
+        Errno::ENXIO | Errno::ENODEV | Errno::EOPNOTSUPP => Error::input(format!(
+            "path {path:?}: not a regular file; put and get take regular files only"
+        )),
         errno => Error::os(format!("{what} {path:?} in the workspace"), errno),
     }
 }
