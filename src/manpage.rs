@@ -72,6 +72,20 @@ anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP
 Rootless, brig creates the TUN device as the caller inside the jail's namespaces, which needs \fI/dev/net/tun\fR open to everyone (mode 0666, the usual one); \fBbrig doctor\fR checks it.
 "#;
 
+const SESSIONS: &str = r#".SH SESSIONS
+A session is a jail of \fBbrig serve\fR that lives between requests, for the code-interpreter pattern: a variable set by one cell is there in the next, a file written in the workspace stays. \fBbrig session create \-\-server\fR \fISOCKET\fR [\fIRUN OPTIONS\fR] opens one and prints its id; \fBexec\fR, \fBput\fR, \fBget\fR, \fBls\fR and \fBclose\fR take it with \fB\-\-session\fR (or \fBBRIG_SESSION\fR; the socket from \fBBRIG_SERVER\fR), \fBlist\fR lists the caller's sessions.
+.IP \(bu 2
+Each session is its own jail, with every protection of a one-shot jail: namespaces, cgroup (\fB\-\-memory\fR, \fB\-\-pids\fR and \fB\-\-cpus\fR hold for the whole session), a workspace (the home directory, a tmpfs of \fB\-\-workspace\-size\fR). Its init runs programs one after another, each started as a one-shot program is (rlimits, capabilities dropped, no_new_privs, Landlock, seccomp, exec), in a process group of its own.
+.IP \(bu 2
+\fBbrig session exec \-\- \fIARGV\fR runs a command; \fB\-\-code\fR \fIFILE\fR|\- [\fB\-\-language python\fR|\fBnode\fR] runs a cell in the session's interpreter of that language, started at the first cell (a pooled session has Python running already), whose globals live on. The cell's output goes to standard output and error, then the value of its final expression (as a notebook shows it), and the traceback of an exception it raised (exit status 1).
+.IP \(bu 2
+At \fB\-\-time\-limit\fR (at most the server's) a command's process group is killed (124); a cell is interrupted (KeyboardInterrupt in Python), what it started is killed, and its state is kept if the interpreter comes back within 2 seconds, otherwise the interpreter is killed and restarted and the reply says \fBstate_lost\fR. An out-of-memory kill of the interpreter is status \fBoom\fR with a fresh interpreter after it; output past \fB\-\-output\-limit\fR (1 MiB by default) stops the exec (\fBoutput_limit\fR).
+.IP \(bu 2
+\fBput\fR, \fBget\fR and \fBls\fR work on the workspace from outside the jail, as the jail's user, through a descriptor of it: paths are relative, and \fB..\fR, absolute paths and symlinks or mounts leading out are refused by the kernel (openat2 RESOLVE_BENEATH).
+.IP \(bu 2
+A session survives its client, not the server: it ends at \fBclose\fR, after \fB\-\-idle\-timeout\fR without a request, at \fB\-\-session\-timeout\fR (each at most the server's), or with the server, and nothing of it remains. Only the uid that created it (or root) may use it. \fBbrig serve \-\-session\-pool\fR \fIN\fR keeps N session jails assembled with Python started; \fB\-\-max\-sessions\fR bounds the open ones. The server's \fB\-\-audit\-log\fR gets one line per exec, with the session's id.
+"#;
+
 const SERVE: &str = r#".SH SERVER
 \fBbrig serve \-\-socket\fR \fIPATH\fR [\fB\-\-pool\fR \fIN\fR] [\fIRUN OPTIONS\fR] is a jail server for services that run programs many times an hour. The run options (or \fB\-\-config\fR) are the defaults of every jail. It keeps \fB\-\-pool\fR jails assembled ahead of requests (namespaces, id maps, cgroup, mount tree, init waiting); a request takes one, its program starts with privileges dropped, Landlock and seccomp applied last, as in a one-shot run, and the jail is torn down afterwards and never reused. With \fB\-\-warm\-python\fR \fIN\fR, N pooled jails have Python already started inside them under all their restrictions; a request of the pool's shape for \fBpython3 \-c\fR \fICODE\fR, \fBpython3\fR \fISCRIPT\fR or \fBpython3 \-\fR is served by one and behaves as a cold start (argv, sys.path[0], __main__, stdin, exit status, tracebacks, signals); its verdict says \fBwarm\fR. A request whose options change the jail's shape (anything beyond \fBcommand\fR, \fBenv\fR, \fBchdir\fR, \fBtime\-limit\fR, \fBquiet\-limits\fR) gets a jail built for it. Each jail is assembled in a runner process forked from the server (the server stays single-threaded), which answers the client directly.
 .PP
@@ -262,6 +276,23 @@ pub fn render_brig1() -> String {
         "brig serve",
         "OPTIONS OF SERVE (and every option of run, as the jails' defaults)",
     ));
+    let create_own = run_ids.iter().fold(find(&["session", "create"]), |create, id| {
+        if create.get_arguments().any(|arg| arg.get_id() == id.as_str()) {
+            create.mut_arg(id.as_str(), |arg| arg.hide(true))
+        } else {
+            create
+        }
+    });
+    text.push_str(&options_section(
+        &create_own,
+        "brig session create",
+        "OPTIONS OF SESSION CREATE (and every option of run, for the session's jail)",
+    ));
+    text.push_str(&options_section(
+        &find(&["session", "exec"]),
+        "brig session exec",
+        "OPTIONS OF SESSION EXEC",
+    ));
     text.push_str(&options_section(
         &find(&["doctor"]),
         "brig doctor",
@@ -277,6 +308,7 @@ pub fn render_brig1() -> String {
         EXIT_STATUS,
         NETWORK,
         SERVE,
+        SESSIONS,
         LIMITS_AND_VERDICT,
         CONFIGURATION,
         OPERATORS,
@@ -354,7 +386,7 @@ files: [/etc/ssl/certs/ca\-certificates.crt]
 "#;
 
 const PROTOCOL: &str = r#".SH SERVER PROTOCOL
-\fBbrig serve\fR speaks version 1 of this protocol on a unix stream socket. A frame is a 4-byte big-endian length, then that many bytes of one JSON object (at most 1 MiB). Descriptors travel as SCM_RIGHTS with the first byte of a frame. Every client frame has \fB"brig": 1\fR and a \fBtype\fR; unknown fields are refused. Each connection carries one request.
+\fBbrig serve\fR speaks version 1 of this protocol on a unix stream socket. A frame is a 4-byte big-endian length, then that many bytes of one JSON object (a request at most 1 MiB, a reply at most 64 MiB). Descriptors travel as SCM_RIGHTS with the first byte of a frame. Every client frame has \fB"brig": 1\fR and a \fBtype\fR; unknown fields are refused. Each connection carries one request.
 .TP
 \fB{"brig":1,"type":"run","options":{...},"stdio":"fds"}\fR
 runs \fBoptions\fR (\fBbrig run\fR's, by the YAML names above; \fBcommand\fR is the program) with three descriptors sent along: the program's stdin, stdout and stderr. With \fB"stdio":"capture"\fR no descriptors are sent, \fB"stdin"\fR may give the program's input as a string, and the reply carries \fBstdout\fR and \fBstderr\fR (lossy UTF-8, at most \fBoutput\-limit\fR or 1 MiB each).
@@ -369,9 +401,29 @@ the answer to a run: the verdict (below) and the digest of the plan it ran under
 the answer to a request the server refused or could not run: one line, whose fault (as \fBerror_kind\fR), and brig's exit status.
 .TP
 \fB{"brig":1,"type":"status"}\fR
-is answered \fB{"type":"status",...}\fR: \fBversion\fR, \fBpid\fR, \fBpool\fR, \fBready\fR, \fBrunning\fR, \fBmax_jails\fR, \fBqueued\fR, \fBruns\fR, \fBpooled_runs\fR, \fBrefused\fR, \fBfailures\fR, \fBdraining\fR.
+is answered \fB{"type":"status",...}\fR: \fBversion\fR, \fBpid\fR, \fBpool\fR, \fBready\fR, \fBrunning\fR, \fBmax_jails\fR, \fBqueued\fR, \fBruns\fR, \fBpooled_runs\fR, \fBrefused\fR, \fBfailures\fR, \fBdraining\fR, \fBsessions\fR, \fBmax_sessions\fR, \fBsession_pool\fR, \fBsession_ready\fR.
+.TP
+\fBsession_create\fR
+\fB{"brig": 1, "type": "session_create", "options": {...}, "session_timeout": "1h", "idle_timeout": "10m", "workspace_size": "256M"}\fR opens a session (all but \fBtype\fR optional; \fBoptions\fR as for a run, without \fBcommand\fR); answered \fB{"type": "session", "session": "\fIID\fB", "workspace": "/home/sandbox"}\fR.
+.TP
+\fBsession_exec\fR
+\fB{"brig": 1, "type": "session_exec", "session": "\fIID\fB", "command": [...], "stdin": "...", "env": ["K=V"], "chdir": "/tmp", "time_limit": "5s", "output_limit": "1M"}\fR runs a command; with \fB"code": "..."\fR and \fB"language": "python"\fR or \fB"node"\fR in place of \fBcommand\fR, a cell. Answered \fB{"type": "exec", "verdict": {...}, "stdout": "...", "stderr": "..."}\fR, for a cell also \fBresult\fR (the final expression's repr, or null), \fBerror\fR (null, or \fBtype\fR, \fBmessage\fR and \fBtraceback\fR) and \fBstate_lost\fR. The verdict has the session's id as \fBsession\fR (and a cell's \fBlanguage\fR).
+.TP
+\fBsession_put\fR
+\fB{"brig": 1, "type": "session_put", "session": "\fIID\fB", "path": "data/in.csv", "data": "\fIBASE64\fB", "append": false}\fR writes at most 512 KiB into a file of the workspace (its directories created); larger files go in chunks with \fBappend\fR. Answered \fB{"type": "put", "path": ..., "size": \fIN\fB}\fR.
+.TP
+\fBsession_get\fR
+\fB{"brig": 1, "type": "session_get", "session": "\fIID\fB", "path": "out.png", "offset": 0, "length": 524288}\fR reads at most 512 KiB of a regular file: \fB{"type": "get", "data": "\fIBASE64\fB", "offset": 0, "size": \fIWHOLE\fB}\fR.
+.TP
+\fBsession_ls\fR
+\fB{"brig": 1, "type": "session_ls", "session": "\fIID\fB", "path": "."}\fR lists a directory: \fBentries\fR with \fBname\fR, \fBtype\fR (file, dir, symlink, other), \fBsize\fR and \fBmode\fR, sorted by name.
+.TP
+\fBsession_close\fR, \fBsession_list\fR
+\fB{"brig": 1, "type": "session_close", "session": "\fIID\fB"}\fR closes a session (answered \fB{"type": "closed"}\fR once nothing of it is left); \fB{"brig": 1, "type": "session_list"}\fR lists the caller's: \fBsessions\fR with \fBsession\fR, \fBuid\fR, \fBage_ms\fR, \fBidle_ms\fR and \fBrequests\fR.
 .PP
-Clients: \fBbrig run \-\-server\fR, and in the source tree \fIclients/python\fR (\fBbrig_client.run\fR) and \fIclients/node\fR (capture mode: Node cannot pass descriptors).
+A session's paths are relative to its workspace; an unknown, closed or expired session, another user's, and a path leading out are \fBerror\fR answers.
+.PP
+Clients: \fBbrig run \-\-server\fR, \fBbrig session\fR, and in the source tree \fIclients/python\fR (\fBbrig_client.run\fR) and \fIclients/node\fR (capture mode: Node cannot pass descriptors).
 "#;
 
 const VERDICT: &str = r#".SH VERDICT
@@ -403,6 +455,9 @@ what the program wrote, counted with \fB\-\-output\-limit\fR only (null otherwis
 .TP
 \fBwarm\fR
 true when \fBbrig serve \-\-warm\-python\fR ran the program in an interpreter started before the request; \fBwall_ms\fR and the CPU times are then the request's own
+.TP
+\fBsession\fR, \fBlanguage\fR
+only in a session's exec (\fBbrig session exec\fR): the session's id, and \fBpython\fR or \fBnode\fR for a cell; the cgroup counters are then the session's, \fBoom_kills\fR the exec's own
 .TP
 \fBlimits\fR
 the effective limits: time_limit_ms, cpu_time_ms, memory_bytes, pids, cpus, cgroup_enforced, output_limit_bytes, tmpfs_size_bytes, rlimits (name, soft, hard)
