@@ -17,10 +17,10 @@
 // SIGINT interrupts a running cell (error type "Interrupted"): its synchronous part through
 // the script's breakOnSigint, a pending promise by no longer waiting for it (the async work
 // itself goes on). Outside a cell SIGINT is ignored. Callbacks running on their own (timers,
-// I/O) cannot be interrupted.
+// I/O) cannot be interrupted, and a cell's own process.on('SIGINT') listener takes SIGINT
+// over while it is there (Node's semantics: then a SIGINT during a run can end Node).
 'use strict';
 (() => {
-  const fs = require('fs');
   const net = require('net');
   const util = require('util');
   const vm = require('vm');
@@ -74,23 +74,69 @@
   // --- Running a cell. ---
 
   let cells = 0;
-  // The reject of the promise a cell is waiting for, while it waits.
-  let interruptWait = null;
 
   class Interrupted extends Error {}
   Interrupted.prototype.name = 'Interrupted';
 
-  // Outside a script run (where breakOnSigint takes over) SIGINT comes here: it stops the
-  // wait for a cell's promise, else it is dropped. Without a listener it would kill Node.
-  function onSigint() {
-    if (interruptWait) interruptWait(new Interrupted('Script execution was interrupted by `SIGINT` (while awaiting its promise)'));
+  // SIGINT. breakOnSigint makes a script's run start Node's SIGINT watchdog and stop it
+  // after: when the last start is stopped Node installs a SIGINT handler that exits the
+  // process, and SIGINT listeners (process.on) are taken off around the run, leaving the
+  // default (death) for a moment. So this holds a start of that watchdog for the whole
+  // session (as Node's REPL does around its runs): SIGINT then never kills the
+  // interpreter; during a run it interrupts the script, at other times it is only
+  // recorded, and `takeSigint` reads and clears that record. That needs Node's internal
+  // contextify binding; without it, a no-op listener (with that small window left).
+  const contextify = binding('contextify');
+  const holdsWatchdog = typeof contextify?.startSigintWatchdog === 'function'
+    && typeof contextify.stopSigintWatchdog === 'function'
+    && contextify.startSigintWatchdog() === true;
+  if (!holdsWatchdog) process.on('SIGINT', () => {});
+
+  function takeSigint() {
+    if (!holdsWatchdog) return false;
+    contextify.startSigintWatchdog();
+    return contextify.stopSigintWatchdog();
   }
-  process.on('SIGINT', onSigint);
+
+  // A cell's own SIGINT listener takes SIGINT over (Node's semantics); once it is removed
+  // the signal's disposition is the default again, and the watchdog's handler is put back.
+  let sigintListened = false;
+  process.on('newListener', (event) => {
+    if (event === 'SIGINT') sigintListened = true;
+  });
+  function rearmWatchdog() {
+    if (!holdsWatchdog || !sigintListened || process.listenerCount('SIGINT') > 0) return;
+    sigintListened = false;
+    contextify.stopSigintWatchdog();
+    contextify.startSigintWatchdog();
+  }
+
+  function binding(name) {
+    // process.binding is deprecated (a warning under --pending-deprecation): quietly.
+    const emitWarning = process.emitWarning;
+    process.emitWarning = () => {};
+    try {
+      return process.binding(name);
+    } catch {
+      return null;
+    } finally {
+      process.emitWarning = emitWarning;
+    }
+  }
 
   // Errors no cell is waiting for (a timer's throw, an unhandled rejection) are the REPL's
   // "Uncaught ...": printed, and the interpreter carries on.
-  process.on('uncaughtException', (error) => errorOutput(`Uncaught ${safeInspect(error)}\n`));
-  process.on('unhandledRejection', (reason) => errorOutput(`Uncaught (in promise) ${safeInspect(reason)}\n`));
+  process.on('uncaughtException', (error) => errorOutput(`Uncaught ${uncaught(error)}\n`));
+  process.on('unhandledRejection', (reason) => errorOutput(`Uncaught (in promise) ${uncaught(reason)}\n`));
+
+  function uncaught(thrown) {
+    try {
+      if (thrown !== null && typeof thrown === 'object' && typeof thrown.stack === 'string') return cellStack(thrown.stack);
+    } catch {
+      // inspected below
+    }
+    return safeInspect(thrown);
+  }
 
   function safeInspect(value) {
     try {
@@ -133,17 +179,21 @@
     return value !== null && (typeof value === 'object' || typeof value === 'function') && typeof value.then === 'function';
   }
 
+  // The cell's promise, or an Interrupted error at a SIGINT (the watchdog's record,
+  // polled: no JavaScript runs at a SIGINT it takes).
   function interruptible(promise) {
+    let poll;
     return new Promise((resolve, reject) => {
-      interruptWait = reject;
+      poll = setInterval(() => {
+        if (takeSigint()) reject(new Interrupted('Script execution was interrupted by `SIGINT` (while awaiting its promise)'));
+      }, 20);
       Promise.resolve(promise).then(resolve, reject);
-    }).finally(() => {
-      interruptWait = null;
-    });
+    }).finally(() => clearInterval(poll));
   }
 
   async function runCell(code) {
     const { script, awaited } = compileCell(code);
+    takeSigint(); // one from before the cell is not for it
     const value = script.runInThisContext({ breakOnSigint: true });
     if (awaited) return (await interruptible(value))?.value;
     if (isThenable(value)) return await interruptible(value);
@@ -245,6 +295,7 @@
     } catch (thrown) {
       error = describe(thrown);
     }
+    rearmWatchdog();
     await flush();
     return reply(request.id, result, error, before);
   }
@@ -303,14 +354,8 @@
 
   function loadAwaitTransform() {
     try {
-      const emitWarning = process.emitWarning;
-      let natives;
-      process.emitWarning = () => {};
-      try {
-        natives = process.binding('natives');
-      } finally {
-        process.emitWarning = emitWarning;
-      }
+      const natives = binding('natives');
+      if (natives === null) return null;
       class Recoverable extends SyntaxError {}
       Recoverable.prototype.name = 'SyntaxError';
       const loaded = { 'internal/repl': { Recoverable } };
