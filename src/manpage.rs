@@ -276,13 +276,18 @@ pub fn render_brig1() -> String {
         "brig serve",
         "OPTIONS OF SERVE (and every option of run, as the jails' defaults)",
     ));
-    let create_own = run_ids.iter().fold(find(&["session", "create"]), |create, id| {
-        if create.get_arguments().any(|arg| arg.get_id() == id.as_str()) {
-            create.mut_arg(id.as_str(), |arg| arg.hide(true))
-        } else {
-            create
-        }
-    });
+    let create_own = run_ids
+        .iter()
+        .fold(find(&["session", "create"]), |create, id| {
+            if create
+                .get_arguments()
+                .any(|arg| arg.get_id() == id.as_str())
+            {
+                create.mut_arg(id.as_str(), |arg| arg.hide(true))
+            } else {
+                create
+            }
+        });
     text.push_str(&options_section(
         &create_own,
         "brig session create",

@@ -78,17 +78,27 @@ fn command(server: &Server, id: &str, argv: &[&str], extra: Value) -> Value {
 fn put(server: &Server, id: &str, path: &str, data: &[u8]) -> Value {
     use base64::Engine;
     let data = base64::engine::general_purpose::STANDARD.encode(data);
-    ask(server, json!({"type": "session_put", "session": id, "path": path, "data": data}))
+    ask(
+        server,
+        json!({"type": "session_put", "session": id, "path": path, "data": data}),
+    )
 }
 
 fn get(server: &Server, id: &str, path: &str) -> Value {
-    ask(server, json!({"type": "session_get", "session": id, "path": path}))
+    ask(
+        server,
+        json!({"type": "session_get", "session": id, "path": path}),
+    )
 }
 
 fn decoded(reply: &Value) -> Vec<u8> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD
-        .decode(reply["data"].as_str().unwrap_or_else(|| panic!("no data: {reply}")))
+        .decode(
+            reply["data"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no data: {reply}")),
+        )
         .unwrap()
 }
 
@@ -155,7 +165,11 @@ fn state_persists_across_cells(mode: Mode) {
 fn sessions_are_isolated_from_each_other(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let (one, two) = (create(&server, json!({})), create(&server, json!({})));
-    cell(&server, &one, "secret = 'one'\nopen('/tmp/one', 'w').write('1')\nopen('mine', 'w').write('1')");
+    cell(
+        &server,
+        &one,
+        "secret = 'one'\nopen('/tmp/one', 'w').write('1')\nopen('mine', 'w').write('1')",
+    );
     let sleeper = command(
         &server,
         &one,
@@ -171,7 +185,12 @@ fn sessions_are_isolated_from_each_other(mode: Mode) {
     assert_eq!(seen["result"], "[False, False, False, []]", "{seen}");
     assert_error(&get(&server, &two, "mine"), "no such file");
     // The sleeper lives on in its own session, between requests.
-    let ps = command(&server, &one, &["sh", "-c", "ps -eo comm | grep -c '^sleep$'"], json!({}));
+    let ps = command(
+        &server,
+        &one,
+        &["sh", "-c", "ps -eo comm | grep -c '^sleep$'"],
+        json!({}),
+    );
     assert_eq!(ps["stdout"], "1\n", "{ps}");
     close(&server, &one);
     close(&server, &two);
@@ -183,10 +202,17 @@ fn commands_run_in_the_session(mode: Mode) {
     let reply = command(
         &server,
         &id,
-        &["sh", "-c", "read line; echo got $line; echo $GREETING; pwd; id -un; echo oops >&2; exit 3"],
+        &[
+            "sh",
+            "-c",
+            "read line; echo got $line; echo $GREETING; pwd; id -un; echo oops >&2; exit 3",
+        ],
         json!({"stdin": "hello\n", "env": ["GREETING=hi"]}),
     );
-    assert_eq!(reply["stdout"], "got hello\nhi\n/home/sandbox\nsandbox\n", "{reply}");
+    assert_eq!(
+        reply["stdout"], "got hello\nhi\n/home/sandbox\nsandbox\n",
+        "{reply}"
+    );
     assert_eq!(reply["stderr"], "oops\n", "{reply}");
     assert_eq!(reply["verdict"]["status"], "nonzero_exit");
     assert_eq!(reply["verdict"]["exit_code"], 3);
@@ -201,15 +227,21 @@ fn commands_run_in_the_session(mode: Mode) {
     let probe = command(
         &server,
         &id,
-        &["sh", "-c", "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; cat /etc/shadow"],
+        &[
+            "sh",
+            "-c",
+            "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; cat /etc/shadow",
+        ],
         json!({"chdir": "/tmp"}),
     );
     assert_eq!(
-        probe["stdout"],
-        "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
+        probe["stdout"], "CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n",
         "{probe}"
     );
-    assert!(probe["stderr"].as_str().unwrap().contains("No such file"), "{probe}");
+    assert!(
+        probe["stderr"].as_str().unwrap().contains("No such file"),
+        "{probe}"
+    );
     close(&server, &id);
 }
 
@@ -232,7 +264,10 @@ fn idle_and_total_timeouts_end_the_session(mode: Mode) {
     let started = std::time::Instant::now();
     let mut last = Value::Null;
     while started.elapsed() < Duration::from_secs(8) {
-        last = ask(&server, json!({"type": "session_exec", "session": total, "code": "1"}));
+        last = ask(
+            &server,
+            json!({"type": "session_exec", "session": total, "code": "1"}),
+        );
         if last["type"] == "error" {
             break;
         }
@@ -242,29 +277,44 @@ fn idle_and_total_timeouts_end_the_session(mode: Mode) {
     assert_error(&cell_or_error(&server, &idle), "no session");
     for marker in [&idle_marker, &total_marker] {
         assert!(
-            wait_until(Duration::from_secs(5), || processes_with_environ(marker).is_empty()),
+            wait_until(Duration::from_secs(5), || processes_with_environ(marker)
+                .is_empty()),
             "a session's processes outlived it"
         );
     }
     for runner in runner_of_idle {
-        assert!(jail_cgroups_of(runner).is_empty(), "cgroups left by {runner}");
+        assert!(
+            jail_cgroups_of(runner).is_empty(),
+            "cgroups left by {runner}"
+        );
     }
     let status = server.status();
     assert_eq!(status["sessions"], 0, "{status}");
     // Longer than the server allows: refused.
-    let reply = ask(&server, json!({"type": "session_create", "idle_timeout": "2h"}));
+    let reply = ask(
+        &server,
+        json!({"type": "session_create", "idle_timeout": "2h"}),
+    );
     assert_error(&reply, "longer than this server allows");
 }
 
 fn cell_or_error(server: &Server, id: &str) -> Value {
-    ask(server, json!({"type": "session_exec", "session": id, "code": "1"}))
+    ask(
+        server,
+        json!({"type": "session_exec", "session": id, "code": "1"}),
+    )
 }
 
 fn an_endless_cell_is_interrupted_and_the_state_kept(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
     cell(&server, &id, "kept = 'yes'");
-    let endless = cell_with(&server, &id, "while True:\n    pass", json!({"time_limit": "1s"}));
+    let endless = cell_with(
+        &server,
+        &id,
+        "while True:\n    pass",
+        json!({"time_limit": "1s"}),
+    );
     assert_eq!(endless["verdict"]["status"], "timeout", "{endless}");
     assert_eq!(endless["error"]["type"], "KeyboardInterrupt", "{endless}");
     assert_eq!(endless["state_lost"], false, "{endless}");
@@ -299,13 +349,22 @@ fn a_fork_bomb_cell_is_stopped_and_the_session_goes_on(mode: Mode) {
         json!({"time_limit": "2s"}),
     );
     assert_eq!(bomb["verdict"]["status"], "timeout", "{bomb}");
-    // Only init, the interpreter and this command are left (and no zombie).
-    let ps = command(&server, &id, &["ps", "-eo", "stat=,comm="], json!({}));
-    let left: Vec<&str> = ps["stdout"].as_str().unwrap().lines().map(str::trim).collect();
-    assert_eq!(left.len(), 3, "{ps}");
-    assert!(left[0].ends_with("brig-init") && left[1].ends_with("python3"), "{ps}");
     let after = cell(&server, &id, "kept + 1");
     assert_eq!(after["result"], "2", "{after}");
+    // Only init, the interpreter and this command are left: the bomb's processes were
+    // killed, and the interpreter reaped them before its next cell.
+    let ps = command(&server, &id, &["ps", "-eo", "stat=,comm="], json!({}));
+    let left: Vec<&str> = ps["stdout"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .collect();
+    assert_eq!(left.len(), 3, "{ps}");
+    assert!(
+        left[0].ends_with("brig-init") && left[1].ends_with("python3"),
+        "{ps}"
+    );
     close(&server, &id);
 }
 
@@ -347,11 +406,18 @@ fn an_output_flood_is_cut_and_the_session_goes_on(mode: Mode) {
         json!({"output_limit": "64K"}),
     );
     assert_eq!(flood["verdict"]["status"], "output_limit", "{flood}");
-    assert_eq!(flood["stdout"].as_str().unwrap().len(), 64 << 10, "kept up to the limit");
+    assert_eq!(
+        flood["stdout"].as_str().unwrap().len(),
+        64 << 10,
+        "kept up to the limit"
+    );
     assert_eq!(flood["verdict"]["output_truncated"], true, "{flood}");
     assert_eq!(cell(&server, &id, "kept")["result"], "1");
     let command_flood = command(&server, &id, &["yes"], json!({"output_limit": "64K"}));
-    assert_eq!(command_flood["verdict"]["status"], "output_limit", "{command_flood}");
+    assert_eq!(
+        command_flood["verdict"]["status"], "output_limit",
+        "{command_flood}"
+    );
     assert_eq!(command_flood["stdout"].as_str().unwrap().len(), 64 << 10);
     close(&server, &id);
 }
@@ -363,10 +429,21 @@ fn workspace_paths_cannot_lead_out(mode: Mode) {
     command(
         &server,
         &id,
-        &["sh", "-c", "ln -s /etc/passwd abs; ln -s ../../../etc up; mkfifo pipe; mkdir d; ln -s .. d/parent"],
+        &[
+            "sh",
+            "-c",
+            "ln -s /etc/passwd abs; ln -s ../../../etc up; mkfifo pipe; mkdir d; ln -s .. d/parent",
+        ],
         json!({}),
     );
-    for path in ["../x", "/etc/passwd", "abs", "up/passwd", "d/parent/abs", "d/../../x"] {
+    for path in [
+        "../x",
+        "/etc/passwd",
+        "abs",
+        "up/passwd",
+        "d/parent/abs",
+        "d/../../x",
+    ] {
         let got = get(&server, &id, path);
         assert_eq!(got["type"], "error", "{path}: {got}");
         let put_reply = put(&server, &id, path, b"overwritten");
@@ -382,7 +459,10 @@ fn workspace_paths_cannot_lead_out(mode: Mode) {
     assert!(!passwd.contains("overwritten"));
     assert_eq!(put(&server, &id, "d/ok.txt", b"fine")["type"], "put");
     assert_eq!(decoded(&get(&server, &id, "d/parent/d/ok.txt")), b"fine");
-    let listed = ask(&server, json!({"type": "session_ls", "session": id, "path": "."}));
+    let listed = ask(
+        &server,
+        json!({"type": "session_ls", "session": id, "path": "."}),
+    );
     let names: Vec<&str> = listed["entries"]
         .as_array()
         .unwrap()
@@ -430,7 +510,11 @@ fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
         foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
         foreign.arg(interpreter("python3")).args(["-c", &script]);
         let output = output_of(foreign);
-        assert!(stdout(&output).contains("belongs to another user"), "{}", describe(&output));
+        assert!(
+            stdout(&output).contains("belongs to another user"),
+            "{}",
+            describe(&output)
+        );
         close(&group_server, &id);
     }
 }
@@ -448,7 +532,8 @@ fn a_killed_server_leaves_no_session_behind(mode: Mode) {
     kill(process.pid(), libc::SIGKILL);
     let _ = process.wait();
     assert!(
-        wait_until(Duration::from_secs(10), || processes_with_environ(&marker).is_empty()),
+        wait_until(Duration::from_secs(10), || processes_with_environ(&marker)
+            .is_empty()),
         "the session's processes outlived the server"
     );
     let again = Server::start_at(mode, &socket, &["--pool", "0"]);
@@ -458,7 +543,8 @@ fn a_killed_server_leaves_no_session_behind(mode: Mode) {
     close(&again, &fresh);
     for runner in runners {
         assert!(
-            wait_until(Duration::from_secs(5), || jail_cgroups_of(runner).is_empty()),
+            wait_until(Duration::from_secs(5), || jail_cgroups_of(runner)
+                .is_empty()),
             "cgroups of the killed session's runner {runner} are left"
         );
     }
@@ -483,13 +569,21 @@ fn the_command_line_drives_a_session(mode: Mode) {
     let raising = dir.file("raise.py", "root + undefined");
     let output = at(&["exec", "--code", raising.to_str().unwrap()], &id);
     assert_eq!(code(&output), 1, "{}", describe(&output));
-    assert!(stderr(&output).contains("NameError"), "{}", describe(&output));
+    assert!(
+        stderr(&output).contains("NameError"),
+        "{}",
+        describe(&output)
+    );
     let local = dir.file("in.txt", "from the host\n");
     assert_success(&at(&["put", local.to_str().unwrap(), "sub/in.txt"], &id));
     let output = at(&["exec", "--", "cat", "sub/in.txt"], &id);
     assert_eq!(assert_success(&output), "from the host\n");
     let output = at(&["ls", "sub"], &id);
-    assert!(assert_success(&output).contains("in.txt"), "{}", describe(&output));
+    assert!(
+        assert_success(&output).contains("in.txt"),
+        "{}",
+        describe(&output)
+    );
     let back = dir.path().join("back.txt");
     assert_success(&at(&["get", "sub/in.txt", back.to_str().unwrap()], &id));
     assert_eq!(std::fs::read_to_string(&back).unwrap(), "from the host\n");
@@ -501,7 +595,11 @@ fn the_command_line_drives_a_session(mode: Mode) {
     assert_one_line_error(&output, &["`..`"]);
     assert_eq!(code(&output), 125);
     let listed = run(mode, &["session", "list", "--server", server.socket()]);
-    assert!(assert_success(&listed).contains(&id), "{}", describe(&listed));
+    assert!(
+        assert_success(&listed).contains(&id),
+        "{}",
+        describe(&listed)
+    );
     assert_success(&at(&["close"], &id));
     let output = at(&["exec", "--", "true"], &id);
     assert_one_line_error(&output, &["no session"]);
@@ -515,27 +613,62 @@ fn malformed_session_requests_leave_the_server_up(mode: Mode) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&null);
     let with_fds = exchange(
         &server.socket,
-        json!({"brig": 1, "type": "session_ls", "session": id}).to_string().as_bytes(),
+        json!({"brig": 1, "type": "session_ls", "session": id})
+            .to_string()
+            .as_bytes(),
         &[fd, fd, fd],
     );
     assert_error(&with_fds, "only a run request");
     for (message, needle) in [
-        (json!({"type": "session_exec", "session": id}), "either \"command\""),
-        (json!({"type": "session_exec", "session": id, "code": "1", "command": ["true"]}), "either"),
-        (json!({"type": "session_put", "session": id, "path": "x", "data": "%%%"}), "base64"),
-        (json!({"type": "session_put", "session": id, "path": "x"}), "malformed"),
-        (json!({"type": "session_exec", "session": id, "code": "1", "time_limit": "soon"}), "malformed"),
-        (json!({"type": "session_exec", "session": id, "code": "1", "language": "cobol"}), "malformed"),
-        (json!({"type": "session_create", "options": {"command": ["true"]}}), "command"),
-        (json!({"type": "session_create", "options": {"memory": "100T"}}), "--memory"),
-        (json!({"type": "session_create", "options": {"net": "host"}}), "--net host"),
-        (json!({"type": "session_create", "session_timeout": "0s"}), "longer than 0"),
+        (
+            json!({"type": "session_exec", "session": id}),
+            "either \"command\"",
+        ),
+        (
+            json!({"type": "session_exec", "session": id, "code": "1", "command": ["true"]}),
+            "either",
+        ),
+        (
+            json!({"type": "session_put", "session": id, "path": "x", "data": "%%%"}),
+            "base64",
+        ),
+        (
+            json!({"type": "session_put", "session": id, "path": "x"}),
+            "malformed",
+        ),
+        (
+            json!({"type": "session_exec", "session": id, "code": "1", "time_limit": "soon"}),
+            "malformed",
+        ),
+        (
+            json!({"type": "session_exec", "session": id, "code": "1", "language": "cobol"}),
+            "malformed",
+        ),
+        (
+            json!({"type": "session_create", "options": {"command": ["true"]}}),
+            "command",
+        ),
+        (
+            json!({"type": "session_create", "options": {"memory": "100T"}}),
+            "--memory",
+        ),
+        (
+            json!({"type": "session_create", "options": {"net": "host"}}),
+            "--net host",
+        ),
+        (
+            json!({"type": "session_create", "session_timeout": "0s"}),
+            "longer than 0",
+        ),
     ] {
         assert_error(&ask(&server, message.clone()), needle);
     }
     let big = "A".repeat(900 << 10);
     assert_error(
-        &ask(&server, json!({"type": "session_put", "session": id, "path": "x", "data": big})),
+        &ask(
+            &server,
+            json!({"type": "session_put", "session": id, "path": "x", "data": big}),
+        ),
         "append",
     );
     // Still serving, the session too.
@@ -553,7 +686,10 @@ fn each_exec_has_an_audit_line_with_the_session(mode: Mode) {
     put(&server, &id, "f", b"no audit line for files");
     close(&server, &id);
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
     assert_eq!(lines.len(), 2, "{text}");
     for line in &lines {
         assert_eq!(line["verdict"]["session"], id.as_str(), "{line}");
@@ -566,14 +702,28 @@ fn each_exec_has_an_audit_line_with_the_session(mode: Mode) {
 /// session's: never reused.
 fn a_pooled_session_is_fresh(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0", "--session-pool", "1"]);
-    assert!(wait_until(Duration::from_secs(20), || server.status()["session_ready"] == 1));
+    assert!(wait_until(
+        Duration::from_secs(20),
+        || server.status()["session_ready"] == 1
+    ));
     let first = create(&server, json!({}));
-    cell(&server, &first, "open('/tmp/left', 'w').write('x')\nleft = 1");
+    cell(
+        &server,
+        &first,
+        "open('/tmp/left', 'w').write('x')\nleft = 1",
+    );
     close(&server, &first);
-    assert!(wait_until(Duration::from_secs(20), || server.status()["session_ready"] == 1));
+    assert!(wait_until(
+        Duration::from_secs(20),
+        || server.status()["session_ready"] == 1
+    ));
     let second = create(&server, json!({}));
     assert_ne!(first, second);
-    let seen = cell(&server, &second, "import os\n('left' in globals(), os.path.exists('/tmp/left'))");
+    let seen = cell(
+        &server,
+        &second,
+        "import os\n('left' in globals(), os.path.exists('/tmp/left'))",
+    );
     assert_eq!(seen["result"], "(False, False)", "{seen}");
     close(&server, &second);
 }

@@ -8,6 +8,7 @@
 
 mod net;
 mod serve;
+mod sessions;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -32,6 +33,9 @@ struct Options {
     /// The `brig serve` section: measured unless `--no-serve`; alone with `--serve-only`.
     serve: bool,
     serve_only: bool,
+    /// The sessions section: measured unless `--no-sessions`; alone with `--sessions-only`.
+    sessions: bool,
+    sessions_only: bool,
 }
 
 fn parse_options() -> Options {
@@ -51,6 +55,8 @@ fn parse_options() -> Options {
         net_only: false,
         serve: true,
         serve_only: false,
+        sessions: true,
+        sessions_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -72,6 +78,8 @@ fn parse_options() -> Options {
             "--net-only" => options.net_only = true,
             "--no-serve" => options.serve = false,
             "--serve-only" => options.serve_only = true,
+            "--no-sessions" => options.sessions = false,
+            "--sessions-only" => options.sessions_only = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown option {other}")),
         }
@@ -84,7 +92,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--no-sessions | --sessions-only] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -256,6 +264,9 @@ struct Report {
     /// `brig serve` against bwrap and a one-shot brig.
     #[serde(skip_serializing_if = "Option::is_none")]
     serve: Option<serve::ServeReport>,
+    /// Sessions of `brig serve` against bwrap and a bare Python.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sessions: Option<sessions::SessionsReport>,
 }
 
 fn main() {
@@ -288,11 +299,18 @@ fn main() {
         ratios: BTreeMap::new(),
         network: None,
         serve: None,
+        sessions: None,
     };
     let bwrap = tools
         .iter()
         .find(|tool| tool.name == "bwrap")
         .map(|tool| tool.prefix.clone());
+    if options.sessions_only {
+        let measured = sessions::measure(&options.brig, bwrap, options.rounds);
+        sessions::print(&measured);
+        report.sessions = Some(measured);
+        return write_json(&options, &report);
+    }
     if options.serve_only {
         let served = serve::measure(&options.brig, bwrap, options.rounds, options.throughput_for);
         serve::print(&served);
@@ -368,9 +386,19 @@ fn main() {
     }
     print_table(&report, &tools);
     if options.serve {
-        let served = serve::measure(&options.brig, bwrap, options.rounds, options.throughput_for);
+        let served = serve::measure(
+            &options.brig,
+            bwrap.clone(),
+            options.rounds,
+            options.throughput_for,
+        );
         serve::print(&served);
         report.serve = Some(served);
+    }
+    if options.sessions {
+        let measured = sessions::measure(&options.brig, bwrap.clone(), options.rounds);
+        sessions::print(&measured);
+        report.sessions = Some(measured);
     }
     if options.net {
         let network = net::measure(&options.brig, options.rounds);

@@ -66,6 +66,8 @@ pub enum Message {
     ProgramError { id: u32, code: u8, message: String },
     /// A session's program `id` ended, with its own resource usage.
     Ended { id: u32, end: Ended },
+    /// A session's sweep is done: nothing but init and the kept programs is alive.
+    Swept,
 }
 
 /// How a session's program ended, and what it used (its own, and its reaped children's).
@@ -457,6 +459,7 @@ fn send(fd: &impl AsFd, message: &Message) {
             payload.extend_from_slice(message.as_bytes());
             (b'x', payload)
         }
+        Message::Swept => (b'w', Vec::new()),
         Message::Ended { id, end } => {
             let mut payload = id.to_le_bytes().to_vec();
             let (kind, value) = match (end.code, end.signal) {
@@ -518,6 +521,7 @@ fn decode_frame(tag: u8, payload: &[u8]) -> Option<Message> {
             message: String::from_utf8_lossy(&payload[1..]).into_owned(),
         },
         b'S' => Message::Exited(number()),
+        b'w' => Message::Swept,
         b'x' if payload.len() >= 5 => Message::ProgramError {
             id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
             code: payload[4],
@@ -600,6 +604,7 @@ mod tests {
                     max_rss_kib: 3,
                 },
             },
+            Message::Swept,
         ];
         for message in &sent {
             child.send(message);

@@ -191,6 +191,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                     .collect();
                 sweep(plan, &kept);
                 reap_programs(&mut programs, channel);
+                channel.send(&Message::Swept);
             }
         }
     }

@@ -31,6 +31,8 @@ pub struct SessionJail<'p> {
     jail: Jail<'p>,
     /// A frame's start, waiting for its rest.
     pending: Vec<u8>,
+    /// Events read while waiting for a sweep to finish.
+    queued: Vec<Event>,
     next_id: u32,
     /// `--net filtered`: relaying for the session's whole life.
     forwarder: Option<Forwarder>,
@@ -57,6 +59,7 @@ impl<'p> SessionJail<'p> {
         Ok(SessionJail {
             jail,
             pending: Vec::new(),
+            queued: Vec::new(),
             next_id: 1,
             forwarder,
         })
@@ -113,15 +116,38 @@ impl<'p> SessionJail<'p> {
             .context(|| "signal a program of the session".into())
     }
 
-    /// Kills every process of the jail but its init and the programs `keep`.
-    pub fn sweep(&self, keep: &[u32]) -> Result<()> {
+    /// Kills every process of the jail but its init and the programs `keep`, and waits
+    /// until they are gone (at most [`SWEEP_WAIT`]).
+    pub fn sweep(&mut self, keep: &[u32]) -> Result<()> {
         let command = Command::Sweep {
             keep: keep.to_vec(),
         };
         self.jail
             .channel
             .send_command(&command, &[])
-            .context(|| "end the processes of a session".into())
+            .context(|| "end the processes of a session".into())?;
+        let deadline = std::time::Instant::now() + SWEEP_WAIT;
+        loop {
+            for message in self.jail.channel.read_available(&mut self.pending) {
+                match message {
+                    Message::Swept => return Ok(()),
+                    other => self.queued.extend(event(other)),
+                }
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            let mut fds = [
+                nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
+                nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
+            ];
+            let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
+                .unwrap_or(nix::poll::PollTimeout::MAX);
+            if nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false)) {
+                return Ok(());
+            }
+        }
     }
 
     /// Readable when the jail has [`Event`]s to read.
@@ -136,18 +162,10 @@ impl<'p> SessionJail<'p> {
 
     /// The events that have arrived; never blocks.
     pub fn events(&mut self) -> Vec<Event> {
-        self.jail
-            .channel
-            .read_available(&mut self.pending)
-            .into_iter()
-            .filter_map(|message| match message {
-                Message::ProgramError { id, code, message } => {
-                    Some(Event::Failed { id, code, message })
-                }
-                Message::Ended { id, end } => Some(Event::Ended { id, end }),
-                _ => None,
-            })
-            .collect()
+        let mut events = std::mem::take(&mut self.queued);
+        let arrived = self.jail.channel.read_available(&mut self.pending);
+        events.extend(arrived.into_iter().filter_map(event));
+        events
     }
 
     /// What the session's cgroup counts so far (memory peak, OOM kills, pids, CPU).
@@ -164,6 +182,18 @@ impl<'p> SessionJail<'p> {
     pub fn end(mut self) -> Option<crate::net::record::NetworkRecord> {
         self.jail.end();
         self.forwarder.take().map(Forwarder::finish)
+    }
+}
+
+/// How long a sweep may take before brig goes on without its word (a jail whose init
+/// cannot get a CPU behind a fork bomb; its processes die with the jail at the latest).
+const SWEEP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn event(message: Message) -> Option<Event> {
+    match message {
+        Message::ProgramError { id, code, message } => Some(Event::Failed { id, code, message }),
+        Message::Ended { id, end } => Some(Event::Ended { id, end }),
+        _ => None,
     }
 }
 

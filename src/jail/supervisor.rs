@@ -769,7 +769,10 @@ fn decide(
                 return Err(Error::from_jail(message, stage, errno.map(Errno::from_raw)));
             }
             // A session's messages; a one-shot jail sends none.
-            Message::Ready | Message::ProgramError { .. } | Message::Ended { .. } => {}
+            Message::Ready
+            | Message::ProgramError { .. }
+            | Message::Ended { .. }
+            | Message::Swept => {}
             Message::ExecError { code, message } => {
                 return Ok(Outcome::ExecFailed { code, message });
             }

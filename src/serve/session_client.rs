@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub enum SessionCommand {
     /// Open a session on the server and print its id.
     #[command(mut_arg("command", |arg| arg.hide(true)))]
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Run a command (`-- ARGV...`) or a code cell (`--code FILE|-`) in a session.
     Exec(ExecArgs),
     /// Write a local file (or - for stdin) into the session's workspace.
@@ -143,27 +143,30 @@ pub enum LanguageArg {
 /// Runs one `brig session` command; brig's exit status.
 pub fn run(command: SessionCommand) -> Result<i32> {
     match command {
-        SessionCommand::Create(args) => create(args),
+        SessionCommand::Create(args) => create(*args),
         SessionCommand::Exec(args) => exec(args),
         SessionCommand::Put { at, local, remote } => put(&at, &local, &remote),
         SessionCommand::Get { at, remote, local } => get(&at, &remote, local.as_deref()),
         SessionCommand::Ls { at, path } => {
-            let reply = request(&at.server, json!({"type": "session_ls", "session": at.session, "path": path}))?;
+            let reply = request(
+                &at.server,
+                json!({"type": "session_ls", "session": at.session, "path": path}),
+            )?;
             for entry in reply["entries"].as_array().into_iter().flatten() {
                 let kind = entry["type"].as_str().unwrap_or("?");
                 let mode = entry["mode"].as_u64().unwrap_or(0);
-                println!(
-                    "{} {:>10} {}{}",
-                    format!("{kind:<7} {mode:04o}"),
-                    entry["size"].as_u64().unwrap_or(0),
-                    entry["name"].as_str().unwrap_or("?"),
-                    if kind == "dir" { "/" } else { "" }
-                );
+                let size = entry["size"].as_u64().unwrap_or(0);
+                let name = entry["name"].as_str().unwrap_or("?");
+                let slash = if kind == "dir" { "/" } else { "" };
+                println!("{kind:<7} {mode:04o} {size:>10} {name}{slash}");
             }
             Ok(0)
         }
         SessionCommand::Close { at } => {
-            request(&at.server, json!({"type": "session_close", "session": at.session}))?;
+            request(
+                &at.server,
+                json!({"type": "session_close", "session": at.session}),
+            )?;
             Ok(0)
         }
         SessionCommand::List { server } => {
@@ -188,16 +191,21 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
     message["brig"] = json!(protocol::VERSION);
     let stream = super::client::connect(socket)?;
     protocol::write_frame(stream.as_fd(), &message, &[])?;
-    let (body, _) = FrameReader::replies().read_blocking(&stream)?.ok_or_else(|| {
-        Error::setup(format!(
-            "--server {}: the server closed the connection without an answer",
-            socket.display()
-        ))
+    let (body, _) = FrameReader::replies()
+        .read_blocking(&stream)?
+        .ok_or_else(|| {
+            Error::setup(format!(
+                "--server {}: the server closed the connection without an answer",
+                socket.display()
+            ))
+        })?;
+    let reply: Value = serde_json::from_slice(&body).map_err(|err| {
+        Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
     })?;
-    let reply: Value = serde_json::from_slice(&body)
-        .map_err(|err| Error::setup(format!("brig serve sent an answer that is not JSON: {err}")))?;
     if reply["type"] == "error" {
-        let message = reply["message"].as_str().unwrap_or("brig serve refused the request");
+        let message = reply["message"]
+            .as_str()
+            .unwrap_or("brig serve refused the request");
         return Err(match reply["kind"].as_str() {
             Some("bad_input") => Error::input(message),
             _ => Error::setup(message),
@@ -297,10 +305,17 @@ fn exec(args: ExecArgs) -> Result<i32> {
     let _ = stdout.flush();
     let mut stderr = std::io::stderr();
     let _ = stderr.write_all(reply["stderr"].as_str().unwrap_or_default().as_bytes());
-    if let Some(traceback) = reply["error"]["traceback"].as_str().filter(|text| !text.is_empty()) {
+    if let Some(traceback) = reply["error"]["traceback"]
+        .as_str()
+        .filter(|text| !text.is_empty())
+    {
         let _ = stderr.write_all(traceback.as_bytes());
     } else if let Some(message) = reply["error"]["message"].as_str() {
-        let _ = writeln!(stderr, "{}: {message}", reply["error"]["type"].as_str().unwrap_or("Error"));
+        let _ = writeln!(
+            stderr,
+            "{}: {message}",
+            reply["error"]["type"].as_str().unwrap_or("Error")
+        );
     }
     let verdict = &reply["verdict"];
     if let Some(message) = verdict["error"].as_str() {
@@ -344,7 +359,9 @@ fn get(at: &At, remote: &str, local: Option<&Path>) -> Result<i32> {
         )?;
         let piece = base64::engine::general_purpose::STANDARD
             .decode(reply["data"].as_str().unwrap_or_default())
-            .map_err(|err| Error::setup(format!("brig serve sent data that is not base64: {err}")))?;
+            .map_err(|err| {
+                Error::setup(format!("brig serve sent data that is not base64: {err}"))
+            })?;
         let size = reply["size"].as_u64().unwrap_or(0);
         let done = piece.is_empty() || data.len() as u64 + piece.len() as u64 >= size;
         data.extend_from_slice(&piece);

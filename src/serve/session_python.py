@@ -29,6 +29,8 @@ class State:
     # waiting for a request or writing a reply must not be hit by a KeyboardInterrupt.
     interruptible = False
     cells = 0
+    # The last cell was interrupted: brig killed what it started (see `reap_children`).
+    interrupted = False
 
 
 def on_sigint(signum, frame):
@@ -37,6 +39,19 @@ def on_sigint(signum, frame):
     # cell's; once it is cleared, the signal is ignored.
     if State.interruptible:
         raise KeyboardInterrupt
+
+
+def reap_children():
+    """The processes an interrupted cell started were killed by brig; until this process
+    reaps them they are zombies, each holding a pid of the session's limit. Only exited
+    children are reaped (WNOHANG): what is still running is left alone."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def new_main():
@@ -208,7 +223,10 @@ def serve():
         if isinstance(code, dict):
             reply(control, id, None, code, before)
             continue
+        if State.interrupted:
+            reap_children()
         result, error = execute(code, namespace)
+        State.interrupted = bool(error) and error.get("type") == "KeyboardInterrupt"
         reply(control, id, result, error, before)
     # EOF: the session is over. Threads a cell started are not waited for.
     flush()

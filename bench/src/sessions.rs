@@ -1,0 +1,216 @@
+//! Sessions of `brig serve` against bubblewrap and a bare Python, in one interleaved run:
+//! a session created from the warm pool (the protocol spoken directly; closing it is not
+//! timed), a trivial Python cell in a live session, bwrap's `true`, and a bare
+//! `python3 -c pass` for scale.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize)]
+pub struct SessionsReport {
+    pub session_pool: usize,
+    /// Median ms of each.
+    pub latency_ms: BTreeMap<String, f64>,
+    pub ratios: BTreeMap<String, f64>,
+}
+
+struct Server {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn ask(socket: &Path, mut message: Value) -> Value {
+    message["brig"] = json!(1);
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    let body = serde_json::to_vec(&message).expect("JSON");
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).expect("send");
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).expect("read the reply");
+    let mut reply = vec![0u8; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut reply).expect("read the reply");
+    serde_json::from_slice(&reply).expect("a JSON reply")
+}
+
+fn ready(socket: &Path) -> u64 {
+    ask(socket, json!({"type": "status"}))["session_ready"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn run_command(argv: &[String]) {
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("start");
+    assert!(status.success(), "{argv:?}: {status:?}");
+}
+
+pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> SessionsReport {
+    let session_pool = 2;
+    let socket =
+        std::env::temp_dir().join(format!("brig-bench-sessions-{}.sock", std::process::id()));
+    let child = Command::new(brig)
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .args([
+            "--pool",
+            "0",
+            "--session-pool",
+            &session_pool.to_string(),
+            "--memory",
+            "max",
+            "--pids",
+            "max",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start brig serve");
+    let server = Server { child, socket };
+    let started = Instant::now();
+    while UnixStream::connect(&server.socket).is_err()
+        || ready(&server.socket) < session_pool as u64
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "brig serve's session pool did not fill"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let live = ask(&server.socket, json!({"type": "session_create"}))["session"]
+        .as_str()
+        .expect("a session")
+        .to_string();
+    let warm_up = ask(
+        &server.socket,
+        json!({"type": "session_exec", "session": live, "code": "1 + 1"}),
+    );
+    assert_eq!(warm_up["result"], "2", "{warm_up}");
+
+    let mut names: Vec<&str> = vec![
+        "session create (pooled)",
+        "python cell in a live session",
+        "bare python3 -c pass",
+    ];
+    if bwrap.is_some() {
+        names.push("bwrap true");
+    }
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let python = ["/usr/bin/python3", "-c", "pass"]
+        .map(String::from)
+        .to_vec();
+    let bwrap_true = bwrap.map(|mut prefix| {
+        prefix.push("/usr/bin/true".into());
+        prefix
+    });
+    for round in 0..rounds {
+        for offset in 0..names.len() {
+            let index = (round + offset) % names.len();
+            match names[index] {
+                "session create (pooled)" => {
+                    // A pooled jail, as a service would find it: wait (untimed) for a
+                    // refill when the pool ran dry.
+                    while ready(&server.socket) == 0 {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let begun = Instant::now();
+                    let reply = ask(&server.socket, json!({"type": "session_create"}));
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    let id = reply["session"].as_str().expect("a session");
+                    ask(
+                        &server.socket,
+                        json!({"type": "session_close", "session": id}),
+                    );
+                }
+                "python cell in a live session" => {
+                    let begun = Instant::now();
+                    let reply = ask(
+                        &server.socket,
+                        json!({"type": "session_exec", "session": live, "code": "x = 6 * 7\nx"}),
+                    );
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    assert_eq!(reply["result"], "42", "{reply}");
+                }
+                "bare python3 -c pass" => {
+                    let begun = Instant::now();
+                    run_command(&python);
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                }
+                _ => {
+                    let begun = Instant::now();
+                    run_command(bwrap_true.as_ref().expect("bwrap"));
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                }
+            }
+        }
+    }
+    ask(
+        &server.socket,
+        json!({"type": "session_close", "session": live}),
+    );
+    let latency_ms: BTreeMap<String, f64> = names
+        .iter()
+        .zip(samples)
+        .map(|(name, samples)| (name.to_string(), median(samples)))
+        .collect();
+    let mut ratios = BTreeMap::new();
+    if let Some(bwrap) = latency_ms.get("bwrap true") {
+        ratios.insert(
+            "session create / bwrap true (goal <= 0.5)".to_string(),
+            latency_ms["session create (pooled)"] / bwrap,
+        );
+    }
+    ratios.insert(
+        "python cell / bare python3 -c pass".to_string(),
+        latency_ms["python cell in a live session"] / latency_ms["bare python3 -c pass"],
+    );
+    SessionsReport {
+        session_pool,
+        latency_ms,
+        ratios,
+    }
+}
+
+pub fn print(report: &SessionsReport) {
+    println!(
+        "\nbrig serve sessions (session pool {}; one interleaved run)",
+        report.session_pool
+    );
+    for (name, ms) in &report.latency_ms {
+        println!("{name:<32} median {ms:.3} ms");
+    }
+    println!(
+        "{:<48} {:.3} ms",
+        "python cell in a live session (goal <= 1 ms)",
+        report.latency_ms["python cell in a live session"]
+    );
+    for (label, ratio) in &report.ratios {
+        println!("{label:<48} {ratio:.2}");
+    }
+}
