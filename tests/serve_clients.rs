@@ -142,7 +142,7 @@ from brig_client import BrigError, Sandbox
 socket = sys.argv[1]
 def show(*values):
     print(json.dumps(values), flush=True)
-with Sandbox(socket=socket, options={"pids": 64}, session_timeout="10m", idle_timeout=300) as sb:
+with Sandbox(socket=socket, options={"env": ["BRIG_CLIENT_TEST=1"]}, session_timeout="10m", idle_timeout=300) as sb:
     first = sb.run_code("x = 41")
     show(first.ok, first.result, first.error is None)
     ex = sb.run_code("print('hello'); x + 1", language="python", timeout="10s")
@@ -220,7 +220,7 @@ const socket = process.argv[2];
 const show = (...values) => console.log(JSON.stringify(values));
 const node = { language: "node" };
 (async () => {
-  const sb = await brig.Sandbox.create({ socket, options: { pids: 64 }, sessionTimeout: "10m", idleTimeout: 300 });
+  const sb = await brig.Sandbox.create({ socket, options: { env: ["BRIG_CLIENT_TEST=1"] }, sessionTimeout: "10m", idleTimeout: 300 });
   let ex = await sb.runCode("x = 41", node);
   show(ex.ok, ex.error);
   ex = await sb.runCode("console.log('hello'); x + 1", { language: "node", timeout: "10s" });

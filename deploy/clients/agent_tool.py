@@ -56,7 +56,9 @@ class PythonTool:
 
     def __init__(self, socket=None, options=None, timeout="30s", idle_timeout="10m"):
         self.socket = socket
-        self.options = options or {"memory": "512M", "pids": 64}
+        # The server's defaults (its --memory, --pids, --time-limit) hold unless a
+        # conversation's sandbox asks for tighter ones, e.g. {"memory": "512M"}.
+        self.options = options or {}
         self.timeout = timeout
         self.idle_timeout = idle_timeout
         self.sandboxes = {}
