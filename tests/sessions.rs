@@ -31,6 +31,8 @@ both_modes!(
     malformed_session_requests_leave_the_server_up,
     each_exec_has_an_audit_line_with_the_session,
     a_pooled_session_is_fresh,
+    node_cells_keep_their_state,
+    a_session_survives_its_client,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -726,4 +728,65 @@ fn a_pooled_session_is_fresh(mode: Mode) {
     );
     assert_eq!(seen["result"], "(False, False)", "{seen}");
     close(&server, &second);
+}
+
+fn node_cells_keep_their_state(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let node = json!({"language": "node"});
+    let first = cell_with(
+        &server,
+        &id,
+        "const rows = [1, 2, 3]; let total = 0",
+        node.clone(),
+    );
+    assert_eq!(first["verdict"]["status"], "ok", "{first}");
+    let second = cell_with(
+        &server,
+        &id,
+        "for (const r of rows) total += r; console.log('sum', total); total * 2",
+        node.clone(),
+    );
+    assert_eq!(second["stdout"], "sum 6\n", "{second}");
+    assert_eq!(second["result"], "12", "{second}");
+    assert_eq!(second["verdict"]["language"], "node", "{second}");
+    let failed = cell_with(&server, &id, "null.x", node.clone());
+    assert_eq!(failed["error"]["type"], "TypeError", "{failed}");
+    assert_eq!(failed["verdict"]["status"], "nonzero_exit", "{failed}");
+    let mut endless = node.clone();
+    endless["time_limit"] = json!("1s");
+    let interrupted = cell_with(&server, &id, "while (true) {}", endless);
+    assert_eq!(interrupted["verdict"]["status"], "timeout", "{interrupted}");
+    assert_eq!(interrupted["state_lost"], false, "{interrupted}");
+    assert_eq!(cell_with(&server, &id, "total", node)["result"], "6");
+    // Python and Node live side by side in one session, sharing its workspace.
+    cell(&server, &id, "open('shared.txt', 'w').write('from python')");
+    let read = cell_with(
+        &server,
+        &id,
+        "require('fs').readFileSync('shared.txt', 'utf8')",
+        json!({"language": "node"}),
+    );
+    assert_eq!(read["result"], "'from python'", "{read}");
+    close(&server, &id);
+}
+
+/// A client that goes away mid-cell: the cell is interrupted, the session lives on.
+fn a_session_survives_its_client(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    cell(&server, &id, "kept = 'still here'");
+    let stream = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    let request = json!({"brig": 1, "type": "session_exec", "session": id, "code": "import time\ntime.sleep(60)"});
+    common::serve::send_frame(&stream, request.to_string().as_bytes(), &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stream);
+    // (Had the abandoned 60 s cell run on, this reply would not come within the
+    // reader's 30 s.)
+    let after = cell(&server, &id, "kept");
+    assert_eq!(after["result"], "'still here'", "{after}");
+    close(&server, &id);
 }
