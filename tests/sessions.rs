@@ -33,6 +33,7 @@ both_modes!(
     a_pooled_session_is_fresh,
     node_cells_keep_their_state,
     a_session_survives_its_client,
+    sigterm_ends_the_open_sessions,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -789,4 +790,31 @@ fn a_session_survives_its_client(mode: Mode) {
     let after = cell(&server, &id, "kept");
     assert_eq!(after["result"], "'still here'", "{after}");
     close(&server, &id);
+}
+
+/// SIGTERM: the server ends its open sessions (nothing of them left) and exits 0.
+fn sigterm_ends_the_open_sessions(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "1", "--session-pool", "1"]);
+    let marker = marker("drained");
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
+    cell(&server, &id, "x = 1");
+    let runners = runners(&server);
+    assert!(!processes_with_environ(&marker).is_empty());
+    let stopped = server.stop();
+    assert!(stopped.status.success(), "{}", describe(&stopped));
+    assert!(
+        processes_with_environ(&marker).is_empty(),
+        "a session outlived the server"
+    );
+    for runner in runners {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{runner}")).exists(),
+            "runner {runner} outlived the server"
+        );
+        assert!(
+            jail_cgroups_of(runner).is_empty(),
+            "cgroups left by {runner}"
+        );
+    }
 }

@@ -312,6 +312,18 @@ impl FrameReader {
         }
     }
 
+    /// Whether a whole frame is buffered already (a poll of the socket would not say so).
+    pub fn has_frame(&self) -> bool {
+        self.buffer.len() >= 4
+            && self.buffer.len()
+                >= 4 + u32::from_be_bytes([
+                    self.buffer[0],
+                    self.buffer[1],
+                    self.buffer[2],
+                    self.buffer[3],
+                ]) as usize
+    }
+
     fn take_frame(&mut self) -> Result<Option<Read>> {
         if self.buffer.len() < 4 {
             return Ok(None);

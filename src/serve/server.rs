@@ -400,17 +400,17 @@ impl Server {
             );
         }
         self.incoming.clear();
-        // An idle runner sees its control socket close and exits, dropping its jail. A
-        // session's runner sees it shut and ends its session; the server waits for it.
-        self.runners
-            .retain(|runner| matches!(runner.state, RunnerState::Busy | RunnerState::Session));
+        // An idle runner sees its control socket shut and exits, dropping its jail; a
+        // session's runner ends its session. The server waits for every runner, so that
+        // nothing of it is left once it has exited.
         for runner in &mut self.runners {
-            if runner.state == RunnerState::Session {
+            if runner.state != RunnerState::Busy {
                 let _ = nix::sys::socket::shutdown(
                     runner.control.as_raw_fd(),
                     nix::sys::socket::Shutdown::Both,
                 );
                 runner.silent = true;
+                runner.pooled = false;
             }
         }
     }
@@ -939,7 +939,12 @@ impl Server {
             &frame,
             &[connection.as_fd(), memfd.as_fd()],
         )
-        .map_err(|_| gone())?;
+        .map_err(|err| match err.errno() {
+            Some(nix::errno::Errno::EAGAIN) => Error::setup(format!(
+                "brig serve: session {id} has too many requests waiting; retry once its current one is answered"
+            )),
+            _ => gone(),
+        })?;
         session.last_request = Instant::now();
         session.requests += 1;
         Ok(())

@@ -265,6 +265,7 @@ impl<'p> Session<'p> {
         let idle = Duration::from_millis(idle_timeout_ms);
         let mut last_request = Instant::now();
         let mut closed_by = None;
+        let mut reader = FrameReader::default();
         let why = loop {
             let deadline = ends_at.min(last_request + idle);
             let mut fds = [
@@ -272,8 +273,13 @@ impl<'p> Session<'p> {
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
                 PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
             ];
-            let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
-            let ready = fds.map(|fd| fd.any().unwrap_or(false));
+            let timeout = match reader.has_frame() {
+                true => PollTimeout::ZERO,
+                false => poll_timeout(Some(deadline)),
+            };
+            let _ = nix::poll::poll(&mut fds, timeout);
+            let mut ready = fds.map(|fd| fd.any().unwrap_or(false));
+            ready[0] |= reader.has_frame();
             if ready[1] {
                 break "its jail ended";
             }
@@ -289,7 +295,7 @@ impl<'p> Session<'p> {
             if !ready[0] {
                 continue;
             }
-            let Ok(Some((body, mut fds))) = FrameReader::default().read_blocking(control) else {
+            let Ok(Some((body, mut fds))) = reader.read_blocking(control) else {
                 break "the server went away";
             };
             last_request = Instant::now();
@@ -322,7 +328,6 @@ impl<'p> Session<'p> {
         );
         let message = format!("brig serve: session {} ended: {why}", self.id);
         nonblocking(control);
-        let mut reader = FrameReader::default();
         while let Ok(protocol::Read::Frame(_, fds)) = reader.read(control.as_fd()) {
             if let Some(connection) = fds.first() {
                 let _ = protocol::write_frame(
