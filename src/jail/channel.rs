@@ -44,7 +44,7 @@ pub struct ParentEnd {
 /// 4, ...), when brig gives them with the program instead of letting it inherit init's.
 pub type Stdio = Vec<OwnedFd>;
 
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Message {
     /// The jail is assembled; its init waits for the program.
     Ready,

@@ -9,7 +9,7 @@ use crate::plan::Plan;
 use crate::procfs::Stat;
 use crate::{privileges, sys};
 use nix::sys::signal::{SigSet, Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
 /// The signals brig and the jail's init pass on to the program.
@@ -78,21 +78,34 @@ fn reap(program: Pid, channel: &ChildEnd) {
             let (user, system) = stat.cpu(false);
             (user + system).as_millis() as u64
         });
-    loop {
-        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == program => {
+    // The program's own usage goes first: brig may report the run from it before init
+    // (and with it the jail) is gone.
+    while let Ok(Some((pid, status, usage))) = sys::wait4_any_nohang() {
+        if pid != program {
+            continue;
+        }
+        let (code, signal) = match status {
+            WaitStatus::Exited(_, code) => (Some(code), None),
+            WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+            _ => continue,
+        };
+        channel.send(&Message::Ended {
+            id: 0,
+            end: ended(code, signal, &usage),
+        });
+        match (code, signal) {
+            (Some(code), _) => {
                 channel.send(&Message::Exited(code));
                 sys::exit_now(code);
             }
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == program => {
+            (None, signal) => {
+                let signal = signal.unwrap_or(libc::SIGKILL);
                 channel.send(&Message::Signaled {
-                    signal: signal as i32,
+                    signal,
                     cpu_ms: cpu_before_reaping.unwrap_or(0),
                 });
-                sys::exit_now(128 + signal as i32);
+                sys::exit_now(128 + signal);
             }
-            Ok(WaitStatus::StillAlive) | Err(_) => return,
-            Ok(_) => {}
         }
     }
 }
@@ -208,17 +221,9 @@ fn reap_programs(programs: &mut std::collections::HashMap<Pid, (u32, bool)>, cha
             WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
             _ => (None, None),
         };
-        let micros =
-            |tv: libc::timeval| tv.tv_sec.max(0) as u64 * 1_000_000 + tv.tv_usec.max(0) as u64;
         channel.send(&Message::Ended {
             id,
-            end: Ended {
-                code,
-                signal,
-                cpu_user_us: micros(usage.ru_utime),
-                cpu_sys_us: micros(usage.ru_stime),
-                max_rss_kib: usage.ru_maxrss.max(0) as u64,
-            },
+            end: ended(code, signal, &usage),
         });
     }
 }
@@ -258,5 +263,16 @@ fn sweep(plan: &Plan, keep: &[Pid]) {
         if !found {
             return;
         }
+    }
+}
+
+fn ended(code: Option<i32>, signal: Option<i32>, usage: &libc::rusage) -> Ended {
+    let micros = |tv: libc::timeval| tv.tv_sec.max(0) as u64 * 1_000_000 + tv.tv_usec.max(0) as u64;
+    Ended {
+        code,
+        signal,
+        cpu_user_us: micros(usage.ru_utime),
+        cpu_sys_us: micros(usage.ru_stime),
+        max_rss_kib: usage.ru_maxrss.max(0) as u64,
     }
 }

@@ -268,9 +268,33 @@ impl<'p> Jail<'p> {
     /// [`Jail::run`], with `stdio` as the program's standard input, output and error (a
     /// server gives a pooled jail its client's); the jail must come from
     /// [`Jail::assemble_for_streams`].
-    pub fn run_with_stdio(mut self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
+    pub fn run_with_stdio(self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
+        self.run_reporting_early(program, stdio, |_| {})
+    }
+
+    /// [`Jail::run_with_stdio`], calling `ended` with the run's report as soon as the
+    /// program has ended, before the jail is torn down (init's exit, the namespaces, the
+    /// cgroup), where that report is already whole: a jail without an output relay, a
+    /// network to record or a seccomp log. A server answers its client there; the
+    /// teardown then costs the client nothing. The report returned is the final one.
+    pub fn run_reporting_early(
+        mut self,
+        program: &Program,
+        stdio: Option<Stdio>,
+        ended: impl FnOnce(&RunReport),
+    ) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;
+        let early = self.relay.is_none()
+            && plan.network.is_none()
+            && plan.seccomp.mode != seccomp::Mode::Log;
+        if early {
+            nix::fcntl::fcntl(
+                self.channel.report_fd(),
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            )
+            .context(|| "make the jail's report pipe non-blocking".into())?;
+        }
         // With --output-limit the program writes into the relay, which forwards to the
         // given stdout and stderr within the limit.
         let stdio = match (stdio, self.relay_ends.take(), self.relay.as_mut()) {
@@ -299,19 +323,33 @@ impl<'p> Jail<'p> {
         // The jail holds them now; brig's copies would keep a client's pipe open.
         drop(stdio);
         let deadline = self.time_limit.map(|limit| started + limit.0);
+        let mut early_messages = Vec::new();
         let watch = Watch {
             relay: self.relay.as_mut(),
             audit: self.audit.as_mut(),
             oom: self.cgroup.as_ref().and_then(JailCgroup::oom_events),
+            report: early.then_some(EarlyReport {
+                channel: &self.channel,
+                pending: Vec::new(),
+                messages: &mut early_messages,
+            }),
         };
         let ending = self.init.supervise(&self.signals, deadline, watch)?;
+        if ending.program_ended {
+            let wall = started.elapsed();
+            if let Ok(report) = self.early_report(&early_messages, wall) {
+                ended(&report);
+            }
+            self.init.wait_for_exit();
+        }
         let (init_status, reaped) = self.reap();
         let wall = started.elapsed();
         let network = forwarder.map(Forwarder::finish);
         if let Some(relay) = self.relay.as_mut() {
             relay.drain();
         }
-        let messages = self.channel.collect();
+        let mut messages = early_messages;
+        messages.extend(self.channel.collect());
         let mut outcome = decide(messages, init_status, ending.by)?;
         let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
         let cgroup = self.cgroup.as_ref();
@@ -348,6 +386,46 @@ impl<'p> Jail<'p> {
     fn reap(&mut self) -> (Option<WaitStatus>, Measured) {
         self.reaped = true;
         self.init.reap()
+    }
+
+    /// The report of a program that ended by itself, from init's word and the cgroup's
+    /// counters, while the jail is still there.
+    fn early_report(&self, messages: &[Message], wall: Duration) -> Result<RunReport> {
+        let end = messages
+            .iter()
+            .find_map(|message| match message {
+                Message::Ended { end, .. } => Some(*end),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let outcome = decide(
+            messages
+                .iter()
+                .filter(|message| !matches!(message, Message::Ended { .. }))
+                .cloned()
+                .collect(),
+            None,
+            EndedBy::Program,
+        )?;
+        let cgroup = self.cgroup.as_ref();
+        let cgroup_usage = cgroup.map(JailCgroup::usage);
+        let cpu = |from_cgroup: Option<u64>, own: u64| {
+            Duration::from_micros(from_cgroup.unwrap_or(own))
+        };
+        Ok(RunReport {
+            outcome,
+            time_limit: self.time_limit,
+            wall,
+            cpu_user: cpu(cgroup_usage.and_then(|u| u.cpu_user_usec), end.cpu_user_us),
+            cpu_sys: cpu(cgroup_usage.and_then(|u| u.cpu_sys_usec), end.cpu_sys_us),
+            max_rss_kib: end.max_rss_kib,
+            cgroup_version: cgroup.map(JailCgroup::version),
+            cgroup_usage,
+            out_of_memory: false,
+            output: None,
+            seccomp_log: None,
+            network: None,
+        })
     }
 
     /// Kills every process of the jail at once and reaps init (a session's end).
@@ -441,6 +519,8 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 struct Ending {
     by: EndedBy,
     at_kill: Option<Measured>,
+    /// Init reported the program's end; init itself may not have exited yet.
+    program_ended: bool,
 }
 
 impl Ending {
@@ -523,6 +603,14 @@ struct Watch<'a> {
     audit: Option<&'a mut seccomp::AuditLog>,
     /// v1 OOM notifications (see `JailCgroup::oom_events`).
     oom: Option<OwnedFd>,
+    /// To report the run before the jail's teardown: the jail's messages as they come.
+    report: Option<EarlyReport<'a>>,
+}
+
+struct EarlyReport<'a> {
+    channel: &'a ParentEnd,
+    pending: Vec<u8>,
+    messages: &'a mut Vec<Message>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -532,6 +620,7 @@ enum Source {
     Output(usize),
     Audit,
     Oom,
+    Report,
 }
 
 /// How long brig's helper waits for the process that signals the jail from inside, in ms.
@@ -559,6 +648,7 @@ impl Init {
         let mut ending = Ending {
             by: EndedBy::Program,
             at_kill: None,
+            program_ended: false,
         };
         let mut deadline = deadline;
         let mut stop_at: Option<Instant> = None;
@@ -591,6 +681,11 @@ impl Init {
             }
             if let Some(oom) = &watch.oom {
                 sources.push((Source::Oom, oom.as_fd()));
+            }
+            if let Some(report) = &watch.report
+                && ending.by == EndedBy::Program
+            {
+                sources.push((Source::Report, report.channel.report_fd()));
             }
             let mut fds: Vec<PollFd> = sources
                 .iter()
@@ -640,8 +735,23 @@ impl Init {
                             }
                         }
                     }
+                    Source::Report => {
+                        if let Some(report) = watch.report.as_mut() {
+                            let arrived = report.channel.read_available(&mut report.pending);
+                            let status = arrived.iter().any(|message| {
+                                matches!(message, Message::Exited(_) | Message::Signaled { .. })
+                            });
+                            report.messages.extend(arrived);
+                            if status && ending.by == EndedBy::Program {
+                                ending.program_ended = true;
+                            }
+                        }
+                    }
                     Source::Exit => {}
                 }
+            }
+            if ending.program_ended {
+                return Ok(ending);
             }
             if ready.contains(&Source::Exit) {
                 return Ok(ending);
@@ -666,6 +776,12 @@ impl Init {
     fn kill(&self) {
         self.kill_init();
         self.signal_from_inside(Signal::SIGKILL);
+    }
+
+    /// Blocks until init has exited (it does once it has reported the program's end).
+    fn wait_for_exit(&self) {
+        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+        while let Err(nix::errno::Errno::EINTR) = poll(&mut fds, PollTimeout::NONE) {}
     }
 
     fn kill_init(&self) {

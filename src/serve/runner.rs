@@ -46,6 +46,8 @@ pub enum Report {
     Ready,
     /// The pooled jail could not be assembled.
     Failed { message: String },
+    /// The client has its answer; the jail is being torn down.
+    Answered,
 }
 
 /// How a runner starts.
@@ -77,7 +79,7 @@ pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
     let code = match start {
         Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
         Start::WarmPython(plan) => super::warm::python(&control, plan, audit_log.as_ref()),
-        Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref()),
+        Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref(), &control),
         Start::SessionPool(plan, options) => {
             super::session::pooled(&control, plan, options, audit_log.as_ref())
         }
@@ -122,16 +124,16 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     let Ok(job) = serde_json::from_slice::<Job>(&body) else {
         return 1;
     };
-    run_job(jail, plan, job, fds, audit_log)
+    run_job(jail, plan, job, fds, audit_log, control)
 }
 
-fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>) -> i32 {
+fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &OwnedFd) -> i32 {
     let plan = match Plan::resolve(job.options.clone()) {
         Ok(plan) => plan,
         Err(err) => return answer_error(&fds, &err),
     };
     match Jail::assemble_for_streams(&plan) {
-        Ok(jail) => run_job(jail, &plan, job, fds, audit_log),
+        Ok(jail) => run_job(jail, &plan, job, fds, audit_log, control),
         Err(err) => answer_error(&fds, &err),
     }
 }
@@ -151,6 +153,7 @@ fn run_job(
     job: Job,
     fds: Vec<OwnedFd>,
     audit_log: Option<&PathBuf>,
+    control: &OwnedFd,
 ) -> i32 {
     let (connection, stdio, capture) = match client_streams(&job, fds, plan.limits.output_limit) {
         Ok(streams) => streams,
@@ -159,11 +162,26 @@ fn run_job(
     jail.limit_time(job.time_limit);
     let init = jail.init_pidfd().try_clone_to_owned().ok();
     watch_client(&connection, init);
-    let verdict = match jail.run_with_stdio(&job.program, Some(stdio)) {
-        Ok(report) => Verdict::of_run(plan, &report),
-        Err(err) => Verdict::of_setup_error(Some(plan), &err),
-    };
-    answer(&connection, &verdict, &job, capture, audit_log);
+    // The client is answered as soon as its program has ended, the jail's teardown
+    // after that (with captured output, once the pipes are drained: after it).
+    let mut answered = false;
+    let early = capture.is_none();
+    let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
+        if early {
+            answer(&connection, &Verdict::of_run(plan, report), &job, None, audit_log);
+            // The server may now build the next jail without slowing this client.
+            let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+            answered = true;
+        }
+    });
+    if !answered {
+        let verdict = match result {
+            Ok(report) => Verdict::of_run(plan, &report),
+            Err(err) => Verdict::of_setup_error(Some(plan), &err),
+        };
+        answer(&connection, &verdict, &job, capture, audit_log);
+        let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+    }
     0
 }
 

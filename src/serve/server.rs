@@ -67,6 +67,8 @@ struct Runner {
     /// Its end of the control socket closed: no longer polled (it stays listed until
     /// SIGCHLD reaps it).
     silent: bool,
+    /// Busy with a run whose client has no answer yet: the pool's refill waits for it.
+    answering: bool,
 }
 
 /// A connection whose request has not fully arrived.
@@ -756,6 +758,7 @@ impl Server {
                 let fds: Vec<BorrowedFd> = pending.fds.iter().map(AsFd::as_fd).collect();
                 runner.state = RunnerState::Busy;
                 runner.pooled = false;
+                runner.answering = true;
                 if protocol::write_frame(runner.control.as_fd(), &pending.job, &fds).is_err() {
                     refuse(
                         &pending.fds[0],
@@ -1005,6 +1008,23 @@ impl Server {
                     runner.pooled && runner.warm == warm && runner.for_session == for_session
                 })
                 .count();
+            // While a client waits for its answer, the next jail is built only if the
+            // pool has none ready of its kind: building takes the CPUs that client's
+            // run needs.
+            let ready = self
+                .runners
+                .iter()
+                .filter(|runner| {
+                    runner.pooled
+                        && runner.state == RunnerState::Ready
+                        && runner.warm == warm
+                        && runner.for_session == for_session
+                })
+                .count();
+            let answering = self.runners.iter().any(|runner| runner.answering);
+            if answering && ready > 0 {
+                continue;
+            }
             for _ in pooled..wanted {
                 let what = match for_session {
                     true => Spawn::SessionPool,
@@ -1059,6 +1079,7 @@ impl Server {
                 runner::main(runner_end, start, audit_log);
             }
             Some(pid) => {
+                let answering = matches!(what, Spawn::ForJob(..));
                 let (state, session) = match what {
                     _ if pooled => (RunnerState::Assembling, None),
                     Spawn::ForSession(start) => (RunnerState::Session, session_entry(&start.open)),
@@ -1074,6 +1095,7 @@ impl Server {
                     for_session,
                     session,
                     silent: false,
+                    answering,
                 });
                 Ok(())
             }
@@ -1099,6 +1121,9 @@ impl Server {
                     self.failures_in_a_row = 0;
                     self.count_ready();
                     self.dispatch_queued();
+                }
+                Ok(Report::Answered) => {
+                    self.runners[at].answering = false;
                 }
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;

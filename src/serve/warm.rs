@@ -83,12 +83,13 @@ pub fn python(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i3
         chdir: plan.chdir.clone(),
     };
     let init = jail.init_pidfd().try_clone_to_owned().ok();
-    let control = match control.try_clone() {
+    let handed_control = match control.try_clone() {
         Ok(control) => control,
         Err(_) => return 1,
     };
     let output_limit = plan.limits.output_limit;
-    let handler = std::thread::spawn(move || hand_over(&control, ours, init, output_limit));
+    let handler =
+        std::thread::spawn(move || hand_over(&handed_control, ours, init, output_limit));
     let report = jail.run_with_stdio(
         &program,
         Some(vec![stdin, stdout, stderr, OwnedFd::from(python_end)]),
@@ -123,6 +124,7 @@ pub fn python(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i3
         Err(err) => Verdict::of_setup_error(Some(plan), &err),
     };
     runner::answer(&connection, &verdict, &job, capture, audit_log);
+    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
     0
 }
 
