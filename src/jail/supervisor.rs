@@ -27,7 +27,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 /// How the program ended.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Outcome {
     Exited(i32),
     Signaled {
@@ -66,6 +66,7 @@ impl Outcome {
 }
 
 /// Everything brig learned about one run.
+#[derive(Clone)]
 pub struct RunReport {
     pub outcome: Outcome,
     /// The wall-clock limit the run had (the plan's, or one given for this run).
@@ -409,9 +410,8 @@ impl<'p> Jail<'p> {
         )?;
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
-        let cpu = |from_cgroup: Option<u64>, own: u64| {
-            Duration::from_micros(from_cgroup.unwrap_or(own))
-        };
+        let cpu =
+            |from_cgroup: Option<u64>, own: u64| Duration::from_micros(from_cgroup.unwrap_or(own));
         Ok(RunReport {
             outcome,
             time_limit: self.time_limit,

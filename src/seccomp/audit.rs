@@ -19,7 +19,7 @@ pub struct AuditLog {
 }
 
 /// What the kernel logged while the jail ran.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Logged {
     /// Calls the profile would have denied (SECCOMP_RET_LOG in log mode), sorted.
     pub allowed: Vec<String>,

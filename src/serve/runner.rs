@@ -117,6 +117,7 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
     }
+    let watcher = ClientWatcher::start(jail.init_pidfd().try_clone_to_owned().ok());
     // The server gone (or draining) closes the control socket: the jail goes unused.
     let Ok(Some((body, fds))) = FrameReader::default().read_blocking(control) else {
         return 0;
@@ -124,7 +125,7 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     let Ok(job) = serde_json::from_slice::<Job>(&body) else {
         return 1;
     };
-    run_job(jail, plan, job, fds, audit_log, control)
+    run_job(jail, plan, job, fds, audit_log, control, watcher)
 }
 
 fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &OwnedFd) -> i32 {
@@ -133,7 +134,10 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &O
         Err(err) => return answer_error(&fds, &err),
     };
     match Jail::assemble_for_streams(&plan) {
-        Ok(jail) => run_job(jail, &plan, job, fds, audit_log, control),
+        Ok(jail) => {
+            let watcher = ClientWatcher::start(jail.init_pidfd().try_clone_to_owned().ok());
+            run_job(jail, &plan, job, fds, audit_log, control, watcher)
+        }
         Err(err) => answer_error(&fds, &err),
     }
 }
@@ -154,21 +158,27 @@ fn run_job(
     fds: Vec<OwnedFd>,
     audit_log: Option<&PathBuf>,
     control: &OwnedFd,
+    watcher: ClientWatcher,
 ) -> i32 {
     let (connection, stdio, capture) = match client_streams(&job, fds, plan.limits.output_limit) {
         Ok(streams) => streams,
         Err(code) => return code,
     };
     jail.limit_time(job.time_limit);
-    let init = jail.init_pidfd().try_clone_to_owned().ok();
-    watch_client(&connection, init);
+    watcher.watch(&connection);
     // The client is answered as soon as its program has ended, the jail's teardown
     // after that (with captured output, once the pipes are drained: after it).
     let mut answered = false;
     let early = capture.is_none();
     let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
         if early {
-            answer(&connection, &Verdict::of_run(plan, report), &job, None, audit_log);
+            answer(
+                &connection,
+                &Verdict::of_run(plan, report),
+                &job,
+                None,
+                audit_log,
+            );
             // The server may now build the next jail without slowing this client.
             let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
             answered = true;
@@ -244,41 +254,55 @@ pub(super) fn answer(
 }
 
 /// Passes the client's `signal` frames on to the program (through this process's signal
-/// queue, which the supervisor forwards) and ends the jail when the client goes away.
-pub(super) fn watch_client(connection: &OwnedFd, init: Option<OwnedFd>) {
-    let Ok(connection) = connection.try_clone() else {
-        return;
-    };
-    let forwarded = crate::jail::forwarded_signals();
-    let _ = std::thread::Builder::new()
-        .name("brig-client".into())
-        .spawn(move || {
-            let mut reader = FrameReader::default();
-            loop {
-                match reader.read_blocking(&connection) {
-                    Ok(Some((body, _))) => {
-                        if let Ok(Request::Signal { signal }) = protocol::parse_request(&body)
-                            && let Ok(signal) = Signal::try_from(signal)
-                        {
-                            if forwarded.contains(signal) {
-                                let _ = nix::sys::signal::kill(nix::unistd::getpid(), signal);
-                            } else if signal == Signal::SIGKILL
-                                && let Some(init) = &init
+/// queue, which the supervisor forwards) and ends the jail when the client goes away. Its
+/// thread is started before the request comes, so that creating it costs the client
+/// nothing; it waits for the client's connection.
+pub(super) struct ClientWatcher(std::sync::mpsc::Sender<OwnedFd>);
+
+impl ClientWatcher {
+    /// `init`: the jail's init, killed when the client goes away.
+    pub(super) fn start(init: Option<OwnedFd>) -> ClientWatcher {
+        let (sender, receiver) = std::sync::mpsc::channel::<OwnedFd>();
+        let forwarded = crate::jail::forwarded_signals();
+        let _ = std::thread::Builder::new()
+            .name("brig-client".into())
+            .spawn(move || {
+                let Ok(connection) = receiver.recv() else {
+                    return;
+                };
+                let end_jail = || {
+                    if let Some(init) = &init {
+                        let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
+                    }
+                };
+                let mut reader = FrameReader::default();
+                loop {
+                    match reader.read_blocking(&connection) {
+                        Ok(Some((body, _))) => {
+                            if let Ok(Request::Signal { signal }) = protocol::parse_request(&body)
+                                && let Ok(signal) = Signal::try_from(signal)
                             {
-                                let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
+                                if forwarded.contains(signal) {
+                                    let _ = nix::sys::signal::kill(nix::unistd::getpid(), signal);
+                                } else if signal == Signal::SIGKILL {
+                                    end_jail();
+                                }
                             }
                         }
-                    }
-                    // Gone (or speaking nonsense): the run is of no use to anyone.
-                    _ => {
-                        if let Some(init) = &init {
-                            let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
-                        }
-                        return;
+                        // Gone (or speaking nonsense): the run is of no use to anyone.
+                        _ => return end_jail(),
                     }
                 }
-            }
-        });
+            });
+        ClientWatcher(sender)
+    }
+
+    /// Watches `connection` from now on.
+    pub(super) fn watch(self, connection: &OwnedFd) {
+        if let Ok(connection) = connection.try_clone() {
+            let _ = self.0.send(connection);
+        }
+    }
 }
 
 /// `capture` mode: pipes for the program's streams, a thread feeding stdin and one

@@ -8,7 +8,7 @@
 use super::protocol;
 use super::runner::{self, Job, Report};
 use crate::error::Error;
-use crate::jail::{Jail, Outcome, Program};
+use crate::jail::{Jail, Outcome, Program, RunReport};
 use crate::plan::Plan;
 use crate::sys;
 use crate::verdict::Verdict;
@@ -88,44 +88,69 @@ pub fn python(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i3
         Err(_) => return 1,
     };
     let output_limit = plan.limits.output_limit;
-    let handler =
-        std::thread::spawn(move || hand_over(&handed_control, ours, init, output_limit));
-    let report = jail.run_with_stdio(
+    let handler = std::thread::spawn(move || hand_over(&handed_control, ours, init, output_limit));
+    // Answered as soon as Python has ended (its report is with the handler by then),
+    // before the jail's teardown; with captured output, once the pipes are drained.
+    let mut handler = Some(handler);
+    let mut handed: Option<Handed> = None;
+    let mut answered = false;
+    let result = jail.run_reporting_early(
         &program,
         Some(vec![stdin, stdout, stderr, OwnedFd::from(python_end)]),
+        |report| {
+            if let Some(Ok(Some(done))) = handler.take().map(std::thread::JoinHandle::join) {
+                if done.capture.is_none() && !done.timed_out {
+                    let verdict = warm_verdict(plan, Ok(report.clone()), &done);
+                    runner::answer(&done.connection, &verdict, &done.job, None, audit_log);
+                    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+                    answered = true;
+                }
+                handed = Some(done);
+            }
+        },
     );
-    let Ok(Some(handed)) = handler.join() else {
+    if answered {
         return 0;
+    }
+    let handed = match handed {
+        Some(handed) => handed,
+        None => match handler.map(std::thread::JoinHandle::join) {
+            Some(Ok(Some(handed))) => handed,
+            _ => return 0,
+        },
     };
+    let verdict = warm_verdict(plan, result, &handed);
     let Handed {
         job,
         connection,
         capture,
-        started,
-        usage,
-        timed_out,
+        ..
     } = handed;
-    let verdict = match report {
+    runner::answer(&connection, &verdict, &job, capture, audit_log);
+    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+    0
+}
+
+/// The verdict of a warm run: the request's own wall and CPU time, its time limit.
+fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &Handed) -> Verdict {
+    match report {
         Ok(mut report) => {
-            report.time_limit = job.time_limit;
-            report.wall = started.elapsed();
-            if timed_out {
+            report.time_limit = handed.job.time_limit;
+            report.wall = handed.started.elapsed();
+            if handed.timed_out {
                 report.outcome = Outcome::TimedOut;
             }
             let mut verdict = Verdict::of_run(plan, &report);
             verdict.warm = true;
             verdict.wall_ms = report.wall.as_millis() as u64;
-            if let Some(usage) = usage {
+            if let Some(usage) = &handed.usage {
                 verdict.cpu_user_ms = usage.cpu_user_ms;
                 verdict.cpu_sys_ms = usage.cpu_sys_ms;
             }
             verdict
         }
         Err(err) => Verdict::of_setup_error(Some(plan), &err),
-    };
-    runner::answer(&connection, &verdict, &job, capture, audit_log);
-    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
-    0
+    }
 }
 
 fn failed(control: &OwnedFd, err: &Error) -> i32 {
@@ -176,6 +201,8 @@ fn hand_over(
         end_jail();
         return None;
     }
+    let watcher =
+        runner::ClientWatcher::start(init.as_ref().and_then(|init| init.try_clone().ok()));
     let Ok(Some((body, fds))) = protocol::FrameReader::default().read_blocking(control) else {
         end_jail();
         return None;
@@ -196,10 +223,7 @@ fn hand_over(
         return None;
     }
     drop(streams);
-    runner::watch_client(
-        &connection,
-        init.as_ref().and_then(|init| init.try_clone().ok()),
-    );
+    watcher.watch(&connection);
     let (usage, timed_out) = wait_for_python(
         &mut python,
         job.time_limit.map(|limit| started + limit.0),
