@@ -1,7 +1,8 @@
-//! Warm Python (`brig serve --warm-python N`): a set of programs run by a cold `python3`
-//! in a one-shot jail and by a warm interpreter of the server must print the same stdout
-//! and stderr and end with the same status, as root and rootless. And the warm run is
-//! reported as such.
+//! Warm Python and Node (`brig serve --warm-python N`, `--warm-node N`): a set of
+//! programs run by a cold `python3` (`node`) in a one-shot jail and by a warm interpreter
+//! of the server must print the same stdout and stderr and end with the same status, as
+//! root and rootless (for Node, stack frames below the program's own differ: they are
+//! left out of the comparison). And the warm run is reported as such.
 
 #[macro_use]
 mod common;
@@ -15,7 +16,9 @@ use std::process::{Output, Stdio};
 both_modes!(
     warm_python_behaves_as_a_cold_start,
     signals_reach_a_warm_python,
-    a_warm_run_is_reported_as_warm
+    a_warm_run_is_reported_as_warm,
+    warm_node_behaves_as_a_cold_start,
+    a_warm_node_is_stopped_and_signaled_as_a_cold_one,
 );
 
 const MAIN_PY: &str = r#"import os, sys, helper
@@ -203,4 +206,170 @@ fn a_warm_run_is_reported_as_warm(mode: Mode) {
         (Some("timeout"), Some(true)),
         "{verdict}"
     );
+}
+
+const MAIN_JS: &str = "const helper = require('./helper');\nconsole.log(require.main === module, __filename, __dirname, process.argv.slice(1), helper.where());\nconsole.log('cwd', process.cwd(), 'HOME' in process.env, process.execArgv);\n";
+
+const HELPER_JS: &str = "exports.where = () => require('path').basename(__filename);\n";
+
+/// (arguments after `node`, stdin): each must behave the same warm and cold.
+fn node_programs() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
+        (
+            vec![
+                "-e",
+                "console.log(process.argv, require.main, typeof require, __filename, process.execArgv.length)",
+                "a",
+                "b",
+            ],
+            "",
+        ),
+        (
+            vec![
+                "-e",
+                "process.exitCode = 3; setTimeout(() => console.log('later'), 10)",
+            ],
+            "",
+        ),
+        (vec!["-e", "throw new Error('boom')"], ""),
+        (vec!["-e", "Promise.reject(new TypeError('nope'))"], ""),
+        (vec!["-e", "x = ("], ""),
+        (vec!["-e", "process.exit(5)"], ""),
+        (
+            vec![
+                "-e",
+                "process.stdin.on('data', d => process.stdout.write(d.toString().toUpperCase()))",
+            ],
+            "from stdin\n",
+        ),
+        (
+            vec![
+                "-e",
+                "process.on('exit', c => console.log('bye', c)); console.error('to stderr')",
+            ],
+            "",
+        ),
+        (
+            vec!["-e", "function f() { g() }\nfunction g() { null.x }\nf()"],
+            "",
+        ),
+        (
+            vec!["-e", "import('path').then(m => console.log(typeof m.join))"],
+            "",
+        ),
+        (vec!["/task/main.js", "x", "--y"], ""),
+        (
+            vec!["-", "arg"],
+            "console.log('stdin script', process.argv.slice(1)); process.exitCode = 4\n",
+        ),
+        (vec![], "console.log('no arguments at all')\n"),
+    ]
+}
+
+/// stderr without stack frames (`    at ...`), which differ below the program's own.
+fn without_frames(text: &str) -> String {
+    text.lines()
+        .filter(|line| !line.starts_with("    at "))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+fn warm_node_behaves_as_a_cold_start(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let task = TempDir::new("warm-node-task");
+    task.file("main.js", MAIN_JS);
+    task.file("helper.js", HELPER_JS);
+    let bind = format!("{}:/task", task.str());
+    let server = Server::start(
+        mode,
+        &["--pool", "0", "--warm-node", "2", "--ro-bind", &bind],
+    );
+    let mut warm_runs = 0;
+    for (args, stdin) in node_programs() {
+        let mut cold = vec!["run", "--quiet-limits", "--ro-bind", &bind, "--", "node"];
+        cold.extend(&args);
+        let mut warm = vec!["run", "--server", server.socket(), "--", "node"];
+        warm.extend(&args);
+        let (cold_output, warm_output) = (
+            run_with_stdin(mode, &cold, stdin),
+            run_with_stdin(mode, &warm, stdin),
+        );
+        let what = format!("node {args:?}");
+        assert_eq!(
+            warm_output.status.code(),
+            cold_output.status.code(),
+            "{what}: {}",
+            describe(&warm_output)
+        );
+        assert_eq!(stdout(&warm_output), stdout(&cold_output), "{what}");
+        assert_eq!(
+            without_frames(&stderr(&warm_output)),
+            without_frames(&stderr(&cold_output)),
+            "{what}"
+        );
+        warm_runs += 1;
+    }
+    let status = server.status();
+    assert_eq!(
+        status["warm_runs"], warm_runs,
+        "every run was warm: {status}"
+    );
+}
+
+fn a_warm_node_is_stopped_and_signaled_as_a_cold_one(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0", "--warm-node", "1"]);
+    let warm_ready = || server.status()["warm_node_ready"] == 1;
+    assert!(wait_until(std::time::Duration::from_secs(10), warm_ready));
+    let dir = TempDir::new("warm-node-verdict").writable_by_all();
+    let report = dir.path().join("v.json");
+    let report = report.to_str().unwrap();
+    let output = server.run(
+        &["--time-limit", "1s", "--report", report],
+        &["node", "-e", "while (true) {}"],
+    );
+    assert_eq!(code(&output), 124, "{}", describe(&output));
+    let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+    assert_eq!(
+        (verdict["status"].as_str(), verdict["warm"].as_bool()),
+        (Some("timeout"), Some(true)),
+        "{verdict}"
+    );
+    assert!(wait_until(std::time::Duration::from_secs(10), warm_ready));
+    let program = "console.log('ready'); setTimeout(() => {}, 30000)";
+    let mut client = command(
+        mode,
+        &[
+            "run",
+            "--server",
+            server.socket(),
+            "--",
+            "node",
+            "-e",
+            program,
+        ],
+    );
+    client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut client = Running::spawn(client);
+    let mut ready = [0u8; 6];
+    client
+        .child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut ready)
+        .unwrap();
+    kill(client.pid(), libc::SIGTERM);
+    let output = client.wait();
+    assert_eq!(
+        output.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(server.status()["warm_runs"], 2);
 }

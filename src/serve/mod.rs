@@ -47,6 +47,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub warm_python: usize,
 
+    /// Pooled jails with Node already started inside (under all their restrictions):
+    /// `node -e CODE`, `node SCRIPT` and `node -` requests of the pool's shape skip its
+    /// startup.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub warm_node: usize,
+
     /// Session jails kept assembled, with Python started inside, for `session_create`
     /// requests of the server's shape.
     #[arg(long, value_name = "N", default_value_t = 0)]

@@ -167,6 +167,9 @@ pub struct Status {
     pub ready: usize,
     pub warm_python: usize,
     pub warm_ready: usize,
+    /// Wanted and ready warm Node jails.
+    pub warm_node: usize,
+    pub warm_node_ready: usize,
     /// Jails running a program now, and the most at once (`--max-jails`).
     pub running: usize,
     pub max_jails: usize,
@@ -175,7 +178,7 @@ pub struct Status {
     pub runs: u64,
     /// Runs served by a pooled jail, and by one built for the request.
     pub pooled_runs: u64,
-    /// Runs served by a warm Python.
+    /// Runs served by a warm Python or Node.
     pub warm_runs: u64,
     pub refused: u64,
     pub failures: u64,

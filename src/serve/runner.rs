@@ -54,8 +54,8 @@ pub enum Report {
 pub enum Start<'a> {
     /// Assemble `plan` (the server's default jail) and wait for a job.
     Pooled(&'a Plan),
-    /// Assemble `plan`, start Python in it, and wait for a job for Python.
-    WarmPython(&'a Plan),
+    /// Assemble `plan`, start the interpreter in it, and wait for a job for it.
+    Warm(&'a Plan, super::warm::Warm),
     /// Assemble the jail of this job and run it (its descriptors: connection, streams).
     ForJob(Box<Job>, Vec<OwnedFd>),
     /// Assemble `plan` as a session's jail (its programs' options), start Python in it,
@@ -78,7 +78,9 @@ pub struct SessionStart {
 pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
     let code = match start {
         Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
-        Start::WarmPython(plan) => super::warm::python(&control, plan, audit_log.as_ref()),
+        Start::Warm(plan, warm) => {
+            super::warm::interpreter(&control, plan, audit_log.as_ref(), warm)
+        }
         Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref(), &control),
         Start::SessionPool(plan, options) => {
             super::session::pooled(&control, plan, options, audit_log.as_ref())

@@ -9,6 +9,7 @@ use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, SessionStart, Start};
 use super::session::ToSession;
+use super::warm::Warm;
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
 use crate::options::JailOptions;
@@ -59,8 +60,8 @@ struct Runner {
     state: RunnerState,
     /// In the pool: not handed a job yet.
     pooled: bool,
-    /// Its jail runs a warm Python, for Python requests only.
-    warm: bool,
+    /// Its jail runs a warm interpreter, for that interpreter's requests only.
+    warm: Option<Warm>,
     /// A session's jail: pooled for one (`pooled`), or serving it.
     for_session: bool,
     session: Option<SessionEntry>,
@@ -81,7 +82,7 @@ struct Incoming {
 
 /// What a new runner is for.
 enum Spawn {
-    Pooled { warm: bool },
+    Pooled { warm: Option<Warm> },
     SessionPool,
     ForJob(Box<Job>, Vec<OwnedFd>),
     ForSession(Box<SessionStart>),
@@ -128,6 +129,11 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             "--warm-python with --output-limit: a warm Python writes to its client's streams itself, past brig's relay; drop one of them",
         ));
     }
+    if args.warm_node > 0 && defaults.output_limit.is_some() {
+        return Err(Error::input(
+            "--warm-node with --output-limit: a warm Node's output is relayed without brig's limit; drop one of them",
+        ));
+    }
     let pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
     let group = args
         .socket_group
@@ -157,6 +163,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             pid: std::process::id(),
             pool: args.pool,
             warm_python: args.warm_python,
+            warm_node: args.warm_node,
             max_jails: args.max_jails,
             max_sessions: args.max_sessions,
             session_pool: args.session_pool,
@@ -702,19 +709,21 @@ impl Server {
     }
 
     /// Whether `runner`'s jail can take `pending`: any pooled jail a request of the pool's
-    /// shape, a warm one only what its Python can serve as a cold start would.
+    /// shape, a warm one only what its interpreter can serve as a cold start would.
     fn suits(runner: &Runner, pending: &Pending) -> bool {
         runner.pooled
             && !runner.for_session
             && pending.pooled
-            && (!runner.warm || super::warm::serves(&pending.job.program))
+            && runner
+                .warm
+                .is_none_or(|warm| warm.serves(&pending.job.program))
     }
 
     /// The ready pooled runner for `pending`, a warm one first.
     fn ready_for(&self, pending: &Pending) -> Option<usize> {
         let ready = |warm: bool| {
             self.runners.iter().position(|runner| {
-                runner.warm == warm
+                runner.warm.is_some() == warm
                     && runner.state == RunnerState::Ready
                     && Self::suits(runner, pending)
             })
@@ -751,7 +760,7 @@ impl Server {
         match self.ready_for(&pending) {
             Some(at) => {
                 self.status.pooled_runs += 1;
-                if self.runners[at].warm {
+                if self.runners[at].warm.is_some() {
                     self.status.warm_runs += 1;
                 }
                 let runner = &mut self.runners[at];
@@ -975,7 +984,7 @@ impl Server {
     }
 
     fn count_ready(&mut self) {
-        let ready = |warm: bool| {
+        let ready = |warm: Option<Warm>| {
             self.runners
                 .iter()
                 .filter(|runner| {
@@ -983,12 +992,14 @@ impl Server {
                 })
                 .count()
         };
-        self.status.ready = ready(false) - self.ready_for_sessions();
-        self.status.warm_ready = ready(true);
+        self.status.ready = ready(None) - self.ready_for_sessions();
+        self.status.warm_ready = ready(Some(Warm::Python));
+        self.status.warm_node_ready = ready(Some(Warm::Node));
         self.status.session_ready = self.ready_for_sessions();
     }
 
-    /// Keeps --pool cold and --warm-python warm jails assembling or ready, unless
+    /// Keeps --pool cold, --warm-python and --warm-node warm jails and --session-pool
+    /// session jails assembling or ready, unless
     /// draining or backing off.
     fn refill_pool(&mut self) {
         if self.drain_deadline.is_some() || self.refill_after.is_some_and(|at| Instant::now() < at)
@@ -996,9 +1007,10 @@ impl Server {
             return;
         }
         let kinds = [
-            (false, false, self.args.pool),
-            (true, false, self.args.warm_python),
-            (false, true, self.args.session_pool),
+            (None, false, self.args.pool),
+            (Some(Warm::Python), false, self.args.warm_python),
+            (Some(Warm::Node), false, self.args.warm_node),
+            (None, true, self.args.session_pool),
         ];
         for (warm, for_session, wanted) in kinds {
             let pooled = self
@@ -1051,9 +1063,9 @@ impl Server {
         .context(|| "create a socket pair for a runner".into())?;
         let (pooled, warm, for_session) = match &what {
             Spawn::Pooled { warm } => (true, *warm, false),
-            Spawn::SessionPool => (true, false, true),
-            Spawn::ForJob(..) => (false, false, false),
-            Spawn::ForSession(..) => (false, false, true),
+            Spawn::SessionPool => (true, None, true),
+            Spawn::ForJob(..) => (false, None, false),
+            Spawn::ForSession(..) => (false, None, true),
         };
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
@@ -1070,8 +1082,8 @@ impl Server {
                 let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
                 let audit_log = self.defaults.audit_log.clone();
                 let start = match what {
-                    Spawn::Pooled { warm: false } => Start::Pooled(&self.pool_plan),
-                    Spawn::Pooled { warm: true } => Start::WarmPython(&self.pool_plan),
+                    Spawn::Pooled { warm: None } => Start::Pooled(&self.pool_plan),
+                    Spawn::Pooled { warm: Some(warm) } => Start::Warm(&self.pool_plan, warm),
                     Spawn::ForJob(job, fds) => Start::ForJob(job, fds),
                     Spawn::SessionPool => Start::SessionPool(&self.session_plan, &self.defaults),
                     Spawn::ForSession(start) => Start::Session(start),

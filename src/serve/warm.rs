@@ -1,9 +1,12 @@
-//! Warm interpreters (`brig serve --warm-python N`): a pooled jail whose program, Python,
-//! is started before any request, under all the jail's restrictions (privileges dropped,
-//! Landlock and seccomp applied, as for any program), and has done its startup. A
-//! request for `python3 -c CODE`, `python3 SCRIPT` or `python3 -` is handed to it over
-//! descriptor 3 with the client's streams (`warm_python.py` does the rest), and the
-//! verdict reports `warm: true` with the wall and CPU time of the request alone.
+//! Warm interpreters (`brig serve --warm-python N`, `--warm-node N`): a pooled jail whose
+//! program, the interpreter, is started before any request, under all the jail's
+//! restrictions (privileges dropped, Landlock and seccomp applied, as for any program),
+//! and has done its startup. A request for `python3 -c CODE`, `python3 SCRIPT` or
+//! `python3 -` (`node -e CODE`, `node SCRIPT`, `node -`) is handed to it over descriptor
+//! 3 (`warm_python.py`, `warm_node.js` do the rest), and the verdict reports `warm: true`
+//! with the wall and CPU time of the request alone. Python is given the client's streams
+//! (SCM_RIGHTS); Node cannot take descriptors, so its streams are pipes this runner
+//! relays to the client's.
 
 use super::protocol;
 use super::runner::{self, Job, Report};
@@ -20,26 +23,78 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The interpreter a warm jail runs, as the jail sees it.
+/// The interpreters a pooled jail can keep started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warm {
+    Python,
+    Node,
+}
+
+/// The interpreters, as the jail sees them.
 const PYTHON: &str = "/usr/bin/python3";
-const BOOTSTRAP: &str = include_str!("warm_python.py");
+const NODE: &str = "/usr/bin/node";
+const PYTHON_BOOTSTRAP: &str = include_str!("warm_python.py");
 /// `python3 -c LAUNCH BOOTSTRAP`: the bootstrap's frames carry their own file name, so
 /// that they can be left out of a program's tracebacks.
-const LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-warm>', 'exec'))";
+const PYTHON_LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-warm>', 'exec'))";
+const NODE_BOOTSTRAP: &str = include_str!("warm_node.js");
+/// `node -e LAUNCH BOOTSTRAP`: the bootstrap's frames in a program's stack traces are
+/// named as what they are, among Node's own.
+const NODE_LAUNCH: &str =
+    "require('vm').runInThisContext(process.argv[1], { filename: 'node:internal/brig-warm' })";
 
-/// Whether a warm Python can serve `program` as a cold `python3` would: the interpreter
-/// named as the jail's PATH finds it, `-c CODE`, a script or `-` (stdin), no option of
-/// its own, and no PYTHON* variable (those act at startup, which is done).
-pub fn serves(program: &Program) -> bool {
-    let argv = &program.argv;
-    let interpreter = matches!(argv.first().map(String::as_str), Some("python3" | PYTHON));
-    let form = match argv.get(1).map(String::as_str) {
-        None | Some("-") => true,
-        Some("-c") => argv.len() >= 3,
-        Some(first) => !first.starts_with('-'),
-    };
-    let startup_env = program.env.iter().any(|var| var.starts_with("PYTHON"));
-    interpreter && form && !startup_env
+impl Warm {
+    fn name(self) -> &'static str {
+        match self {
+            Warm::Python => "Python",
+            Warm::Node => "Node",
+        }
+    }
+
+    /// The interpreter's program, before any request.
+    fn program(self, plan: &Plan) -> Program {
+        let argv = match self {
+            Warm::Python => vec![
+                PYTHON.into(),
+                "-c".into(),
+                PYTHON_LAUNCH.into(),
+                PYTHON_BOOTSTRAP.into(),
+            ],
+            Warm::Node => vec![
+                NODE.into(),
+                "-e".into(),
+                NODE_LAUNCH.into(),
+                NODE_BOOTSTRAP.into(),
+            ],
+        };
+        Program {
+            argv,
+            env: plan.env.clone(),
+            chdir: plan.chdir.clone(),
+        }
+    }
+
+    /// Whether this warm interpreter can serve `program` as a cold start would: the
+    /// interpreter the jail's PATH finds, its code given as an option (`-c`, `-e`), a
+    /// script or `-` (stdin), no other option of its own, and no variable that acts at
+    /// startup (which is done): PYTHON*, NODE_*.
+    pub fn serves(self, program: &Program) -> bool {
+        let argv = &program.argv;
+        let (names, code_option, startup_vars): (&[&str], &str, &str) = match self {
+            Warm::Python => (&["python3", PYTHON], "-c", "PYTHON"),
+            Warm::Node => (&["node", NODE], "-e", "NODE_"),
+        };
+        let interpreter = argv
+            .first()
+            .is_some_and(|name| names.contains(&name.as_str()));
+        let form = match argv.get(1).map(String::as_str) {
+            None | Some("-") => true,
+            Some(option) if option == code_option => argv.len() >= 3,
+            Some(first) => !first.starts_with('-'),
+        };
+        let startup_env = program.env.iter().any(|var| var.starts_with(startup_vars));
+        interpreter && form && !startup_env
+    }
 }
 
 /// The most of the warm Python's report the runner keeps.
@@ -52,63 +107,60 @@ struct Usage {
     cpu_sys_ms: u64,
 }
 
-/// The warm runner's life: assemble, start Python, wait for a job, run it, answer.
-pub fn python(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
+/// The warm runner's life: assemble, start the interpreter, wait for a job, run it,
+/// answer.
+pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, warm: Warm) -> i32 {
     let jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
         Err(err) => return failed(control, &err),
     };
-    let (ours, python_end) = match UnixStream::pair() {
+    let (ours, interpreter_end) = match UnixStream::pair() {
         Ok(pair) => pair,
         Err(err) => {
             return failed(
                 control,
-                &Error::setup(format!("a socket pair for Python: {err}")),
+                &Error::setup(format!("a socket pair for the warm {}: {err}", warm.name())),
             );
         }
     };
-    let null = || {
-        std::fs::File::options()
-            .read(true)
-            .write(true)
-            .open("/dev/null")
-            .map(OwnedFd::from)
+    // Python takes the client's streams when the request comes; Node's are pipes to this
+    // runner from the start.
+    let streams = match warm {
+        Warm::Python => null_streams().map(|streams| (streams, None)),
+        Warm::Node => relay_pipes().map(|(theirs, ours)| (theirs, Some(ours))),
     };
-    let (Ok(stdin), Ok(stdout), Ok(stderr)) = (null(), null(), null()) else {
-        return failed(control, &Error::setup("open /dev/null for the warm Python"));
+    let (mut stdio, pipes) = match streams {
+        Ok(streams) => streams,
+        Err(err) => return failed(control, &err),
     };
-    let program = Program {
-        argv: vec![PYTHON.into(), "-c".into(), LAUNCH.into(), BOOTSTRAP.into()],
-        env: plan.env.clone(),
-        chdir: plan.chdir.clone(),
-    };
+    stdio.push(OwnedFd::from(interpreter_end));
+    let program = warm.program(plan);
     let init = jail.init_pidfd().try_clone_to_owned().ok();
     let handed_control = match control.try_clone() {
         Ok(control) => control,
         Err(_) => return 1,
     };
     let output_limit = plan.limits.output_limit;
-    let handler = std::thread::spawn(move || hand_over(&handed_control, ours, init, output_limit));
-    // Answered as soon as Python has ended (its report is with the handler by then),
-    // before the jail's teardown; with captured output, once the pipes are drained.
+    let handler = std::thread::spawn(move || {
+        hand_over(&handed_control, ours, pipes, init, output_limit, warm)
+    });
+    // Answered as soon as the interpreter has ended (its report is with the handler by
+    // then, its output relayed), before the jail's teardown; with captured output, once
+    // the pipes are drained.
     let mut handler = Some(handler);
     let mut handed: Option<Handed> = None;
     let mut answered = false;
-    let result = jail.run_reporting_early(
-        &program,
-        Some(vec![stdin, stdout, stderr, OwnedFd::from(python_end)]),
-        |report| {
-            if let Some(Ok(Some(done))) = handler.take().map(std::thread::JoinHandle::join) {
-                if done.capture.is_none() && !done.timed_out {
-                    let verdict = warm_verdict(plan, Ok(report.clone()), &done);
-                    runner::answer(&done.connection, &verdict, &done.job, None, audit_log);
-                    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
-                    answered = true;
-                }
-                handed = Some(done);
+    let result = jail.run_reporting_early(&program, Some(stdio), |report| {
+        if let Some(Ok(Some(done))) = handler.take().map(std::thread::JoinHandle::join) {
+            if done.capture.is_none() && !done.timed_out {
+                let verdict = warm_verdict(plan, Ok(report.clone()), &done);
+                runner::answer(&done.connection, &verdict, &done.job, None, audit_log);
+                let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+                answered = true;
             }
-        },
-    );
+            handed = Some(done);
+        }
+    });
     if answered {
         return 0;
     }
@@ -171,14 +223,63 @@ struct Handed {
     timed_out: bool,
 }
 
-/// Waits for Python to be ready, tells the server, waits for the job and gives it to
-/// Python; then enforces the job's time limit and collects Python's report. Without a
-/// job (the server went away, or Python died), it ends the jail.
+/// The runner's ends of a warm Node's standard streams.
+struct RelayPipes {
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+}
+
+fn null_streams() -> crate::error::Result<Vec<OwnedFd>> {
+    (0..3)
+        .map(|_| {
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|err| {
+                    Error::setup(format!("open /dev/null for the warm interpreter: {err}"))
+                })
+        })
+        .collect()
+}
+
+/// Pipes for an interpreter's stdin, stdout and stderr: its ends, and this runner's.
+fn relay_pipes() -> crate::error::Result<(Vec<OwnedFd>, RelayPipes)> {
+    let pipe = || {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|errno| Error::os("create a pipe for the warm interpreter", errno))
+    };
+    let (stdin_read, stdin_write) = pipe()?;
+    let (stdout_read, stdout_write) = pipe()?;
+    let (stderr_read, stderr_write) = pipe()?;
+    let ours = RelayPipes {
+        stdin: stdin_write,
+        stdout: stdout_read,
+        stderr: stderr_read,
+    };
+    Ok((vec![stdin_read, stdout_write, stderr_write], ours))
+}
+
+/// Copies `from` into `to` until `from` ends or `to` is gone (splice(2) where it can).
+fn relay(from: OwnedFd, to: OwnedFd) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::fs::File::from(from), &mut std::fs::File::from(to));
+    })
+}
+
+/// Waits for the interpreter to be ready, tells the server, waits for the job and gives
+/// it to the interpreter (with the client's streams, or relaying them); then enforces the
+/// job's time limit and collects the interpreter's report. Without a job (the server went
+/// away, or the interpreter died), it ends the jail.
 fn hand_over(
     control: &OwnedFd,
-    mut python: UnixStream,
+    mut interpreter: UnixStream,
+    pipes: Option<RelayPipes>,
     init: Option<OwnedFd>,
     output_limit: Option<crate::units::Size>,
+    warm: Warm,
 ) -> Option<Handed> {
     let end_jail = || {
         if let Some(init) = &init {
@@ -186,11 +287,15 @@ fn hand_over(
         }
     };
     let mut ready = [0u8; 1];
-    if python.read_exact(&mut ready).is_err() || ready != *b"R" {
+    if interpreter.read_exact(&mut ready).is_err() || ready != *b"R" {
+        let message = match warm {
+            Warm::Python => "the warm Python did not start (see `brig run -- python3 -c pass`)",
+            Warm::Node => "the warm Node did not start (see `brig run -- node -e 0`)",
+        };
         let _ = protocol::write_frame(
             control.as_fd(),
             &Report::Failed {
-                message: "the warm Python did not start (see `brig run -- python3 -c pass`)".into(),
+                message: message.into(),
             },
             &[],
         );
@@ -215,21 +320,48 @@ fn hand_over(
         end_jail();
         return None;
     };
-    let request = serde_json::to_vec(&job.program).expect("a program serializes");
-    let borrowed: Vec<_> = streams.iter().map(AsFd::as_fd).collect();
+    let mut request = serde_json::to_vec(&job.program).expect("a program serializes");
     let started = Instant::now();
-    if sys::send_with_fds(python.as_fd(), &request, &borrowed).is_err() {
+    let mut relays = Vec::new();
+    let sent = match pipes {
+        None => {
+            let borrowed: Vec<_> = streams.iter().map(AsFd::as_fd).collect();
+            sys::send_with_fds(interpreter.as_fd(), &request, &borrowed).map(drop)
+        }
+        Some(pipes) => {
+            request.push(b'\n');
+            let [stdin, stdout, stderr]: [OwnedFd; 3] = match streams.try_into() {
+                Ok(streams) => streams,
+                Err(_) => {
+                    end_jail();
+                    return None;
+                }
+            };
+            // The client's stdin is read only as the program asks for it; nobody waits
+            // for that copy (a terminal may never end).
+            drop(relay(stdin, pipes.stdin));
+            relays.push(relay(pipes.stdout, stdout));
+            relays.push(relay(pipes.stderr, stderr));
+            interpreter
+                .write_all(&request)
+                .map_err(|_| nix::errno::Errno::EPIPE)
+        }
+    };
+    if sent.is_err() {
         end_jail();
         return None;
     }
-    drop(streams);
     watcher.watch(&connection);
     let (usage, timed_out) = wait_for_python(
-        &mut python,
+        &mut interpreter,
         job.time_limit.map(|limit| started + limit.0),
         end_jail,
     );
-    let _ = python.flush();
+    let _ = interpreter.flush();
+    // Everything the program wrote has reached the client before it is answered.
+    for relay in relays {
+        let _ = relay.join();
+    }
     Some(Handed {
         job,
         connection,
@@ -240,7 +372,8 @@ fn hand_over(
     })
 }
 
-/// Reads Python's usage report, or kills the jail at `deadline`; (usage, timed out).
+/// Reads the interpreter's usage report, or kills the jail at `deadline`; (usage, timed
+/// out).
 fn wait_for_python(
     python: &mut UnixStream,
     deadline: Option<Instant>,
