@@ -57,6 +57,8 @@ fn start_server(brig: &str, pool: usize) -> Server {
             &pool.to_string(),
             "--warm-python",
             &pool.to_string(),
+            "--warm-node",
+            &pool.to_string(),
             "--memory",
             "max",
             "--pids",
@@ -120,7 +122,11 @@ fn settle(socket: &Path, pool: usize) {
     loop {
         let status = status(socket);
         let count = |key: &str| status[key].as_u64().unwrap_or(0) as usize;
-        if count("running") == 0 && count("ready") >= pool && count("warm_ready") >= pool {
+        if count("running") == 0
+            && count("ready") >= pool
+            && count("warm_ready") >= pool
+            && count("warm_node_ready") >= pool
+        {
             return;
         }
         assert!(
@@ -238,6 +244,16 @@ pub fn measure(
         Box::new(move || protocol_run(&socket, &["python3", "-c", "pass"])),
     ));
 
+    let node = ["/usr/bin/node", "-e", "0"].map(String::from).to_vec();
+    tools.push((
+        "bare node -e 0".into(),
+        Box::new(move || run_command(&node)),
+    ));
+    let socket = server.socket.clone();
+    tools.push((
+        "warm node -e 0 (protocol)".into(),
+        Box::new(move || protocol_run(&socket, &["node", "-e", "0"])),
+    ));
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
     for round in 0..rounds {
         for offset in 0..tools.len() {
@@ -319,6 +335,10 @@ pub fn measure(
         "warm python3 -c pass / bare python3 -c pass (goal <= 0.2)".to_string(),
         latency_ms["warm python3 -c pass (protocol)"] / latency_ms["bare python3 -c pass"],
     );
+    ratios.insert(
+        "warm node -e 0 / bare node -e 0".to_string(),
+        latency_ms["warm node -e 0 (protocol)"] / latency_ms["bare node -e 0"],
+    );
     if let Some(bwrap) = throughput.get("bwrap") {
         ratios.insert(
             "throughput, 2 workers, brig --server/bwrap (goal >= 1.5)".to_string(),
@@ -364,7 +384,7 @@ pub fn rate(argv: &[String], workers: usize, window: Duration) -> f64 {
 
 pub fn print(report: &ServeReport) {
     println!(
-        "\nbrig serve (pool {} and {} warm Python; one interleaved run; {} runs, {} pooled, {} warm)",
+        "\nbrig serve (pool {} and {} warm Python and Node each; one interleaved run; {} runs, {} pooled, {} warm)",
         report.pool, report.pool, report.runs, report.pooled_runs, report.warm_runs
     );
     for (tool, ms) in &report.latency_ms {
