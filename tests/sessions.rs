@@ -133,7 +133,9 @@ fn marker(label: &str) -> String {
 
 fn state_persists_across_cells(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let marker = marker("persists");
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    let runner = runners(&server);
     let first = cell(&server, &id, "import statistics\nx = 41\nrows = [1, 2, 3]");
     assert_eq!(first["verdict"]["status"], "ok", "{first}");
     assert_eq!(first["result"], Value::Null, "{first}");
@@ -162,7 +164,13 @@ fn state_persists_across_cells(mode: Mode) {
     assert!(traceback.contains("return 1 / 0"), "{traceback}");
     assert!(!traceback.contains("brig-session"), "{traceback}");
     assert_eq!(cell(&server, &id, "x")["result"], "41");
+    command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
+    // Closed: nothing of the session is left once the answer has come.
     close(&server, &id);
+    assert!(processes_with_environ(&marker).is_empty(), "a process outlived close");
+    for runner in runner {
+        assert!(jail_cgroups_of(runner).is_empty(), "cgroups left by {runner}");
+    }
 }
 
 fn sessions_are_isolated_from_each_other(mode: Mode) {
