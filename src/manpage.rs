@@ -264,30 +264,26 @@ pub fn render_brig1() -> String {
         .get_arguments()
         .map(|arg| arg.get_id().to_string())
         .collect();
-    let serve_own = run_ids.iter().fold(find(&["serve"]), |serve, id| {
-        if serve.get_arguments().any(|arg| arg.get_id() == id.as_str()) {
-            serve.mut_arg(id.as_str(), |arg| arg.hide(true))
-        } else {
-            serve
-        }
-    });
+    // Commands that take every option of brig run list only their own.
+    let own_options = |command: clap::Command| {
+        run_ids.iter().fold(command, |command, id| {
+            if command
+                .get_arguments()
+                .any(|arg| arg.get_id() == id.as_str())
+            {
+                command.mut_arg(id.as_str(), |arg| arg.hide(true))
+            } else {
+                command
+            }
+        })
+    };
+    let serve_own = own_options(find(&["serve"]));
     text.push_str(&options_section(
         &serve_own,
         "brig serve",
         "OPTIONS OF SERVE (and every option of run, as the jails' defaults)",
     ));
-    let create_own = run_ids
-        .iter()
-        .fold(find(&["session", "create"]), |create, id| {
-            if create
-                .get_arguments()
-                .any(|arg| arg.get_id() == id.as_str())
-            {
-                create.mut_arg(id.as_str(), |arg| arg.hide(true))
-            } else {
-                create
-            }
-        });
+    let create_own = own_options(find(&["session", "create"]));
     text.push_str(&options_section(
         &create_own,
         "brig session create",

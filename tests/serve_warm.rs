@@ -107,17 +107,44 @@ fn warm_python_behaves_as_a_cold_start(mode: Mode) {
         mode,
         &["--pool", "0", "--warm-python", "2", "--ro-bind", &bind],
     );
-    let mut warm_runs = 0;
-    for (args, stdin) in programs() {
-        let mut cold = vec!["run", "--quiet-limits", "--ro-bind", &bind, "--", "python3"];
+    let warm_runs =
+        compare_cold_and_warm(mode, &server, &bind, "python3", programs(), str::to_string);
+    let status = server.status();
+    assert_eq!(
+        status["warm_runs"], warm_runs,
+        "every run was warm: {status}"
+    );
+}
+
+/// Runs each of `programs` (arguments after `interpreter`, stdin) in a one-shot jail and
+/// through `server`'s warm interpreter, and compares their status, stdout and stderr (as
+/// `stderr_of` keeps it); how many ran.
+fn compare_cold_and_warm(
+    mode: Mode,
+    server: &Server,
+    bind: &str,
+    interpreter: &str,
+    programs: Vec<(Vec<&str>, &str)>,
+    stderr_of: fn(&str) -> String,
+) -> usize {
+    let mut runs = 0;
+    for (args, stdin) in programs {
+        let mut cold = vec![
+            "run",
+            "--quiet-limits",
+            "--ro-bind",
+            bind,
+            "--",
+            interpreter,
+        ];
         cold.extend(&args);
-        let mut warm = vec!["run", "--server", server.socket(), "--", "python3"];
+        let mut warm = vec!["run", "--server", server.socket(), "--", interpreter];
         warm.extend(&args);
         let (cold_output, warm_output) = (
             run_with_stdin(mode, &cold, stdin),
             run_with_stdin(mode, &warm, stdin),
         );
-        let what = format!("python3 {args:?}");
+        let what = format!("{interpreter} {args:?}");
         assert_eq!(
             warm_output.status.code(),
             cold_output.status.code(),
@@ -125,14 +152,14 @@ fn warm_python_behaves_as_a_cold_start(mode: Mode) {
             describe(&warm_output)
         );
         assert_eq!(stdout(&warm_output), stdout(&cold_output), "{what}");
-        assert_eq!(stderr(&warm_output), stderr(&cold_output), "{what}");
-        warm_runs += 1;
+        assert_eq!(
+            stderr_of(&stderr(&warm_output)),
+            stderr_of(&stderr(&cold_output)),
+            "{what}"
+        );
+        runs += 1;
     }
-    let status = server.status();
-    assert_eq!(
-        status["warm_runs"], warm_runs,
-        "every run was warm: {status}"
-    );
+    runs
 }
 
 fn signals_reach_a_warm_python(mode: Mode) {
@@ -286,31 +313,14 @@ fn warm_node_behaves_as_a_cold_start(mode: Mode) {
         mode,
         &["--pool", "0", "--warm-node", "2", "--ro-bind", &bind],
     );
-    let mut warm_runs = 0;
-    for (args, stdin) in node_programs() {
-        let mut cold = vec!["run", "--quiet-limits", "--ro-bind", &bind, "--", "node"];
-        cold.extend(&args);
-        let mut warm = vec!["run", "--server", server.socket(), "--", "node"];
-        warm.extend(&args);
-        let (cold_output, warm_output) = (
-            run_with_stdin(mode, &cold, stdin),
-            run_with_stdin(mode, &warm, stdin),
-        );
-        let what = format!("node {args:?}");
-        assert_eq!(
-            warm_output.status.code(),
-            cold_output.status.code(),
-            "{what}: {}",
-            describe(&warm_output)
-        );
-        assert_eq!(stdout(&warm_output), stdout(&cold_output), "{what}");
-        assert_eq!(
-            without_frames(&stderr(&warm_output)),
-            without_frames(&stderr(&cold_output)),
-            "{what}"
-        );
-        warm_runs += 1;
-    }
+    let warm_runs = compare_cold_and_warm(
+        mode,
+        &server,
+        &bind,
+        "node",
+        node_programs(),
+        without_frames,
+    );
     let status = server.status();
     assert_eq!(
         status["warm_runs"], warm_runs,

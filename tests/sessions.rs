@@ -167,9 +167,15 @@ fn state_persists_across_cells(mode: Mode) {
     command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
     // Closed: nothing of the session is left once the answer has come.
     close(&server, &id);
-    assert!(processes_with_environ(&marker).is_empty(), "a process outlived close");
+    assert!(
+        processes_with_environ(&marker).is_empty(),
+        "a process outlived close"
+    );
     for runner in runner {
-        assert!(jail_cgroups_of(runner).is_empty(), "cgroups left by {runner}");
+        assert!(
+            jail_cgroups_of(runner).is_empty(),
+            "cgroups left by {runner}"
+        );
     }
 }
 

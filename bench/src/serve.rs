@@ -31,9 +31,10 @@ pub struct ServeReport {
     pub ratios: BTreeMap<String, f64>,
 }
 
-struct Server {
+/// A `brig serve` of the harness's, stopped (SIGTERM, waited for) when dropped.
+pub struct Server {
     child: Child,
-    socket: PathBuf,
+    pub socket: PathBuf,
 }
 
 impl Drop for Server {
@@ -47,36 +48,44 @@ impl Drop for Server {
     }
 }
 
-fn start_server(brig: &str, pool: usize) -> Server {
-    let socket = std::env::temp_dir().join(format!("brig-bench-{}.sock", std::process::id()));
-    let child = Command::new(brig)
-        .args(["serve", "--socket"])
-        .arg(&socket)
-        .args([
-            "--pool",
-            &pool.to_string(),
-            "--warm-python",
-            &pool.to_string(),
-            "--warm-node",
-            &pool.to_string(),
-            "--memory",
-            "max",
-            "--pids",
-            "max",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start brig serve");
-    let started = Instant::now();
-    while UnixStream::connect(&socket).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "brig serve did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+impl Server {
+    /// `brig serve` on a socket named after `label`, with `args` and no memory or pids
+    /// limit (the peers have none); returns once it listens.
+    pub fn start(brig: &str, label: &str, args: &[&str]) -> Server {
+        let socket =
+            std::env::temp_dir().join(format!("brig-bench-{label}-{}.sock", std::process::id()));
+        let child = Command::new(brig)
+            .args(["serve", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .args(["--memory", "max", "--pids", "max"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start brig serve");
+        let started = Instant::now();
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "brig serve did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, socket }
     }
-    Server { child, socket }
+}
+
+fn start_server(brig: &str, pool: usize) -> Server {
+    let pool = pool.to_string();
+    let args = [
+        "--pool",
+        &pool,
+        "--warm-python",
+        &pool,
+        "--warm-node",
+        &pool,
+    ];
+    Server::start(brig, "serve", &args)
 }
 
 /// One run of `true` through the protocol: a request with /dev/null as the program's
@@ -150,7 +159,7 @@ fn status(socket: &Path) -> serde_json::Value {
     serde_json::from_slice(&reply).expect("a JSON status")
 }
 
-fn run_command(argv: &[String]) {
+pub fn run_command(argv: &[String]) {
     let status = Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
@@ -160,7 +169,7 @@ fn run_command(argv: &[String]) {
     assert!(status.success(), "{argv:?}: {status:?}");
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }

@@ -3,13 +3,13 @@
 //! timed), a trivial Python cell in a live session, bwrap's `true`, and a bare
 //! `python3 -c pass` for scale.
 
+use super::serve::{Server, median, run_command};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[derive(Serialize)]
@@ -18,22 +18,6 @@ pub struct SessionsReport {
     /// Median ms of each.
     pub latency_ms: BTreeMap<String, f64>,
     pub ratios: BTreeMap<String, f64>,
-}
-
-struct Server {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.socket);
-    }
 }
 
 fn ask(socket: &Path, mut message: Value) -> Value {
@@ -56,43 +40,10 @@ fn ready(socket: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn run_command(argv: &[String]) {
-    let status = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .expect("start");
-    assert!(status.success(), "{argv:?}: {status:?}");
-}
-
 pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> SessionsReport {
     let session_pool = 2;
-    let socket =
-        std::env::temp_dir().join(format!("brig-bench-sessions-{}.sock", std::process::id()));
-    let child = Command::new(brig)
-        .args(["serve", "--socket"])
-        .arg(&socket)
-        .args([
-            "--pool",
-            "0",
-            "--session-pool",
-            &session_pool.to_string(),
-            "--memory",
-            "max",
-            "--pids",
-            "max",
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start brig serve");
-    let server = Server { child, socket };
+    let pool = session_pool.to_string();
+    let server = Server::start(brig, "sessions", &["--pool", "0", "--session-pool", &pool]);
     let started = Instant::now();
     while UnixStream::connect(&server.socket).is_err()
         || ready(&server.socket) < session_pool as u64

@@ -335,6 +335,15 @@ impl ParentEnd {
         self.report.as_fd()
     }
 
+    /// Reads of the report pipe return what has arrived, never wait ([`Self::read_available`]).
+    pub fn report_without_waiting(&self) -> Result<(), Errno> {
+        nix::fcntl::fcntl(
+            &self.report,
+            nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
+        )
+        .map(drop)
+    }
+
     /// The whole messages that have arrived, without blocking (the report pipe must be
     /// non-blocking); a frame's start waits in `pending` for its rest.
     pub fn read_available(&self, pending: &mut Vec<u8>) -> Vec<Message> {

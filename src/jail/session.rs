@@ -43,11 +43,9 @@ impl<'p> SessionJail<'p> {
     /// network relay, if it has one.
     pub fn assemble(plan: &'p Plan) -> Result<SessionJail<'p>> {
         let mut jail = Jail::assemble_with(plan, true, true)?;
-        nix::fcntl::fcntl(
-            jail.channel.report_fd(),
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        )
-        .context(|| "make the jail's report pipe non-blocking".into())?;
+        jail.channel
+            .report_without_waiting()
+            .context(|| "make the jail's report pipe non-blocking".into())?;
         let forwarder = match (jail.tun.take(), &plan.network) {
             (Some(tun), Some(policy)) => Some(
                 Forwarder::start(tun, policy)

@@ -290,11 +290,9 @@ impl<'p> Jail<'p> {
             && plan.network.is_none()
             && plan.seccomp.mode != seccomp::Mode::Log;
         if early {
-            nix::fcntl::fcntl(
-                self.channel.report_fd(),
-                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-            )
-            .context(|| "make the jail's report pipe non-blocking".into())?;
+            self.channel
+                .report_without_waiting()
+                .context(|| "make the jail's report pipe non-blocking".into())?;
         }
         // With --output-limit the program writes into the relay, which forwards to the
         // given stdout and stderr within the limit.

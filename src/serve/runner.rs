@@ -108,13 +108,7 @@ pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
 fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     let jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
-        Err(err) => {
-            let report = Report::Failed {
-                message: err.to_string(),
-            };
-            let _ = protocol::write_frame(control.as_fd(), &report, &[]);
-            return 1;
-        }
+        Err(err) => return report_failed(control, &err),
     };
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
@@ -142,6 +136,21 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &O
         }
         Err(err) => answer_error(&fds, &err),
     }
+}
+
+/// A close-on-exec pipe (read end, write end) for `whom`.
+pub(super) fn pipe(whom: &str) -> Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|errno| Error::os(format!("create a pipe for {whom}"), errno))
+}
+
+/// Tells the server a pooled jail could not be assembled; the runner's exit status.
+pub(super) fn report_failed(control: &OwnedFd, err: &Error) -> i32 {
+    let report = Report::Failed {
+        message: err.to_string(),
+    };
+    let _ = protocol::write_frame(control.as_fd(), &report, &[]);
+    1
 }
 
 pub(super) fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
@@ -315,13 +324,9 @@ pub(super) struct Capture {
 
 impl Capture {
     pub(super) fn start(stdin: String, limit: u64) -> Result<(Vec<OwnedFd>, Capture)> {
-        let pipe = || {
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|errno| Error::os("create a pipe for the program", errno))
-        };
-        let (in_read, in_write) = pipe()?;
-        let (out_read, out_write) = pipe()?;
-        let (err_read, err_write) = pipe()?;
+        let (in_read, in_write) = pipe("the program")?;
+        let (out_read, out_write) = pipe("the program")?;
+        let (err_read, err_write) = pipe("the program")?;
         let feed = std::thread::spawn(move || {
             let _ = std::fs::File::from(in_write).write_all(stdin.as_bytes());
             Vec::new()

@@ -7,7 +7,7 @@
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
 use super::protocol::{self, FrameReader, Language, Reply, Request};
-use super::runner::Report;
+use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
 use crate::jail::session::{Ended, Event};
@@ -74,13 +74,7 @@ pub fn pooled(
 ) -> i32 {
     let jail = match SessionJail::assemble(plan) {
         Ok(jail) => jail,
-        Err(err) => {
-            let report = Report::Failed {
-                message: err.to_string(),
-            };
-            let _ = protocol::write_frame(control.as_fd(), &report, &[]);
-            return 1;
-        }
+        Err(err) => return super::runner::report_failed(control, &err),
     };
     let mut session = Session::new(jail, options.clone(), audit_log.cloned());
     // A pool's session answers its first cell at once; a jail without Python still serves
@@ -192,11 +186,6 @@ fn nonblocking(fd: &impl AsFd) {
         fd,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
     );
-}
-
-fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|errno| Error::os("create a pipe for the session", errno))
 }
 
 fn dev_null() -> Result<OwnedFd> {
@@ -514,9 +503,9 @@ impl<'p> Session<'p> {
         let time_limit = self.time_limit(exec.time_limit)?;
         let limit = self.output_limit(exec.output_limit)?;
         let program = self.program(exec.command, exec.env, exec.chdir)?;
-        let (stdin_read, stdin_write) = pipe()?;
-        let (stdout_read, stdout_write) = pipe()?;
-        let (stderr_read, stderr_write) = pipe()?;
+        let (stdin_read, stdin_write) = pipe("the session")?;
+        let (stdout_read, stdout_write) = pipe("the session")?;
+        let (stderr_read, stderr_write) = pipe("the session")?;
         let oom_before = self.oom_kills();
         let started = Instant::now();
         let id = self.jail.spawn(
@@ -616,16 +605,20 @@ impl<'p> Session<'p> {
             (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
             (_, None) => program_outcome(&ended),
         };
-        let oom = self.oom_kills().saturating_sub(oom_before);
-        let report = self.report(
-            outcome,
-            time_limit,
-            wall,
-            &ended,
-            oom,
-            Some(captured.counts()),
+        let oom_kills = self.oom_kills().saturating_sub(oom_before);
+        let limit = time_limit;
+        let verdict = self.verdict(
+            ExecEnd {
+                outcome,
+                limit,
+                wall,
+                ended,
+                oom_kills,
+            },
+            &captured,
+            peer,
+            None,
         );
-        let verdict = self.verdict(&report, peer, None);
         Ok(json!({
             "type": "exec",
             "verdict": verdict,
@@ -641,44 +634,39 @@ impl<'p> Session<'p> {
             .unwrap_or(0)
     }
 
-    fn report(
-        &self,
-        outcome: Outcome,
-        time_limit: Option<Duration>,
-        wall: Duration,
-        ended: &Ended,
-        oom_kills: u64,
-        output: Option<crate::jail::OutputCounts>,
-    ) -> RunReport {
+    /// The exec's verdict as JSON, with the session's id (and the language of a cell);
+    /// the server's audit line.
+    fn verdict(
+        &mut self,
+        end: ExecEnd,
+        captured: &Captured,
+        peer: Peer,
+        language: Option<Language>,
+    ) -> Value {
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
             // The session's cgroup counts since its start; an exec's own are below.
-            usage.oom_kills = Some(oom_kills);
+            usage.oom_kills = Some(end.oom_kills);
             usage.cpu_user_usec = None;
             usage.cpu_sys_usec = None;
         }
-        RunReport {
-            outcome,
-            time_limit: time_limit.map(Span),
-            wall,
-            cpu_user: Duration::from_micros(ended.cpu_user_us),
-            cpu_sys: Duration::from_micros(ended.cpu_sys_us),
-            max_rss_kib: ended.max_rss_kib,
+        let report = RunReport {
+            outcome: end.outcome,
+            time_limit: end.limit.map(Span),
+            wall: end.wall,
+            cpu_user: Duration::from_micros(end.ended.cpu_user_us),
+            cpu_sys: Duration::from_micros(end.ended.cpu_sys_us),
+            max_rss_kib: end.ended.max_rss_kib,
             cgroup_version: self.jail.cgroup_version(),
             cgroup_usage: usage,
-            out_of_memory: oom_kills > 0,
-            output,
+            out_of_memory: end.oom_kills > 0,
+            output: Some(captured.counts()),
             seccomp_log: None,
             network: None,
-        }
-    }
-
-    /// The exec's verdict as JSON, with the session's id (and the language of a cell);
-    /// the server's audit line.
-    fn verdict(&mut self, report: &RunReport, peer: Peer, language: Option<Language>) -> Value {
+        };
         self.execs += 1;
         let mut verdict =
-            serde_json::to_value(Verdict::of_run(self.plan(), report)).unwrap_or_default();
+            serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();
         verdict["session"] = json!(self.id);
         if let Some(language) = language {
             verdict["language"] = json!(language_name(language));
@@ -686,11 +674,8 @@ impl<'p> Session<'p> {
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
-            sinks.deliver_json(
-                &verdict,
-                Some(crate::verdict::config_digest(self.plan())),
-                Some(peer),
-            );
+            let digest = crate::verdict::config_digest(self.plan());
+            sinks.deliver_json(&verdict, Some(digest), Some(peer));
         }
         verdict
     }
@@ -717,8 +702,8 @@ impl<'p> Session<'p> {
         let program = self.program(argv, Vec::new(), None)?;
         let (ours, theirs) = UnixStream::pair()
             .map_err(|err| Error::setup(format!("a socket pair for the interpreter: {err}")))?;
-        let (stdout_read, stdout_write) = pipe()?;
-        let (stderr_read, stderr_write) = pipe()?;
+        let (stdout_read, stdout_write) = pipe("the session")?;
+        let (stderr_read, stderr_write) = pipe("the session")?;
         let null = dev_null()?;
         let id = self.jail.spawn(
             &program,
@@ -925,15 +910,15 @@ impl<'p> Session<'p> {
             (None, None) if error.is_some() => Outcome::Exited(1),
             (None, None) => Outcome::Exited(0),
         };
-        let report = self.report(
+        let (limit, oom_kills) = (time_limit, oom);
+        let end = ExecEnd {
             outcome,
-            time_limit,
+            limit,
             wall,
-            &ended,
-            oom,
-            Some(captured.counts()),
-        );
-        let verdict = self.verdict(&report, peer, Some(language));
+            ended,
+            oom_kills,
+        };
+        let verdict = self.verdict(end, &captured, peer, Some(language));
         let error = error.or_else(|| {
             state_lost.then(|| {
                 json!({
@@ -957,6 +942,15 @@ impl<'p> Session<'p> {
             "state_lost": state_lost,
         }))
     }
+}
+
+/// How one exec ended, for its verdict.
+struct ExecEnd {
+    outcome: Outcome,
+    limit: Option<Duration>,
+    wall: Duration,
+    ended: Ended,
+    oom_kills: u64,
 }
 
 /// A command's fields.

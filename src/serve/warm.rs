@@ -112,12 +112,12 @@ struct Usage {
 pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, warm: Warm) -> i32 {
     let jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
-        Err(err) => return failed(control, &err),
+        Err(err) => return runner::report_failed(control, &err),
     };
     let (ours, interpreter_end) = match UnixStream::pair() {
         Ok(pair) => pair,
         Err(err) => {
-            return failed(
+            return runner::report_failed(
                 control,
                 &Error::setup(format!("a socket pair for the warm {}: {err}", warm.name())),
             );
@@ -131,7 +131,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     };
     let (mut stdio, pipes) = match streams {
         Ok(streams) => streams,
-        Err(err) => return failed(control, &err),
+        Err(err) => return runner::report_failed(control, &err),
     };
     stdio.push(OwnedFd::from(interpreter_end));
     let program = warm.program(plan);
@@ -205,14 +205,6 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
     }
 }
 
-fn failed(control: &OwnedFd, err: &Error) -> i32 {
-    let report = Report::Failed {
-        message: err.to_string(),
-    };
-    let _ = protocol::write_frame(control.as_fd(), &report, &[]);
-    1
-}
-
 /// What the handing-over thread brings back.
 struct Handed {
     job: Job,
@@ -247,13 +239,9 @@ fn null_streams() -> crate::error::Result<Vec<OwnedFd>> {
 
 /// Pipes for an interpreter's stdin, stdout and stderr: its ends, and this runner's.
 fn relay_pipes() -> crate::error::Result<(Vec<OwnedFd>, RelayPipes)> {
-    let pipe = || {
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|errno| Error::os("create a pipe for the warm interpreter", errno))
-    };
-    let (stdin_read, stdin_write) = pipe()?;
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
+    let (stdin_read, stdin_write) = runner::pipe("the warm interpreter")?;
+    let (stdout_read, stdout_write) = runner::pipe("the warm interpreter")?;
+    let (stderr_read, stderr_write) = runner::pipe("the warm interpreter")?;
     let ours = RelayPipes {
         stdin: stdin_write,
         stdout: stdout_read,

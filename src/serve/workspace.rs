@@ -105,6 +105,17 @@ fn resolve_error(path: &str, what: &str, errno: Errno) -> Error {
     }
 }
 
+/// The size of `file`, which must be a regular file (not a directory, FIFO or device).
+fn regular_file(file: &OwnedFd, path: &str) -> Result<u64> {
+    let stat = nix::sys::stat::fstat(file).map_err(|errno| Error::os("stat", errno))?;
+    if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err(Error::input(format!(
+            "path {path:?}: not a regular file; put and get take regular files only (ls lists directories)"
+        )));
+    }
+    Ok(stat.st_size as u64)
+}
+
 impl Workspace<'_> {
     fn open_at(&self, dir: BorrowedFd, name: &str, flags: OFlag, path: &str) -> Result<OwnedFd> {
         let mut how = OpenHow::new()
@@ -176,12 +187,7 @@ impl Workspace<'_> {
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | mode,
             path,
         )?;
-        let stat = nix::sys::stat::fstat(&file).map_err(|errno| Error::os("stat", errno))?;
-        if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(Error::input(format!(
-                "path {path:?}: not a regular file; put writes files only"
-            )));
-        }
+        regular_file(&file, path)?;
         let mut written = 0;
         while written < data.len() {
             match nix::unistd::write(&file, &data[written..]) {
@@ -213,13 +219,7 @@ impl Workspace<'_> {
             OFlag::O_RDONLY | OFlag::O_NONBLOCK,
             path,
         )?;
-        let stat = nix::sys::stat::fstat(&file).map_err(|errno| Error::os("stat", errno))?;
-        if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(Error::input(format!(
-                "path {path:?}: not a regular file; get reads files only (ls lists directories)"
-            )));
-        }
-        let size = stat.st_size as u64;
+        let size = regular_file(&file, path)?;
         let wanted = length.unwrap_or(MAX_CHUNK).min(MAX_CHUNK);
         let mut data = vec![0u8; wanted.min(size.saturating_sub(offset)) as usize];
         let mut read = 0;

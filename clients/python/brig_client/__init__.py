@@ -40,16 +40,10 @@ class BrigError(Exception):
         self.exit_code = exit_code
 
 
-@dataclass
-class Result:
-    """One run: brig's exit status for it, the verdict (schema brig-verdict/1), and in
-    capture mode what the program wrote."""
+class _Verdicted:
+    """What a reply with a verdict tells at a glance: its status, and whether it is ok."""
 
-    exit_code: int
     verdict: Dict[str, Any]
-    stdout: Optional[str] = None
-    stderr: Optional[str] = None
-    config_digest: Optional[str] = None
 
     @property
     def status(self) -> str:
@@ -58,6 +52,18 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+@dataclass
+class Result(_Verdicted):
+    """One run: brig's exit status for it, the verdict (schema brig-verdict/1), and in
+    capture mode what the program wrote."""
+
+    exit_code: int
+    verdict: Dict[str, Any]
+    stdout: Optional[str] = None
+    stderr: Optional[str] = None
+    config_digest: Optional[str] = None
 
 
 @dataclass
@@ -206,7 +212,7 @@ class ExecutionError:
 
 
 @dataclass
-class Execution:
+class Execution(_Verdicted):
     """One cell: what it printed, the representation of its final expression (`result`,
     None after a statement), the exception it raised (`error`), the verdict, and
     `state_lost` when the interpreter was restarted (time limit, out of memory)."""
@@ -219,16 +225,12 @@ class Execution:
     state_lost: bool = False
 
     @property
-    def status(self) -> str:
-        return self.verdict.get("status", "")
-
-    @property
     def ok(self) -> bool:
         return self.error is None and self.status == "ok"
 
 
 @dataclass
-class CommandResult:
+class CommandResult(_Verdicted):
     """One command: `exit_code` as `brig run` would exit (the program's status; 124 at
     the time limit, 128+N killed by signal N, 127 not found), its output, the verdict."""
 
@@ -236,14 +238,6 @@ class CommandResult:
     stdout: str
     stderr: str
     verdict: Dict[str, Any]
-
-    @property
-    def status(self) -> str:
-        return self.verdict.get("status", "")
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 @dataclass
