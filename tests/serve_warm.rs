@@ -177,19 +177,7 @@ fn signals_reach_a_warm_python(mode: Mode) {
             program,
         ],
     ] {
-        let mut client = command(mode, &args);
-        client.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut client = Running::spawn(client);
-        let mut ready = [0u8; 6];
-        client
-            .child
-            .stdout
-            .as_mut()
-            .unwrap()
-            .read_exact(&mut ready)
-            .unwrap();
-        kill(client.pid(), libc::SIGTERM);
-        let output = client.wait();
+        let output = sigterm_once_ready(mode, &args);
         assert_eq!(
             output.status.code(),
             Some(128 + libc::SIGTERM),
@@ -198,6 +186,23 @@ fn signals_reach_a_warm_python(mode: Mode) {
         );
     }
     assert_eq!(server.status()["warm_runs"], 1);
+}
+
+/// Runs brig with `args`, waits for the program's `ready` line, sends the client SIGTERM.
+fn sigterm_once_ready(mode: Mode, args: &[&str]) -> Output {
+    let mut client = command(mode, args);
+    client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut client = Running::spawn(client);
+    let mut ready = [0u8; 6];
+    client
+        .child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut ready)
+        .unwrap();
+    kill(client.pid(), libc::SIGTERM);
+    client.wait()
 }
 
 fn a_warm_run_is_reported_as_warm(mode: Mode) {
@@ -351,30 +356,16 @@ fn a_warm_node_is_stopped_and_signaled_as_a_cold_one(mode: Mode) {
     );
     assert!(wait_until(std::time::Duration::from_secs(10), warm_ready));
     let program = "console.log('ready'); setTimeout(() => {}, 30000)";
-    let mut client = command(
-        mode,
-        &[
-            "run",
-            "--server",
-            server.socket(),
-            "--",
-            "node",
-            "-e",
-            program,
-        ],
-    );
-    client.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut client = Running::spawn(client);
-    let mut ready = [0u8; 6];
-    client
-        .child
-        .stdout
-        .as_mut()
-        .unwrap()
-        .read_exact(&mut ready)
-        .unwrap();
-    kill(client.pid(), libc::SIGTERM);
-    let output = client.wait();
+    let args = [
+        "run",
+        "--server",
+        server.socket(),
+        "--",
+        "node",
+        "-e",
+        program,
+    ];
+    let output = sigterm_once_ready(mode, &args);
     assert_eq!(
         output.status.code(),
         Some(128 + libc::SIGTERM),
