@@ -417,7 +417,7 @@ is answered \fB{"type":"status",...}\fR: \fBversion\fR, \fBpid\fR, \fBpool\fR, \
 \fB{"brig": 1, "type": "session_get", "session": "\fIID\fB", "path": "out.png", "offset": 0, "length": 524288}\fR reads at most 512 KiB of a regular file: \fB{"type": "get", "data": "\fIBASE64\fB", "offset": 0, "size": \fIWHOLE\fB}\fR.
 .TP
 \fBsession_ls\fR
-\fB{"brig": 1, "type": "session_ls", "session": "\fIID\fB", "path": "."}\fR lists a directory: \fBentries\fR with \fBname\fR, \fBtype\fR (file, dir, symlink, other), \fBsize\fR and \fBmode\fR, sorted by name.
+\fB{"brig": 1, "type": "session_ls", "session": "\fIID\fB", "path": "."}\fR lists a directory: \fBentries\fR with \fBname\fR, \fBtype\fR (file, dir, symlink, other), \fBsize\fR and \fBmode\fR, sorted by name (at most 10,000; \fBtruncated\fR says when there were more).
 .TP
 \fBsession_close\fR, \fBsession_list\fR
 \fB{"brig": 1, "type": "session_close", "session": "\fIID\fB"}\fR closes a session (answered \fB{"type": "closed"}\fR once nothing of it is left); \fB{"brig": 1, "type": "session_list"}\fR lists the caller's: \fBsessions\fR with \fBsession\fR, \fBuid\fR, \fBage_ms\fR, \fBidle_ms\fR and \fBrequests\fR.

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 /// How long an interpreter has to start and say it is ready.
 const STARTUP: Duration = Duration::from_secs(30);
+/// How long a client has to take its reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell has to come back before its interpreter is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
@@ -307,6 +309,12 @@ impl<'p> Session<'p> {
                 break "it was closed";
             }
             let reply = self.handle(&body, peer, &connection);
+            // A client that does not read its reply cannot hold the session.
+            let _ = nix::sys::socket::setsockopt(
+                &connection,
+                nix::sys::socket::sockopt::SendTimeout,
+                &nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as i64, 0),
+            );
             let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
         };
         // No request may be lost in a socket nobody reads: the server's writes fail from
@@ -412,7 +420,9 @@ impl<'p> Session<'p> {
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
-                .map(|entries| json!({"type": "ls", "path": path, "entries": entries})),
+                .map(|(entries, truncated)| {
+                    json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
+                }),
             _ => Err(Error::input(
                 "brig serve: a session's runner was handed a request that is not for a session",
             )),

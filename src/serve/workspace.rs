@@ -14,6 +14,8 @@ use std::path::{Component, Path};
 
 /// The most data one put or get carries (base64 in a frame of at most 1 MiB).
 pub const MAX_CHUNK: u64 = 512 << 10;
+/// The most entries one `ls` lists (the first by name); the reply says when there were more.
+pub const MAX_ENTRIES: usize = 10_000;
 
 /// While it lives, this thread touches files as `(uid, gid)`: the jail user's host ids.
 /// The workspace is a tmpfs of the jail's user namespace, where an owner the namespace
@@ -237,8 +239,9 @@ impl Workspace<'_> {
         Ok((data, size))
     }
 
-    /// The entries of directory `path`, sorted by name.
-    pub fn list(&self, path: &str) -> Result<Vec<Entry>> {
+    /// The entries of directory `path`, sorted by name: the first [`MAX_ENTRIES`], and
+    /// whether there were more.
+    pub fn list(&self, path: &str) -> Result<(Vec<Entry>, bool)> {
         let _as_jail_user = AsJailUser::new(self.owner);
         let parts = if path == "." {
             Vec::new()
@@ -282,7 +285,9 @@ impl Workspace<'_> {
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(entries)
+        let truncated = entries.len() > MAX_ENTRIES;
+        entries.truncate(MAX_ENTRIES);
+        Ok((entries, truncated))
     }
 }
 
@@ -323,12 +328,9 @@ mod tests {
             workspace.get("./a/b/c.txt", 6, Some(3)).unwrap(),
             (b"wor".to_vec(), 11)
         );
-        let names: Vec<_> = workspace
-            .list(".")
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.name, e.kind))
-            .collect();
+        let (entries, truncated) = workspace.list(".").unwrap();
+        assert!(!truncated);
+        let names: Vec<_> = entries.into_iter().map(|e| (e.name, e.kind)).collect();
         assert_eq!(
             names,
             [
