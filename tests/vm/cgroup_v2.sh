@@ -308,5 +308,27 @@ fi
 touch $W/sync/go
 wait $pid
 
+# --- a session of brig serve --------------------------------------------------------------
+# A session's jail outlives the OOM kill of one of its programs (memory.oom.group off for
+# it), and the kill is that exec's status; closed, it leaves no cgroup.
+section "a session"
+S=$W/serve.sock
+$B serve --socket $S --pool 0 --quiet-limits >$W/serve.out 2>&1 &
+serve_pid=$!
+wait_for test -S $S
+sid=$($B session create --server $S --memory 32M 2>$W/err)
+check session-created "$(cat $W/err)" [ -n "$sid" ]
+$B session exec --server $S --session "$sid" --report $W/sv -- sh -c 'x=a; while :; do x=$x$x; done' >$W/out 2>$W/err
+rc=$?
+check session-oom-exit-137 "exit $rc: $(cat $W/err)" [ $rc = 137 ]
+expect session-oom-verdict $W/sv status='"oom"' cgroup='"v2"' memory_bytes=33554432
+out=$($B session exec --server $S --session "$sid" -- echo alive 2>&1)
+check session-survives-an-oom-kill "$out" [ "$out" = alive ]
+runner=$(cat /proc/$serve_pid/task/$serve_pid/children | tr -d ' ')
+$B session close --server $S --session "$sid"
+check session-close-removes-its-cgroup "$(jails_of $CG/brig "$runner")" no_jails_of $CG/brig "$runner"
+kill $serve_pid
+wait $serve_pid
+
 echo "# checks took $(($(date +%s) - start)) s"
 echo done
