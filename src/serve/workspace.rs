@@ -353,7 +353,10 @@ mod tests {
             assert!(err.contains(needle), "{path}: {err}");
         }
         // The control: followed as any open follows it, `out` does lead out.
-        assert_eq!(std::fs::read_to_string(root.join("home/out")).unwrap(), "outside");
+        assert_eq!(
+            std::fs::read_to_string(root.join("home/out")).unwrap(),
+            "outside"
+        );
         let err = workspace.put("out", b"x", false).unwrap_err().to_string();
         assert!(err.contains("leads out"), "{err}");
         assert_eq!(
