@@ -296,6 +296,11 @@ fn looser_options_are_refused_unless_allowed(mode: Mode) {
 
 fn malformed_messages_leave_the_server_up(mode: Mode) {
     let server = Server::start(mode, &["--pool", "1"]);
+    let settled = || {
+        let status = server.status();
+        status["running"] == 0 && status["ready"] == 1
+    };
+    assert!(wait_until(Duration::from_secs(30), settled));
     let fds_before = open_fds(server.pid());
     let null = std::fs::File::open("/dev/null").unwrap();
     let dir = std::fs::File::open("/").unwrap();
@@ -358,9 +363,11 @@ fn malformed_messages_leave_the_server_up(mode: Mode) {
     (&stream).write_all(&100u32.to_be_bytes()).unwrap();
     (&stream).write_all(b"{\"brig\":").unwrap();
     drop(stream);
-    // Still serving, and holding no descriptor more than before.
+    // Still serving, and holding no descriptor more than before, once the run's jail is
+    // torn down (after its client was answered) and the pool is full again.
     let output = server.run(&[], &["echo", "up"]);
     assert_eq!(stdout(&output), "up\n", "{}", describe(&output));
+    assert!(wait_until(Duration::from_secs(30), settled));
     assert!(
         wait_until(Duration::from_secs(5), || open_fds(server.pid())
             <= fds_before),
