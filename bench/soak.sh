@@ -6,8 +6,14 @@
 # processes, cgroups, mounts, temp files, and the library workers' fd and RSS growth.
 # Prints a table and writes bench/soak-results.json; exits 0 only when every count is 0.
 # Run as root: `bench/soak.sh [--runs N] [--concurrency N] [--modes 'WORDS'] [--seed N]`.
+# `bench/soak.sh --sessions [--cycles N] [--workers N]` soaks brig serve's sessions instead
+# (bench/soak_sessions.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p brig -p brig-bench
+if [[ ${1:-} == --sessions ]]; then
+    shift
+    exec /usr/bin/python3 bench/soak_sessions.py "$@"
+fi
 exec target/x86_64-unknown-linux-gnu/release/brig-soak \
     --brig target/x86_64-unknown-linux-gnu/release/brig --json bench/soak-results.json "$@"
