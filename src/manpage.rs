@@ -455,7 +455,7 @@ from the jail's cgroup; null without one, or where the kernel lacks the counter
 what the program wrote, counted with \fB\-\-output\-limit\fR only (null otherwise)
 .TP
 \fBwarm\fR
-true when \fBbrig serve \-\-warm\-python\fR ran the program in an interpreter started before the request; \fBwall_ms\fR and the CPU times are then the request's own
+true when \fBbrig serve \-\-warm\-python\fR or \fB\-\-warm\-node\fR ran the program in an interpreter started before the request; \fBwall_ms\fR and the CPU times are then the request's own
 .TP
 \fBsession\fR, \fBlanguage\fR
 only in a session's exec (\fBbrig session exec\fR): the session's id, and \fBpython\fR or \fBnode\fR for a cell; the cgroup counters are then the session's, \fBoom_kills\fR the exec's own
