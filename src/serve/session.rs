@@ -130,7 +130,6 @@ struct Session<'p> {
     audit_log: Option<PathBuf>,
     id: String,
     interpreters: HashMap<Language, Interpreter>,
-    execs: u64,
 }
 
 /// Output kept of one exec, per stream, up to a limit.
@@ -225,7 +224,6 @@ impl<'p> Session<'p> {
             audit_log,
             id: String::new(),
             interpreters: HashMap::new(),
-            execs: 0,
         }
     }
 
@@ -674,7 +672,6 @@ impl<'p> Session<'p> {
             seccomp_log: None,
             network: None,
         };
-        self.execs += 1;
         let mut verdict =
             serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();
         verdict["session"] = json!(self.id);
