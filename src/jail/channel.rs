@@ -84,13 +84,9 @@ pub struct Ended {
 /// What a session's init is told to do once its jail is ready.
 #[derive(Debug, PartialEq)]
 pub enum Command {
-    /// Start `program` as program `id` (in a process group of its own with `own_group`),
-    /// with the descriptors sent along as its 0, 1, 2, ...
-    Spawn {
-        id: u32,
-        program: Program,
-        own_group: bool,
-    },
+    /// Start `program` as program `id`, in a process group of its own, with the
+    /// descriptors sent along as its 0, 1, 2, ...
+    Spawn { id: u32, program: Program },
     /// Send `signal` to program `id`, or to its process group with `group`.
     Signal { id: u32, signal: i32, group: bool },
     /// SIGKILL every process of the jail but init and the programs `keep`.
@@ -198,14 +194,13 @@ impl ChildEnd {
         };
         match tag {
             b'S' => {
-                let program = decode_program(payload.get(5..)?)?;
+                let program = decode_program(payload.get(4..)?)?;
                 let mut byte = [0u8; 1];
                 let (_, fds) =
                     crate::sys::receive_with_fds(self.descriptors.as_ref()?.as_fd(), &mut byte)
                         .ok()?;
                 let command = Command::Spawn {
                     id: number(0)?,
-                    own_group: *payload.get(4)? != 0,
                     program,
                 };
                 Some((command, fds))
@@ -298,13 +293,8 @@ impl ParentEnd {
     /// Tells a session's init what to do; a spawn's descriptors go along.
     pub fn send_command(&self, command: &Command, stdio: &[BorrowedFd]) -> Result<(), Errno> {
         let (tag, payload) = match command {
-            Command::Spawn {
-                id,
-                program,
-                own_group,
-            } => {
+            Command::Spawn { id, program } => {
                 let mut payload = id.to_le_bytes().to_vec();
-                payload.push(u8::from(*own_group));
                 payload.extend_from_slice(&encode_program(program));
                 (b'S', payload)
             }
@@ -666,7 +656,6 @@ mod tests {
                 env: vec![],
                 chdir: "/".into(),
             },
-            own_group: true,
         };
         parent.send_command(&spawn, &[pipe_read.as_fd()]).unwrap();
         let (command, fds) = child.next_command().unwrap();

@@ -55,11 +55,12 @@ pub fn run(
             channel.send_error(&err);
             sys::exit_now(ExitStatus::BRIG_FAILED);
         }
-        channel.send(&Message::Ready);
+    }
+    // Assembled: tell brig, then wait for the program (or a session's programs).
+    channel.send(&Message::Ready);
+    if session {
         init::run_session(plan, &channel);
     }
-    // Assembled: tell brig, then wait for the program to run in it.
-    channel.send(&Message::Ready);
     let Some((program, stdio)) = channel.wait_for_program() else {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
@@ -164,16 +165,9 @@ fn assemble_jail(
     Ok(())
 }
 
-/// A session's program: its id in brig's messages, and whether it leads a process group
-/// of its own (so that one signal reaches what it started).
-#[derive(Clone, Copy)]
-pub struct InSession {
-    pub id: u32,
-    pub own_group: bool,
-}
-
 /// rlimits → capabilities → no_new_privs → Landlock → seccomp → exec, in the program's
-/// process (which already has the jail's identity, see `assemble_jail`). The seccomp
+/// process (which already has the jail's identity, see `assemble_jail`); `session`: the
+/// program's id in a session's jail. The seccomp
 /// filter is installed last, so from there on only the exec loop runs: execve, and on
 /// failure one write to brig's pipe and exit_group.
 pub fn become_program(
@@ -181,11 +175,11 @@ pub fn become_program(
     program: &Program,
     stdio: Option<&[std::os::fd::OwnedFd]>,
     channel: &ChildEnd,
-    session: Option<InSession>,
+    session: Option<u32>,
 ) -> ! {
     let fail = |err: Error| -> ! {
         match session {
-            Some(InSession { id, .. }) => channel.send(&Message::ProgramError {
+            Some(id) => channel.send(&Message::ProgramError {
                 id,
                 code: ExitStatus::BRIG_FAILED as u8,
                 message: err.to_string(),
@@ -194,7 +188,9 @@ pub fn become_program(
         }
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
-    if session.is_some_and(|session| session.own_group)
+    // A session's program leads a process group of its own, so that one signal reaches
+    // what it started.
+    if session.is_some()
         && let Err(errno) =
             nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
     {
@@ -220,7 +216,7 @@ pub fn become_program(
     let (status, message) = exec.run();
     let code = status.code() as u8;
     channel.send(&match session {
-        Some(InSession { id, .. }) => Message::ProgramError { id, code, message },
+        Some(id) => Message::ProgramError { id, code, message },
         None => Message::ExecError { code, message },
     });
     sys::exit_now(status.code());

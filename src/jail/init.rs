@@ -2,7 +2,7 @@
 //! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
 
 use super::channel::{ChildEnd, Command, Ended, Message};
-use super::child::{self, InSession};
+use super::child;
 use crate::error::Stage;
 use crate::exit::ExitStatus;
 use crate::plan::Plan;
@@ -125,8 +125,8 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
     ) else {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
-    // pid -> (id, own group)
-    let mut programs: std::collections::HashMap<Pid, (u32, bool)> = Default::default();
+    // pid -> id
+    let mut programs: std::collections::HashMap<Pid, u32> = Default::default();
     loop {
         let read = nix::poll::PollFlags::POLLIN;
         let mut fds = [
@@ -148,22 +148,14 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
                 sys::exit_now(0);
             }
-            Some((
-                Command::Spawn {
-                    id,
-                    program,
-                    own_group,
-                },
-                stdio,
-            )) => {
-                let session = Some(InSession { id, own_group });
+            Some((Command::Spawn { id, program }, stdio)) => {
                 let spawned = sys::spawn_sharing_memory(&mut || {
-                    child::become_program(plan, &program, Some(&stdio), channel, session)
+                    child::become_program(plan, &program, Some(&stdio), channel, Some(id))
                 });
                 drop(stdio);
                 match spawned {
                     Ok(pid) => {
-                        programs.insert(pid, (id, own_group));
+                        programs.insert(pid, id);
                     }
                     Err(errno) => {
                         channel.send(&Message::ProgramError {
@@ -185,10 +177,10 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 }
             }
             Some((Command::Signal { id, signal, group }, _)) => {
-                let found = programs.iter().find(|(_, (of, _))| *of == id);
-                if let (Some((pid, (_, own_group))), Ok(signal)) = (found, Signal::try_from(signal))
-                {
-                    let target = if group && *own_group {
+                let found = programs.iter().find(|(_, of)| **of == id);
+                if let (Some((pid, _)), Ok(signal)) = (found, Signal::try_from(signal)) {
+                    // The program leads its own process group: -pid is the group.
+                    let target = if group {
                         Pid::from_raw(-pid.as_raw())
                     } else {
                         *pid
@@ -199,7 +191,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
             Some((Command::Sweep { keep }, _)) => {
                 let kept: Vec<Pid> = programs
                     .iter()
-                    .filter(|(_, (id, _))| keep.contains(id))
+                    .filter(|(_, id)| keep.contains(id))
                     .map(|(pid, _)| *pid)
                     .collect();
                 sweep(plan, &kept);
@@ -211,9 +203,9 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
 }
 
 /// Reaps every child that exited; a session's program gets its [`Message::Ended`].
-fn reap_programs(programs: &mut std::collections::HashMap<Pid, (u32, bool)>, channel: &ChildEnd) {
+fn reap_programs(programs: &mut std::collections::HashMap<Pid, u32>, channel: &ChildEnd) {
     while let Ok(Some((pid, status, usage))) = sys::wait4_any_nohang() {
-        let Some((id, _)) = programs.remove(&pid) else {
+        let Some(id) = programs.remove(&pid) else {
             continue;
         };
         let (code, signal) = match status {

@@ -77,21 +77,15 @@ impl<'p> SessionJail<'p> {
             .as_fd()
     }
 
-    /// Starts `program` with `stdio` as its descriptors 0, 1, 2, ... (in a process group
-    /// of its own with `own_group`); its id, for [`Event`]s and signals.
-    pub fn spawn(
-        &mut self,
-        program: &Program,
-        stdio: &[BorrowedFd],
-        own_group: bool,
-    ) -> Result<u32> {
+    /// Starts `program` with `stdio` as its descriptors 0, 1, 2, ..., in a process group
+    /// of its own; its id, for [`Event`]s and signals.
+    pub fn spawn(&mut self, program: &Program, stdio: &[BorrowedFd]) -> Result<u32> {
         program.check()?;
         let id = self.next_id;
         self.next_id += 1;
         let command = Command::Spawn {
             id,
             program: program.clone(),
-            own_group,
         };
         self.jail
             .channel
@@ -175,11 +169,13 @@ impl<'p> SessionJail<'p> {
         self.jail.cgroup.as_ref().map(JailCgroup::version)
     }
 
-    /// Ends the session: every process killed, init reaped; the cgroup goes when this is
-    /// dropped.
-    pub fn end(mut self) -> Option<crate::net::record::NetworkRecord> {
+    /// Ends the session: every process killed, init reaped, the network relay stopped;
+    /// the cgroup goes as this is dropped.
+    pub fn end(mut self) {
         self.jail.end();
-        self.forwarder.take().map(Forwarder::finish)
+        if let Some(forwarder) = self.forwarder.take() {
+            forwarder.finish();
+        }
     }
 }
 

@@ -270,7 +270,7 @@ impl<'p> Jail<'p> {
     /// server gives a pooled jail its client's); the jail must come from
     /// [`Jail::assemble_for_streams`].
     pub fn run_with_stdio(self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
-        self.run_reporting_early(program, stdio, |_| {})
+        self.run_watching(program, stdio, None)
     }
 
     /// [`Jail::run_with_stdio`], calling `ended` with the run's report as soon as the
@@ -279,14 +279,32 @@ impl<'p> Jail<'p> {
     /// network to record or a seccomp log. A server answers its client there; the
     /// teardown then costs the client nothing. The report returned is the final one.
     pub fn run_reporting_early(
-        mut self,
+        self,
         program: &Program,
         stdio: Option<Stdio>,
         ended: impl FnOnce(&RunReport),
     ) -> Result<RunReport> {
+        let mut ended = Some(ended);
+        let mut call = |report: &RunReport| {
+            if let Some(ended) = ended.take() {
+                ended(report);
+            }
+        };
+        self.run_watching(program, stdio, Some(&mut call))
+    }
+
+    /// The run, with `ended` called early when a caller asked for it (a one-shot run
+    /// does not: its report waits for the teardown anyway).
+    fn run_watching(
+        mut self,
+        program: &Program,
+        stdio: Option<Stdio>,
+        ended: Option<&mut dyn FnMut(&RunReport)>,
+    ) -> Result<RunReport> {
         let plan = self.plan;
         program.check()?;
-        let early = self.relay.is_none()
+        let early = ended.is_some()
+            && self.relay.is_none()
             && plan.network.is_none()
             && plan.seccomp.mode != seccomp::Mode::Log;
         if early {
@@ -336,7 +354,7 @@ impl<'p> Jail<'p> {
         let ending = self.init.supervise(&self.signals, deadline, watch)?;
         if ending.program_ended {
             let wall = started.elapsed();
-            if let Ok(report) = self.early_report(&early_messages, wall) {
+            if let (Ok(report), Some(ended)) = (self.early_report(&early_messages, wall), ended) {
                 ended(&report);
             }
             self.init.wait_for_exit();
@@ -397,15 +415,7 @@ impl<'p> Jail<'p> {
                 _ => None,
             })
             .unwrap_or_default();
-        let outcome = decide(
-            messages
-                .iter()
-                .filter(|message| !matches!(message, Message::Ended { .. }))
-                .cloned()
-                .collect(),
-            None,
-            EndedBy::Program,
-        )?;
+        let outcome = decide(messages.to_vec(), None, EndedBy::Program)?;
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
         let cpu =
@@ -882,7 +892,8 @@ fn decide(
             } => {
                 return Err(Error::from_jail(message, stage, errno.map(Errno::from_raw)));
             }
-            // A session's messages; a one-shot jail sends none.
+            // The program's usage (`Ended`, used by an early report) and a session's
+            // messages decide nothing here.
             Message::Ready
             | Message::ProgramError { .. }
             | Message::Ended { .. }

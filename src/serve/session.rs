@@ -523,7 +523,6 @@ impl<'p> Session<'p> {
                 stdout_write.as_fd(),
                 stderr_write.as_fd(),
             ],
-            true,
         )?;
         drop((stdin_read, stdout_write, stderr_write));
         for fd in [&stdin_write, &stdout_read, &stderr_read] {
@@ -720,7 +719,6 @@ impl<'p> Session<'p> {
                 stderr_write.as_fd(),
                 theirs.as_fd(),
             ],
-            true,
         )?;
         drop((null, stdout_write, stderr_write, theirs));
         nonblocking(&stdout_read);
