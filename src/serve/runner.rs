@@ -70,7 +70,7 @@ pub enum Start<'a> {
 pub struct SessionStart {
     pub plan: Plan,
     pub options: JailOptions,
-    pub open: super::session::ToSession,
+    pub opening: super::session::Opening,
     pub connection: OwnedFd,
 }
 
@@ -89,14 +89,14 @@ pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
             let SessionStart {
                 plan,
                 options,
-                open,
+                opening,
                 connection,
             } = *start;
             super::session::for_create(
                 &control,
                 &plan,
                 options,
-                open,
+                opening,
                 connection,
                 audit_log.as_ref(),
             )

@@ -8,7 +8,7 @@ use super::ServeArgs;
 use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, SessionStart, Start};
-use super::session::ToSession;
+use super::session::{Opening, ToSession};
 use super::warm::Warm;
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
@@ -53,6 +53,13 @@ struct SessionEntry {
     requests: u64,
 }
 
+/// A kind of pooled jail: cold or with a warm interpreter, or a session's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct PoolKind {
+    warm: Option<Warm>,
+    for_session: bool,
+}
+
 struct Runner {
     pid: Pid,
     control: OwnedFd,
@@ -71,6 +78,27 @@ struct Runner {
     /// Busy with a run whose client has no answer yet: the pool's refill waits for it.
     answering: bool,
 }
+
+impl Runner {
+    /// In the pool of `kind` (ready or being assembled).
+    fn in_pool(&self, kind: PoolKind) -> bool {
+        self.pooled && self.warm == kind.warm && self.for_session == kind.for_session
+    }
+
+    /// In the pool of `kind` and ready for a request.
+    fn ready_in(&self, kind: PoolKind) -> bool {
+        self.in_pool(kind) && self.state == RunnerState::Ready
+    }
+}
+
+const COLD: PoolKind = PoolKind {
+    warm: None,
+    for_session: false,
+};
+const SESSIONS: PoolKind = PoolKind {
+    warm: None,
+    for_session: true,
+};
 
 /// A connection whose request has not fully arrived.
 struct Incoming {
@@ -153,8 +181,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled), None).context(|| "block signals".into())?;
     let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
-    let mut session_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
-    session_plan.limits.cgroup.oom_kills_one = true;
+    let session_plan = session_plan(defaults.clone())?;
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
@@ -224,6 +251,14 @@ fn defaults(args: &ServeArgs) -> Result<JailOptions> {
 fn with_placeholder(mut options: JailOptions) -> JailOptions {
     options.command = vec!["true".into()];
     options
+}
+
+/// The plan of a session's jail: the options', whose OOM kills take one process (the
+/// interpreter, restarted), not the session.
+fn session_plan(options: JailOptions) -> Result<Plan> {
+    let mut plan = Plan::resolve(with_placeholder(options))?;
+    plan.limits.cgroup.oom_kills_one = true;
+    Ok(plan)
 }
 
 /// Options a run gives its program; any other a client sets changes the jail's shape,
@@ -571,17 +606,16 @@ impl Server {
                 let reply = self.list_sessions(&incoming.peer);
                 let _ = protocol::write_frame(stream.as_fd(), &reply, &[]);
             }
-            ref request if request.session().is_some() => {
-                if let Err(err) = self.route_to_session(&stream, request, body, incoming.peer) {
+            request @ (Request::SessionExec { .. }
+            | Request::SessionPut { .. }
+            | Request::SessionGet { .. }
+            | Request::SessionLs { .. }
+            | Request::SessionClose { .. }) => {
+                if let Err(err) = self.route_to_session(&stream, &request, body, incoming.peer) {
                     self.status.refused += 1;
                     refuse(&stream, &err);
                 }
             }
-            Request::SessionExec { .. }
-            | Request::SessionPut { .. }
-            | Request::SessionGet { .. }
-            | Request::SessionLs { .. }
-            | Request::SessionClose { .. } => {}
             Request::Run {
                 options,
                 stdio,
@@ -792,12 +826,11 @@ impl Server {
         }
     }
 
-    fn ready_for_sessions(&self) -> usize {
+    /// How many pooled jails of `kind` are ready.
+    fn ready_count(&self, kind: PoolKind) -> usize {
         self.runners
             .iter()
-            .filter(|runner| {
-                runner.pooled && runner.for_session && runner.state == RunnerState::Ready
-            })
+            .filter(|runner| runner.ready_in(kind))
             .count()
     }
 
@@ -855,7 +888,7 @@ impl Server {
         )
         .context(|| "read /dev/urandom".into())?;
         let id: String = id_bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-        let open = ToSession::Open {
+        let opening = Opening {
             id,
             owner: peer,
             session_timeout_ms: session_timeout.as_millis() as u64,
@@ -866,27 +899,29 @@ impl Server {
                 .try_clone()
                 .context(|| "keep the client's connection".into())?,
         );
-        let ready = self.runners.iter().position(|runner| {
-            runner.pooled && runner.for_session && runner.state == RunnerState::Ready
-        });
+        let ready = self
+            .runners
+            .iter()
+            .position(|runner| runner.ready_in(SESSIONS));
         match ready {
             Some(at) if pooled => {
                 let runner = &mut self.runners[at];
+                let entry = SessionEntry::of(&opening);
+                let open = ToSession::Open(opening);
                 protocol::write_frame(runner.control.as_fd(), &open, &[connection.as_fd()])?;
                 runner.pooled = false;
                 runner.state = RunnerState::Session;
-                runner.session = session_entry(&open);
+                runner.session = Some(entry);
                 self.count_ready();
             }
             _ => {
                 let options = self.defaults.clone().overlay(client);
-                let mut plan = Plan::resolve(with_placeholder(options.clone()))?;
+                let plan = session_plan(options.clone())?;
                 policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
-                plan.limits.cgroup.oom_kills_one = true;
                 let start = SessionStart {
                     plan,
                     options,
-                    open,
+                    opening,
                     connection,
                 };
                 self.spawn(Spawn::ForSession(Box::new(start)))?;
@@ -984,18 +1019,16 @@ impl Server {
     }
 
     fn count_ready(&mut self) {
-        let ready = |warm: Option<Warm>| {
-            self.runners
-                .iter()
-                .filter(|runner| {
-                    runner.pooled && runner.warm == warm && runner.state == RunnerState::Ready
-                })
-                .count()
-        };
-        self.status.ready = ready(None) - self.ready_for_sessions();
-        self.status.warm_ready = ready(Some(Warm::Python));
-        self.status.warm_node_ready = ready(Some(Warm::Node));
-        self.status.session_ready = self.ready_for_sessions();
+        self.status.ready = self.ready_count(COLD);
+        self.status.warm_ready = self.ready_count(PoolKind {
+            warm: Some(Warm::Python),
+            ..COLD
+        });
+        self.status.warm_node_ready = self.ready_count(PoolKind {
+            warm: Some(Warm::Node),
+            ..COLD
+        });
+        self.status.session_ready = self.ready_count(SESSIONS);
     }
 
     /// Keeps --pool cold, --warm-python and --warm-node warm jails and --session-pool
@@ -1006,41 +1039,32 @@ impl Server {
         {
             return;
         }
+        let warm = |warm| PoolKind {
+            warm: Some(warm),
+            ..COLD
+        };
         let kinds = [
-            (None, false, self.args.pool),
-            (Some(Warm::Python), false, self.args.warm_python),
-            (Some(Warm::Node), false, self.args.warm_node),
-            (None, true, self.args.session_pool),
+            (COLD, self.args.pool),
+            (warm(Warm::Python), self.args.warm_python),
+            (warm(Warm::Node), self.args.warm_node),
+            (SESSIONS, self.args.session_pool),
         ];
-        for (warm, for_session, wanted) in kinds {
+        // While a client waits for its answer, the next jail is built only if the pool
+        // has none ready of its kind: building takes the CPUs that client's run needs.
+        let answering = self.runners.iter().any(|runner| runner.answering);
+        for (kind, wanted) in kinds {
             let pooled = self
                 .runners
                 .iter()
-                .filter(|runner| {
-                    runner.pooled && runner.warm == warm && runner.for_session == for_session
-                })
+                .filter(|runner| runner.in_pool(kind))
                 .count();
-            // While a client waits for its answer, the next jail is built only if the
-            // pool has none ready of its kind: building takes the CPUs that client's
-            // run needs.
-            let ready = self
-                .runners
-                .iter()
-                .filter(|runner| {
-                    runner.pooled
-                        && runner.state == RunnerState::Ready
-                        && runner.warm == warm
-                        && runner.for_session == for_session
-                })
-                .count();
-            let answering = self.runners.iter().any(|runner| runner.answering);
-            if answering && ready > 0 {
+            if answering && self.ready_count(kind) > 0 {
                 continue;
             }
             for _ in pooled..wanted {
-                let what = match for_session {
+                let what = match kind.for_session {
                     true => Spawn::SessionPool,
-                    false => Spawn::Pooled { warm },
+                    false => Spawn::Pooled { warm: kind.warm },
                 };
                 if let Err(err) = self.spawn(what) {
                     eprintln!("brig serve: {err}");
@@ -1094,7 +1118,9 @@ impl Server {
                 let answering = matches!(what, Spawn::ForJob(..));
                 let (state, session) = match what {
                     _ if pooled => (RunnerState::Assembling, None),
-                    Spawn::ForSession(start) => (RunnerState::Session, session_entry(&start.open)),
+                    Spawn::ForSession(start) => {
+                        (RunnerState::Session, Some(SessionEntry::of(&start.opening)))
+                    }
                     _ => (RunnerState::Busy, None),
                 };
                 self.runners.push(Runner {
@@ -1224,16 +1250,15 @@ struct SessionAsk {
     workspace_size: Option<crate::units::Size>,
 }
 
-fn session_entry(open: &ToSession) -> Option<SessionEntry> {
-    match open {
-        ToSession::Open { id, owner, .. } => Some(SessionEntry {
-            id: id.clone(),
-            owner: *owner,
+impl SessionEntry {
+    fn of(opening: &Opening) -> SessionEntry {
+        SessionEntry {
+            id: opening.id.clone(),
+            owner: opening.owner,
             created: Instant::now(),
             last_request: Instant::now(),
             requests: 0,
-        }),
-        ToSession::Request { .. } => None,
+        }
     }
 }
 

@@ -28,6 +28,9 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// The one-line error for an exec that is neither a command nor a cell.
+const EXEC_FORM: &str =
+    "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")";
 /// How long an interpreter has to start and say it is ready.
 const STARTUP: Duration = Duration::from_secs(30);
 /// How long a client has to take its reply.
@@ -39,17 +42,21 @@ const PYTHON_SCRIPT: &str = include_str!("session_python.py");
 const PYTHON_LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-session>', 'exec'))";
 const NODE_SCRIPT: &str = include_str!("session_node.js");
 
+/// A session as the server opens it.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct Opening {
+    pub id: String,
+    pub owner: Peer,
+    pub session_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+}
+
 /// What the server sends a session's runner, with the client's connection.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ToSession {
     /// The session is created: answer the client with its id.
-    Open {
-        id: String,
-        owner: Peer,
-        session_timeout_ms: u64,
-        idle_timeout_ms: u64,
-    },
+    Open(Opening),
     /// A request for the session (checked by the server: its owner, its form). Its
     /// descriptors: the connection, then a memfd holding the request's frame (which may
     /// be large: the server's writes to a busy runner must stay small).
@@ -88,10 +95,12 @@ pub fn pooled(
     let Ok(Some((body, mut fds))) = FrameReader::default().read_blocking(control) else {
         return 0;
     };
-    let (Ok(open), false) = (serde_json::from_slice::<ToSession>(&body), fds.is_empty()) else {
+    let (Ok(ToSession::Open(opening)), false) =
+        (serde_json::from_slice::<ToSession>(&body), fds.is_empty())
+    else {
         return 1;
     };
-    session.serve(control, open, fds.remove(0));
+    session.serve(control, opening, fds.remove(0));
     0
 }
 
@@ -100,13 +109,13 @@ pub fn for_create(
     control: &OwnedFd,
     plan: &Plan,
     options: JailOptions,
-    open: ToSession,
+    opening: Opening,
     connection: OwnedFd,
     audit_log: Option<&PathBuf>,
 ) -> i32 {
     match SessionJail::assemble(plan) {
         Ok(jail) => {
-            Session::new(jail, options, audit_log.cloned()).serve(control, open, connection);
+            Session::new(jail, options, audit_log.cloned()).serve(control, opening, connection);
             0
         }
         Err(err) => super::runner::answer_error(&[connection], &err),
@@ -232,16 +241,13 @@ impl<'p> Session<'p> {
     }
 
     /// Serves the session until it ends, then ends its jail.
-    fn serve(mut self, control: &OwnedFd, open: ToSession, connection: OwnedFd) {
-        let ToSession::Open {
+    fn serve(mut self, control: &OwnedFd, opening: Opening, connection: OwnedFd) {
+        let Opening {
             id,
             session_timeout_ms,
             idle_timeout_ms,
             ..
-        } = open
-        else {
-            return;
-        };
+        } = opening;
         self.id = id;
         let reply = json!({
             "type": "session",
@@ -294,19 +300,15 @@ impl<'p> Session<'p> {
                 continue;
             };
             let connection = fds.remove(0);
-            let Some(body) = read_request(&fds[0]).and_then(|body| String::from_utf8(body).ok())
-            else {
+            let Some(body) = read_request(&fds[0]) else {
                 continue;
             };
-            let closing = matches!(
-                protocol::parse_request(body.as_bytes()),
-                Ok(Request::SessionClose { .. })
-            );
-            if closing {
+            let request = protocol::parse_request(&body);
+            if matches!(request, Ok(Request::SessionClose { .. })) {
                 closed_by = Some(connection);
                 break "it was closed";
             }
-            let reply = self.handle(&body, peer, &connection);
+            let reply = self.handle(request, peer, &connection);
             // A client that does not read its reply cannot hold the session.
             let _ = nix::sys::socket::setsockopt(
                 &connection,
@@ -347,8 +349,8 @@ impl<'p> Session<'p> {
     }
 
     /// One request's reply.
-    fn handle(&mut self, body: &str, peer: Peer, connection: &OwnedFd) -> Value {
-        let request = match protocol::parse_request(body.as_bytes()) {
+    fn handle(&mut self, request: Result<Request>, peer: Peer, connection: &OwnedFd) -> Value {
+        let request = match request {
             Ok(request) => request,
             Err(err) => return error_reply(&err),
         };
@@ -389,7 +391,7 @@ impl<'p> Session<'p> {
                 self.run_command(exec, peer, connection)
             }
             Request::SessionExec { .. } => Err(Error::input(
-                "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")",
+                EXEC_FORM,
             )),
             Request::SessionPut {
                 path, data, append, ..
@@ -442,10 +444,15 @@ impl<'p> Session<'p> {
     fn absorb_events(&mut self) {
         for event in self.jail.events() {
             if let Event::Ended { id, .. } = event {
-                self.interpreters
-                    .retain(|_, interpreter| interpreter.id != id);
+                self.forget_interpreter(id);
             }
         }
+    }
+
+    /// Program `id` ended: if it was an interpreter, the next cell starts a fresh one.
+    fn forget_interpreter(&mut self, id: u32) {
+        self.interpreters
+            .retain(|_, interpreter| interpreter.id != id);
     }
 
     /// The time limit of one exec: the one asked for, no looser than the session's.
@@ -590,9 +597,7 @@ impl<'p> Session<'p> {
                         message,
                     } if of == id => failure = Some((code, message)),
                     Event::Ended { id: of, end } if of == id => done = Some(end),
-                    Event::Ended { id: of, .. } => self
-                        .interpreters
-                        .retain(|_, interpreter| interpreter.id != of),
+                    Event::Ended { id: of, .. } => self.forget_interpreter(of),
                     Event::Failed { .. } => {}
                 }
             }
@@ -764,9 +769,7 @@ impl<'p> Session<'p> {
                             language_name(language)
                         )));
                     }
-                    Event::Ended { id: of, .. } => self
-                        .interpreters
-                        .retain(|_, interpreter| interpreter.id != of),
+                    Event::Ended { id: of, .. } => self.forget_interpreter(of),
                     Event::Failed { .. } => {}
                 }
             }
@@ -844,8 +847,7 @@ impl<'p> Session<'p> {
                     if of == id {
                         died = Some(end);
                     } else {
-                        self.interpreters
-                            .retain(|_, interpreter| interpreter.id != of);
+                        self.forget_interpreter(of);
                     }
                 }
             }
@@ -1037,9 +1039,7 @@ pub fn check_request(request: &Request) -> Result<()> {
             )))
         }
         Request::SessionExec { command, code, .. } if command.is_empty() == code.is_none() => {
-            Err(Error::input(
-                "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")",
-            ))
+            Err(Error::input(EXEC_FORM))
         }
         _ => Ok(()),
     }
