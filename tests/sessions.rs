@@ -164,6 +164,9 @@ fn state_persists_across_cells(mode: Mode) {
     assert!(traceback.contains("return 1 / 0"), "{traceback}");
     assert!(!traceback.contains("brig-session"), "{traceback}");
     assert_eq!(cell(&server, &id, "x")["result"], "41");
+    // A cell larger than a socket's buffer reaches the interpreter whole.
+    let large = format!("y = x\n#{}\ny + 1", "#".repeat(600 << 10));
+    assert_eq!(cell(&server, &id, &large)["result"], "42");
     command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
     // Closed: nothing of the session is left once the answer has come.
     close(&server, &id);

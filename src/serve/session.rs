@@ -748,7 +748,7 @@ impl<'p> Session<'p> {
             ];
             let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
             captured.drain(1, interpreter.stderr.as_fd());
-            if let Some(line) = interpreter.next_line()? {
+            if let Some(line) = interpreter.next_line() {
                 if line.get("ready") == Some(&Value::Bool(true)) {
                     return Ok(interpreter);
                 }
@@ -834,7 +834,7 @@ impl<'p> Session<'p> {
             for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
                 over |= !captured.drain(index, pipe.as_fd());
             }
-            while let Some(reply) = interpreter.next_line()? {
+            while let Some(reply) = interpreter.next_line() {
                 if reply.get("id") == Some(&json!(cell)) {
                     answer = Some(reply);
                 }
@@ -972,18 +972,23 @@ struct CommandExec {
 
 impl Interpreter {
     /// The next whole line the interpreter sent, as JSON; None when none is there yet.
-    fn next_line(&mut self) -> Result<Option<Value>> {
+    fn next_line(&mut self) -> Option<Value> {
         loop {
             if let Some(end) = self.lines.iter().position(|byte| *byte == b'\n') {
                 let line: Vec<u8> = self.lines.drain(..=end).collect();
-                return Ok(serde_json::from_slice(&line).ok().or(Some(Value::Null)));
+                return serde_json::from_slice(&line).ok().or(Some(Value::Null));
             }
-            let _ = self.control.set_nonblocking(true);
+            // Without waiting, but only this read: a cell is written to the same socket,
+            // which must block while the interpreter takes a large one in.
             let mut chunk = [0u8; 64 * 1024];
-            match self.control.read(&mut chunk) {
-                Ok(0) => return Ok(None),
-                Ok(count) => self.lines.extend_from_slice(&chunk[..count]),
-                Err(_) => return Ok(None),
+            let received = nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&self.control),
+                &mut chunk,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            );
+            match received {
+                Ok(count @ 1..) => self.lines.extend_from_slice(&chunk[..count]),
+                _ => return None,
             }
             // A cell's output goes to its pipes: a runaway line here is the program's
             // own writing to descriptor 3, kept within bounds.
