@@ -145,21 +145,8 @@ fn rehearse(plan: &Plan) {
     };
     let encoded = serde_json::to_vec(&job).unwrap_or_default();
     let _ = serde_json::from_slice::<Job>(&encoded);
-    let report = crate::jail::RunReport {
-        outcome: crate::jail::Outcome::Exited(0),
-        time_limit: plan.time_limit,
-        wall: std::time::Duration::ZERO,
-        cpu_user: std::time::Duration::ZERO,
-        cpu_sys: std::time::Duration::ZERO,
-        max_rss_kib: 0,
-        cgroup_version: None,
-        cgroup_usage: None,
-        out_of_memory: false,
-        output: None,
-        seccomp_log: None,
-        network: None,
-    };
-    let verdict = serde_json::to_value(Verdict::of_run(plan, &report)).unwrap_or_default();
+    let verdict = Verdict::of_setup_error(Some(plan), &Error::setup("rehearsal"));
+    let verdict = serde_json::to_value(verdict).unwrap_or_default();
     let _ = serde_json::to_vec(&Reply::Done {
         verdict,
         config_digest: String::new(),
@@ -227,15 +214,8 @@ fn run_job(
     let early = capture.is_none();
     let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
         if early {
-            answer(
-                &connection,
-                &Verdict::of_run(plan, report),
-                &job,
-                None,
-                audit_log,
-            );
-            // The server may now build the next jail without slowing this client.
-            let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+            let verdict = Verdict::of_run(plan, report);
+            answer(control, &connection, &verdict, &job, None, audit_log);
             answered = true;
         }
     });
@@ -244,8 +224,7 @@ fn run_job(
             Ok(report) => Verdict::of_run(plan, &report),
             Err(err) => Verdict::of_setup_error(Some(plan), &err),
         };
-        answer(&connection, &verdict, &job, capture, audit_log);
-        let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+        answer(control, &connection, &verdict, &job, capture, audit_log);
     }
     0
 }
@@ -277,9 +256,11 @@ pub(super) fn client_streams(
     }
 }
 
-/// Answers the client with the verdict (and captured output) and appends the server's
-/// audit line.
+/// Answers the client with the verdict (and captured output), appends the server's audit
+/// line, and tells the server (`control`) that the client has its answer: it may now
+/// build the next jail without slowing this client.
 pub(super) fn answer(
+    control: &OwnedFd,
     connection: &OwnedFd,
     verdict: &Verdict,
     job: &Job,
@@ -306,6 +287,7 @@ pub(super) fn answer(
         stderr,
     };
     let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
 }
 
 /// Passes the client's `signal` frames on to the program (through this process's signal

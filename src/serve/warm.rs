@@ -154,8 +154,14 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         if let Some(Ok(Some(done))) = handler.take().map(std::thread::JoinHandle::join) {
             if done.capture.is_none() && !done.timed_out {
                 let verdict = warm_verdict(plan, Ok(report.clone()), &done);
-                runner::answer(&done.connection, &verdict, &done.job, None, audit_log);
-                let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+                runner::answer(
+                    control,
+                    &done.connection,
+                    &verdict,
+                    &done.job,
+                    None,
+                    audit_log,
+                );
                 answered = true;
             }
             handed = Some(done);
@@ -178,8 +184,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         capture,
         ..
     } = handed;
-    runner::answer(&connection, &verdict, &job, capture, audit_log);
-    let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+    runner::answer(control, &connection, &verdict, &job, capture, audit_log);
     0
 }
 
