@@ -469,6 +469,22 @@ fn bad_serve_options_are_one_line_errors() {
             ],
             "--warm-python with --output-limit",
         ),
+        (
+            vec![
+                "serve",
+                "--socket",
+                socket,
+                "--warm-node",
+                "1",
+                "--output-limit",
+                "1M",
+            ],
+            "--warm-node with --output-limit",
+        ),
+        (
+            vec!["serve", "--socket", socket, "--idle-timeout", "soon"],
+            "--idle-timeout",
+        ),
     ] {
         let output = run(Mode::Root, &args);
         assert_one_line_error(&output, &[needle]);
