@@ -1,11 +1,16 @@
-//! Path patterns for manifests: absolute, matched component by component; `*` and `?`
-//! within one component, `**` for any number of components (including none).
+//! Path patterns for manifests, matched with `globset`: absolute, `*` and `?` within one
+//! path component, `**` for any number of components (including none, also at the end).
+//! Every other character is literal: globset's `[...]`, `{...}` and `\` are not manifest
+//! syntax.
 
+use globset::{GlobBuilder, GlobMatcher};
 use std::path::Path;
 
 #[derive(Clone, Debug)]
 pub struct Glob {
-    parts: Vec<String>,
+    /// The pattern, and for one ending in `/**` the directory itself too.
+    matchers: Vec<GlobMatcher>,
+    wildcards: bool,
 }
 
 impl Glob {
@@ -15,52 +20,56 @@ impl Glob {
                 "'{pattern}' is relative; patterns are absolute paths in the root, e.g. /usr/**/__pycache__"
             ));
         }
+        let parts: Vec<&str> = pattern
+            .split('/')
+            .filter(|part| !part.is_empty() && *part != ".")
+            .collect();
+        let mut texts = vec![format!("/{}", parts.join("/"))];
+        if let Some((&"**", parent)) = parts.split_last()
+            && !parent.is_empty()
+        {
+            texts.push(format!("/{}", parent.join("/")));
+        }
+        let matchers = texts
+            .iter()
+            .map(|text| compile(text, pattern))
+            .collect::<Result<_, _>>()?;
         Ok(Glob {
-            parts: components(pattern),
+            matchers,
+            wildcards: pattern.contains(['*', '?']),
         })
     }
 
     pub fn has_wildcards(&self) -> bool {
-        self.parts.iter().any(|part| part.contains(['*', '?']))
+        self.wildcards
     }
 
     pub fn matches(&self, path: &Path) -> bool {
-        let text = path.to_string_lossy();
-        let parts = components(&text);
-        let pattern: Vec<&str> = self.parts.iter().map(String::as_str).collect();
-        let path: Vec<&str> = parts.iter().map(String::as_str).collect();
-        match_parts(&pattern, &path)
+        self.matchers.iter().any(|matcher| matcher.is_match(path))
     }
 }
 
-fn components(text: &str) -> Vec<String> {
-    text.split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .map(str::to_string)
-        .collect()
+/// A pattern for one path component (a name in a directory), e.g. `python3.*`.
+pub fn component(pattern: &str) -> Result<GlobMatcher, String> {
+    compile(pattern, pattern)
 }
 
-fn match_parts(pattern: &[&str], path: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => path.is_empty(),
-        Some((&"**", rest)) => (0..=path.len()).any(|skip| match_parts(rest, &path[skip..])),
-        Some((first, rest)) => match path.split_first() {
-            Some((name, path_rest)) => {
-                match_component(first.as_bytes(), name.as_bytes()) && match_parts(rest, path_rest)
-            }
-            None => false,
-        },
+/// `text` as a globset matcher in which only `*`, `?` and `**` are special.
+fn compile(text: &str, pattern: &str) -> Result<GlobMatcher, String> {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            // A class of one character is globset's way to make a metacharacter literal.
+            '[' | ']' | '{' | '}' => escaped.extend(['[', c, ']']),
+            _ => escaped.push(c),
+        }
     }
-}
-
-/// `*` (any run of bytes) and `?` (one byte) within one path component.
-pub fn match_component(pattern: &[u8], name: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((b'*', rest)) => (0..=name.len()).any(|skip| match_component(rest, &name[skip..])),
-        Some((b'?', rest)) => !name.is_empty() && match_component(rest, &name[1..]),
-        Some((byte, rest)) => name.first() == Some(byte) && match_component(rest, &name[1..]),
-    }
+    GlobBuilder::new(&escaped)
+        .literal_separator(true)
+        .backslash_escape(false)
+        .build()
+        .map(|glob| glob.compile_matcher())
+        .map_err(|err| format!("'{pattern}': {err}"))
 }
 
 #[cfg(test)]
@@ -77,5 +86,59 @@ mod tests {
         assert!(glob("/**/_test*.so").matches(Path::new("/x/_testcapi.so")));
         assert!(!glob("/a/?").matches(Path::new("/a/bc")));
         assert!(Glob::new("relative/x").is_err());
+    }
+
+    #[test]
+    fn double_star_at_the_end_takes_the_directory_too() {
+        let glob = Glob::new("/opt/mail/mime/**").unwrap();
+        assert!(glob.matches(Path::new("/opt/mail/mime")));
+        assert!(glob.matches(Path::new("/opt/mail/mime/a/b")));
+        assert!(!glob.matches(Path::new("/opt/mail/mimes")));
+        assert!(!glob.matches(Path::new("/opt/mail")));
+    }
+
+    #[test]
+    fn wildcards_stay_in_their_component() {
+        let glob = Glob::new("/usr/*/x").unwrap();
+        assert!(glob.matches(Path::new("/usr/lib/x")));
+        assert!(!glob.matches(Path::new("/usr/lib/a/x")));
+        assert!(!Glob::new("/a?b").unwrap().matches(Path::new("/a/b")));
+        // `**` inside a component is a `*`.
+        let glob = Glob::new("/usr/lib**/x").unwrap();
+        assert!(glob.matches(Path::new("/usr/lib64/x")));
+        assert!(!glob.matches(Path::new("/usr/lib/a/x")));
+    }
+
+    #[test]
+    fn empty_and_dot_components_are_ignored() {
+        assert!(
+            Glob::new("/opt//mail/./_*.py")
+                .unwrap()
+                .matches(Path::new("/opt/mail/_a.py"))
+        );
+    }
+
+    #[test]
+    fn brackets_braces_and_backslashes_are_literal() {
+        for name in ["a[1]", "a{b,c}", "a\\b", "[", "}", "a[!x]", "[[:alpha:]]"] {
+            let glob = Glob::new(&format!("/d/{name}*")).unwrap();
+            assert!(
+                glob.matches(&Path::new("/d").join(format!("{name}.txt"))),
+                "{name}"
+            );
+            assert!(!glob.matches(Path::new("/d/ab")), "{name}");
+            let one = component(name).unwrap();
+            assert!(one.is_match(name), "{name}");
+        }
+        assert!(!component("a{b,c}").unwrap().is_match("ab"));
+        assert!(!component("a[bc]").unwrap().is_match("ab"));
+    }
+
+    #[test]
+    fn names_need_not_be_text() {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::OsStr::from_bytes(b"lib\xff.so");
+        assert!(component("lib*.so").unwrap().is_match(name));
+        assert!(component("lib?.so").unwrap().is_match(name));
     }
 }

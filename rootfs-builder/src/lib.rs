@@ -433,12 +433,14 @@ fn expand(key: &str, image: &Image, path: &Path) -> Result<Vec<PathBuf>, Error> 
                 next.push(dir.join(part));
                 continue;
             }
+            let matcher =
+                glob::component(part).map_err(|why| Error::new(format!("{key}: {why}")))?;
             let mut names = std::collections::BTreeSet::new();
             for source in image.sources() {
                 if let Ok(entries) = fs::read_dir(source.real(dir)) {
                     for entry in entries.flatten() {
                         let name = entry.file_name();
-                        if glob::match_component(part.as_bytes(), name.as_encoded_bytes()) {
+                        if matcher.is_match(&name) {
                             names.insert(name);
                         }
                     }
