@@ -19,7 +19,6 @@ mod image;
 mod ldcache;
 mod manifest;
 mod output;
-mod tar;
 
 pub use manifest::{SHIPPED, shipped_names};
 

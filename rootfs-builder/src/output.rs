@@ -3,17 +3,18 @@
 //! directory, so `verify` recomputes exactly what `build` recorded.
 
 use crate::image::Node;
-use crate::tar;
 use crate::{DIGEST_FILE, Error, LISTING_FILE};
 use nix::sys::stat::{UtimensatFlags, utimensat};
 use nix::sys::time::TimeSpec;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{BufWriter, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use tar::{EntryType, Header};
 
 /// Every directory is 0755 (/tmp 1777), every file 0755 or 0644: modes do not depend on
 /// the host's umask or on what the packages shipped (setuid bits are dropped).
@@ -240,11 +241,13 @@ fn escape(bytes: &[u8]) -> String {
     out
 }
 
-/// Writes the root at `dir` as a tar archive, digest files included, in path order.
+/// Writes the root at `dir` as a tar archive, digest files included, in path order: ustar
+/// headers, owners 0:0 (`root`), every time `mtime`, and a pax extended header for a name or
+/// link target too long for them.
 pub fn write_tar(dir: &Path, to: &Path, mtime: u64) -> Result<(), Error> {
-    let fail = |err: std::io::Error| Error::new(format!("write {}: {err}", to.display()));
+    let fail = |err: io::Error| Error::new(format!("write {}: {err}", to.display()));
     let file = File::create(to).map_err(fail)?;
-    let mut writer = tar::Writer::new(BufWriter::new(file), mtime);
+    let mut archive = tar::Builder::new(BufWriter::new(file));
     let mut entries = walk(dir)?;
     for name in [DIGEST_FILE, LISTING_FILE] {
         let real = dir.join(name);
@@ -262,43 +265,260 @@ pub fn write_tar(dir: &Path, to: &Path, mtime: u64) -> Result<(), Error> {
         let name = entry.path.strip_prefix("/").unwrap_or(&entry.path);
         let name = name.as_os_str().as_bytes();
         match &entry.kind {
-            EntryKind::Dir => writer
-                .header(name, entry.mode, tar::Kind::Dir)
-                .map_err(fail)?,
-            EntryKind::Symlink(target) => writer
-                .header(
-                    name,
-                    0o777,
-                    tar::Kind::Symlink {
-                        target: target.as_os_str().as_bytes(),
-                    },
-                )
-                .map_err(fail)?,
+            EntryKind::Dir => {
+                let mut name = name.to_vec();
+                name.push(b'/');
+                let header = ustar_header(EntryType::Directory, entry.mode, 0, mtime);
+                append(&mut archive, header, &name, None, io::empty()).map_err(fail)?;
+            }
+            EntryKind::Symlink(target) => {
+                let header = ustar_header(EntryType::Symlink, 0o777, 0, mtime);
+                let target = Some(target.as_os_str().as_bytes());
+                append(&mut archive, header, name, target, io::empty()).map_err(fail)?;
+            }
             EntryKind::File => {
-                let mut input = File::open(&entry.real)
-                    .map_err(|err| Error::new(format!("read {}: {err}", entry.real.display())))?;
-                let size = input
-                    .metadata()
-                    .map_err(|err| Error::new(format!("read {}: {err}", entry.real.display())))?
-                    .len();
-                writer
-                    .header(name, entry.mode, tar::Kind::File { size })
-                    .map_err(fail)?;
-                let mut buf = vec![0u8; 1 << 16];
-                let mut left = size;
-                while left > 0 {
-                    let want = buf.len().min(left as usize);
-                    input.read_exact(&mut buf[..want]).map_err(|err| {
-                        Error::new(format!("read {}: {err}", entry.real.display()))
-                    })?;
-                    writer.write_data(&buf[..want]).map_err(fail)?;
-                    left -= want as u64;
+                let read_fail =
+                    |err: io::Error| Error::new(format!("read {}: {err}", entry.real.display()));
+                let input = File::open(&entry.real).map_err(read_fail)?;
+                let size = input.metadata().map_err(read_fail)?.len();
+                let header = ustar_header(EntryType::Regular, entry.mode, size, mtime);
+                let mut data = input.take(size);
+                append(&mut archive, header, name, None, &mut data).map_err(fail)?;
+                if data.limit() != 0 {
+                    return Err(read_fail(io::ErrorKind::UnexpectedEof.into()));
                 }
-                writer.end_data(size).map_err(fail)?;
             }
         }
     }
-    let mut out = writer.finish().map_err(fail)?;
+    let mut out = archive.into_inner().map_err(fail)?;
     out.flush().map_err(fail)?;
     Ok(())
+}
+
+/// A ustar header with everything but the names.
+fn ustar_header(kind: EntryType, mode: u32, size: u64, mtime: u64) -> Header {
+    let mut header = Header::new_ustar();
+    header.set_entry_type(kind);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_size(size);
+    header.set_mtime(mtime);
+    // Cannot fail: a ustar header has these fields, and "root" fits in them.
+    let fields = header
+        .set_username("root")
+        .and_then(|()| header.set_groupname("root"))
+        .and_then(|()| header.set_device_major(0))
+        .and_then(|()| header.set_device_minor(0));
+    fields.expect("a ustar header has owner names and device numbers");
+    header
+}
+
+/// Appends one entry named `name` (a path relative to the root), with a pax extended
+/// header first for a name or link target that does not fit in `header`.
+fn append<W: Write>(
+    archive: &mut tar::Builder<W>,
+    mut header: Header,
+    name: &[u8],
+    link: Option<&[u8]>,
+    data: impl Read,
+) -> io::Result<()> {
+    let mut pax: Vec<(&str, &[u8])> = Vec::new();
+    let fresh = header.clone();
+    if header.set_path(OsStr::from_bytes(name)).is_err() {
+        // Neither the name field nor prefix and name hold it: the pax record does, and the
+        // header keeps the entry's own name, cut to fit, for readers without pax.
+        header = fresh;
+        pax.push(("path", name));
+        let own = Path::new(OsStr::from_bytes(name))
+            .file_name()
+            .map(OsStrExt::as_bytes)
+            .unwrap_or(name);
+        let field = header.as_old().name.len();
+        header.set_path(OsStr::from_bytes(&own[..own.len().min(field)]))?;
+    }
+    if let Some(link) = link
+        && header.set_link_name_literal(link).is_err()
+    {
+        pax.push(("linkpath", link));
+        let field = header.as_old().linkname.len();
+        header.set_link_name_literal(&link[..link.len().min(field)])?;
+    }
+    archive.append_pax_extensions(pax)?;
+    header.set_cksum();
+    archive.append(&header, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// A directory under the system's temporary directory, removed when dropped.
+    struct Temp(PathBuf);
+
+    impl Temp {
+        fn new(label: &str) -> Temp {
+            let path =
+                std::env::temp_dir().join(format!("brig-rootfs-{label}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&path);
+            fs::create_dir(&path).unwrap();
+            Temp(path)
+        }
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// (path, type, mode, uid, gid, user, group, mtime, link, data) of every entry, as the
+    /// tar crate's reader sees them (pax records applied, checksums checked).
+    type Seen = (
+        Vec<u8>,
+        u8,
+        u32,
+        u64,
+        u64,
+        String,
+        String,
+        u64,
+        Vec<u8>,
+        Vec<u8>,
+    );
+
+    fn read_back(archive: &Path) -> Vec<Seen> {
+        let mut archive = tar::Archive::new(File::open(archive).unwrap());
+        let mut seen = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let header = entry.header().clone();
+            let path = entry.path_bytes().into_owned();
+            let link = entry
+                .link_name_bytes()
+                .map(|link| link.into_owned())
+                .unwrap_or_default();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).unwrap();
+            assert!(header.as_ustar().is_some(), "not a ustar header");
+            seen.push((
+                path,
+                header.entry_type().as_byte(),
+                header.mode().unwrap(),
+                header.uid().unwrap(),
+                header.gid().unwrap(),
+                header.username().unwrap().unwrap().to_string(),
+                header.groupname().unwrap().unwrap().to_string(),
+                header.mtime().unwrap(),
+                link,
+                data,
+            ));
+        }
+        seen
+    }
+
+    #[test]
+    fn archive_is_ustar_with_fixed_owners_and_times() {
+        let temp = Temp::new("tar-fixed");
+        let root = temp.0.join("root");
+        fs::create_dir_all(root.join("usr/bin")).unwrap();
+        fs::write(root.join("usr/bin/x"), b"abc").unwrap();
+        fs::set_permissions(root.join("usr/bin/x"), fs::Permissions::from_mode(0o755)).unwrap();
+        symlink("usr/bin", root.join("bin")).unwrap();
+        fs::write(root.join(DIGEST_FILE), b"sha256:0\n").unwrap();
+        fs::set_permissions(root.join("usr"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(root.join("usr/bin"), fs::Permissions::from_mode(0o755)).unwrap();
+        let first = temp.0.join("first.tar");
+        let second = temp.0.join("second.tar");
+        write_tar(&root, &first, 1_700_000_000).unwrap();
+        write_tar(&root, &second, 1_700_000_000).unwrap();
+        let bytes = fs::read(&first).unwrap();
+        assert_eq!(bytes, fs::read(&second).unwrap());
+        // Five headers, a block of data for each of the two files, two zero blocks.
+        assert_eq!(bytes.len(), 512 * (5 + 2 + 2));
+        assert_eq!(&bytes[257..265], b"ustar\x0000");
+        let owner = |path: &str, kind: u8, mode: u32, link: &str, data: &str| -> Seen {
+            let (user, mtime) = ("root".to_string(), 1_700_000_000);
+            let (link, data) = (link.as_bytes().to_vec(), data.as_bytes().to_vec());
+            (
+                path.into(),
+                kind,
+                mode,
+                0,
+                0,
+                user.clone(),
+                user,
+                mtime,
+                link,
+                data,
+            )
+        };
+        assert_eq!(
+            read_back(&first),
+            vec![
+                owner(DIGEST_FILE, b'0', 0o644, "", "sha256:0\n"),
+                owner("bin", b'2', 0o777, "usr/bin", ""),
+                owner("usr/", b'5', 0o755, "", ""),
+                owner("usr/bin/", b'5', 0o755, "", ""),
+                owner("usr/bin/x", b'0', 0o755, "", "abc"),
+            ]
+        );
+    }
+
+    #[test]
+    fn long_names_and_link_targets_round_trip() {
+        let temp = Temp::new("tar-long");
+        let root = temp.0.join("root");
+        // 101 to 255 bytes: ustar's prefix and name fields; longer, or a last component
+        // over 100 bytes: a pax `path` record. A target over 100 bytes: a pax `linkpath`.
+        let split = format!("srv/{}/file.txt", ["abcdefghijklmn"; 8].join("/"));
+        let deep = format!(
+            "srv/{}/f.txt",
+            ["abcdefghijklmnopqrstuvwxyz012"; 10].join("/")
+        );
+        let wide = format!("srv/{}", "n".repeat(120));
+        let target = format!("../../{}", "t".repeat(120));
+        assert!(split.len() > 100 && split.len() <= 255 && deep.len() > 255);
+        for (path, contents) in [(&split, "split\n"), (&deep, "deep\n"), (&wide, "wide\n")] {
+            let real = root.join(path);
+            fs::create_dir_all(real.parent().unwrap()).unwrap();
+            fs::write(&real, contents).unwrap();
+            fs::set_permissions(&real, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        symlink(&target, root.join("srv/link")).unwrap();
+        let archive = temp.0.join("long.tar");
+        write_tar(&root, &archive, 0).unwrap();
+
+        let seen = read_back(&archive);
+        let find = |path: &str| seen.iter().find(|entry| entry.0 == path.as_bytes());
+        for (path, contents) in [(&split, "split\n"), (&deep, "deep\n"), (&wide, "wide\n")] {
+            let entry = find(path).unwrap_or_else(|| panic!("{path} not in the archive"));
+            assert_eq!(entry.9, contents.as_bytes(), "{path}");
+        }
+        assert_eq!(find("srv/link").unwrap().8, target.as_bytes());
+
+        // GNU tar reads it the same way.
+        let out = temp.0.join("extracted");
+        fs::create_dir(&out).unwrap();
+        let status = Command::new("tar")
+            .arg("-xf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&out)
+            .status()
+            .expect("GNU tar runs");
+        assert!(status.success());
+        for (path, contents) in [(&split, "split\n"), (&deep, "deep\n"), (&wide, "wide\n")] {
+            assert_eq!(fs::read_to_string(out.join(path)).unwrap(), contents);
+        }
+        assert_eq!(
+            fs::read_link(out.join("srv/link")).unwrap(),
+            Path::new(&target)
+        );
+        assert_eq!(
+            listing(&walk(&out).unwrap()).unwrap(),
+            listing(&walk(&root).unwrap()).unwrap()
+        );
+    }
 }
