@@ -161,7 +161,9 @@ fn synopsis(path: &str, command: &clap::Command) -> String {
     if has_options {
         line.push_str(" [\\fIOPTIONS\\fR]");
     }
-    for arg in command.get_positionals() {
+    // A hidden positional (the run options' `command` that `serve` and `session create`
+    // take along with the options but do not accept) is no operand.
+    for arg in command.get_positionals().filter(|arg| !arg.is_hide_set()) {
         if arg.get_id() == "command" {
             line.push_str(" [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]");
             continue;
@@ -556,6 +558,34 @@ fn check_page(name: &str, fresh: &str) {
 fn man_pages_are_current() {
     check_page("brig.1", &render_brig1());
     check_page("brig-config.5", &render_config5());
+}
+
+/// Only the commands that run a program take one: `serve` and `session create` take the run
+/// options, not a PROGRAM.
+#[test]
+fn man_page_synopsis_gives_a_program_only_to_what_runs_one() {
+    let page = render_brig1();
+    let synopsis = |command: &str| {
+        let start = format!("\\fBbrig {command}\\fR");
+        page.lines()
+            .find(|line| line.starts_with(&start))
+            .unwrap_or_else(|| panic!("brig(1) has no line for brig {command}"))
+            .to_string()
+    };
+    for command in ["run", "check", "session exec"] {
+        assert!(
+            synopsis(command).contains("PROGRAM"),
+            "{}",
+            synopsis(command)
+        );
+    }
+    for command in ["serve", "session create"] {
+        assert!(
+            !synopsis(command).contains("PROGRAM"),
+            "{}",
+            synopsis(command)
+        );
+    }
 }
 
 /// The keys serde lists in "unknown field `x`, expected one of a, b, c (at ...)".
