@@ -161,7 +161,9 @@ fn synopsis(path: &str, command: &clap::Command) -> String {
     if has_options {
         line.push_str(" [\\fIOPTIONS\\fR]");
     }
-    for arg in command.get_positionals() {
+    // A hidden positional (the run options' `command` that `serve` and `session create`
+    // take along with the options but do not accept) is no operand.
+    for arg in command.get_positionals().filter(|arg| !arg.is_hide_set()) {
         if arg.get_id() == "command" {
             line.push_str(" [\\-\\-] \\fIPROGRAM\\fR [\\fIARGS\\fR...]");
             continue;
@@ -387,44 +389,9 @@ files: [/etc/ssl/certs/ca\-certificates.crt]
 "#;
 
 const PROTOCOL: &str = r#".SH SERVER PROTOCOL
-\fBbrig serve\fR speaks version 1 of this protocol on a unix stream socket. A frame is a 4-byte big-endian length, then that many bytes of one JSON object (a request at most 1 MiB, a reply at most 64 MiB). Descriptors travel as SCM_RIGHTS with the first byte of a frame. Every client frame has \fB"brig": 1\fR and a \fBtype\fR; unknown fields are refused. Each connection carries one request.
-.TP
-\fB{"brig":1,"type":"run","options":{...},"stdio":"fds"}\fR
-runs \fBoptions\fR (\fBbrig run\fR's, by the YAML names above; \fBcommand\fR is the program) with three descriptors sent along: the program's stdin, stdout and stderr. With \fB"stdio":"capture"\fR no descriptors are sent, \fB"stdin"\fR may give the program's input as a string, and the reply carries \fBstdout\fR and \fBstderr\fR (lossy UTF-8, at most \fBoutput\-limit\fR or 1 MiB each).
-.TP
-\fB{"brig":1,"type":"signal","signal":15}\fR
-sent while a run goes on: passes the signal to the program (SIGKILL ends the jail). Closing the connection before the answer ends the jail.
-.TP
-\fB{"type":"done","verdict":{...},"config_digest":"sha256:..."}\fR
-the answer to a run: the verdict (below) and the digest of the plan it ran under.
-.TP
-\fB{"type":"error","message":"...","kind":"bad_input","exit_code":125}\fR
-the answer to a request the server refused or could not run: one line, whose fault (as \fBerror_kind\fR), and brig's exit status.
-.TP
-\fB{"brig":1,"type":"status"}\fR
-is answered \fB{"type":"status",...}\fR: \fBversion\fR, \fBpid\fR, \fBpool\fR, \fBready\fR, \fBrunning\fR, \fBmax_jails\fR, \fBqueued\fR, \fBruns\fR, \fBpooled_runs\fR, \fBrefused\fR, \fBfailures\fR, \fBdraining\fR, \fBsessions\fR, \fBmax_sessions\fR, \fBsession_pool\fR, \fBsession_ready\fR.
-.TP
-\fBsession_create\fR
-\fB{"brig": 1, "type": "session_create", "options": {...}, "session_timeout": "1h", "idle_timeout": "10m", "workspace_size": "256M"}\fR opens a session (all but \fBtype\fR optional; \fBoptions\fR as for a run, without \fBcommand\fR); answered \fB{"type": "session", "session": "\fIID\fB", "workspace": "/home/sandbox"}\fR.
-.TP
-\fBsession_exec\fR
-\fB{"brig": 1, "type": "session_exec", "session": "\fIID\fB", "command": [...], "stdin": "...", "env": ["K=V"], "chdir": "/tmp", "time_limit": "5s", "output_limit": "1M"}\fR runs a command; with \fB"code": "..."\fR and \fB"language": "python"\fR or \fB"node"\fR in place of \fBcommand\fR, a cell. Answered \fB{"type": "exec", "verdict": {...}, "stdout": "...", "stderr": "..."}\fR, for a cell also \fBresult\fR (the final expression's repr, or null), \fBerror\fR (null, or \fBtype\fR, \fBmessage\fR and \fBtraceback\fR) and \fBstate_lost\fR. The verdict has the session's id as \fBsession\fR (and a cell's \fBlanguage\fR).
-.TP
-\fBsession_put\fR
-\fB{"brig": 1, "type": "session_put", "session": "\fIID\fB", "path": "data/in.csv", "data": "\fIBASE64\fB", "append": false}\fR writes at most 512 KiB into a file of the workspace (its directories created); larger files go in chunks with \fBappend\fR. Answered \fB{"type": "put", "path": ..., "size": \fIN\fB}\fR.
-.TP
-\fBsession_get\fR
-\fB{"brig": 1, "type": "session_get", "session": "\fIID\fB", "path": "out.png", "offset": 0, "length": 524288}\fR reads at most 512 KiB of a regular file: \fB{"type": "get", "data": "\fIBASE64\fB", "offset": 0, "size": \fIWHOLE\fB}\fR.
-.TP
-\fBsession_ls\fR
-\fB{"brig": 1, "type": "session_ls", "session": "\fIID\fB", "path": "."}\fR lists a directory: \fBentries\fR with \fBname\fR, \fBtype\fR (file, dir, symlink, other), \fBsize\fR and \fBmode\fR, sorted by name (at most 10,000; \fBtruncated\fR says when there were more).
-.TP
-\fBsession_close\fR, \fBsession_list\fR
-\fB{"brig": 1, "type": "session_close", "session": "\fIID\fB"}\fR closes a session (answered \fB{"type": "closed"}\fR once nothing of it is left); \fB{"brig": 1, "type": "session_list"}\fR lists the caller's: \fBsessions\fR with \fBsession\fR, \fBuid\fR, \fBage_ms\fR, \fBidle_ms\fR and \fBrequests\fR.
+\fBbrig serve\fR speaks version 1 of a small protocol on a unix stream socket: a frame is a 4-byte big-endian length, then one JSON object with \fB"brig": 1\fR and a \fBtype\fR; descriptors travel as SCM_RIGHTS; each connection carries one request. The requests are \fBrun\fR (\fBoptions\fR by the YAML names above, \fBcommand\fR the program; the program's stdin, stdout and stderr sent along, or \fB"stdio": "capture"\fR for the output in the reply), \fBsignal\fR, \fBstatus\fR, and the sessions' \fBsession_create\fR, \fBsession_exec\fR, \fBsession_put\fR, \fBsession_get\fR, \fBsession_ls\fR, \fBsession_close\fR and \fBsession_list\fR. A run is answered \fB{"type": "done", "verdict": {...}}\fR (the verdict below), a refusal \fB{"type": "error", "message": "...", "kind": "bad_input", "exit_code": 125}\fR.
 .PP
-A session's paths are relative to its workspace; an unknown, closed or expired session, another user's, and a path leading out are \fBerror\fR answers.
-.PP
-Clients: \fBbrig run \-\-server\fR, \fBbrig session\fR, and in the source tree \fIclients/python\fR (\fBbrig_client.run\fR) and \fIclients/node\fR (capture mode: Node cannot pass descriptors).
+Every request and reply is described in \fIdocs/protocol.md\fR in the source tree. Clients: \fBbrig run \-\-server\fR, \fBbrig session\fR, and in the source tree \fIclients/python\fR and \fIclients/node\fR.
 "#;
 
 const VERDICT: &str = r#".SH VERDICT
@@ -556,6 +523,34 @@ fn check_page(name: &str, fresh: &str) {
 fn man_pages_are_current() {
     check_page("brig.1", &render_brig1());
     check_page("brig-config.5", &render_config5());
+}
+
+/// Only the commands that run a program take one: `serve` and `session create` take the run
+/// options, not a PROGRAM.
+#[test]
+fn man_page_synopsis_gives_a_program_only_to_what_runs_one() {
+    let page = render_brig1();
+    let synopsis = |command: &str| {
+        let start = format!("\\fBbrig {command}\\fR");
+        page.lines()
+            .find(|line| line.starts_with(&start))
+            .unwrap_or_else(|| panic!("brig(1) has no line for brig {command}"))
+            .to_string()
+    };
+    for command in ["run", "check", "session exec"] {
+        assert!(
+            synopsis(command).contains("PROGRAM"),
+            "{}",
+            synopsis(command)
+        );
+    }
+    for command in ["serve", "session create"] {
+        assert!(
+            !synopsis(command).contains("PROGRAM"),
+            "{}",
+            synopsis(command)
+        );
+    }
 }
 
 /// The keys serde lists in "unknown field `x`, expected one of a, b, c (at ...)".

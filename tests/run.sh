@@ -12,6 +12,9 @@ need=()
 # shim earlier in PATH does not count).
 [[ -x /usr/bin/python3 ]] || need+=(python3)
 [[ -x /usr/bin/node ]] || need+=(nodejs)
+# tests/docs.rs runs the clients' install examples: a venv (python3-venv) and npm
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+[[ -x /usr/bin/npm ]] || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)
 command -v script >/dev/null || need+=(bsdutils)

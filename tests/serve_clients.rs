@@ -1,7 +1,7 @@
 //! The Python and Node clients of `brig serve` (clients/python, clients/node) against a
 //! real server, as root and rootless: a run with captured output, a run with the
 //! caller's own streams (Python), a refused request, and the status; sessions
-//! (docs/sessions-protocol.md) through each client's `Sandbox`; and the agent tool
+//! (docs/protocol.md) through each client's `Sandbox`; and the agent tool
 //! example (deploy/clients/agent_tool.py) on them.
 
 #[macro_use]

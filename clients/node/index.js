@@ -2,7 +2,7 @@
 // A client for `brig serve` (protocol version 1): frames of a 4-byte big-endian length and
 // one JSON object over a unix stream socket. Runs use "capture" mode, since Node cannot
 // pass descriptors: the reply carries the program's stdout and stderr. A `Sandbox` is a
-// session (docs/sessions-protocol.md): a jail that keeps its interpreter's state and its
+// session (docs/protocol.md): a jail that keeps its interpreter's state and its
 // files between requests, one request per connection.
 
 const net = require("net");
@@ -103,7 +103,7 @@ async function status({ socket, timeoutMs } = {}) {
   return rest;
 }
 
-// Sessions (docs/sessions-protocol.md): a jail that lives between requests.
+// Sessions (docs/protocol.md): a jail that lives between requests.
 
 const CHUNK = 512 << 10; // the most data one session_put or session_get carries
 

@@ -1,19 +1,6 @@
-//! The wire protocol of `brig serve`, version 1: small enough to speak from any language.
-//!
-//! A unix stream socket carries frames: a 4-byte big-endian length, then that many bytes
-//! of one JSON object (at most [`MAX_FRAME`]). Every client frame has `"brig": 1` and a
-//! `type`. Descriptors (SCM_RIGHTS) travel with the first byte of a frame.
-//!
-//! - `{"brig":1,"type":"run","options":{...},"stdio":"fds"}` with three descriptors: the
-//!   program's stdin, stdout and stderr. `options` are `brig run`'s, by their YAML names
-//!   (`command` is the program). With `"stdio":"capture"` and no descriptors, the reply
-//!   carries `stdout` and `stderr` (UTF-8, lossy, at most `output-limit` or 1 MiB) and
-//!   `"stdin"` may give the program's input as a string.
-//! - while it runs: `{"brig":1,"type":"signal","signal":15}` passes a signal on.
-//! - the server answers `{"type":"done","verdict":{...},"config_digest":"sha256:..."}`,
-//!   or `{"type":"error","message":"...","kind":"bad_input","exit_code":125}`, then
-//!   closes the connection.
-//! - `{"brig":1,"type":"status"}` → `{"type":"status", ...}` (see [`Status`]).
+//! The wire protocol of `brig serve`, version 1: length-prefixed JSON frames on a unix
+//! socket (at most [`MAX_FRAME`] for a request), descriptors as SCM_RIGHTS, one request per
+//! connection. docs/protocol.md describes every request and reply, runs and sessions.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::JailOptions;

@@ -1,5 +1,5 @@
 //! `brig session ...`: the command line's client for a server's sessions (see
-//! `session.rs` and docs/sessions-protocol.md). Each command is one request on a fresh
+//! `session.rs` and docs/protocol.md). Each command is one request on a fresh
 //! connection; `create` prints the session's id, the others take it with `--session`.
 
 use super::protocol::{self, FrameReader, Language};

@@ -5,7 +5,7 @@ between requests.
 The protocol (version 1): frames of a 4-byte big-endian length and one JSON object, over
 a unix stream socket; the program's standard streams travel as SCM_RIGHTS descriptors
 with the request, or are captured by the server and returned in its reply. Sessions are
-described in docs/sessions-protocol.md: one request per connection.
+described in docs/protocol.md: one request per connection.
 """
 
 import base64
@@ -173,7 +173,7 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
     return (Client(socket) if socket else Client()).status()
 
 
-# Sessions (docs/sessions-protocol.md): a jail that lives between requests.
+# Sessions (docs/protocol.md): a jail that lives between requests.
 
 CHUNK = 512 << 10  # the most data one session_put or session_get carries
 
