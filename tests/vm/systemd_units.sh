@@ -1,0 +1,216 @@
+#!/bin/sh
+# The shipped systemd units under a real systemd (PID 1) on pure cgroup v2.
+# tests/deploy.rs runs this as root inside `tests/vm/run-in-vm.sh --systemd` (the host's
+# own root, read-only under a tmpfs overlay, so what is installed here vanishes with the
+# VM): `systemd_units.sh BRIG DIR` (DIR/deploy/systemd holds the units as shipped).
+#
+#   brig-serve.service  as shipped (user brig, rootless, Delegate=yes), then as root
+#                       (a drop-in with User=root, Group=root): a request from a client in
+#                       the group brig, a session (a command, two Python cells sharing a
+#                       variable, close), a memory kill through the server (exit 137,
+#                       status oom), `brig doctor` as the unit's user with a delegated
+#                       cgroup (systemd-run), `systemctl stop` while a request runs (it
+#                       drains: the request finishes, the stop succeeds within
+#                       TimeoutStopSec, the unit's cgroup is gone), start, `systemctl
+#                       restart`, and a request again.
+#   brig-worker.service as shipped: one job through its spool, as deploy/README.md shows.
+#
+# Prints one line per check, `ok NAME` or `FAIL NAME: detail`, and `done` at the end;
+# lines starting with `#` are notes (the doctor's output, the journal of a failing unit).
+set -u
+
+brig_built=$1 repo=$2
+if [ "${JAIL_VM_SYSTEMD:-}" != 1 ] || [ "$(cat /proc/1/comm)" != systemd ]; then
+    echo "FAIL guard: not in the run-in-vm.sh --systemd guest; refusing to install units"
+    exit 1
+fi
+
+W=/tmp/units
+mkdir -p $W && chmod 1777 $W
+S=/run/brig/brig.sock
+CG=/sys/fs/cgroup
+
+ok() { echo "ok $1"; }
+fail() { echo "FAIL $1: $2"; }
+# check NAME DETAIL CONDITION...: ok when the condition (a command) succeeds.
+check() {
+    name=$1 detail=$2
+    shift 2
+    if "$@"; then ok "$name"; else fail "$name" "$detail"; fi
+}
+note() { sed 's/^/# /'; }
+section() { echo "# $(cut -d' ' -f1 /proc/uptime) s: $1"; }
+
+# The value of KEY in a one-line JSON object (verdict keys are unique), strings quoted.
+jv() { sed -nE 's/.*"'"$2"'":("[^"]*"|\[[^]]*\]|[^,}]*).*/\1/p' "$1"; }
+
+# wait_for CONDITION...: polls for up to 60 s (the guest is emulated and slow).
+wait_for() {
+    deadline=$(($(cut -d. -f1 /proc/uptime) + 60))
+    while ! "$@"; do
+        [ "$(cut -d. -f1 /proc/uptime)" -lt $deadline ] || return 1
+        sleep 0.2
+    done
+}
+prop() { systemctl show -P "$2" "$1"; }
+journal() { journalctl -b -u "$1" --no-pager -o cat 2>&1 | tail -n 15 | note; }
+
+# --- install, as deploy/README.md and the units' comments say ---------------------------
+section "install"
+install -m 755 "$brig_built" /usr/local/bin/brig
+useradd --system --user-group --no-create-home brig
+# A service that runs code: a member of the group brig, which may use the socket.
+useradd --system --no-create-home --groups brig client
+install -m 644 "$repo/deploy/systemd/brig-serve.service" /etc/systemd/system/
+install -D -m 755 "$repo/deploy/systemd/brig-worker.py" /usr/local/lib/brig-worker/brig-worker.py
+install -m 644 "$repo/deploy/systemd/brig-worker.service" /etc/systemd/system/
+systemctl daemon-reload
+as_client() { setpriv --reuid=client --regid=client --init-groups "$@"; }
+
+# --- brig-serve.service -----------------------------------------------------------------
+socket_ready() { [ -S $S ]; }
+gone() { [ ! -e "$1" ]; }
+
+# Leaf cgroups brig-PID (a brig process's own, in a delegated cgroup) of processes that
+# no longer exist, under $1.
+dead_leaves() {
+    for d in $(find "$1" -mindepth 1 -type d -name 'brig-[0-9]*' 2>/dev/null); do
+        [ -d /proc/"${d##*/brig-}" ] || echo "$d"
+    done
+}
+no_dead_leaves() { [ -z "$(dead_leaves "$1")" ]; }
+# Jail cgroups anywhere that still hold processes.
+live_jails() {
+    for d in $(find $CG -type d -name 'jail-[0-9]*' 2>/dev/null); do
+        grep -q 'populated 1' "$d/cgroup.events" && echo "$d"
+    done
+}
+started_or_gone() { grep -q started $W/drain || ! kill -0 "$1" 2>/dev/null; }
+no_live_jails() { [ -z "$(live_jails)" ]; }
+
+# serve_checks MODE USER: every check of the serve unit, names prefixed with MODE.
+serve_checks() {
+    m=$1
+    section "brig-serve.service ($m)"
+    systemctl start brig-serve.service
+    if ! wait_for socket_ready; then
+        fail "$m-serve-starts" "no socket $S; $(prop brig-serve.service ActiveState), result $(prop brig-serve.service Result)"
+        journal brig-serve.service
+        systemctl stop brig-serve.service
+        return
+    fi
+    ok "$m-serve-starts"
+    unit_cg=$CG$(prop brig-serve.service ControlGroup)
+    user=$(ps -o user= -p "$(prop brig-serve.service MainPID)")
+    check "$m-serve-runs-as-$2" "the server runs as $user" [ "$user" = "$2" ]
+    echo "# the unit's cgroup $unit_cg: $(find "$unit_cg" -mindepth 1 -type d | sed "s|^$unit_cg/||" | tr '\n' ' ')"
+
+    # A request from a client in the group brig.
+    out=$(as_client brig run --server $S -- echo hello 2>&1)
+    check "$m-request" "$out" [ "$out" = hello ]
+
+    # A session: a command, two Python cells sharing a variable, close.
+    sid=$(as_client brig session create --server $S 2>$W/err)
+    if [ -n "$sid" ]; then
+        ok "$m-session-create"
+        out=$(as_client brig session exec --server $S --session "$sid" -- sh -c 'echo $((6 * 7))' 2>&1)
+        check "$m-session-exec" "$out" [ "$out" = 42 ]
+        echo 'x = 6 * 7' | as_client brig session exec --server $S --session "$sid" --code - >$W/out 2>&1
+        out=$(echo 'print(x)' | as_client brig session exec --server $S --session "$sid" --code - 2>&1)
+        check "$m-session-cells-share-variables" "$(cat $W/out) $out" [ "$out" = 42 ]
+        as_client brig session close --server $S --session "$sid" >$W/out 2>&1
+        check "$m-session-close" "exit $?: $(cat $W/out)" [ $? = 0 ]
+        out=$(as_client brig session list --server $S 2>&1)
+        check "$m-session-closed" "still listed: $out" sh -c "! echo '$out' | grep -q '$sid'"
+    else
+        fail "$m-session-create" "$(cat $W/err)"
+    fi
+
+    # A memory kill through the server.
+    rm -f $W/v
+    as_client brig run --server $S --memory 32M --report $W/v -- sh -c 'x=a; while :; do x=$x$x; done' >$W/out 2>&1
+    rc=$?
+    check "$m-memory-kill-exit-137" "exit $rc: $(cat $W/out)" [ $rc = 137 ]
+    v="$(jv $W/v status) $(jv $W/v cgroup) $(jv $W/v memory_bytes)"
+    check "$m-memory-kill-verdict" "$v; $(cat $W/v)" [ "$v" = '"oom" "v2" 33554432' ]
+
+    # brig doctor as the unit's user, with a delegated cgroup of its own.
+    systemd-run --quiet --wait --pipe --collect --uid="$2" --gid="$2" -p Delegate=yes \
+        /usr/local/bin/brig doctor </dev/null >$W/doctor 2>&1
+    rc=$?
+    note <$W/doctor
+    check "$m-doctor-as-$2" "exit $rc" [ $rc = 0 ]
+
+    wait_for no_dead_leaves "$unit_cg"
+    check "$m-no-cgroups-of-dead-processes" "$(dead_leaves "$unit_cg" | wc -l) left, e.g. $(dead_leaves "$unit_cg" | head -n 3 | tr '\n' ' ')" \
+        no_dead_leaves "$unit_cg"
+
+    # systemctl stop while a request runs: it drains.
+    as_client brig run --server $S -- sh -c 'echo started; sleep 4; echo drained' >$W/drain 2>&1 &
+    client=$!
+    wait_for started_or_gone $client
+    echo "# jails while a request runs: $(live_jails | tr '\n' ' ')"
+    systemctl stop brig-serve.service
+    wait $client
+    rc=$?
+    out=$(cat $W/drain | tr '\n' ' ')
+    check "$m-stop-drains-the-running-request" "exit $rc: $out" [ "$rc $out" = "0 started drained " ]
+    r="$(prop brig-serve.service ActiveState) $(prop brig-serve.service Result)"
+    check "$m-stop-is-clean" "$r" [ "$r" = "inactive success" ]
+    check "$m-stop-leaves-no-cgroup" "left: $(find "$unit_cg" 2>&1 | tr '\n' ' ')" gone "$unit_cg"
+    check "$m-stop-removes-the-socket" "$(ls -la /run/brig 2>&1)" gone $S
+    check "$m-stop-leaves-no-jail" "$(live_jails | tr '\n' ' ')" no_live_jails
+
+    # Start again, restart, and a request.
+    systemctl start brig-serve.service && wait_for socket_ready
+    check "$m-start-again" "$(prop brig-serve.service ActiveState)" socket_ready
+    before=$(prop brig-serve.service MainPID)
+    systemctl restart brig-serve.service && wait_for socket_ready
+    after=$(prop brig-serve.service MainPID)
+    check "$m-restart" "main pid $before then $after" [ "$after" != "$before" -a "$after" != 0 ]
+    out=$(as_client brig run --server $S -- echo again 2>&1)
+    check "$m-request-after-restart" "$out" [ "$out" = again ]
+    systemctl stop brig-serve.service
+    r="$(prop brig-serve.service ActiveState) $(prop brig-serve.service Result)"
+    check "$m-final-stop" "$r" [ "$r" = "inactive success" ]
+    journal brig-serve.service >$W/journal
+    grep -qi 'error\|fail' $W/journal && cat $W/journal
+}
+
+serve_checks rootless brig
+
+mkdir -p /etc/systemd/system/brig-serve.service.d
+# User=root alone: Group=brig stays, so that /run/brig (the unit's user's and group's,
+# 0750) stays open to the group brig (with Group=root, clients get EACCES on the socket).
+printf '[Service]\nUser=root\n' >/etc/systemd/system/brig-serve.service.d/root.conf
+systemctl daemon-reload
+serve_checks root root
+rm -r /etc/systemd/system/brig-serve.service.d
+systemctl daemon-reload
+
+# --- brig-worker.service ----------------------------------------------------------------
+section "brig-worker.service"
+systemctl start brig-worker.service
+spool=/var/lib/brig-worker
+job_done() { [ -s $spool/outbox/job1.json ]; }
+if wait_for test -d $spool/inbox; then
+    echo 'print(6 * 7)' >$spool/job1.tmp && mv $spool/job1.tmp $spool/inbox/job1.py
+    wait_for job_done
+fi
+if job_done; then
+    r=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["exit"], r["verdict"]["status"], r["verdict"]["protections"]["cgroup"], repr(r["stdout"]))' $spool/outbox/job1.json 2>&1)
+    check worker-job "$r; $(cat $spool/outbox/job1.json)" [ "$r" = "0 ok v2 '42\\n'" ]
+    check worker-job-moved-to-done "$(ls -R $spool)" test -e $spool/done/job1.py
+else
+    fail worker-job "no $spool/outbox/job1.json; $(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
+    journal brig-worker.service
+fi
+check worker-runs-as-a-dynamic-user "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" \
+    [ "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" = brig-worker ]
+unit_cg=$CG$(prop brig-worker.service ControlGroup)
+check worker-leaf-and-jails-cgroups "$(ls $unit_cg)" test -d $unit_cg/worker -a -d $unit_cg/jails
+systemctl stop brig-worker.service
+r="$(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
+check worker-stop "$r" [ "$r" = "inactive success" ]
+journal brig-worker.service
+echo done
