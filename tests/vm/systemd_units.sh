@@ -4,8 +4,10 @@
 # own root, read-only under a tmpfs overlay, so what is installed here vanishes with the
 # VM): `systemd_units.sh BRIG DIR` (DIR/deploy/systemd holds the units as shipped).
 #
-#   brig-serve.service  as shipped (user brig, rootless, Delegate=yes), then as root
-#                       (a drop-in with User=root, Group=root): a request from a client in
+#   brig-serve.service  as shipped (user brig, rootless, Delegate=yes), and at the same
+#                       time a copy as root (brig-serve-root.service: the socket in
+#                       /run/brig-root, the log in /var/log/brig-root, and the drop-in
+#                       deploy/README.md shows, User=root): a request from a client in
 #                       the group brig, a session (a command, two Python cells sharing a
 #                       variable, close), a memory kill through the server (exit 137,
 #                       status oom), `brig doctor` as the unit's user with a delegated
@@ -15,8 +17,10 @@
 #                       restart`, and a request again.
 #   brig-worker.service as shipped: one job through its spool, as deploy/README.md shows.
 #
-# Prints one line per check, `ok NAME` or `FAIL NAME: detail`, and `done` at the end;
-# lines starting with `#` are notes (the doctor's output, the journal of a failing unit).
+# The three run in parallel (the guest is emulated: this halves the time), each into a
+# file of its own, printed in turn. Prints one line per check, `ok NAME` or `FAIL NAME:
+# detail`, and `done` at the end; lines starting with `#` are notes (the doctor's output,
+# the journal of a unit that logged an error).
 set -u
 
 brig_built=$1 repo=$2
@@ -27,7 +31,6 @@ fi
 
 W=/tmp/units
 mkdir -p $W && chmod 1777 $W
-S=/run/brig/brig.sock
 CG=/sys/fs/cgroup
 
 ok() { echo "ok $1"; }
@@ -62,13 +65,20 @@ useradd --system --user-group --no-create-home brig
 # A service that runs code: a member of the group brig, which may use the socket.
 useradd --system --no-create-home --groups brig client
 install -m 644 "$repo/deploy/systemd/brig-serve.service" /etc/systemd/system/
+sed -e 's|/run/brig/|/run/brig-root/|g; s|^RuntimeDirectory=brig$|RuntimeDirectory=brig-root|' \
+    -e 's|^LogsDirectory=brig$|LogsDirectory=brig-root|; s|/var/log/brig/|/var/log/brig-root/|g' \
+    "$repo/deploy/systemd/brig-serve.service" >/etc/systemd/system/brig-serve-root.service
+# deploy/README.md's drop-in: User=root alone; Group=brig stays, so that the runtime
+# directory (the unit's user's and group's, 0750) stays open to the group brig.
+mkdir -p /etc/systemd/system/brig-serve-root.service.d
+printf '[Service]\nUser=root\n' >/etc/systemd/system/brig-serve-root.service.d/root.conf
 install -D -m 755 "$repo/deploy/systemd/brig-worker.py" /usr/local/lib/brig-worker/brig-worker.py
 install -m 644 "$repo/deploy/systemd/brig-worker.service" /etc/systemd/system/
 systemctl daemon-reload
 as_client() { setpriv --reuid=client --regid=client --init-groups "$@"; }
 
 # --- brig-serve.service -----------------------------------------------------------------
-socket_ready() { [ -S $S ]; }
+socket_ready() { [ -S "$S" ]; }
 gone() { [ ! -e "$1" ]; }
 
 # Leaf cgroups brig-PID (a brig process's own, in a delegated cgroup) of processes that
@@ -79,66 +89,69 @@ dead_leaves() {
     done
 }
 no_dead_leaves() { [ -z "$(dead_leaves "$1")" ]; }
-# Jail cgroups anywhere that still hold processes.
+# Jail cgroups of the unit (in its cgroup, or in /sys/fs/cgroup/brig, a root brig's
+# default) that still hold processes.
 live_jails() {
-    for d in $(find $CG -type d -name 'jail-[0-9]*' 2>/dev/null); do
+    for d in $(find "$unit_cg" $CG/brig -type d -name 'jail-[0-9]*' 2>/dev/null); do
         grep -q 'populated 1' "$d/cgroup.events" && echo "$d"
     done
 }
-started_or_gone() { grep -q started $W/drain || ! kill -0 "$1" 2>/dev/null; }
+started_or_gone() { grep -q started $w/drain || ! kill -0 "$1" 2>/dev/null; }
 no_live_jails() { [ -z "$(live_jails)" ]; }
 
-# serve_checks MODE USER: every check of the serve unit, names prefixed with MODE.
+# serve_checks MODE USER UNIT SOCKET: every check of the serve unit, names prefixed
+# with MODE.
 serve_checks() {
-    m=$1
-    section "brig-serve.service ($m)"
-    systemctl start brig-serve.service
+    m=$1 u=$3 S=$4 w=$W/$1
+    mkdir -p $w && chmod 1777 $w
+    section "$u ($m)"
+    systemctl start $u
     if ! wait_for socket_ready; then
-        fail "$m-serve-starts" "no socket $S; $(prop brig-serve.service ActiveState), result $(prop brig-serve.service Result)"
-        journal brig-serve.service
-        systemctl stop brig-serve.service
+        fail "$m-serve-starts" "no socket $S; $(prop $u ActiveState), result $(prop $u Result)"
+        journal $u
+        systemctl stop $u
         return
     fi
     ok "$m-serve-starts"
-    unit_cg=$CG$(prop brig-serve.service ControlGroup)
-    user=$(ps -o user= -p "$(prop brig-serve.service MainPID)")
+    unit_cg=$CG$(prop $u ControlGroup)
+    user=$(ps -o user= -p "$(prop $u MainPID)")
     check "$m-serve-runs-as-$2" "the server runs as $user" [ "$user" = "$2" ]
-    echo "# the unit's cgroup $unit_cg: $(find "$unit_cg" -mindepth 1 -type d | sed "s|^$unit_cg/||" | tr '\n' ' ')"
+    echo "# the unit's cgroup $unit_cg: $(find "$unit_cg" -mindepth 1 -type d | sed "s|^$unit_cg/||" | head -n 12 | tr '\n' ' ')"
 
     # A request from a client in the group brig.
     out=$(as_client brig run --server $S -- echo hello 2>&1)
     check "$m-request" "$out" [ "$out" = hello ]
 
     # A session: a command, two Python cells sharing a variable, close.
-    sid=$(as_client brig session create --server $S 2>$W/err)
+    sid=$(as_client brig session create --server $S 2>$w/err)
     if [ -n "$sid" ]; then
         ok "$m-session-create"
         out=$(as_client brig session exec --server $S --session "$sid" -- sh -c 'echo $((6 * 7))' 2>&1)
         check "$m-session-exec" "$out" [ "$out" = 42 ]
-        echo 'x = 6 * 7' | as_client brig session exec --server $S --session "$sid" --code - >$W/out 2>&1
+        echo 'x = 6 * 7' | as_client brig session exec --server $S --session "$sid" --code - >$w/out 2>&1
         out=$(echo 'print(x)' | as_client brig session exec --server $S --session "$sid" --code - 2>&1)
-        check "$m-session-cells-share-variables" "$(cat $W/out) $out" [ "$out" = 42 ]
-        as_client brig session close --server $S --session "$sid" >$W/out 2>&1
-        check "$m-session-close" "exit $?: $(cat $W/out)" [ $? = 0 ]
+        check "$m-session-cells-share-variables" "$(cat $w/out) $out" [ "$out" = 42 ]
+        as_client brig session close --server $S --session "$sid" >$w/out 2>&1
+        check "$m-session-close" "exit $?: $(cat $w/out)" [ $? = 0 ]
         out=$(as_client brig session list --server $S 2>&1)
         check "$m-session-closed" "still listed: $out" sh -c "! echo '$out' | grep -q '$sid'"
     else
-        fail "$m-session-create" "$(cat $W/err)"
+        fail "$m-session-create" "$(cat $w/err)"
     fi
 
     # A memory kill through the server.
-    rm -f $W/v
-    as_client brig run --server $S --memory 32M --report $W/v -- sh -c 'x=a; while :; do x=$x$x; done' >$W/out 2>&1
+    rm -f $w/v
+    as_client brig run --server $S --memory 32M --report $w/v -- sh -c 'x=a; while :; do x=$x$x; done' >$w/out 2>&1
     rc=$?
-    check "$m-memory-kill-exit-137" "exit $rc: $(cat $W/out)" [ $rc = 137 ]
-    v="$(jv $W/v status) $(jv $W/v cgroup) $(jv $W/v memory_bytes)"
-    check "$m-memory-kill-verdict" "$v; $(cat $W/v)" [ "$v" = '"oom" "v2" 33554432' ]
+    check "$m-memory-kill-exit-137" "exit $rc: $(cat $w/out)" [ $rc = 137 ]
+    v="$(jv $w/v status) $(jv $w/v cgroup) $(jv $w/v memory_bytes)"
+    check "$m-memory-kill-verdict" "$v; $(cat $w/v)" [ "$v" = '"oom" "v2" 33554432' ]
 
     # brig doctor as the unit's user, with a delegated cgroup of its own.
     systemd-run --quiet --wait --pipe --collect --uid="$2" --gid="$2" -p Delegate=yes \
-        /usr/local/bin/brig doctor </dev/null >$W/doctor 2>&1
+        /usr/local/bin/brig doctor </dev/null >$w/doctor 2>&1
     rc=$?
-    note <$W/doctor
+    note <$w/doctor
     check "$m-doctor-as-$2" "exit $rc" [ $rc = 0 ]
 
     wait_for no_dead_leaves "$unit_cg"
@@ -146,71 +159,68 @@ serve_checks() {
         no_dead_leaves "$unit_cg"
 
     # systemctl stop while a request runs: it drains.
-    as_client brig run --server $S -- sh -c 'echo started; sleep 4; echo drained' >$W/drain 2>&1 &
+    as_client brig run --server $S -- sh -c 'echo started; sleep 4; echo drained' >$w/drain 2>&1 &
     client=$!
     wait_for started_or_gone $client
     echo "# jails while a request runs: $(live_jails | tr '\n' ' ')"
-    systemctl stop brig-serve.service
+    systemctl stop $u
     wait $client
     rc=$?
-    out=$(cat $W/drain | tr '\n' ' ')
+    out=$(cat $w/drain | tr '\n' ' ')
     check "$m-stop-drains-the-running-request" "exit $rc: $out" [ "$rc $out" = "0 started drained " ]
-    r="$(prop brig-serve.service ActiveState) $(prop brig-serve.service Result)"
+    r="$(prop $u ActiveState) $(prop $u Result)"
     check "$m-stop-is-clean" "$r" [ "$r" = "inactive success" ]
     check "$m-stop-leaves-no-cgroup" "left: $(find "$unit_cg" 2>&1 | tr '\n' ' ')" gone "$unit_cg"
-    check "$m-stop-removes-the-socket" "$(ls -la /run/brig 2>&1)" gone $S
+    check "$m-stop-removes-the-socket" "$(ls -la "${S%/*}" 2>&1)" gone $S
     check "$m-stop-leaves-no-jail" "$(live_jails | tr '\n' ' ')" no_live_jails
 
     # Start again, restart, and a request.
-    systemctl start brig-serve.service && wait_for socket_ready
-    check "$m-start-again" "$(prop brig-serve.service ActiveState)" socket_ready
-    before=$(prop brig-serve.service MainPID)
-    systemctl restart brig-serve.service && wait_for socket_ready
-    after=$(prop brig-serve.service MainPID)
+    systemctl start $u && wait_for socket_ready
+    check "$m-start-again" "$(prop $u ActiveState)" socket_ready
+    before=$(prop $u MainPID)
+    systemctl restart $u && wait_for socket_ready
+    after=$(prop $u MainPID)
     check "$m-restart" "main pid $before then $after" [ "$after" != "$before" -a "$after" != 0 ]
     out=$(as_client brig run --server $S -- echo again 2>&1)
     check "$m-request-after-restart" "$out" [ "$out" = again ]
-    systemctl stop brig-serve.service
-    r="$(prop brig-serve.service ActiveState) $(prop brig-serve.service Result)"
+    systemctl stop $u
+    r="$(prop $u ActiveState) $(prop $u Result)"
     check "$m-final-stop" "$r" [ "$r" = "inactive success" ]
-    journal brig-serve.service >$W/journal
-    grep -qi 'error\|fail' $W/journal && cat $W/journal
+    journal $u >$w/journal
+    grep -qi 'error\|fail' $w/journal && cat $w/journal
 }
 
-serve_checks rootless brig
-
-mkdir -p /etc/systemd/system/brig-serve.service.d
-# User=root alone: Group=brig stays, so that /run/brig (the unit's user's and group's,
-# 0750) stays open to the group brig (with Group=root, clients get EACCES on the socket).
-printf '[Service]\nUser=root\n' >/etc/systemd/system/brig-serve.service.d/root.conf
-systemctl daemon-reload
-serve_checks root root
-rm -r /etc/systemd/system/brig-serve.service.d
-systemctl daemon-reload
-
 # --- brig-worker.service ----------------------------------------------------------------
-section "brig-worker.service"
-systemctl start brig-worker.service
-spool=/var/lib/brig-worker
-job_done() { [ -s $spool/outbox/job1.json ]; }
-if wait_for test -d $spool/inbox; then
-    echo 'print(6 * 7)' >$spool/job1.tmp && mv $spool/job1.tmp $spool/inbox/job1.py
-    wait_for job_done
-fi
-if job_done; then
-    r=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["exit"], r["verdict"]["status"], r["verdict"]["protections"]["cgroup"], repr(r["stdout"]))' $spool/outbox/job1.json 2>&1)
-    check worker-job "$r; $(cat $spool/outbox/job1.json)" [ "$r" = "0 ok v2 '42\\n'" ]
-    check worker-job-moved-to-done "$(ls -R $spool)" test -e $spool/done/job1.py
-else
-    fail worker-job "no $spool/outbox/job1.json; $(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
+worker_checks() {
+    section "brig-worker.service"
+    systemctl start brig-worker.service
+    spool=/var/lib/brig-worker
+    job_done() { [ -s $spool/outbox/job1.json ]; }
+    if wait_for test -d $spool/inbox; then
+        echo 'print(6 * 7)' >$spool/job1.tmp && mv $spool/job1.tmp $spool/inbox/job1.py
+        wait_for job_done
+    fi
+    if job_done; then
+        r=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["exit"], r["verdict"]["status"], r["verdict"]["protections"]["cgroup"], repr(r["stdout"]))' $spool/outbox/job1.json 2>&1)
+        check worker-job "$r; $(cat $spool/outbox/job1.json)" [ "$r" = "0 ok v2 '42\\n'" ]
+        check worker-job-moved-to-done "$(ls -R $spool)" test -e $spool/done/job1.py
+    else
+        fail worker-job "no $spool/outbox/job1.json; $(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
+        journal brig-worker.service
+    fi
+    check worker-runs-as-a-dynamic-user "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" \
+        [ "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" = brig-worker ]
+    unit_cg=$CG$(prop brig-worker.service ControlGroup)
+    check worker-leaf-and-jails-cgroups "$(ls $unit_cg)" test -d $unit_cg/worker -a -d $unit_cg/jails
+    systemctl stop brig-worker.service
+    r="$(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
+    check worker-stop "$r" [ "$r" = "inactive success" ]
     journal brig-worker.service
-fi
-check worker-runs-as-a-dynamic-user "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" \
-    [ "$(ps -o user= -p "$(prop brig-worker.service MainPID)")" = brig-worker ]
-unit_cg=$CG$(prop brig-worker.service ControlGroup)
-check worker-leaf-and-jails-cgroups "$(ls $unit_cg)" test -d $unit_cg/worker -a -d $unit_cg/jails
-systemctl stop brig-worker.service
-r="$(prop brig-worker.service ActiveState) $(prop brig-worker.service Result)"
-check worker-stop "$r" [ "$r" = "inactive success" ]
-journal brig-worker.service
+}
+
+serve_checks rootless brig brig-serve.service /run/brig/brig.sock >$W/rootless.out 2>&1 &
+serve_checks root root brig-serve-root.service /run/brig-root/brig.sock >$W/root.out 2>&1 &
+worker_checks >$W/worker.out 2>&1 &
+wait
+cat $W/rootless.out $W/root.out $W/worker.out
 echo done
