@@ -5,10 +5,11 @@
 # Exit status: the command's own; 124 on timeout; 125 when the rig itself fails.
 #
 # brig's test rig for cgroup v2 (its development machines and CI have hybrid cgroups):
-# tests/cgroup_v2.rs and tests/operators.rs boot it, through `common::Vm`. It is the
-# team's shared/vm/run-in-vm.sh, kept here so that the repository tests itself;
-# guest-init.sh beside it is the guest's PID 1 (byte-identical to shared/vm's, so both
-# copies share one cached initramfs).
+# tests/cgroup_v2.rs and tests/operators.rs boot it, through `common::Vm`, and
+# tests/deploy.rs with --systemd. It is the team's shared/vm/run-in-vm.sh, kept here so
+# that the repository tests itself, plus --systemd; guest-init.sh beside it is the
+# guest's PID 1 (byte-identical to shared/vm's, so both copies share one cached
+# initramfs; --systemd adds systemd-init.sh to each run's part of the initramfs).
 #
 #   tests/vm/run-in-vm.sh [--mem 1G] [--cpus 2] [--timeout 120] [--share DIR] [--systemd] -- COMMAND...
 #
