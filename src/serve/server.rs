@@ -466,6 +466,12 @@ impl Server {
                 Ok(status) => status,
             };
             let Some(pid) = status.pid() else { continue };
+            // What it said last (a pooled jail that failed) may still be unread: a
+            // runner's exit and its last report arrive together.
+            if let Some(runner) = self.runners.iter().find(|runner| runner.pid == pid) {
+                let fd = runner.control.as_raw_fd();
+                while self.handle_runner(fd) {}
+            }
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
                 match runner.state {
@@ -1140,13 +1146,14 @@ impl Server {
         }
     }
 
-    fn handle_runner(&mut self, fd: i32) {
+    /// Reads what the runner on `fd` says; whether it was a whole frame (more may follow).
+    fn handle_runner(&mut self, fd: i32) -> bool {
         let Some(at) = self
             .runners
             .iter()
-            .position(|runner| runner.control.as_raw_fd() == fd)
+            .position(|runner| runner.control.as_raw_fd() == fd && !runner.silent)
         else {
-            return;
+            return false;
         };
         let read = {
             let runner = &mut self.runners[at];
@@ -1166,8 +1173,14 @@ impl Server {
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
-                    eprintln!("brig serve: a pooled jail failed to assemble: {message}");
-                    self.runners[at].pooled = false;
+                    let runner = &mut self.runners[at];
+                    match runner.state {
+                        // A ready jail's program ended while it waited (a warm interpreter).
+                        RunnerState::Ready => eprintln!("brig serve: {message}"),
+                        _ => eprintln!("brig serve: a pooled jail failed to assemble: {message}"),
+                    }
+                    runner.pooled = false;
+                    self.count_ready();
                     if self.failures_in_a_row >= FAILURES_BEFORE_BACKOFF {
                         self.refill_after = Some(Instant::now() + BACKOFF);
                     }
@@ -1176,7 +1189,7 @@ impl Server {
                 }
                 Err(_) => {}
             },
-            Ok(Read::Partial) => {}
+            Ok(Read::Partial) => return false,
             // The runner is ending; SIGCHLD removes it. Until then, poll would report EOF
             // again and again: stop watching its socket by marking it.
             Ok(Read::Closed) | Err(_) => {
@@ -1185,8 +1198,10 @@ impl Server {
                     runner.pooled = false;
                 }
                 runner.silent = true;
+                return false;
             }
         }
+        true
     }
 
     fn dispatch_queued(&mut self) {
