@@ -444,6 +444,13 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .fix("give brig a delegated cgroup it may write with --cgroup-parent")
             }
         }
+        // Delegated, but shared with the process that started brig.
+        Placement::Nowhere if let Some((own, others)) = &layout.shared_with => check(
+            name,
+            Status::Warn,
+            format!("brig's own cgroup {} is delegated to it but holds other processes too ({others}): the default memory limit is not enforced, and --memory, --pids, --cpus fail (125)", own.display()),
+        )
+        .fix(crate::cgroup::SHARED_DELEGATION_FIX),
         Placement::Nowhere => {
             let own = layout
                 .own_v2
@@ -1039,6 +1046,7 @@ mod tests {
                 .map(|c| (c.to_string(), Path::new("/sys/fs/cgroup").join(c)))
                 .collect(),
             own_v2: unified.map(|(dir, _)| Path::new(dir).join("user.slice")),
+            shared_with: None,
         }
     }
 
@@ -1153,6 +1161,28 @@ mod tests {
                 .contains("(brig's own cgroup is /sys/fs/cgroup/user.slice)")
         );
         assert_eq!(fix(limits), ROOTLESS_CGROUP_FIX);
+    }
+
+    #[test]
+    fn a_delegated_cgroup_shared_with_the_caller_is_not_usable() {
+        let mut shared = layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[]);
+        shared.shared_with = Some(("/sys/fs/cgroup/svc".into(), "pid 42".into()));
+        let probe = Cgroups {
+            layout: Ok(shared),
+            placement: Placement::Nowhere,
+            parent: None,
+        };
+        let checks = cgroup_checks(&probe, &user());
+        let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
+        assert_eq!(limits.status, Status::Warn);
+        assert!(
+            limits.detail.starts_with(
+                "brig's own cgroup /sys/fs/cgroup/svc is delegated to it but holds other processes too (pid 42)"
+            ),
+            "{}",
+            limits.detail
+        );
+        assert_eq!(fix(limits), crate::cgroup::SHARED_DELEGATION_FIX);
     }
 
     #[test]

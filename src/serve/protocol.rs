@@ -181,7 +181,11 @@ pub struct Status {
     /// Runs served by a warm Python or Node.
     pub warm_runs: u64,
     pub refused: u64,
+    /// Pooled jails that failed to assemble (or whose warm interpreter ended idle).
     pub failures: u64,
+    /// After failures in a row, how long until the pool builds again, in ms (0: not
+    /// waiting).
+    pub pool_retry_ms: u64,
     pub draining: bool,
     /// Sessions open now, the most at once (`--max-sessions`), and pooled session jails
     /// ready.

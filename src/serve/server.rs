@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 
 /// How long a client has to send its whole request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// After a pooled jail fails to assemble this many times in a row, the pool waits.
+/// After a pooled jail fails to assemble this many times in a row, the pool waits
+/// BACKOFF, twice as long after each further failure, up to MAX_BACKOFF.
 const FAILURES_BEFORE_BACKOFF: u32 = 3;
 const BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Requests waiting for a slot at most; more are refused at once.
 const MAX_QUEUE: usize = 1024;
 
@@ -151,7 +153,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     if args.status {
         return print_status(&args.socket);
     }
-    let defaults = defaults(&args)?;
+    let mut defaults = defaults(&args)?;
     if args.warm_python > 0 && defaults.output_limit.is_some() {
         return Err(Error::input(
             "--warm-python with --output-limit: a warm Python writes to its client's streams itself, past brig's relay; drop one of them",
@@ -162,7 +164,18 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             "--warm-node with --output-limit: a warm Node's output is relayed without brig's limit; drop one of them",
         ));
     }
-    let pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    let mut pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    // Rootless in a delegated cgroup v2 (a unit with Delegate=yes): the server moves into
+    // a leaf of its own, its jails go beside it.
+    // Dropped when the server ends, on every path.
+    let leaf = match &pool_plan.limits.placement {
+        Some(placement) => placement.settle_server()?,
+        None => None,
+    };
+    if let Some(leaf) = &leaf {
+        defaults.cgroup_parent = Some(leaf.jails_parent().to_path_buf());
+        pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    }
     let group = args
         .socket_group
         .as_deref()
@@ -219,6 +232,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     );
     let result = server.run();
     let _ = std::fs::remove_file(&server.args.socket);
+    drop(leaf);
     result.map(|()| 0)
 }
 
@@ -580,8 +594,11 @@ impl Server {
         }
         match request {
             Request::Status => {
-                let _ =
-                    protocol::write_frame(stream.as_fd(), &Reply::Status(self.status.clone()), &[]);
+                let mut status = self.status.clone();
+                status.pool_retry_ms = self.refill_after.map_or(0, |at| {
+                    at.saturating_duration_since(Instant::now()).as_millis() as u64
+                });
+                let _ = protocol::write_frame(stream.as_fd(), &Reply::Status(status), &[]);
             }
             Request::Signal { .. } => {
                 refuse(
@@ -1037,6 +1054,14 @@ impl Server {
         self.status.session_ready = self.ready_count(SESSIONS);
     }
 
+    /// How long the pool waits before it builds again, after `failures_in_a_row`.
+    fn backoff(&self) -> Option<Duration> {
+        let beyond = self
+            .failures_in_a_row
+            .checked_sub(FAILURES_BEFORE_BACKOFF)?;
+        Some(BACKOFF.saturating_mul(1 << beyond.min(6)).min(MAX_BACKOFF))
+    }
+
     /// Keeps --pool cold, --warm-python and --warm-node warm jails and --session-pool
     /// session jails assembling or ready, unless
     /// draining or backing off.
@@ -1045,6 +1070,7 @@ impl Server {
         {
             return;
         }
+        self.refill_after = None;
         let warm = |warm| PoolKind {
             warm: Some(warm),
             ..COLD
@@ -1163,6 +1189,12 @@ impl Server {
             Ok(Read::Frame(body, _)) => match serde_json::from_slice::<Report>(&body) {
                 Ok(Report::Ready) => {
                     self.runners[at].state = RunnerState::Ready;
+                    if self.failures_in_a_row > 1 {
+                        eprintln!(
+                            "brig serve: pooled jails assemble again, after {} failure(s) in a row",
+                            self.failures_in_a_row
+                        );
+                    }
                     self.failures_in_a_row = 0;
                     self.count_ready();
                     self.dispatch_queued();
@@ -1174,15 +1206,22 @@ impl Server {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
                     let runner = &mut self.runners[at];
-                    match runner.state {
+                    let line = match runner.state {
                         // A ready jail's program ended while it waited (a warm interpreter).
-                        RunnerState::Ready => eprintln!("brig serve: {message}"),
-                        _ => eprintln!("brig serve: a pooled jail failed to assemble: {message}"),
-                    }
+                        RunnerState::Ready => format!("brig serve: {message}"),
+                        _ => format!(
+                            "brig serve: a pooled jail failed to assemble: {message} (the pool retries, waiting longer each time; failures in a row are counted in --status, not logged)"
+                        ),
+                    };
                     runner.pooled = false;
                     self.count_ready();
-                    if self.failures_in_a_row >= FAILURES_BEFORE_BACKOFF {
-                        self.refill_after = Some(Instant::now() + BACKOFF);
+                    let backoff = self.backoff();
+                    // One line for a run of failures; --status counts them all.
+                    if self.failures_in_a_row == 1 {
+                        eprintln!("{line}");
+                    }
+                    if let Some(wait) = backoff {
+                        self.refill_after = Some(Instant::now() + wait);
                     }
                     // Requests that waited for this jail get one built for them.
                     self.dispatch_queued();
