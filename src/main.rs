@@ -9,9 +9,8 @@ mod cli;
 mod manpage;
 
 use brig::error::{Error, Result};
-use brig::jail::Outcome;
 use brig::plan::{Plan, ReportTarget};
-use brig::verdict::{Sinks, Status, Verdict};
+use brig::verdict::{Sinks, Verdict};
 use brig::{ExitStatus, config, doctor, seccomp};
 use clap::Parser;
 use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand};
@@ -195,17 +194,13 @@ fn run(args: RunArgs) -> i32 {
     let verdict = match brig::jail::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);
-            let lines = [
-                unenforced_limits(&plan, &report.outcome),
-                explain(&plan, &report.outcome, verdict.status),
-            ];
             // After output cut mid-line, start brig's own lines on a fresh one.
             let mut fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {
                 "\n"
             } else {
                 ""
             };
-            for line in lines.iter().flatten() {
+            for line in verdict.stderr_lines() {
                 eprintln!("{fresh_line}brig: {line}");
                 fresh_line = "";
             }
@@ -222,43 +217,6 @@ fn run(args: RunArgs) -> i32 {
     };
     sinks.deliver(&verdict, Some(&plan));
     verdict.brig_exit_code
-}
-
-/// Once for a run whose program started: the default limits this host cannot enforce
-/// and how to get them, unless the caller opted out (`--memory max`, `--quiet-limits`).
-fn unenforced_limits(plan: &Plan, outcome: &Outcome) -> Option<String> {
-    if matches!(outcome, Outcome::ExecFailed { .. }) {
-        return None;
-    }
-    plan.limits.unenforced_notice()
-}
-
-/// One line for the runs brig or the kernel ended; the program's own endings need none.
-fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
-    let limits = &plan.limits;
-    match (outcome, status) {
-        (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
-        (Outcome::Signaled { syscall, .. }, Status::Seccomp) => Some(match syscall {
-            Some(name) => format!("the program was killed by seccomp (syscall {name})"),
-            None => format!(
-                "the program was killed by seccomp (a call its profile {} does not allow; `--seccomp-log` lists them)",
-                plan.seccomp.profile
-            ),
-        }),
-        (_, Status::Timeout) => plan
-            .time_limit
-            .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
-        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
-            format!("output limit of {limit} reached; the output was cut and the jail killed")
-        }),
-        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
-            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
-        }),
-        (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
-            format!("CPU time limit of {limit} reached; the kernel killed the program")
-        }),
-        _ => None,
-    }
 }
 
 fn resolve(args: RunArgs) -> Result<Plan> {

@@ -472,6 +472,12 @@ things a reviewer should know, e.g. \-\-net host, or limits not enforced
 \fBerror\fR
 for setup_error: the one-line message brig printed
 .TP
+\fBexplanation\fR
+why brig or the kernel ended the run (a limit reached, a seccomp kill, a program that could not run), the line brig prints on stderr as \fBbrig: ...\fR on every path (brig run, brig run \-\-server, brig session exec); null when the program ended by itself
+.TP
+\fBunenforced\fR
+a default limit this host could not enforce and how to get it, the other line brig prints on stderr; null with \-\-quiet\-limits (the client's or the server's) or \-\-memory max
+.TP
 \fBerror_kind\fR, \fBerror_stage\fR
 for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
 .TP

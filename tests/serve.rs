@@ -7,7 +7,7 @@
 mod common;
 
 use common::limits::parse_verdict;
-use common::serve::{Server, exchange, read_reply};
+use common::serve::{Server, brig_lines, exchange, read_reply};
 use common::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -31,7 +31,76 @@ both_modes!(
     the_audit_logs_name_the_client,
     sigterm_drains,
     the_output_limit_holds_in_a_pooled_jail,
+    limit_hits_are_explained_as_by_a_one_shot_run,
+    an_unenforced_default_limit_is_said_through_the_server,
 );
+
+/// `brig run --server` says on stderr what `brig run` says when brig or the kernel ends
+/// the run: a time limit (in a pooled jail), an output cut (in a jail built for the
+/// request), and as root (a cgroup to enforce --memory) an OOM kill.
+fn limit_hits_are_explained_as_by_a_one_shot_run(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let mut cases: Vec<(&[&str], &[&str], i32)> = vec![
+        (&["--time-limit", "1s"], &["sleep", "30"], 124),
+        (
+            &["--output-limit", "1K"],
+            &["sh", "-c", "head -c 100000 /dev/zero"],
+            124,
+        ),
+    ];
+    if mode == Mode::Root {
+        cases.push((
+            &["--memory", "32M"],
+            &["python3", "-c", "x = bytearray(1 << 30)"],
+            137,
+        ));
+    }
+    for (options, program, status) in cases {
+        let mut one_shot_args = vec!["run", "--quiet-limits"];
+        one_shot_args.extend_from_slice(options);
+        one_shot_args.push("--");
+        one_shot_args.extend_from_slice(program);
+        let one_shot = run(mode, &one_shot_args);
+        let served = server.run(options, program);
+        assert_eq!(code(&one_shot), status, "{}", describe(&one_shot));
+        assert_eq!(code(&served), status, "{}", describe(&served));
+        let line = brig_lines(&one_shot);
+        assert_eq!(line.len(), 1, "{options:?}: {}", describe(&one_shot));
+        assert_eq!(
+            brig_lines(&served),
+            line,
+            "{options:?}: {}",
+            describe(&served)
+        );
+    }
+}
+
+/// A default limit the host cannot enforce (rootless here: no cgroup) is said through
+/// the server as by `brig run`, unless the client or the server asks for quiet.
+fn an_unenforced_default_limit_is_said_through_the_server(mode: Mode) {
+    let server = Server::start_with(mode, &["--pool", "1"]);
+    let one_shot = run(mode, &["run", "--", "true"]);
+    let served = server.run(&[], &["true"]);
+    assert_eq!(code(&served), 0, "{}", describe(&served));
+    assert_eq!(
+        brig_lines(&served),
+        brig_lines(&one_shot),
+        "{}",
+        describe(&served)
+    );
+    if mode == Mode::Rootless {
+        let lines = brig_lines(&served);
+        assert_eq!(lines.len(), 1, "{}", describe(&served));
+        assert!(lines[0].contains("was not enforced"), "{lines:?}");
+    }
+    let quiet = server.run(&["--quiet-limits"], &["true"]);
+    assert_eq!(
+        brig_lines(&quiet),
+        Vec::<String>::new(),
+        "{}",
+        describe(&quiet)
+    );
+}
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())

@@ -6,7 +6,7 @@
 use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::Sinks;
+use crate::verdict::{Sinks, Verdict};
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -97,8 +97,8 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
             ..
         } => {
             sinks.deliver_json(&verdict, Some(config_digest), None);
-            if let Some(message) = verdict["error"].as_str() {
-                eprintln!("brig: {message}");
+            for line in Verdict::stderr_lines_of(&verdict) {
+                eprintln!("brig: {line}");
             }
             Ok(verdict["brig_exit_code"]
                 .as_i64()
