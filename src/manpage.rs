@@ -51,7 +51,7 @@ the program could not be executed
 127
 the program was not found
 .PP
-\fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. The other commands exit 0, or 125 with one line on standard error.
+\fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. \fBbrig serve\fR exits 0 once drained (SIGTERM, SIGINT), and 125 only when it cannot start as configured: a bad option, or \fB\-\-memory\fR/\fB\-\-pids\fR/\fB\-\-cpus\fR this host cannot enforce for its user (rootless without a delegated cgroup); a restart fails the same way, so a systemd unit names it in \fBRestartPreventExitStatus=125\fR. The other commands exit 0, or 125 with one line on standard error.
 "#;
 
 const NETWORK: &str = r#".SH NETWORK

@@ -477,6 +477,41 @@ fn a_jail_of_another_shape_is_built_for_the_request(mode: Mode) {
     );
 }
 
+/// Rootless on this host brig has no cgroup (tests/rootless_limits.rs), so a server asked
+/// for --memory and --pids cannot enforce them: it refuses to start, once, with the fix,
+/// exit 125, which the shipped unit names in RestartPreventExitStatus= (no restart loop).
+#[test]
+fn a_server_whose_limits_this_host_cannot_enforce_refuses_once() {
+    if !require_root() {
+        return;
+    }
+    let dir = TempDir::new("serve-limits").writable_by_all();
+    let socket = dir.path().join("brig.sock");
+    let output = run(
+        Mode::Rootless,
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--memory",
+            "512M",
+            "--pids",
+            "128",
+        ],
+    );
+    assert_one_line_error(&output, &["--memory", "--cgroup-parent"]);
+    assert!(!socket.exists(), "a socket was left");
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/brig-serve.service"),
+    )
+    .unwrap();
+    assert!(
+        unit.lines()
+            .any(|line| line.trim() == "RestartPreventExitStatus=125"),
+        "{unit}"
+    );
+}
+
 /// A peer of another uid is refused by its credentials, even when the socket's mode
 /// would let it connect.
 #[test]
