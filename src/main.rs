@@ -53,8 +53,9 @@ fn dispatch(command: Command) -> Result<i32> {
     match command {
         Command::Run(args) if args.server.is_some() => {
             let socket = args.server.clone().expect("checked");
+            let origins = config::origins(args.config.as_deref(), &args.options)?;
             let options = config::resolve(args.config.as_deref(), args.options)?;
-            brig::serve::client::run(&socket, options)
+            brig::serve::client::run(&socket, options, origins)
         }
         Command::Run(args) => Ok(run(args)),
         Command::Serve(args) => brig::serve::serve(args),

@@ -390,7 +390,7 @@ const PROTOCOL: &str = r#".SH SERVER PROTOCOL
 \fBbrig serve\fR speaks version 1 of this protocol on a unix stream socket. A frame is a 4-byte big-endian length, then that many bytes of one JSON object (a request at most 1 MiB, a reply at most 64 MiB). Descriptors travel as SCM_RIGHTS with the first byte of a frame. Every client frame has \fB"brig": 1\fR and a \fBtype\fR; unknown fields are refused. Each connection carries one request.
 .TP
 \fB{"brig":1,"type":"run","options":{...},"stdio":"fds"}\fR
-runs \fBoptions\fR (\fBbrig run\fR's, by the YAML names above; \fBcommand\fR is the program) with three descriptors sent along: the program's stdin, stdout and stderr. With \fB"stdio":"capture"\fR no descriptors are sent, \fB"stdin"\fR may give the program's input as a string, and the reply carries \fBstdout\fR and \fBstderr\fR (lossy UTF-8, at most \fBoutput\-limit\fR or 1 MiB each).
+runs \fBoptions\fR (\fBbrig run\fR's, by the YAML names above; \fBcommand\fR is the program) with three descriptors sent along: the program's stdin, stdout and stderr. With \fB"stdio":"capture"\fR no descriptors are sent, \fB"stdin"\fR may give the program's input as a string, and the reply carries \fBstdout\fR and \fBstderr\fR (lossy UTF-8, at most \fBoutput\-limit\fR or 1 MiB each). An optional \fB"origins"\fR object says where options came from when the client did not type them (\fB{"time\-limit":"profile node"}\fR); a refusal of a limit looser than the server's then names it, and says what the client and the server's operator can change.
 .TP
 \fB{"brig":1,"type":"signal","signal":15}\fR
 sent while a run goes on: passes the signal to the program (SIGKILL ends the jail). Closing the connection before the answer ends the jail.

@@ -357,6 +357,17 @@ fn looser_options_are_refused_unless_allowed(mode: Mode) {
         let output = server.run(&["--memory", "max"], &["true"]);
         assert_one_line_error(&output, &["--memory max: looser than this server's 1G"]);
     }
+    // A value the client did not type (its profile's) is named as such, with what each
+    // side can change.
+    let output = server.run(&["--profile", "node"], &["node", "-e", "0"]);
+    assert_one_line_error(
+        &output,
+        &[
+            "--time-limit 60s (from profile node): looser than this server's 20s",
+            "the client may pass --time-limit 20s or less to override it",
+            "or the server's operator raise its --time-limit",
+        ],
+    );
     drop(server);
     let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
     let output = allowed.run(&["--net", "host"], &["true"]);

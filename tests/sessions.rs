@@ -508,6 +508,16 @@ fn workspace_paths_cannot_lead_out(mode: Mode) {
     assert_error(&full, "workspace is full");
     close(&server, &id);
     close(&server, &small);
+    // Larger than the server's: the request's field, the jail option it sets and the
+    // server's option to raise are named.
+    let reply = ask(
+        &server,
+        json!({"type": "session_create", "workspace_size": "1G"}),
+    );
+    assert_error(
+        &reply,
+        "workspace_size 1G (the jail's --home-size): looser than this server's 64M; the client may ask for a workspace_size of at most 64M, or the server's operator raise its --home-size",
+    );
 }
 
 fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {

@@ -24,8 +24,13 @@ pub fn connect(socket: &Path) -> Result<UnixStream> {
 }
 
 /// Runs `options` (already layered with `--config`) on the server at `socket`; returns
-/// brig's exit status for the run.
-pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
+/// brig's exit status for the run. `origins`: where options came from other than the
+/// command line (`config::origins`), for the server's refusals.
+pub fn run(
+    socket: &Path,
+    options: JailOptions,
+    origins: std::collections::BTreeMap<String, String>,
+) -> Result<i32> {
     // Where the verdict goes is opened first, as a one-shot run does.
     let sinks = Sinks::open(
         options.report.as_deref(),
@@ -43,6 +48,7 @@ pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
         "type": "run",
         "options": for_server(options),
         "stdio": StdioMode::Fds,
+        "origins": origins,
     });
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {

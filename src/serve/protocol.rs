@@ -8,7 +8,9 @@
 //!   program's stdin, stdout and stderr. `options` are `brig run`'s, by their YAML names
 //!   (`command` is the program). With `"stdio":"capture"` and no descriptors, the reply
 //!   carries `stdout` and `stderr` (UTF-8, lossy, at most `output-limit` or 1 MiB) and
-//!   `"stdin"` may give the program's input as a string.
+//!   `"stdin"` may give the program's input as a string. An optional `"origins"` object
+//!   says where options came from when the client did not type them (`{"time-limit":
+//!   "profile node"}`): a refusal then names it.
 //! - while it runs: `{"brig":1,"type":"signal","signal":15}` passes a signal on.
 //! - the server answers `{"type":"done","verdict":{...},"config_digest":"sha256:..."}`,
 //!   or `{"type":"error","message":"...","kind":"bad_input","exit_code":125}`, then
@@ -39,6 +41,11 @@ pub enum Request {
         /// With `capture`: the program's standard input.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stdin: Option<String>,
+        /// Where options came from, when not from the client's command line or call:
+        /// option name (`time-limit`) to `profile NAME` or `config FILE`; a refusal
+        /// names it.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        origins: std::collections::BTreeMap<String, String>,
     },
     Signal {
         signal: i32,

@@ -643,7 +643,13 @@ impl Server {
                 options,
                 stdio,
                 stdin,
-            } => match self.check_run(*options, stdio, stdin.as_deref(), &fds, incoming.peer) {
+                origins,
+            } => match self.check_run(
+                *options,
+                (stdio, stdin.as_deref(), &origins),
+                &fds,
+                incoming.peer,
+            ) {
                 Ok((job, pooled)) => {
                     let mut all = vec![OwnedFd::from(stream)];
                     all.extend(fds);
@@ -667,8 +673,7 @@ impl Server {
     fn check_run(
         &self,
         mut client: JailOptions,
-        stdio: StdioMode,
-        stdin: Option<&str>,
+        (stdio, stdin, origins): (StdioMode, Option<&str>, &policy::Origins),
         fds: &[OwnedFd],
         peer: Peer,
     ) -> Result<(Job, bool)> {
@@ -709,12 +714,15 @@ impl Server {
             let asked = options.time_limit.map(|limit| limit.0);
             if pool_limit.is_some_and(|ours| asked.is_none_or(|theirs| theirs > ours)) {
                 let ours = self.pool_plan.time_limit.expect("checked");
-                return Err(Error::input(format!(
-                    "--time-limit {}: looser than this server's {ours}; ask for at most {ours}",
-                    options
-                        .time_limit
-                        .map_or("max".to_string(), |limit| limit.to_string())
-                )));
+                let theirs = options
+                    .time_limit
+                    .map_or("max".to_string(), |limit| limit.to_string());
+                return Err(policy::looser_than_server(
+                    "--time-limit",
+                    &theirs,
+                    &ours.to_string(),
+                    origins,
+                ));
             }
             (
                 self.pooled_program(&options)?,
@@ -723,7 +731,7 @@ impl Server {
             )
         } else {
             let plan = Plan::resolve(options.clone())?;
-            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
+            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, origins)?;
             (
                 Program::of(&plan),
                 plan.time_limit,
@@ -940,7 +948,12 @@ impl Server {
             _ => {
                 let options = self.defaults.clone().overlay(client);
                 let plan = session_plan(options.clone())?;
-                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
+                // A session's workspace_size is its jail's --home-size.
+                let origins: policy::Origins = workspace_size
+                    .map(|_| ("home-size".to_string(), "workspace_size".to_string()))
+                    .into_iter()
+                    .collect();
+                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, &origins)?;
                 let start = SessionStart {
                     plan,
                     options,
