@@ -118,7 +118,9 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
 
     /// Run in a jail of the `brig serve` listening on this socket (same options, exit
-    /// status and verdict; a fresh jail from its warm pool).
+    /// status and verdict; a fresh jail from its warm pool). Only this option sends a run
+    /// to a server: `brig run` does not read BRIG_SERVER (`brig session` and the clients
+    /// do), so that where a program runs is always on the command line.
     #[arg(long, value_name = "SOCKET")]
     pub server: Option<PathBuf>,
 

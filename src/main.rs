@@ -225,20 +225,54 @@ fn resolve(args: RunArgs) -> Result<Plan> {
     Plan::resolve(options)
 }
 
-/// clap explains a bad flag over several lines; brig's contract is one line.
+/// Arguments a variable can give instead (`brig session`'s), as clap names them.
+const ENV_DEFAULTS: [(&str, &str); 2] = [
+    ("--server <SOCKET>", "BRIG_SERVER"),
+    ("--session <ID>", "BRIG_SESSION"),
+];
+
+/// clap explains a bad command line over several lines; brig's contract is one line,
+/// which keeps what names the fix: the missing arguments, the possible values, clap's
+/// "a similar argument exists" tips, and the subcommand whose help to read.
 fn one_line_clap_error(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
-    let first = rendered
-        .lines()
+    let mut lines = rendered.lines().map(str::trim);
+    let mut message = lines
         .next()
         .unwrap_or("invalid arguments")
-        .trim_start_matches("error: ");
-    // A value outside a fixed set: name the set on the same line.
-    let choices = rendered
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("[possible values: "))
-        .map(|line| format!(" {line}"))
-        .unwrap_or_default();
-    format!("{first}{choices}; see `brig --help`")
+        .trim_start_matches("error: ")
+        .to_string();
+    // The lines under the first, up to a blank one: the missing arguments, or the values.
+    let items: Vec<String> = lines
+        .by_ref()
+        .take_while(|line| !line.is_empty())
+        .map(
+            |item| match ENV_DEFAULTS.iter().find(|(arg, _)| *arg == item) {
+                Some((_, variable)) => format!("{item} (or ${variable})"),
+                None => item.to_string(),
+            },
+        )
+        .collect();
+    if !items.is_empty() {
+        let list = items.join(", ");
+        message = match message.strip_suffix(':') {
+            Some(head) => format!("{head}: {list}"),
+            None => format!("{message} {list}"),
+        };
+    }
+    let mut help = "brig".to_string();
+    for line in lines {
+        if let Some(tip) = line.strip_prefix("tip: ") {
+            message.push_str(&format!("; {tip}"));
+        } else if let Some(usage) = line.strip_prefix("Usage: ") {
+            // `brig serve --socket <PATH>`: the command, up to its first argument.
+            help = usage
+                .split_whitespace()
+                .take_while(|word| !word.starts_with(['-', '[', '<']))
+                .collect::<Vec<_>>()
+                .join(" ");
+            break;
+        }
+    }
+    format!("{message}; see `{help} --help`")
 }

@@ -33,7 +33,63 @@ both_modes!(
     the_output_limit_holds_in_a_pooled_jail,
     limit_hits_are_explained_as_by_a_one_shot_run,
     an_unenforced_default_limit_is_said_through_the_server,
+    brig_run_does_not_read_brig_server,
 );
+
+/// `brig session` takes its socket from BRIG_SERVER; `brig run` does not: only --server
+/// sends a run to a server.
+fn brig_run_does_not_read_brig_server(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let with_server = |args: &[&str]| {
+        let mut command = command(mode, args);
+        command.env("BRIG_SERVER", server.socket());
+        output_of(command)
+    };
+    let output = with_server(&["run", "--quiet-limits", "--", "true"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(server.status()["runs"], 0, "the run went to the server");
+    let output = with_server(&["session", "list"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+}
+
+/// clap's errors stay one line and keep what names the fix: the missing arguments (and
+/// the variable that can give them), clap's tips, the subcommand whose help to read.
+#[test]
+fn command_line_errors_name_the_missing_arguments_and_tips() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["session", "create"],
+            &[
+                "required arguments were not provided: --server <SOCKET> (or $BRIG_SERVER)",
+                "see `brig session create --help`",
+            ],
+        ),
+        (
+            &["serve", "--status"],
+            &[
+                "required arguments were not provided: --socket <PATH>",
+                "see `brig serve --help`",
+            ],
+        ),
+        (
+            &["run", "--tim-limit", "3s", "--", "true"],
+            &[
+                "unexpected argument '--tim-limit' found",
+                "a similar argument exists: '--time-limit'",
+                "see `brig run --help`",
+            ],
+        ),
+        (
+            &["sesion", "list"],
+            &["a similar subcommand exists: 'session'"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let mut command = command(Mode::Root, args);
+        command.env_remove("BRIG_SERVER").env_remove("BRIG_SESSION");
+        assert_one_line_error(&output_of(command), needles);
+    }
+}
 
 /// `brig run --server` says on stderr what `brig run` says when brig or the kernel ends
 /// the run: a time limit (in a pooled jail), an output cut (in a jail built for the
