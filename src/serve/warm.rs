@@ -214,7 +214,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         connection,
         capture,
         ..
-    } = handed;
+    } = *handed;
     runner::answer(control, &connection, &verdict, &job, capture, audit_log);
     0
 }
@@ -255,7 +255,7 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
 /// How the handing over ended.
 enum HandOver {
     /// The job was given to the interpreter, which is done with it.
-    Handed(Handed),
+    Handed(Box<Handed>),
     /// The interpreter ended before any job came.
     EndedIdle,
     /// No job: the server closed the control socket, or the job could not be given (its
@@ -416,13 +416,13 @@ fn hand_over(
     for relay in relays {
         let _ = relay.join();
     }
-    HandOver::Handed(Handed {
+    HandOver::Handed(Box::new(Handed {
         job,
         connection,
         capture,
         started,
         usage,
-    })
+    }))
 }
 
 /// Waits until the server sends a job (or closes the control socket): true; or until
