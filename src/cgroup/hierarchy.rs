@@ -210,14 +210,28 @@ pub fn own_delegated(mounts: &Mounts, controllers: &[&str]) -> Option<PathBuf> {
     .then_some(own)
 }
 
-/// The processes in the cgroup `dir` other than this one.
+/// A process that stands for brig besides brig's own: `brig doctor`, whose probe for
+/// uid 65534 is a fork of it, in the same cgroup (0: none).
+static STANDS_FOR_BRIG: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Counts process `pid` as brig itself when looking for other processes in its cgroup
+/// (`brig doctor`'s probing child, for its parent).
+pub fn count_as_brig(pid: u32) {
+    STANDS_FOR_BRIG.store(pid, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The processes in the cgroup `dir` other than this one (and the one that stands for
+/// brig, see [`count_as_brig`]).
 pub fn other_processes(dir: &Path) -> Vec<u32> {
-    let own = std::process::id();
+    let own = [
+        std::process::id(),
+        STANDS_FOR_BRIG.load(std::sync::atomic::Ordering::Relaxed),
+    ];
     fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()
         .filter_map(|line| line.trim().parse().ok())
-        .filter(|pid| *pid != own)
+        .filter(|pid| !own.contains(pid))
         .collect()
 }
 

@@ -16,6 +16,7 @@ mod v2;
 use crate::error::{Context, Error, Result};
 use crate::units::Size;
 pub use hierarchy::Version;
+pub use hierarchy::count_as_brig;
 use hierarchy::{Mounts, Parent};
 use serde::Serialize;
 use std::fs;

@@ -444,13 +444,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .fix("give brig a delegated cgroup it may write with --cgroup-parent")
             }
         }
-        // Delegated, but shared with the process that started brig.
-        Placement::Nowhere if let Some((own, others)) = &layout.shared_with => check(
-            name,
-            Status::Warn,
-            format!("brig's own cgroup {} is delegated to it but holds other processes too ({others}): the default memory limit is not enforced, and --memory, --pids, --cpus fail (125)", own.display()),
-        )
-        .fix(crate::cgroup::SHARED_DELEGATION_FIX),
+        Placement::Shared { own, others } => shared_check(name, own, others),
         Placement::Nowhere => {
             let own = layout
                 .own_v2
@@ -506,7 +500,7 @@ fn cgroup_parent_check(parent: &Path, placement: &Placement) -> Check {
                 .fix("delegate it to this user (Delegate=yes in the unit, or chown the directory and its cgroup.procs, cgroup.subtree_control)")
             }
         }
-        Placement::Nowhere => check(name, Status::Fail, "no cgroup")
+        Placement::Nowhere | Placement::Shared { .. } => check(name, Status::Fail, "no cgroup")
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
         Placement::Failed(why) => check(name, Status::Fail, why.clone())
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
@@ -551,8 +545,19 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
             "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)",
         )
         .fix(ROOTLESS_CGROUP_FIX),
+        Placement::Shared { own, others } => shared_check(name, own, others),
         Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(ROOTLESS_CGROUP_FIX),
     }
+}
+
+/// brig's delegated cgroup, shared with other processes (the shell that started it).
+fn shared_check(name: String, own: &Path, others: &str) -> Check {
+    check(
+        name,
+        Status::Warn,
+        format!("brig's own cgroup {} is delegated to it but holds other processes too ({others}): the default memory limit is not enforced, and --memory, --pids, --cpus fail (125)", own.display()),
+    )
+    .fix(crate::cgroup::SHARED_DELEGATION_FIX)
 }
 
 /// `--net filtered` needs a TUN device in the jail's network namespace. A default jail
@@ -1165,11 +1170,12 @@ mod tests {
 
     #[test]
     fn a_delegated_cgroup_shared_with_the_caller_is_not_usable() {
-        let mut shared = layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[]);
-        shared.shared_with = Some(("/sys/fs/cgroup/svc".into(), "pid 42".into()));
         let probe = Cgroups {
-            layout: Ok(shared),
-            placement: Placement::Nowhere,
+            layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
+            placement: Placement::Shared {
+                own: "/sys/fs/cgroup/svc".into(),
+                others: "pid 42".into(),
+            },
             parent: None,
         };
         let checks = cgroup_checks(&probe, &user());
