@@ -71,6 +71,14 @@ pub struct Verdict {
     /// With `--net filtered`: the rules, every destination the jail tried (allowed or
     /// refused, and why), the names it looked up, what was dropped, and the bytes.
     pub network: Option<crate::net::record::NetworkRecord>,
+    /// A default limit this host could not enforce, and how to get it; null with
+    /// `--quiet-limits` or `--memory max`. brig prints it on stderr (`brig: ...`).
+    pub unenforced: Option<String>,
+    /// Why brig or the kernel ended the run (a limit, a seccomp kill, a program that
+    /// could not run), as brig prints it on stderr (`brig: ...`) on every path: `brig
+    /// run`, `brig run --server`, `brig session exec`; null when the program ended by
+    /// itself.
+    pub explanation: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -148,6 +156,10 @@ impl Verdict {
             Outcome::ExecFailed { message, .. } => Some(message.clone()),
             _ => None,
         };
+        let unenforced = match run.outcome {
+            Outcome::ExecFailed { .. } => None,
+            _ => plan.limits.unenforced_notice(),
+        };
         Verdict {
             schema: SCHEMA,
             status,
@@ -171,6 +183,8 @@ impl Verdict {
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
             network: run.network.clone(),
+            unenforced,
+            explanation: explain(plan, run, status),
             error,
         }
     }
@@ -201,11 +215,56 @@ impl Verdict {
             error_kind: Some(error.kind()),
             error_stage: error.stage(),
             network: None,
+            unenforced: None,
+            explanation: None,
         }
+    }
+
+    /// [`Verdict::stderr_lines`] of a verdict a server sent, as JSON.
+    pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<&str> {
+        let text = |key: &str| verdict[key].as_str();
+        let why = text("explanation").or(text("error"));
+        text("unenforced").into_iter().chain(why).collect()
+    }
+
+    /// brig's lines on stderr about this run, each printed as `brig: LINE`: the
+    /// unenforced default limit, then why the run ended as it did (or brig's error).
+    pub fn stderr_lines(&self) -> impl Iterator<Item = &str> {
+        let why = self.explanation.as_ref().or(self.error.as_ref());
+        self.unenforced.iter().chain(why).map(String::as_str)
     }
 
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a verdict always serializes")
+    }
+}
+
+/// One line for the runs brig or the kernel ended; the program's own endings need none.
+/// The time limit is the run's (a server's request may have its own).
+fn explain(plan: &Plan, run: &RunReport, status: Status) -> Option<String> {
+    let limits = &plan.limits;
+    match (&run.outcome, status) {
+        (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
+        (Outcome::Signaled { syscall, .. }, Status::Seccomp) => Some(match syscall {
+            Some(name) => format!("the program was killed by seccomp (syscall {name})"),
+            None => format!(
+                "the program was killed by seccomp (a call its profile {} does not allow; `--seccomp-log` lists them)",
+                plan.seccomp.profile
+            ),
+        }),
+        (_, Status::Timeout) => run
+            .time_limit
+            .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
+        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
+            format!("output limit of {limit} reached; the output was cut and the jail killed")
+        }),
+        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
+            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+        }),
+        (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
+            format!("CPU time limit of {limit} reached; the kernel killed the program")
+        }),
+        _ => None,
     }
 }
 

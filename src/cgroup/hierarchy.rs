@@ -169,11 +169,12 @@ pub fn find_parent(
         {
             return Some((Version::V2, vec![unified.join("brig")], Parent::BrigSubtree));
         }
+        // brig moves itself into a leaf below its delegated cgroup; a process it shares
+        // that cgroup with (the shell that started it) would stay, and a cgroup that
+        // hands controllers down may hold none.
         if rootless
-            && let Some(own) = mounts.own_path(None).map(|path| unified.join(path))
-            && own != *unified
-            && fs::metadata(&own).is_ok_and(|meta| meta.uid() == mounts.euid)
-            && has_controllers(&own.join("cgroup.controllers"), controllers)
+            && let Some(own) = own_delegated(mounts, controllers)
+            && other_processes(&own).is_empty()
         {
             return Some((Version::V2, vec![own.clone()], Parent::OwnDelegated { own }));
         }
@@ -197,6 +198,41 @@ pub fn find_parent(
         }
     }
     None
+}
+
+/// brig's own v2 cgroup when it is delegated to brig's uid and offers `controllers`.
+pub fn own_delegated(mounts: &Mounts, controllers: &[&str]) -> Option<PathBuf> {
+    let unified = mounts.unified.as_ref()?;
+    let own = unified.join(mounts.own_path(None)?);
+    (own != *unified
+        && fs::metadata(&own).is_ok_and(|meta| meta.uid() == mounts.euid)
+        && has_controllers(&own.join("cgroup.controllers"), controllers))
+    .then_some(own)
+}
+
+/// A process that stands for brig besides brig's own: `brig doctor`, whose probe for
+/// uid 65534 is a fork of it, in the same cgroup (0: none).
+static STANDS_FOR_BRIG: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Counts process `pid` as brig itself when looking for other processes in its cgroup
+/// (`brig doctor`'s probing child, for its parent).
+pub fn count_as_brig(pid: u32) {
+    STANDS_FOR_BRIG.store(pid, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The processes in the cgroup `dir` other than this one (and the one that stands for
+/// brig, see [`count_as_brig`]).
+pub fn other_processes(dir: &Path) -> Vec<u32> {
+    let own = [
+        std::process::id(),
+        STANDS_FOR_BRIG.load(std::sync::atomic::Ordering::Relaxed),
+    ];
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .filter(|pid| !own.contains(pid))
+        .collect()
 }
 
 pub fn given_parent(
@@ -310,8 +346,20 @@ pub fn prepare_parent(
                 return Err(err).context(|| format!("create the cgroup {}", leaf.display()));
             }
         }
-        fs::write(leaf.join("cgroup.procs"), "0")
-            .context(|| format!("move brig itself into {}", leaf.display()))?;
+        // Undone when the controllers cannot be handed down: no leaf is left behind.
+        let back = || {
+            let _ = fs::write(own.join("cgroup.procs"), "0");
+            let _ = fs::remove_dir(&leaf);
+        };
+        if let Err(err) = fs::write(leaf.join("cgroup.procs"), "0") {
+            back();
+            return Err(err).context(|| format!("move brig itself into {}", leaf.display()));
+        }
+        if let Err(err) = enable_controllers(parent, controllers) {
+            back();
+            return Err(err);
+        }
+        return Ok(());
     }
     if version == Version::V2 {
         enable_controllers(parent, controllers)?;

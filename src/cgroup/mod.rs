@@ -16,6 +16,7 @@ mod v2;
 use crate::error::{Context, Error, Result};
 use crate::units::Size;
 pub use hierarchy::Version;
+pub use hierarchy::count_as_brig;
 use hierarchy::{Mounts, Parent};
 use serde::Serialize;
 use std::fs;
@@ -68,6 +69,27 @@ pub struct Placement {
 pub const DELEGATION_FIX: &str = "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
      or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)";
 
+/// For a delegated cgroup brig shares with other processes.
+pub const SHARED_DELEGATION_FIX: &str = "a cgroup that hands controllers down to jails may hold no process, and brig can move only itself out: start brig as the only process there (`exec brig ...`, as a unit's main process, or `systemd-run --user --scope -p Delegate=yes brig ...`), or give --cgroup-parent a delegated cgroup of its own";
+
+/// Rootless: brig's own v2 cgroup, delegated to it, and the other processes in it (the
+/// shell that started brig, say), which keep brig from handing controllers down there.
+fn shared_delegation(mounts: &Mounts, controllers: &[&str]) -> Option<(PathBuf, Vec<u32>)> {
+    if nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let own = hierarchy::own_delegated(mounts, controllers)?;
+    let others = hierarchy::other_processes(&own);
+    (!others.is_empty()).then_some((own, others))
+}
+
+/// "pids 12, 34" (at most a few).
+fn describe_pids(pids: &[u32]) -> String {
+    let shown: Vec<String> = pids.iter().take(5).map(u32::to_string).collect();
+    let more = if pids.len() > 5 { ", ..." } else { "" };
+    format!("pid {}{more}", shown.join(", "))
+}
+
 /// Decides where the jail's cgroup goes. `Ok(None)` when no usable place exists and no
 /// limit was explicitly asked for (the default limits are then reported as not enforced).
 pub fn place(
@@ -92,10 +114,18 @@ pub fn place(
             parent_kind,
             controllers,
         })),
-        None if explicit => Err(Error::host(format!(
-            "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {DELEGATION_FIX}",
-            controllers.join(", ")
-        ))),
+        None if explicit => Err(match shared_delegation(&mounts, &controllers) {
+            Some((own, others)) => Error::host(format!(
+                "--memory/--pids/--cpus need a cgroup ({}) brig may write: brig's cgroup {} is delegated to it but holds other processes too ({}); {SHARED_DELEGATION_FIX}",
+                controllers.join(", "),
+                own.display(),
+                describe_pids(&others),
+            )),
+            None => Error::host(format!(
+                "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {DELEGATION_FIX}",
+                controllers.join(", ")
+            )),
+        }),
         None => Ok(None),
     }
 }
@@ -109,6 +139,9 @@ pub struct Layout {
     pub legacy: Vec<(String, PathBuf)>,
     /// brig's own cgroup in the cgroup2 hierarchy, as a directory.
     pub own_v2: Option<PathBuf>,
+    /// Rootless: brig's own v2 cgroup is delegated to it but holds these other processes
+    /// too, so brig cannot use it (see [`SHARED_DELEGATION_FIX`]).
+    pub shared_with: Option<(PathBuf, String)>,
 }
 
 pub fn layout() -> Result<Layout> {
@@ -131,11 +164,75 @@ pub fn layout() -> Result<Layout> {
                 dir.join(own)
             }
         });
+    let shared_with = shared_delegation(&mounts, &["memory", "pids"])
+        .map(|(own, others)| (own, describe_pids(&others)));
     Ok(Layout {
         unified,
         legacy: mounts.legacy().to_vec(),
         own_v2,
+        shared_with,
     })
+}
+
+impl Placement {
+    /// For `brig serve`, rootless in a cgroup v2 delegated to it (a unit with
+    /// Delegate=yes): the server moves into a leaf of its own (`brig-PID`), once, so that
+    /// the delegated cgroup holds no process and can hand controllers down; its jails'
+    /// cgroups then go beside that leaf ([`ServerLeaf::jails_parent`]). Its runners are
+    /// forked into the leaf and never move. None for any other placement.
+    pub fn settle_server(&self) -> Result<Option<ServerLeaf>> {
+        let Parent::OwnDelegated { own } = &self.parent_kind else {
+            return Ok(None);
+        };
+        let before = fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
+        hierarchy::prepare_parent(self.version, own, &self.parent_kind, &self.controllers)?;
+        let enabled = self
+            .controllers
+            .iter()
+            .copied()
+            .filter(|controller| !before.split_whitespace().any(|on| on == *controller))
+            .collect();
+        Ok(Some(ServerLeaf {
+            own: own.clone(),
+            leaf: own.join(format!("brig-{}", std::process::id())),
+            enabled,
+            pid: std::process::id(),
+        }))
+    }
+}
+
+/// Where a rootless server sits in its delegated cgroup ([`Placement::settle_server`]).
+pub struct ServerLeaf {
+    own: PathBuf,
+    leaf: PathBuf,
+    /// The controllers the server enabled in the delegated cgroup's subtree_control.
+    enabled: Vec<&'static str>,
+    /// The server's: a runner (a fork) unwinding from a panic leaves it alone.
+    pid: u32,
+}
+
+impl ServerLeaf {
+    /// The delegated cgroup, where the jails' cgroups go (`--cgroup-parent`).
+    pub fn jails_parent(&self) -> &Path {
+        &self.own
+    }
+}
+
+/// Dropped as the server ends (its jails are gone; its runners, forks, exit without
+/// dropping it): the delegated cgroup is left as the server found it, the controllers it
+/// enabled off again, the server back in it, its leaf removed.
+impl Drop for ServerLeaf {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        if !self.enabled.is_empty() {
+            let off: Vec<String> = self.enabled.iter().map(|c| format!("-{c}")).collect();
+            let _ = fs::write(self.own.join("cgroup.subtree_control"), off.join(" "));
+        }
+        let _ = fs::write(self.own.join("cgroup.procs"), "0");
+        let _ = fs::remove_dir(&self.leaf);
+    }
 }
 
 /// The jail's own cgroup(s). Dropping it kills every process left inside and removes it.

@@ -444,6 +444,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .fix("give brig a delegated cgroup it may write with --cgroup-parent")
             }
         }
+        Placement::Shared { own, others } => shared_check(name, own, others),
         Placement::Nowhere => {
             let own = layout
                 .own_v2
@@ -499,7 +500,7 @@ fn cgroup_parent_check(parent: &Path, placement: &Placement) -> Check {
                 .fix("delegate it to this user (Delegate=yes in the unit, or chown the directory and its cgroup.procs, cgroup.subtree_control)")
             }
         }
-        Placement::Nowhere => check(name, Status::Fail, "no cgroup")
+        Placement::Nowhere | Placement::Shared { .. } => check(name, Status::Fail, "no cgroup")
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
         Placement::Failed(why) => check(name, Status::Fail, why.clone())
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
@@ -544,8 +545,19 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
             "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)",
         )
         .fix(ROOTLESS_CGROUP_FIX),
+        Placement::Shared { own, others } => shared_check(name, own, others),
         Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(ROOTLESS_CGROUP_FIX),
     }
+}
+
+/// brig's delegated cgroup, shared with other processes (the shell that started it).
+fn shared_check(name: String, own: &Path, others: &str) -> Check {
+    check(
+        name,
+        Status::Warn,
+        format!("brig's own cgroup {} is delegated to it but holds other processes too ({others}): the default memory limit is not enforced, and --memory, --pids, --cpus fail (125)", own.display()),
+    )
+    .fix(crate::cgroup::SHARED_DELEGATION_FIX)
 }
 
 /// `--net filtered` needs a TUN device in the jail's network namespace. A default jail
@@ -1039,6 +1051,7 @@ mod tests {
                 .map(|c| (c.to_string(), Path::new("/sys/fs/cgroup").join(c)))
                 .collect(),
             own_v2: unified.map(|(dir, _)| Path::new(dir).join("user.slice")),
+            shared_with: None,
         }
     }
 
@@ -1153,6 +1166,29 @@ mod tests {
                 .contains("(brig's own cgroup is /sys/fs/cgroup/user.slice)")
         );
         assert_eq!(fix(limits), ROOTLESS_CGROUP_FIX);
+    }
+
+    #[test]
+    fn a_delegated_cgroup_shared_with_the_caller_is_not_usable() {
+        let probe = Cgroups {
+            layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
+            placement: Placement::Shared {
+                own: "/sys/fs/cgroup/svc".into(),
+                others: "pid 42".into(),
+            },
+            parent: None,
+        };
+        let checks = cgroup_checks(&probe, &user());
+        let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
+        assert_eq!(limits.status, Status::Warn);
+        assert!(
+            limits.detail.starts_with(
+                "brig's own cgroup /sys/fs/cgroup/svc is delegated to it but holds other processes too (pid 42)"
+            ),
+            "{}",
+            limits.detail
+        );
+        assert_eq!(fix(limits), crate::cgroup::SHARED_DELEGATION_FIX);
     }
 
     #[test]

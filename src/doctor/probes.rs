@@ -271,6 +271,9 @@ pub struct AsNobody {
 /// Runs the assembly and placement probes in a forked child that became uid 65534.
 pub fn as_nobody() -> Result<AsNobody, String> {
     let lines = in_fork(|| {
+        // brig doctor, this child's parent, is brig here, not another process that
+        // shares its cgroup.
+        cgroup::count_as_brig(nix::unistd::getppid().as_raw() as u32);
         drop_to_nobody()?;
         let mut lines = assemble().to_lines();
         lines.extend(default_placement().to_lines());
@@ -330,6 +333,12 @@ pub enum Placement {
     },
     /// No usable cgroup: the default limits would not be enforced.
     Nowhere,
+    /// brig's own cgroup is delegated to it, but other processes (`others`) share it, so
+    /// brig cannot hand controllers down there.
+    Shared {
+        own: PathBuf,
+        others: String,
+    },
     Failed(String),
 }
 
@@ -362,6 +371,10 @@ impl Placement {
                 lines
             }
             Placement::Nowhere => vec![line("placement-none", "")],
+            Placement::Shared { own, others } => vec![
+                line("placement-shared", &own.display().to_string()),
+                line("placement-others", others),
+            ],
             Placement::Failed(why) => vec![line("placement-error", why)],
         }
     }
@@ -376,6 +389,12 @@ impl Placement {
         };
         if let Some(why) = values("placement-error").pop() {
             return Placement::Failed(why);
+        }
+        if let Some(own) = values("placement-shared").pop() {
+            return Placement::Shared {
+                own: own.into(),
+                others: values("placement-others").pop().unwrap_or_default(),
+            };
         }
         let version = match values("placement").first().map(String::as_str) {
             Some("v1") => Version::V1,
@@ -435,7 +454,11 @@ fn default_placement() -> Placement {
                 controllers: None,
             }
         }
-        Ok(None) => Placement::Nowhere,
+        Ok(None) => match cgroup::layout().ok().and_then(|layout| layout.shared_with) {
+            // Delegated, but shared with the process that started brig.
+            Some((own, others)) => Placement::Shared { own, others },
+            None => Placement::Nowhere,
+        },
         Err(err) => Placement::Failed(err.to_string()),
     }
 }

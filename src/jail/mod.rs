@@ -22,7 +22,7 @@ pub use channel::Stdio;
 pub use init::forwarded_signals;
 pub use relay::Counts as OutputCounts;
 pub use session::SessionJail;
-pub use supervisor::{Jail, Outcome, RunReport};
+pub use supervisor::{Jail, Outcome, RequestClock, RunReport};
 
 /// What runs in an assembled jail: the arguments (the first one is looked up in the
 /// jail's `PATH` unless it has a `/`), the whole environment and the working directory.

@@ -163,6 +163,8 @@ pub fn assert_verdict_shape(v: &Value) {
             "error_kind",
             "error_stage",
             "network",
+            "unenforced",
+            "explanation",
         ]),
         "{v}"
     );

@@ -16,15 +16,18 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server with `--quiet-limits` (tests compare outputs across hosts) and `args`.
     pub fn start(mode: Mode, args: &[&str]) -> Server {
+        let mut all = vec!["--quiet-limits"];
+        all.extend_from_slice(args);
+        Server::start_with(mode, &all)
+    }
+
+    /// A server with exactly `args` (besides its socket).
+    pub fn start_with(mode: Mode, args: &[&str]) -> Server {
         let dir = TempDir::new("serve").writable_by_all();
         let socket = dir.path().join("brig.sock");
-        let mut all = vec![
-            "serve",
-            "--socket",
-            socket.to_str().unwrap(),
-            "--quiet-limits",
-        ];
+        let mut all = vec!["serve", "--socket", socket.to_str().unwrap()];
         all.extend_from_slice(args);
         let mut command = command(mode, &all);
         command.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -103,6 +106,15 @@ pub fn send_frame(stream: &UnixStream, body: &[u8], fds: &[i32]) {
         None,
     )
     .expect("send a frame");
+}
+
+/// brig's own lines on stderr (`brig: ...`), without the program's.
+pub fn brig_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| line.starts_with("brig: "))
+        .map(String::from)
+        .collect()
 }
 
 pub fn read_reply(mut stream: &UnixStream) -> Option<Value> {
