@@ -144,7 +144,11 @@ pub fn rules(mounts: &[MountOp]) -> Vec<Rule> {
                 }
                 continue;
             }
-            MountOp::Dir { .. } | MountOp::Symlink { .. } | MountOp::File { .. } => continue,
+            // The overlay on a prepared root's /etc is read-only, as the root around it.
+            MountOp::Dir { .. }
+            | MountOp::Symlink { .. }
+            | MountOp::File { .. }
+            | MountOp::Overlay { .. } => continue,
         };
         rules.push(Rule {
             path,

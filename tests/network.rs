@@ -35,6 +35,7 @@ both_modes!(
     the_byte_cap_cuts_a_download,
     a_program_ending_mid_transfer_leaves_nothing,
     the_jails_own_loopback_works,
+    a_prepared_root_resolves_the_allowed_names,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -829,6 +830,84 @@ print(socket.create_connection(("127.0.0.1", port)).recv(5).decode())
         let args: Vec<String> = net.iter().map(|arg| arg.to_string()).collect();
         let (done, _) = filtered(mode, &args, &[&python(), "-c", server_and_client]);
         assert_eq!(assert_success(&done.output).trim(), "local", "{net:?}");
+    }
+}
+
+/// `--rootfs` with `--allow-net`: the prepared root's /etc gets the jail's resolv.conf and
+/// hosts over its own (here a busybox root from `brig rootfs build shell` whose resolv.conf
+/// is a dangling symlink, as on hosts with systemd-resolved), so the allowed name resolves
+/// and is fetched, an unlisted one does not resolve, and the root's other files stay.
+fn a_prepared_root_resolves_the_allowed_names(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let dir = TempDir::new("net-rootfs");
+    let root = dir.path().join("root");
+    let built = output_of(command_from(&[
+        brig().into(),
+        "rootfs".into(),
+        "build".into(),
+        "shell".into(),
+        root.clone().into(),
+    ]));
+    assert_success(&built);
+    std::os::unix::fs::symlink(
+        "../run/systemd/resolve/stub-resolv.conf",
+        root.join("etc/resolv.conf"),
+    )
+    .unwrap();
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--rootfs".into(), root.to_str().unwrap().into()]);
+    let script = format!(
+        "wget -q -O- http://{WEB}:{http}/hello; echo fetched=$?; \
+         wget -q -O- http://unlisted.test:{http}/hello 2>&1; echo unlisted=$?; \
+         grep -c '^sandbox:' /etc/passwd; touch /etc/resolv.conf 2>/dev/null || echo read-only",
+        http = servers.http
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "hello\nfetched=0\nwget: bad address 'unlisted.test:{}'\nunlisted=1\n1\nread-only",
+            servers.http
+        ),
+        "{}",
+        describe(&done.output)
+    );
+    allowed_bytes(&verdict, WEB, servers.http);
+}
+
+/// A prepared root without /etc cannot get the jail's resolv.conf: refused at plan time,
+/// naming the option, the path and the fix.
+#[test]
+fn a_prepared_root_without_etc_is_refused_with_a_network() {
+    let dir = TempDir::new("net-rootfs-noetc");
+    for sub in ["proc", "dev", "tmp", "home/sandbox"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    for command in ["run", "check"] {
+        let output = run(
+            Mode::Root,
+            &[
+                command,
+                "--rootfs",
+                dir.str(),
+                "--allow-net",
+                "a.test",
+                "--",
+                "true",
+            ],
+        );
+        assert_one_line_error(
+            &output,
+            &[
+                &format!("--rootfs {}", dir.str()),
+                "/etc does not exist",
+                "create the directory /etc",
+            ],
+        );
     }
 }
 
