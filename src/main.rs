@@ -198,6 +198,7 @@ fn run(args: RunArgs) -> i32 {
             let lines = [
                 unenforced_limits(&plan, &report.outcome),
                 explain(&plan, &report.outcome, verdict.status),
+                brig::verdict::network_line(&serde_json::to_value(&verdict).unwrap_or_default()),
             ];
             // After output cut mid-line, start brig's own lines on a fresh one.
             let mut fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {

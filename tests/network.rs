@@ -36,6 +36,7 @@ both_modes!(
     a_program_ending_mid_transfer_leaves_nothing,
     the_jails_own_loopback_works,
     a_prepared_root_resolves_the_allowed_names,
+    refusals_are_summed_up_in_one_line_on_stderr,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -472,6 +473,52 @@ fn an_allowed_name_resolving_to_loopback_is_refused(mode: Mode) {
         .filter(|line| !line.contains("\"dns\""))
         .collect();
     assert!(requests.is_empty(), "the server was reached: {requests:?}");
+}
+
+/// A run that had refusals ends with one `brig: network:` line naming each refused
+/// destination with its reason and the names that were not resolved; a run without any
+/// prints none.
+fn refusals_are_summed_up_in_one_line_on_stderr(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let args = web_rules(&[servers.http]);
+    let probe = connect_probe(&[
+        format!("{WEB} {}", servers.echo),
+        "10.1.2.3 80".into(),
+        format!("{WEB} {}", servers.http),
+        "unlisted.test 80".into(),
+    ]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    let out = assert_success(&done.output);
+    assert!(
+        out.contains(&format!("{WEB} {} ok\n", servers.http)),
+        "{out}"
+    );
+    let errors = stderr(&done.output);
+    let lines: Vec<&str> = errors
+        .lines()
+        .filter(|line| line.starts_with("brig: network:"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        lines,
+        [format!(
+            "brig: network: 2 connections refused or cut: 10.1.2.3:80 (private (RFC 1918) address, not on the list), {WEB}:{echo} (port {echo} is not allowed for {WEB}); 1 name not on the list was not resolved: unlisted.test; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
+            echo = servers.echo
+        )],
+        "{}",
+        describe(&done.output)
+    );
+    // Only allowed connections: no line.
+    let probe = connect_probe(&[format!("{WEB} {}", servers.http)]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    assert_success(&done.output);
+    assert!(
+        !stderr(&done.output).contains("brig: network"),
+        "{}",
+        describe(&done.output)
+    );
 }
 
 fn an_allowed_name_on_another_port_is_refused(mode: Mode) {
