@@ -37,6 +37,7 @@ both_modes!(
     the_jails_own_loopback_works,
     a_prepared_root_resolves_the_allowed_names,
     refusals_are_summed_up_in_one_line_on_stderr,
+    a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -519,6 +520,74 @@ fn refusals_are_summed_up_in_one_line_on_stderr(mode: Mode) {
         "{}",
         describe(&done.output)
     );
+}
+
+/// `--allow-net 127.0.0.1:PORT` or `localhost:PORT` names the jail's own loopback: the
+/// connection stays in the jail (ECONNREFUSED, the host's listener untouched), and `brig
+/// check` and the run say so in one warning with the way to the host, which works.
+fn a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let listener = Listener::start();
+    let port = listener.port;
+    for host in ["127.0.0.1", "localhost"] {
+        let rule = format!("{host}:{port}");
+        let warning = format!(
+            "--allow-net {rule}: in the jail this is the jail's own loopback (which needs no rule), not the host's, so the rule lets nothing through; to reach a server on the host's loopback, pin a name to it: `--add-host host.test:127.0.0.1 --allow-net host.test:{port}`"
+        );
+        let checked = run(mode, &["check", "--allow-net", &rule, "--", "true"]);
+        assert!(
+            assert_success(&checked).contains(&warning),
+            "{}",
+            describe(&checked)
+        );
+        let args = vec!["--allow-net".to_string(), rule.clone()];
+        let target = format!("{host} {port}");
+        let (done, _) = filtered(
+            mode,
+            &args,
+            &strs_of(&connect_probe(std::slice::from_ref(&target))),
+        );
+        assert_eq!(
+            assert_success(&done.output).trim(),
+            format!("{target} ECONNREFUSED")
+        );
+        let errors = stderr(&done.output);
+        let warned: Vec<&str> = errors
+            .lines()
+            .filter(|line| line.starts_with("brig: warning:"))
+            .collect();
+        assert_eq!(
+            warned,
+            [format!("brig: warning: {warning}")],
+            "{}",
+            describe(&done.output)
+        );
+    }
+    assert_eq!(listener.accepted(), 0);
+    // The way the warning gives reaches the host's loopback, without a warning.
+    let args: Vec<String> = [
+        "--add-host",
+        "host.test:127.0.0.1",
+        "--allow-net",
+        &format!("host.test:{port}"),
+    ]
+    .map(String::from)
+    .into();
+    let target = format!("host.test {port}");
+    let (done, _) = filtered(
+        mode,
+        &args,
+        &strs_of(&connect_probe(std::slice::from_ref(&target))),
+    );
+    assert_eq!(assert_success(&done.output).trim(), format!("{target} ok"));
+    assert!(
+        !stderr(&done.output).contains("warning"),
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(listener.accepted(), 1);
 }
 
 fn an_allowed_name_on_another_port_is_refused(mode: Mode) {
