@@ -255,8 +255,12 @@ fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
         (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
             format!("output limit of {limit} reached; the output was cut and the jail killed")
         }),
-        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
-            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+        (_, Status::Oom) => Some(match limits.cgroup.memory {
+            Some(memory) => {
+                format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+            }
+            // No cgroup of the jail's own: the limit is that of brig's cgroup.
+            None => "the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it".into(),
         }),
         (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
             format!("CPU time limit of {limit} reached; the kernel killed the program")

@@ -695,6 +695,70 @@ fn proc_host_runs_where_proc_is_masked() {
     assert!(warnings.contains("--proc host"), "{verdict}");
 }
 
+/// The container's own memory limit (`podman run --memory`, a pod's limits.memory) kills
+/// the program: brig has no cgroup of its own there, and tells the kernel's OOM kill from
+/// another SIGKILL by the container cgroup's OOM-kill counter: status `oom`, exit 137, and
+/// the `brig:` line that says so. As the image's user and as root.
+#[test]
+fn a_kill_by_the_containers_memory_limit_is_oom() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    for user in [USER, "--user=0:0"] {
+        let mut options = vec![user, "--memory=256m", "--memory-swap=256m"];
+        options.extend(WORKING);
+        let output = podman_run(
+            &root,
+            &options,
+            &brig(&[
+                "run",
+                "--quiet-limits",
+                "--report-fd",
+                "2",
+                "--",
+                "python3",
+                "-c",
+                "chunks = []\nwhile True: chunks.append(b'x' * (16 << 20))",
+            ]),
+        );
+        assert_eq!(output_code(&output), 137, "{user}: {}", describe(&output));
+        let verdict: Value = serde_json::from_str(verdict_line(&output))
+            .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+        assert_eq!(verdict["status"], "oom", "{user}: {verdict}");
+        assert_eq!(verdict["signal"], 9, "{user}: {verdict}");
+        assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
+        let errors = stderr(&output);
+        assert!(
+            errors.lines().any(|line| line
+                == "brig: the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it"),
+            "{user}: {}",
+            describe(&output)
+        );
+    }
+    // A SIGKILL that is not the OOM killer's stays `signaled`.
+    let mut options = vec![USER, "--memory=256m", "--memory-swap=256m"];
+    options.extend(WORKING);
+    let output = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--quiet-limits",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        ]),
+    );
+    assert_eq!(output_code(&output), 137, "{}", describe(&output));
+    let verdict: Value = serde_json::from_str(verdict_line(&output))
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+    assert_eq!(verdict["status"], "signaled", "{verdict}");
+}
+
 fn output_code(output: &std::process::Output) -> i32 {
     output.status.code().unwrap_or(-1)
 }

@@ -320,6 +320,17 @@ fn unique_suffix() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The OOM kills counted so far in the cgroup brig itself is in (the container's, when
+/// brig runs in one and has no cgroup of its own for the jail). Read before and after a
+/// run: a SIGKILL while it went up is the kernel's OOM killer, under a limit brig did not
+/// set. None when this cgroup's counter cannot be read.
+pub fn enclosing_oom_kills() -> Option<u64> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let file = hierarchy::oom_counter(&mountinfo, &own, Path::exists)?;
+    read_keyed(&file, "oom_kill")
+}
+
 /// Reads a cgroup file holding one number; `max` is None.
 fn read_number(path: &Path) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
