@@ -161,8 +161,17 @@ fn default_pod_settings_stop_brig_with_a_one_line_error() {
         &[USER],
         &brig(&["run", "--", "python3", "-c", PYTHON]),
     );
-    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN.
-    let line = common::assert_one_line_error(&output, &["set the jail's hostname", "EPERM"]);
+    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN; the
+    // line names the container settings that fix it.
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "set the jail's hostname",
+            "EPERM",
+            "brig runs inside a container (podman) whose settings forbid this: run the container with `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`",
+            "brig-seccomp-profile.py",
+        ],
+    );
     eprintln!("default settings: {line}");
 
     let doctor = podman_run(&root, &[USER], &brig(&["doctor"]));
@@ -386,8 +395,18 @@ fn seccomp_profile_for_brig_works_instead_of_unconfined() {
     };
 
     // Docker-style: the jail's namespaces are refused.
+    // The line names the container's settings, not the host's user-namespace sysctls.
     let output = with(&gated_file);
-    common::assert_one_line_error(&output, &["create the jail's namespaces", "EPERM"]);
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "create the jail's namespaces",
+            "EPERM",
+            "inside a container (podman) whose settings forbid this",
+            "--security-opt seccomp=unconfined",
+        ],
+    );
+    assert!(!line.contains("max_user_namespaces"), "{line}");
 
     for (name, profile) in [("podman", &podman_default), ("gated", &gated)] {
         let output = with(&brig_profile(&dir, name, profile));

@@ -334,13 +334,37 @@ fn clone_failure(
         "sysctl -w kernel.unprivileged_userns_clone=1".into()
     } else if sysctls.max_user_namespaces == Some(0) || refusal.errno == Some(Errno::ENOSPC) {
         "sysctl -w user.max_user_namespaces=15000".into()
-    } else if container.is_some() {
-        "the container runtime blocks namespaces: run the container with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` (Docker, Podman), or run brig on the host".into()
+    } else if let Some(runtime) = container {
+        format!(
+            "the container runtime blocks namespaces: {}; or run brig on the host",
+            container_settings(runtime)
+        )
     } else {
         "enable user namespaces (CONFIG_USER_NS, user.max_user_namespaces); see the lines above"
             .into()
     };
     check(name, who.failing, detail).fix(fix)
+}
+
+/// The container settings brig needs, for the runtime `in_container` named: the runtime's
+/// seccomp filter off brig (or one that allows what brig needs), /proc unmasked, and on
+/// AppArmor hosts the runtime's profile off (deploy/README.md has the table).
+pub fn container_settings(runtime: &str) -> String {
+    const PROFILE: &str = "(deploy/kubernetes/brig-seccomp-profile.py makes a seccomp profile to use instead of unconfined)";
+    match runtime {
+        "podman" => format!(
+            "run the container with `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, and `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"
+        ),
+        "docker" => format!(
+            "run the container with `--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined` {PROFILE}"
+        ),
+        "kubernetes" => format!(
+            "give the container `securityContext: {{seccompProfile: {{type: Unconfined}}, procMount: Unmasked}}` (procMount needs the pod's `hostUsers: false`), and `appArmorProfile: {{type: Unconfined}}` on AppArmor nodes {PROFILE}"
+        ),
+        other => format!(
+            "run the container ({other}) without the runtime's seccomp filter and with /proc unmasked: Podman `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, Docker `--security-opt seccomp=unconfined --security-opt systempaths=unconfined`, plus `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"
+        ),
+    }
 }
 
 fn time_namespace(probe: &Assembly, who: &Who) -> Check {
@@ -898,6 +922,23 @@ mod tests {
             "clone failed: a user namespace alone works, but with mount, pid, net, ipc, uts and time namespaces clone fails: Operation not permitted (EPERM)"
         );
         assert!(fix(&checks[0]).contains("--security-opt seccomp=unconfined"));
+        // Docker masks /proc too: the fix unmasks it, with Docker's own option.
+        assert!(
+            fix(&checks[0]).contains("--security-opt systempaths=unconfined"),
+            "{}",
+            fix(&checks[0])
+        );
+        assert!(!fix(&checks[0]).contains("unmask=/proc"));
+        let podman = namespace_checks(
+            &clone_refused(Errno::EPERM, true),
+            &root(),
+            &healthy_sysctls(),
+            Some("podman"),
+        );
+        assert!(
+            fix(&podman[0])
+                .contains("`--security-opt seccomp=unconfined --security-opt unmask=/proc/*`")
+        );
         // For uid 65534, probed by root, it is only a warning.
         let checks = namespace_checks(
             &clone_refused(Errno::EPERM, true),

@@ -14,6 +14,9 @@
 mod checks;
 mod probes;
 
+pub use checks::container_settings;
+pub use probes::in_container;
+
 use checks::Who;
 use serde::Serialize;
 use std::path::PathBuf;

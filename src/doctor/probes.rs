@@ -59,7 +59,7 @@ impl Host {
 }
 
 /// The container runtime brig seems to run in, from the usual markers.
-fn in_container() -> Option<String> {
+pub fn in_container() -> Option<String> {
     if Path::new("/.dockerenv").exists() {
         return Some("docker".into());
     }

@@ -174,10 +174,14 @@ impl<'p> Jail<'p> {
 
         let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
         let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
-            Error::os("create the jail's namespaces (clone3)", errno)
-                .hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
-                .host_lacks()
-                .at(Stage::Namespaces)
+            let err = Error::os("create the jail's namespaces (clone3)", errno);
+            // Inside a container its settings are the cause (named by the caller).
+            let err = if errno == Errno::EPERM && crate::doctor::in_container().is_some() {
+                err
+            } else {
+                err.hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
+            };
+            err.host_lacks().at(Stage::Namespaces)
         })?;
         let (pid, pidfd, in_cgroup) = match cloned {
             Cloned::Child => child::run(
