@@ -195,7 +195,7 @@ fn unescape(field: &str) -> String {
 
 /// A hierarchy mounted read-only (inside a container, /sys/fs/cgroup usually is) has no
 /// place for brig's subtree, even for root.
-fn writable(mount: &Path) -> bool {
+pub fn writable(mount: &Path) -> bool {
     use nix::sys::statvfs::{FsFlags, statvfs};
     statvfs(mount).is_ok_and(|stat| !stat.flags().contains(FsFlags::ST_RDONLY))
 }

@@ -403,8 +403,6 @@ fn describe_placement(version: Version, parents: &[PathBuf]) -> String {
     )
 }
 
-const ROOTLESS_CGROUP_FIX: &str = "run rootless brig in a delegated cgroup v2: `systemd-run --user --scope -p Delegate=yes brig run ...`, or from a unit with Delegate=yes (deploy/systemd/brig-worker.service), or give one with --cgroup-parent";
-
 /// The cgroup layout, where `brig run` puts the jail's cgroup with the default limits,
 /// and what it would make of `--cgroup-parent`.
 pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
@@ -475,7 +473,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .map(|own| format!(" (brig's own cgroup is {})", own.display()))
                 .unwrap_or_default();
             let fix = if who.rootless {
-                ROOTLESS_CGROUP_FIX
+                probe.rootless_fix.as_str()
             } else {
                 "mount cgroup2 with the memory and pids controllers, or the v1 memory and pids hierarchies"
             };
@@ -487,7 +485,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
             .fix(fix)
         }
         Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(if who.rootless {
-            ROOTLESS_CGROUP_FIX
+            probe.rootless_fix.as_str()
         } else {
             "give brig a cgroup it may write with --cgroup-parent"
         }),
@@ -531,7 +529,7 @@ fn cgroup_parent_check(parent: &Path, placement: &Placement) -> Check {
 }
 
 /// Where uid 65534's jails would get their cgroup, as root sees it for them.
-pub fn rootless_cgroup_check(placement: &Placement) -> Check {
+pub fn rootless_cgroup_check(placement: &Placement, fix: &str) -> Check {
     let name = Who::nobody().name("cgroup limits");
     match placement {
         Placement::Placed {
@@ -561,14 +559,14 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
                 unwritable.join("; ")
             ),
         )
-        .fix(ROOTLESS_CGROUP_FIX),
+        .fix(fix),
         Placement::Nowhere => check(
             name,
             Status::Warn,
             "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)",
         )
-        .fix(ROOTLESS_CGROUP_FIX),
-        Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(ROOTLESS_CGROUP_FIX),
+        .fix(fix),
+        Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(fix),
     }
 }
 
@@ -1097,6 +1095,7 @@ mod tests {
             layout: Ok(layout),
             placement,
             parent: None,
+            rootless_fix: "the rootless fix".into(),
         };
         let checks = cgroup_checks(&probe, who);
         summary(&checks);
@@ -1185,6 +1184,7 @@ mod tests {
             layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
             placement: Placement::Nowhere,
             parent: None,
+            rootless_fix: "the rootless fix".into(),
         };
         let checks = cgroup_checks(&probe, &user());
         let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
@@ -1193,12 +1193,12 @@ mod tests {
                 .detail
                 .contains("(brig's own cgroup is /sys/fs/cgroup/user.slice)")
         );
-        assert_eq!(fix(limits), ROOTLESS_CGROUP_FIX);
+        assert_eq!(fix(limits), "the rootless fix");
     }
 
     #[test]
     fn cgroup_limits_for_uid_65534() {
-        let ok = rootless_cgroup_check(&placed(Version::V2, &["/sys/fs/cgroup/deleg"]));
+        let ok = rootless_cgroup_check(&placed(Version::V2, &["/sys/fs/cgroup/deleg"]), "fix");
         assert_eq!(
             (ok.status, ok.name.as_str(), ok.detail.as_str()),
             (
@@ -1207,10 +1207,10 @@ mod tests {
                 "v2, jail cgroups under /sys/fs/cgroup/deleg; memory and pids enforced"
             )
         );
-        let none = rootless_cgroup_check(&Placement::Nowhere);
+        let none = rootless_cgroup_check(&Placement::Nowhere, "the rootless fix");
         assert_eq!(none.status, Status::Warn);
         assert!(none.detail.contains("not delegated to that user"));
-        assert_eq!(fix(&none), ROOTLESS_CGROUP_FIX);
+        assert_eq!(fix(&none), "the rootless fix");
     }
 
     #[test]
