@@ -126,9 +126,16 @@ impl Plan {
         if landlock.mode == LandlockMode::Off {
             warnings.push("--landlock off: no Landlock wall around the files".into());
         } else if landlock.abi == 0 {
-            warnings.push(
-                "Landlock: this kernel does not have it; only the mounts guard the files".into(),
-            );
+            warnings.push(match landlock::Unavailable::here() {
+                Some(missing) => format!(
+                    "Landlock is {}: only the mounts guard the files; {}",
+                    missing.reason(),
+                    missing.fix()
+                ),
+                None => {
+                    "Landlock: this kernel does not have it; only the mounts guard the files".into()
+                }
+            });
         } else if landlock.abi < landlock::FULL_ABI {
             warnings.push(format!(
                 "Landlock ABI {}: files only; scoping of signals and abstract sockets needs ABI {}",

@@ -362,6 +362,65 @@ fn cap_gated_profile(runtime_default: &Value) -> Value {
     profile
 }
 
+/// A container whose seccomp filter refuses Landlock's calls with EPERM (as
+/// systemd-nspawn's did): brig tells that from a kernel without Landlock, in the plan's
+/// warning, in `--landlock require`'s error and in doctor, and names the filter's fix.
+#[test]
+fn a_seccomp_filter_refusing_landlock_is_not_blamed_on_the_kernel() {
+    if !have_podman() {
+        return;
+    }
+    const LANDLOCK: [&str; 3] = [
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    ];
+    let root = container_root();
+    let dir = TempDir::new("seccomp-landlock");
+    let mut profile: Value = serde_json::from_str(
+        &std::fs::read_to_string("/usr/share/containers/seccomp.json")
+            .expect("podman's default seccomp profile (containers-common)"),
+    )
+    .unwrap();
+    let rules = profile["syscalls"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|name| !LANDLOCK.contains(&name.as_str().unwrap_or("")));
+        }
+    }
+    rules.retain(|rule| {
+        rule["names"]
+            .as_array()
+            .is_none_or(|names| !names.is_empty())
+    });
+    rules.push(serde_json::json!({
+        "names": LANDLOCK,
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": libc::EPERM,
+    }));
+    let file = dir.file("no-landlock.json", &profile.to_string());
+    let seccomp = format!("--security-opt=seccomp={}", file.display());
+    let options = [USER, WORKING[1], seccomp.as_str()];
+    let reason = "Landlock is the seccomp filter of the container (podman) refuses it, not the kernel (landlock_create_ruleset: EPERM)";
+    let fix = "run the container with a seccomp profile that allows landlock_create_ruleset landlock_add_rule landlock_restrict_self";
+    let required = podman_run(
+        &root,
+        &options,
+        &brig(&["run", "--landlock", "require", "--", "python3", "-c", "pass"]),
+    );
+    common::assert_one_line_error(&required, &["--landlock require: ", reason, fix]);
+    let check = podman_run(&root, &options, &brig(&["check", "--", "python3"]));
+    let plan = stdout(&check);
+    assert!(plan.contains(reason) && plan.contains(fix), "{}", describe(&check));
+    let doctor = podman_run(&root, &options, &brig(&["doctor"]));
+    let report = stdout(&doctor);
+    assert!(
+        report.contains("warn  Landlock: not available: the seccomp filter of the container (podman) refuses it, not the kernel"),
+        "{}",
+        describe(&doctor)
+    );
+}
+
 /// deploy/kubernetes/brig-seccomp-profile.py on `profile`, written to a file in `dir`.
 fn brig_profile(dir: &TempDir, name: &str, profile: &Value) -> PathBuf {
     let input = dir.file(&format!("{name}.json"), &profile.to_string());

@@ -585,15 +585,24 @@ pub fn tun_check(probe: &Result<(), String>, who: &Who) -> Check {
     }
 }
 
-pub fn landlock_check(abi: u8) -> Check {
+pub fn landlock_check(abi: Result<u8, landlock::Unavailable>) -> Check {
     match abi {
-        0 => check(
+        Err(missing) => check(
+            "Landlock",
+            Status::Warn,
+            format!(
+                "not available: {}; only the mounts guard the files (--landlock require fails)",
+                missing.reason()
+            ),
+        )
+        .fix(missing.fix()),
+        Ok(0) => check(
             "Landlock",
             Status::Warn,
             "not available: only the mounts guard the files (--landlock require fails)",
         )
         .fix("boot a 5.13+ kernel with Landlock in the LSM list, e.g. lsm=landlock,lockdown,yama,integrity,apparmor"),
-        abi if abi < landlock::FULL_ABI => check(
+        Ok(abi) if abi < landlock::FULL_ABI => check(
             "Landlock",
             Status::Warn,
             format!(
@@ -602,7 +611,7 @@ pub fn landlock_check(abi: u8) -> Check {
             ),
         )
         .fix("a 6.12+ kernel has everything brig uses"),
-        abi => check(
+        Ok(abi) => check(
             "Landlock",
             Status::Ok,
             format!(
@@ -1237,9 +1246,22 @@ mod tests {
 
     #[test]
     fn landlock_seccomp_and_end_to_end() {
-        assert_eq!(landlock_check(0).status, Status::Warn);
-        assert_eq!(landlock_check(5).status, Status::Warn);
-        assert_eq!(landlock_check(landlock::FULL_ABI).status, Status::Ok);
+        assert_eq!(landlock_check(Ok(0)).status, Status::Warn);
+        assert_eq!(landlock_check(Ok(5)).status, Status::Warn);
+        assert_eq!(landlock_check(Ok(landlock::FULL_ABI)).status, Status::Ok);
+        // systemd-nspawn's seccomp filter, not the kernel: the line says so and names
+        // nspawn's option.
+        let nspawn = landlock_check(Err(landlock::Unavailable {
+            errno: Errno::EPERM,
+            filtered: true,
+            container: Some("systemd-nspawn".into()),
+        }));
+        assert_eq!(nspawn.status, Status::Warn);
+        assert_eq!(
+            nspawn.detail,
+            "not available: the seccomp filter of the container (systemd-nspawn) refuses it, not the kernel (landlock_create_ruleset: EPERM); only the mounts guard the files (--landlock require fails)"
+        );
+        assert!(fix(&nspawn).contains("--system-call-filter='landlock_create_ruleset landlock_add_rule landlock_restrict_self'"));
         let seccomp = Seccomp {
             filter: Err("install the seccomp profile default: Operation not permitted".into()),
             log: false,

@@ -507,8 +507,11 @@ pub fn cgroups(cgroup_parent: Option<&Path>) -> Cgroups {
 }
 
 /// The Landlock ABI the kernel offers; 0 without Landlock.
-pub fn landlock_abi() -> u8 {
-    sys::landlock_abi()
+pub fn landlock_abi() -> Result<u8, crate::landlock::Unavailable> {
+    match crate::landlock::Unavailable::here() {
+        Some(missing) => Err(missing),
+        None => Ok(sys::landlock_abi()),
+    }
 }
 
 pub struct Seccomp {
