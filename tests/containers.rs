@@ -406,12 +406,24 @@ fn a_seccomp_filter_refusing_landlock_is_not_blamed_on_the_kernel() {
     let required = podman_run(
         &root,
         &options,
-        &brig(&["run", "--landlock", "require", "--", "python3", "-c", "pass"]),
+        &brig(&[
+            "run",
+            "--landlock",
+            "require",
+            "--",
+            "python3",
+            "-c",
+            "pass",
+        ]),
     );
     common::assert_one_line_error(&required, &["--landlock require: ", reason, fix]);
     let check = podman_run(&root, &options, &brig(&["check", "--", "python3"]));
     let plan = stdout(&check);
-    assert!(plan.contains(reason) && plan.contains(fix), "{}", describe(&check));
+    assert!(
+        plan.contains(reason) && plan.contains(fix),
+        "{}",
+        describe(&check)
+    );
     let doctor = podman_run(&root, &options, &brig(&["doctor"]));
     let report = stdout(&doctor);
     assert!(
