@@ -192,6 +192,9 @@ fn run(args: RunArgs) -> i32 {
             return ExitStatus::BRIG_FAILED;
         }
     };
+    for warning in &plan.run_warnings {
+        eprintln!("brig: warning: {warning}");
+    }
     let verdict = match brig::jail::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);

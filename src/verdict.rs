@@ -221,17 +221,21 @@ impl Verdict {
     }
 
     /// [`Verdict::stderr_lines`] of a verdict a server sent, as JSON.
-    pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<&str> {
-        let text = |key: &str| verdict[key].as_str();
+    pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<String> {
+        let text = |key: &str| verdict[key].as_str().map(str::to_owned);
         let why = text("explanation").or(text("error"));
-        text("unenforced").into_iter().chain(why).collect()
+        text("unenforced")
+            .into_iter()
+            .chain(why)
+            .chain(network_line(verdict))
+            .collect()
     }
 
     /// brig's lines on stderr about this run, each printed as `brig: LINE`: the
-    /// unenforced default limit, then why the run ended as it did (or brig's error).
-    pub fn stderr_lines(&self) -> impl Iterator<Item = &str> {
-        let why = self.explanation.as_ref().or(self.error.as_ref());
-        self.unenforced.iter().chain(why).map(String::as_str)
+    /// unenforced default limit, then why the run ended as it did (or brig's error), then
+    /// what the network refused ([`network_line`]). Every path prints these, the same.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        Verdict::stderr_lines_of(&serde_json::to_value(self).expect("a verdict always serializes"))
     }
 
     pub fn to_json(&self) -> String {
@@ -258,8 +262,12 @@ fn explain(plan: &Plan, run: &RunReport, status: Status) -> Option<String> {
         (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
             format!("output limit of {limit} reached; the output was cut and the jail killed")
         }),
-        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
-            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+        (_, Status::Oom) => Some(match limits.cgroup.memory {
+            Some(memory) => {
+                format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+            }
+            // No cgroup of the jail's own: the limit is that of brig's cgroup.
+            None => "the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it".into(),
         }),
         (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
             format!("CPU time limit of {limit} reached; the kernel killed the program")
@@ -469,6 +477,84 @@ pub struct Peer {
 }
 
 /// SHA-256 of the resolved plan as YAML: which configuration a run had.
+/// How many refusals the stderr line names before "and N more".
+const NETWORK_LINE_ITEMS: usize = 5;
+
+/// One line for stderr when the jail's network refused or cut connections, or its
+/// resolver answered names that are not on the list with NXDOMAIN: what, why, and where
+/// the details are. Built from the verdict as JSON so that every path (a run, a run
+/// through a server, a session) words it the same; None when nothing was refused.
+pub fn network_line(verdict: &serde_json::Value) -> Option<String> {
+    let network = verdict.get("network")?;
+    let mut refused = Vec::new();
+    let mut connections = 0;
+    for entry in network["connections"].as_array()? {
+        let Some(reason) = entry["reason"].as_str() else {
+            continue;
+        };
+        let port = entry["port"].as_u64().unwrap_or_default();
+        let target = match (entry["name"].as_str(), entry["address"].as_str()) {
+            (Some(name), _) => format!("{name}:{port}"),
+            (None, Some(address)) if address.contains(':') => format!("[{address}]:{port}"),
+            (None, Some(address)) => format!("{address}:{port}"),
+            (None, None) => format!("port {port}"),
+        };
+        let verb = if entry["allowed"] == true {
+            "cut: "
+        } else {
+            ""
+        };
+        connections += entry["connections"].as_u64().unwrap_or(1);
+        refused.push(format!("{target} ({verb}{reason})"));
+    }
+    let unresolved: Vec<&str> = network["lookups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|lookup| lookup["answer"].is_null())
+        .filter_map(|lookup| lookup["name"].as_str())
+        .collect();
+    if refused.is_empty() && unresolved.is_empty() {
+        return None;
+    }
+    let list = |items: &[String]| {
+        let mut text = items
+            .iter()
+            .take(NETWORK_LINE_ITEMS)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if items.len() > NETWORK_LINE_ITEMS {
+            text.push_str(&format!(" and {} more", items.len() - NETWORK_LINE_ITEMS));
+        }
+        text
+    };
+    let mut parts = Vec::new();
+    if !refused.is_empty() {
+        let plural = if connections == 1 { "" } else { "s" };
+        parts.push(format!(
+            "{connections} connection{plural} refused or cut: {}",
+            list(&refused)
+        ));
+    }
+    if !unresolved.is_empty() {
+        let names: Vec<String> = unresolved.iter().map(|name| name.to_string()).collect();
+        let (count, verb) = if names.len() == 1 {
+            ("1 name".to_string(), "was")
+        } else {
+            (format!("{} names", names.len()), "were")
+        };
+        parts.push(format!(
+            "{count} not on the list {verb} not resolved: {}",
+            list(&names)
+        ));
+    }
+    Some(format!(
+        "network: {}; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
+        parts.join("; ")
+    ))
+}
+
 pub fn config_digest(plan: &Plan) -> String {
     use sha2::{Digest, Sha256};
     let yaml = serde_saphyr::to_string(plan).unwrap_or_default();
@@ -505,6 +591,48 @@ fn rfc3339_now() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_network_line_names_refusals_and_unlisted_names() {
+        let verdict = serde_json::json!({"network": {
+            "connections": [
+                {"name": "web.test", "port": 80, "address": "127.0.0.1", "allowed": true,
+                 "reason": null, "connections": 2},
+                {"name": "web.test", "port": 81, "address": null, "allowed": false,
+                 "reason": "port 81 is not allowed for web.test", "connections": 2},
+                {"name": null, "port": 80, "address": "10.0.0.1", "allowed": false,
+                 "reason": "private address, not on the list", "connections": 1},
+                {"name": null, "port": 443, "address": "fd00::1", "allowed": false,
+                 "reason": "not on the list", "connections": 1},
+                {"name": "web.test", "port": 443, "address": "127.0.0.1", "allowed": true,
+                 "reason": "TLS names evil.test, which is not on the list (connection for web.test)",
+                 "connections": 1},
+            ],
+            "lookups": [
+                {"name": "web.test", "answer": "198.18.0.1", "count": 1},
+                {"name": "example.com", "answer": null, "count": 3},
+            ],
+        }});
+        assert_eq!(
+            super::network_line(&verdict).unwrap(),
+            "network: 5 connections refused or cut: web.test:81 (port 81 is not allowed for web.test), 10.0.0.1:80 (private address, not on the list), [fd00::1]:443 (not on the list), web.test:443 (cut: TLS names evil.test, which is not on the list (connection for web.test)); 1 name not on the list was not resolved: example.com; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)"
+        );
+        let many: Vec<_> = (0..8)
+            .map(|i| serde_json::json!({"name": format!("n{i}.test"), "answer": null}))
+            .collect();
+        let verdict = serde_json::json!({"network": {"connections": [], "lookups": many}});
+        let line = super::network_line(&verdict).unwrap();
+        assert!(
+            line.contains("8 names not on the list were not resolved: n0.test, n1.test, n2.test, n3.test, n4.test and 3 more;"),
+            "{line}"
+        );
+        let quiet = serde_json::json!({"network": {"connections": [], "lookups": []}});
+        assert_eq!(super::network_line(&quiet), None);
+        assert_eq!(
+            super::network_line(&serde_json::json!({"network": null})),
+            None
+        );
+    }
+
     #[test]
     fn timestamps_are_rfc3339() {
         let stamp = super::rfc3339_now();

@@ -172,8 +172,17 @@ fn default_pod_settings_stop_brig_with_a_one_line_error() {
         &[USER],
         &brig(&["run", "--", "python3", "-c", PYTHON]),
     );
-    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN.
-    let line = common::assert_one_line_error(&output, &["set the jail's hostname", "EPERM"]);
+    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN; the
+    // line names the container settings that fix it.
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "set the jail's hostname",
+            "EPERM",
+            "brig runs inside a container (podman) whose settings forbid this: run the container with `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`",
+            "brig-seccomp-profile.py",
+        ],
+    );
     eprintln!("default settings: {line}");
 
     let doctor = podman_run(&root, &[USER], &brig(&["doctor"]));
@@ -364,6 +373,77 @@ fn cap_gated_profile(runtime_default: &Value) -> Value {
     profile
 }
 
+/// A container whose seccomp filter refuses Landlock's calls with EPERM (as
+/// systemd-nspawn's did): brig tells that from a kernel without Landlock, in the plan's
+/// warning, in `--landlock require`'s error and in doctor, and names the filter's fix.
+#[test]
+fn a_seccomp_filter_refusing_landlock_is_not_blamed_on_the_kernel() {
+    if !have_podman() {
+        return;
+    }
+    const LANDLOCK: [&str; 3] = [
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    ];
+    let root = container_root();
+    let dir = TempDir::new("seccomp-landlock");
+    let mut profile: Value = serde_json::from_str(
+        &std::fs::read_to_string("/usr/share/containers/seccomp.json")
+            .expect("podman's default seccomp profile (containers-common)"),
+    )
+    .unwrap();
+    let rules = profile["syscalls"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|name| !LANDLOCK.contains(&name.as_str().unwrap_or("")));
+        }
+    }
+    rules.retain(|rule| {
+        rule["names"]
+            .as_array()
+            .is_none_or(|names| !names.is_empty())
+    });
+    rules.push(serde_json::json!({
+        "names": LANDLOCK,
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": libc::EPERM,
+    }));
+    let file = dir.file("no-landlock.json", &profile.to_string());
+    let seccomp = format!("--security-opt=seccomp={}", file.display());
+    let options = [USER, WORKING[1], seccomp.as_str()];
+    let reason = "Landlock is the seccomp filter of the container (podman) refuses it, not the kernel (landlock_create_ruleset: EPERM)";
+    let fix = "run the container with a seccomp profile that allows landlock_create_ruleset landlock_add_rule landlock_restrict_self";
+    let required = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--landlock",
+            "require",
+            "--",
+            "python3",
+            "-c",
+            "pass",
+        ]),
+    );
+    common::assert_one_line_error(&required, &["--landlock require: ", reason, fix]);
+    let check = podman_run(&root, &options, &brig(&["check", "--", "python3"]));
+    let plan = stdout(&check);
+    assert!(
+        plan.contains(reason) && plan.contains(fix),
+        "{}",
+        describe(&check)
+    );
+    let doctor = podman_run(&root, &options, &brig(&["doctor"]));
+    let report = stdout(&doctor);
+    assert!(
+        report.contains("warn  Landlock: not available: the seccomp filter of the container (podman) refuses it, not the kernel"),
+        "{}",
+        describe(&doctor)
+    );
+}
+
 /// deploy/kubernetes/brig-seccomp-profile.py on `profile`, written to a file in `dir`.
 fn brig_profile(dir: &TempDir, name: &str, profile: &Value) -> PathBuf {
     let input = dir.file(&format!("{name}.json"), &profile.to_string());
@@ -397,8 +477,18 @@ fn seccomp_profile_for_brig_works_instead_of_unconfined() {
     };
 
     // Docker-style: the jail's namespaces are refused.
+    // The line names the container's settings, not the host's user-namespace sysctls.
     let output = with(&gated_file);
-    common::assert_one_line_error(&output, &["create the jail's namespaces", "EPERM"]);
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "create the jail's namespaces",
+            "EPERM",
+            "inside a container (podman) whose settings forbid this",
+            "--security-opt seccomp=unconfined",
+        ],
+    );
+    assert!(!line.contains("max_user_namespaces"), "{line}");
 
     for (name, profile) in [("podman", &podman_default), ("gated", &gated)] {
         let output = with(&brig_profile(&dir, name, profile));
@@ -704,6 +794,70 @@ fn proc_host_runs_where_proc_is_masked() {
         .unwrap_or_else(|err| panic!("{err}: {}", describe(&host)));
     let warnings = verdict["warnings"].to_string();
     assert!(warnings.contains("--proc host"), "{verdict}");
+}
+
+/// The container's own memory limit (`podman run --memory`, a pod's limits.memory) kills
+/// the program: brig has no cgroup of its own there, and tells the kernel's OOM kill from
+/// another SIGKILL by the container cgroup's OOM-kill counter: status `oom`, exit 137, and
+/// the `brig:` line that says so. As the image's user and as root.
+#[test]
+fn a_kill_by_the_containers_memory_limit_is_oom() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    for user in [USER, "--user=0:0"] {
+        let mut options = vec![user, "--memory=256m", "--memory-swap=256m"];
+        options.extend(WORKING);
+        let output = podman_run(
+            &root,
+            &options,
+            &brig(&[
+                "run",
+                "--quiet-limits",
+                "--report-fd",
+                "2",
+                "--",
+                "python3",
+                "-c",
+                "chunks = []\nwhile True: chunks.append(b'x' * (16 << 20))",
+            ]),
+        );
+        assert_eq!(output_code(&output), 137, "{user}: {}", describe(&output));
+        let verdict: Value = serde_json::from_str(verdict_line(&output))
+            .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+        assert_eq!(verdict["status"], "oom", "{user}: {verdict}");
+        assert_eq!(verdict["signal"], 9, "{user}: {verdict}");
+        assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
+        let errors = stderr(&output);
+        assert!(
+            errors.lines().any(|line| line
+                == "brig: the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it"),
+            "{user}: {}",
+            describe(&output)
+        );
+    }
+    // A SIGKILL that is not the OOM killer's stays `signaled`.
+    let mut options = vec![USER, "--memory=256m", "--memory-swap=256m"];
+    options.extend(WORKING);
+    let output = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--quiet-limits",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        ]),
+    );
+    assert_eq!(output_code(&output), 137, "{}", describe(&output));
+    let verdict: Value = serde_json::from_str(verdict_line(&output))
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+    assert_eq!(verdict["status"], "signaled", "{verdict}");
 }
 
 fn output_code(output: &std::process::Output) -> i32 {

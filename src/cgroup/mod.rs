@@ -65,9 +65,97 @@ pub struct Placement {
     controllers: Vec<&'static str>,
 }
 
-/// How to give brig a cgroup it may use, for the messages about missing ones.
-pub const DELEGATION_FIX: &str = "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
-     or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)";
+/// Where brig runs, as far as the way to give it a cgroup depends on it.
+#[derive(Debug, Default)]
+pub struct Situation {
+    /// The container runtime brig runs in (`doctor::in_container`), when it mounted the
+    /// cgroup hierarchies read-only, as runtimes do.
+    pub container: Option<String>,
+    pub rootless: bool,
+    /// The memory controller is a v1 hierarchy (hybrid or legacy host): the mount points
+    /// of the v1 memory, pids and cpu hierarchies; empty on cgroup v2.
+    pub v1_mounts: Vec<PathBuf>,
+    /// A systemd user manager runs for this user (`systemd-run --user` works).
+    pub user_manager: bool,
+    /// This user's name (or uid), for the commands root runs.
+    pub user: String,
+}
+
+impl Situation {
+    pub fn here() -> Situation {
+        let uid = nix::unistd::getuid();
+        let mounts = Mounts::read().ok();
+        let memory_mount = mounts.as_ref().and_then(|mounts| {
+            let legacy = mounts.legacy().iter().find(|(c, _)| c == "memory");
+            legacy.map(|(_, path)| path.as_path()).or(mounts.unified())
+        });
+        // A container as far as cgroups go: its runtime mounted them read-only.
+        let read_only = memory_mount.is_some_and(|mount| !hierarchy::writable(mount));
+        Situation {
+            container: crate::doctor::in_container().filter(|_| read_only),
+            rootless: !uid.is_root(),
+            v1_mounts: mounts
+                .as_ref()
+                .filter(|mounts| mounts.legacy().iter().any(|(c, _)| c == "memory"))
+                .map(|mounts| {
+                    let mut dirs: Vec<PathBuf> = Vec::new();
+                    for (controller, dir) in mounts.legacy() {
+                        if controller != "cpuacct" && !dirs.contains(dir) {
+                            dirs.push(dir.clone());
+                        }
+                    }
+                    dirs
+                })
+                .unwrap_or_default(),
+            user_manager: Path::new(&format!("/run/user/{uid}/systemd")).is_dir(),
+            user: nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map_or(uid.to_string(), |user| user.name),
+        }
+    }
+}
+
+/// How to give brig a cgroup it may use, for the messages about missing ones, here.
+pub fn delegation_fix() -> String {
+    delegation_fix_for(&Situation::here())
+}
+
+/// How to give brig a cgroup in `situation`: a container's own limits or a writable cgroup
+/// namespace; on a v1 memory hierarchy a cgroup root creates and hands over (systemd
+/// delegates none there); on cgroup v2 a systemd delegation, or without a user manager
+/// a cgroup root creates, hands over and starts brig in.
+pub fn delegation_fix_for(situation: &Situation) -> String {
+    let user = &situation.user;
+    if let Some(runtime) = &situation.container {
+        return format!(
+            "inside a container ({runtime}) /sys/fs/cgroup is read-only: the container's own limits bound brig and all its jails together (`--memory`, `--pids-limit`; Kubernetes `resources.limits`); for limits per jail, run the container with its own cgroup namespace and a writable cgroup v2 (Podman: `--cgroupns=private --systemd=always` on a cgroup v2 host)"
+        );
+    }
+    if !situation.v1_mounts.is_empty() {
+        if !situation.rootless {
+            return "mount the v1 memory and pids hierarchies writable (as root brig makes its own `brig` cgroups there), or give a cgroup brig may write with --cgroup-parent".into();
+        }
+        let dirs: Vec<String> = situation
+            .v1_mounts
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect();
+        return format!(
+            "this host's memory controller is cgroup v1, where systemd delegates nothing to users: as root, create a cgroup in each hierarchy and hand it to {user} (`for d in {}; do mkdir $d/brig-{user}; chown -R {user} $d/brig-{user}; done`), then pass `--cgroup-parent /brig-{user}` (deploy/README.md)",
+            dirs.join(" ")
+        );
+    }
+    if !situation.rootless {
+        return "mount cgroup2 with the memory and pids controllers enabled at its root, or give a cgroup brig may write with --cgroup-parent".into();
+    }
+    if situation.user_manager {
+        return "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)".into();
+    }
+    format!(
+        "no systemd user manager delegates a cgroup to {user} here: as root, create one with the controllers, hand it over and start brig inside it (`mkdir /sys/fs/cgroup/brig-{user}; echo '+memory +pids +cpu' > /sys/fs/cgroup/cgroup.subtree_control; chown -R {user} /sys/fs/cgroup/brig-{user}; echo $PID > /sys/fs/cgroup/brig-{user}/cgroup.procs` for the shell that starts brig); brig then uses it as its own delegated cgroup"
+    )
+}
 
 /// For a delegated cgroup brig shares with other processes.
 pub const SHARED_DELEGATION_FIX: &str = "a cgroup that hands controllers down to jails may hold no process, and brig can move only itself out: start brig as the only process there (`exec brig ...`, as a unit's main process, or `systemd-run --user --scope -p Delegate=yes brig ...`), or give --cgroup-parent a delegated cgroup of its own";
@@ -122,8 +210,9 @@ pub fn place(
                 describe_pids(&others),
             )),
             None => Error::host(format!(
-                "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {DELEGATION_FIX}",
-                controllers.join(", ")
+                "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {}",
+                controllers.join(", "),
+                delegation_fix()
             )),
         }),
         None => Ok(None),
@@ -417,6 +506,17 @@ fn unique_suffix() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The OOM kills counted so far in the cgroup brig itself is in (the container's, when
+/// brig runs in one and has no cgroup of its own for the jail). Read before and after a
+/// run: a SIGKILL while it went up is the kernel's OOM killer, under a limit brig did not
+/// set. None when this cgroup's counter cannot be read.
+pub fn enclosing_oom_kills() -> Option<u64> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let file = hierarchy::oom_counter(&mountinfo, &own, Path::exists)?;
+    read_keyed(&file, "oom_kill")
+}
+
 /// Reads a cgroup file holding one number; `max` is None.
 fn read_number(path: &Path) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
@@ -436,4 +536,69 @@ fn read_keyed(path: &Path, key: &str) -> Option<u64> {
 fn write_file(dir: &Path, name: &str, value: &str) -> Result<()> {
     let path = dir.join(name);
     fs::write(&path, value).context(|| format!("write {value} to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Situation, delegation_fix_for};
+
+    fn fix(situation: Situation) -> String {
+        delegation_fix_for(&Situation {
+            user: "worker".into(),
+            ..situation
+        })
+    }
+
+    #[test]
+    fn the_cgroup_fix_fits_the_host() {
+        // A container: its own limits, or a writable cgroup namespace; nothing systemd.
+        let text = fix(Situation {
+            container: Some("docker".into()),
+            rootless: true,
+            ..Situation::default()
+        });
+        assert!(text.starts_with("inside a container (docker) /sys/fs/cgroup is read-only: the container's own limits bound brig"), "{text}");
+        assert!(text.contains("--cgroupns=private"), "{text}");
+        assert!(!text.contains("systemd-run"), "{text}");
+        // A hybrid host, rootless: root creates and chowns the v1 cgroups.
+        let text = fix(Situation {
+            rootless: true,
+            v1_mounts: vec!["/sys/fs/cgroup/memory".into(), "/sys/fs/cgroup/pids".into()],
+            user_manager: true,
+            ..Situation::default()
+        });
+        assert!(text.contains("`for d in /sys/fs/cgroup/memory /sys/fs/cgroup/pids; do mkdir $d/brig-worker; chown -R worker $d/brig-worker; done`"), "{text}");
+        assert!(text.contains("--cgroup-parent /brig-worker"), "{text}");
+        assert!(!text.contains("Delegate=yes"), "{text}");
+        // Pure v2 with a user manager: systemd's delegation.
+        let text = fix(Situation {
+            rootless: true,
+            user_manager: true,
+            ..Situation::default()
+        });
+        assert!(
+            text.contains("systemd-run --user --scope -p Delegate=yes"),
+            "{text}"
+        );
+        // Pure v2 without one: root hands a cgroup over and starts brig in it.
+        let text = fix(Situation {
+            rootless: true,
+            ..Situation::default()
+        });
+        assert!(
+            text.contains("chown -R worker /sys/fs/cgroup/brig-worker"),
+            "{text}"
+        );
+        assert!(text.contains("cgroup.procs"), "{text}");
+        assert!(!text.contains("systemd-run"), "{text}");
+        // Root on a v1 host.
+        let text = fix(Situation {
+            v1_mounts: vec!["/sys/fs/cgroup/memory".into()],
+            ..Situation::default()
+        });
+        assert!(
+            text.starts_with("mount the v1 memory and pids hierarchies writable"),
+            "{text}"
+        );
+    }
 }

@@ -59,7 +59,7 @@ impl Host {
 }
 
 /// The container runtime brig seems to run in, from the usual markers.
-fn in_container() -> Option<String> {
+pub fn in_container() -> Option<String> {
     if Path::new("/.dockerenv").exists() {
         return Some("docker".into());
     }
@@ -506,10 +506,23 @@ pub struct Cgroups {
     pub placement: Placement,
     /// `--cgroup-parent PATH` and what `brig run` would make of it.
     pub parent: Option<(PathBuf, Placement)>,
+    /// How an unprivileged user gets a cgroup here: this user, or uid 65534 when doctor
+    /// runs as root.
+    pub rootless_fix: String,
 }
 
 pub fn cgroups(cgroup_parent: Option<&Path>) -> Cgroups {
+    let mut situation = cgroup::Situation::here();
+    if !situation.rootless {
+        situation.rootless = true;
+        situation.user = nix::unistd::User::from_uid(UNPRIVILEGED_HOST_ID.into())
+            .ok()
+            .flatten()
+            .map_or(UNPRIVILEGED_HOST_ID.to_string(), |user| user.name);
+        situation.user_manager = false;
+    }
     Cgroups {
+        rootless_fix: cgroup::delegation_fix_for(&situation),
         layout: cgroup::layout().map_err(|err| err.to_string()),
         placement: default_placement(),
         parent: cgroup_parent.map(|parent| (parent.to_path_buf(), given_placement(parent))),
@@ -517,8 +530,11 @@ pub fn cgroups(cgroup_parent: Option<&Path>) -> Cgroups {
 }
 
 /// The Landlock ABI the kernel offers; 0 without Landlock.
-pub fn landlock_abi() -> u8 {
-    sys::landlock_abi()
+pub fn landlock_abi() -> Result<u8, crate::landlock::Unavailable> {
+    match crate::landlock::Unavailable::here() {
+        Some(missing) => Err(missing),
+        None => Ok(sys::landlock_abi()),
+    }
 }
 
 pub struct Seccomp {

@@ -177,10 +177,14 @@ impl<'p> Jail<'p> {
 
         let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
         let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
-            Error::os("create the jail's namespaces (clone3)", errno)
-                .hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
-                .host_lacks()
-                .at(Stage::Namespaces)
+            let err = Error::os("create the jail's namespaces (clone3)", errno);
+            // Inside a container its settings are the cause (named by the caller).
+            let err = if errno == Errno::EPERM && crate::doctor::in_container().is_some() {
+                err
+            } else {
+                err.hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
+            };
+            err.host_lacks().at(Stage::Namespaces)
         })?;
         let (pid, pidfd, in_cgroup) = match cloned {
             Cloned::Child => child::run(
@@ -346,6 +350,13 @@ impl<'p> Jail<'p> {
             ),
             _ => None,
         };
+        // Without a cgroup of its own the jail is in brig's, whose memory limit (a
+        // container's) the kernel may enforce: its OOM kills are counted there.
+        let enclosing_ooms = self
+            .cgroup
+            .is_none()
+            .then(crate::cgroup::enclosing_oom_kills)
+            .flatten();
         let started = Instant::now();
         self.channel
             .send_program(program, stdio.as_ref())
@@ -388,6 +399,16 @@ impl<'p> Jail<'p> {
         messages.extend(self.channel.collect());
         let mut outcome = decide(messages, init_status, ending.by)?;
         let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
+        let killed_by_enclosing_oom = matches!(
+            outcome,
+            Outcome::Signaled {
+                signal: libc::SIGKILL,
+                seccomp: false,
+                ..
+            }
+        ) && enclosing_ooms
+            .zip(crate::cgroup::enclosing_oom_kills())
+            .is_some_and(|(before, after)| after > before);
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
         // Reaping init yields its usage and that of every process it reaped, the program
@@ -412,7 +433,7 @@ impl<'p> Jail<'p> {
             max_rss_kib: reaped.max_rss_kib.max(killed.max_rss_kib),
             cgroup_version: cgroup.map(JailCgroup::version),
             cgroup_usage,
-            out_of_memory: ending.by == EndedBy::OutOfMemory,
+            out_of_memory: ending.by == EndedBy::OutOfMemory || killed_by_enclosing_oom,
             output: self.relay.take().map(|relay| relay.counts),
             seccomp_log,
             network,

@@ -256,7 +256,18 @@ section "Rootless"
 su user -s /bin/sh -c "exec $B run --memory 32M -- true" >$W/out 2>$W/err
 rc=$?
 check rootless-explicit-limit-fails-closed "exit $rc: $(cat $W/err)" \
-    sh -c "[ $rc = 125 ] && [ \$(wc -l <$W/err) = 1 ] && grep -q 'Delegate=yes' $W/err && grep -q -- '--cgroup-parent' $W/err"
+    sh -c "[ $rc = 125 ] && [ \$(wc -l <$W/err) = 1 ] && grep -q 'no systemd user manager' $W/err && grep -q 'chown -R user /sys/fs/cgroup/brig-user' $W/err"
+# The fix the line gives, as it gives it: root makes the cgroup, hands it over and starts
+# brig's shell in it; brig then uses it as its own delegated cgroup.
+mkdir $CG/brig-user
+echo "+memory +pids +cpu" >$CG/cgroup.subtree_control
+chown -R user $CG/brig-user
+sh -c "echo \$\$ >$CG/brig-user/cgroup.procs && exec su user -s /bin/sh -c 'exec $B run --report $W/u0 --memory 32M -- true'" >$W/out 2>$W/err
+rc=$?
+check rootless-fix-as-said-works "exit $rc: $(cat $W/err)" [ $rc = 0 ]
+expect rootless-fix-as-said-enforced $W/u0 cgroup='"v2"' cgroup_enforced=true rootless=true
+for dir in $CG/brig-user/*/; do rmdir "$dir" 2>/dev/null; done
+rmdir $CG/brig-user
 su user -s /bin/sh -c "exec $B run --report-fd 3 -- true 3>$W/u" >$W/out 2>$W/err
 rc=$?
 check rootless-defaults-run-anyway "exit $rc: $(cat $W/err)" [ $rc = 0 ]
