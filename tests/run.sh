@@ -77,7 +77,8 @@ skips=$PWD/target/brig-test-skips
 export BRIG_TEST_SKIP_DIR=$skips
 rm -rf "$skips"
 status=0
-cargo test --workspace --all-targets || status=$?
+# --no-fail-fast: one failing binary does not hide the results of the others.
+cargo test --workspace --all-targets --no-fail-fast || status=$?
 if [[ -d $skips ]] && skipped=$(cat "$skips"/* 2>/dev/null | sort) && [[ -n $skipped ]]; then
     echo "SKIPPED ($(wc -l <<<"$skipped")):"
     sed 's/^/  /' <<<"$skipped"
