@@ -340,6 +340,22 @@ fn malformed_messages_leave_the_server_up(mode: Mode) {
             vec![],
             "before any run",
         ),
+        // Unknown fields are refused, as docs/protocol.md says, at every level.
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]},"bogus":1}"#,
+            vec![n; 3],
+            "unknown field `bogus`",
+        ),
+        (
+            br#"{"brig":1,"type":"status","verbose":true}"#,
+            vec![],
+            "unknown field `verbose`",
+        ),
+        (
+            br#"{"brig":1,"type":"session_ls","session":"x","recursive":true}"#,
+            vec![],
+            "unknown field `recursive`",
+        ),
     ];
     for (body, fds, needle) in cases {
         let reply = exchange(&server.socket, body, &fds);
