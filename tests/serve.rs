@@ -31,6 +31,7 @@ both_modes!(
     the_audit_logs_name_the_client,
     sigterm_drains,
     the_output_limit_holds_in_a_pooled_jail,
+    the_server_takes_its_hard_descriptor_limit,
 );
 
 fn open_fds(pid: u32) -> usize {
@@ -618,4 +619,20 @@ fn the_output_limit_holds_in_a_pooled_jail(mode: Mode) {
     assert_eq!(reply["verdict"]["status"], "output_limit", "{reply}");
     assert_eq!(reply["stdout"].as_str().unwrap().len(), 1024, "{reply}");
     assert_eq!(server.status()["pooled_runs"], 3);
+}
+
+/// Started with the soft RLIMIT_NOFILE of a login shell (1,024) under a higher hard
+/// limit, the server raises its soft limit to the hard one: about a thousand idle
+/// connections no longer exhaust it. Its jails keep their own (1,024 by default).
+fn the_server_takes_its_hard_descriptor_limit(mode: Mode) {
+    let server = Server::start_under(mode, &["prlimit", "--nofile=1024:4096", "--"], &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let values: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(values[3..5], ["4096", "4096"], "{line}");
+    let output = server.run(&[], &["sh", "-c", "ulimit -n"]);
+    assert_eq!(stdout(&output), "1024\n", "{}", describe(&output));
 }

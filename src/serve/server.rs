@@ -182,6 +182,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
     let session_plan = session_plan(defaults.clone())?;
+    raise_nofile()?;
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
@@ -272,6 +273,20 @@ fn has_pool_shape(client: &JailOptions) -> bool {
             .keys()
             .all(|key| PER_RUN_OPTIONS.contains(&key.as_str()))
     })
+}
+
+/// Every connection and runner holds descriptors: the soft RLIMIT_NOFILE a shell gives
+/// (often 1,024) would run out after about a thousand idle clients, so the server takes
+/// its hard limit. Jails get their own (`--rlimit nofile`, 1,024 by default).
+fn raise_nofile() -> Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) =
+        getrlimit(Resource::RLIMIT_NOFILE).context(|| "read RLIMIT_NOFILE".into())?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+            .context(|| format!("raise the soft RLIMIT_NOFILE from {soft} to {hard}"))?;
+    }
+    Ok(())
 }
 
 /// A group name (from /etc/group: brig is static, without NSS) or number.

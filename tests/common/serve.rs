@@ -17,6 +17,11 @@ pub struct Server {
 
 impl Server {
     pub fn start(mode: Mode, args: &[&str]) -> Server {
+        Server::start_under(mode, &[], args)
+    }
+
+    /// A server started through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`).
+    pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Server {
         let dir = TempDir::new("serve").writable_by_all();
         let socket = dir.path().join("brig.sock");
         let mut all = vec![
@@ -26,7 +31,9 @@ impl Server {
             "--quiet-limits",
         ];
         all.extend_from_slice(args);
-        let mut command = command(mode, &all);
+        let mut argv: Vec<std::ffi::OsString> = wrapper.iter().map(Into::into).collect();
+        argv.extend(super::argv(mode, &all));
+        let mut command = command_from(&argv);
         command.stdout(Stdio::null()).stderr(Stdio::piped());
         let running = Running::spawn(command);
         let up = wait_until(Duration::from_secs(10), || {
