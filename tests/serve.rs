@@ -7,7 +7,7 @@
 mod common;
 
 use common::limits::parse_verdict;
-use common::serve::{Server, exchange, read_reply};
+use common::serve::{Server, exchange, fake_listener, read_reply};
 use common::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -32,6 +32,7 @@ both_modes!(
     sigterm_drains,
     the_output_limit_holds_in_a_pooled_jail,
     the_server_takes_its_hard_descriptor_limit,
+    a_listener_of_another_uid_gets_nothing,
 );
 
 fn open_fds(pid: u32) -> usize {
@@ -635,4 +636,57 @@ fn the_server_takes_its_hard_descriptor_limit(mode: Mode) {
     assert_eq!(values[3..5], ["4096", "4096"], "{line}");
     let output = server.run(&[], &["sh", "-c", "ulimit -n"]);
     assert_eq!(stdout(&output), "1024\n", "{}", describe(&output));
+}
+
+/// `brig run --server` and `brig session` check who listens before they send anything:
+/// a socket of another uid would get the caller's stdio descriptors and decide its exit
+/// status. Refused with one line and exit 125, the listener got nothing; trusted with
+/// BRIG_SERVER_UID, the same listener gets the request and its three descriptors.
+fn a_listener_of_another_uid_gets_nothing(mode: Mode) {
+    let dir = TempDir::new("fake-listener").writable_by_all();
+    let (listener, socket) = fake_listener(&dir, "run.sock");
+    let output = run(
+        mode,
+        &["run", "--server", socket.to_str().unwrap(), "--", "false"],
+    );
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("uid 4242") && message.contains("BRIG_SERVER_UID=4242"),
+        "{message}"
+    );
+    assert_eq!(stdout(&listener.wait()), "0 0\n");
+
+    let (listener, socket) = fake_listener(&dir, "session.sock");
+    let output = run(
+        mode,
+        &[
+            "session",
+            "ls",
+            "--server",
+            socket.to_str().unwrap(),
+            "--session",
+            "s1",
+        ],
+    );
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    assert!(
+        stderr(&output).contains("uid 4242"),
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(stdout(&listener.wait()), "0 0\n");
+
+    // The control: told to trust uid 4242, the client sends its request and descriptors.
+    let (listener, socket) = fake_listener(&dir, "trusted.sock");
+    let mut command = common::command(
+        mode,
+        &["run", "--server", socket.to_str().unwrap(), "--", "false"],
+    );
+    command.env("BRIG_SERVER_UID", "4242");
+    let output = common::output_of(command);
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    let received = stdout(&listener.wait());
+    assert!(received.ends_with(" 3\n"), "{received}");
 }

@@ -13,14 +13,46 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// The environment variable naming one more uid a client trusts to listen on its server's
+/// socket (besides root and its own).
+pub const SERVER_UID_ENV: &str = "BRIG_SERVER_UID";
+
+/// Connects to the server, and checks who listens (SO_PEERCRED) before anything is sent:
+/// whoever it is gets this process's stdio descriptors and decides its exit status, so
+/// only root, this process's own uid or the uid in `BRIG_SERVER_UID` is trusted.
 pub fn connect(socket: &Path) -> Result<UnixStream> {
-    UnixStream::connect(socket).map_err(|err| {
+    let stream = UnixStream::connect(socket).map_err(|err| {
         Error::input(format!(
             "--server {}: cannot connect: {err}; is `brig serve --socket {}` running, and may you use it?",
             socket.display(),
             socket.display()
         ))
-    })
+    })?;
+    let listener =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+            .context(|| {
+                format!(
+                    "--server {}: read the listener's credentials",
+                    socket.display()
+                )
+            })?
+            .uid();
+    let own = nix::unistd::geteuid().as_raw();
+    let trusted = match std::env::var(SERVER_UID_ENV) {
+        Ok(value) => Some(value.parse::<u32>().map_err(|_| {
+            Error::input(format!(
+                "{SERVER_UID_ENV}={value} (from the environment): not a uid; give the number of the user whose server you trust"
+            ))
+        })?),
+        Err(_) => None,
+    };
+    if listener != 0 && listener != own && Some(listener) != trusted {
+        return Err(Error::input(format!(
+            "--server {}: the listener is uid {listener}, neither root nor you (uid {own}); nothing was sent. If you trust that user's server, set {SERVER_UID_ENV}={listener}",
+            socket.display()
+        )));
+    }
+    Ok(stream)
 }
 
 /// Runs `options` (already layered with `--config`) on the server at `socket`; returns

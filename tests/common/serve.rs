@@ -149,3 +149,45 @@ impl Server {
         }
     }
 }
+
+/// A listener that takes one connection and prints how many bytes and descriptors the
+/// first frame brought (up to end of file), as uid 4242: neither root nor 65534.
+const FAKE_LISTENER: &str = r#"
+import array, os, socket, struct, sys
+os.umask(0)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+server.listen()
+connection, _ = server.accept()
+data, fds = b"", array.array("i")
+while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+    message, ancillary, _, _ = connection.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % 4])
+    if not message:
+        break
+    data += message
+print(len(data), len(fds), flush=True)
+"#;
+
+pub fn fake_listener(dir: &TempDir, name: &str) -> (Running, PathBuf) {
+    let socket = dir.path().join(name);
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=4242", "--regid=4242", "--clear-groups"])
+        .arg(interpreter("python3"))
+        .args(["-c", FAKE_LISTENER])
+        .arg(&socket)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let running = Running::spawn(command);
+    assert!(
+        wait_until(Duration::from_secs(10), || socket.exists()),
+        "the fake listener did not bind {}",
+        socket.display()
+    );
+    (running, socket)
+}

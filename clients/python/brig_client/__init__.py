@@ -70,6 +70,11 @@ class Result(_Verdicted):
 class Client:
     socket: str = field(default_factory=lambda: os.environ.get("BRIG_SERVER", DEFAULT_SOCKET))
     timeout: Optional[float] = None
+    # Besides root and this process's uid, the one uid trusted to listen on `socket`
+    # (whoever listens gets the request, its descriptors, and decides the result).
+    server_uid: Optional[int] = field(
+        default_factory=lambda: int(os.environ["BRIG_SERVER_UID"]) if os.environ.get("BRIG_SERVER_UID") else None
+    )
 
     def run(
         self,
@@ -135,6 +140,13 @@ class Client:
                 connection.connect(self.socket)
             except OSError as error:
                 raise BrigError(f"--server {self.socket}: cannot connect: {error}; is `brig serve` running?") from error
+            credentials = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", credentials)
+            if uid not in (0, os.geteuid(), self.server_uid):
+                raise BrigError(
+                    f"--server {self.socket}: the listener is uid {uid}, neither root nor you (uid {os.geteuid()}); "
+                    f"nothing was sent. If you trust that user's server, set BRIG_SERVER_UID={uid}"
+                )
             try:
                 if fds:
                     sent = _socket.send_fds(connection, [frame], fds)
