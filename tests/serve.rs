@@ -510,6 +510,173 @@ fn bad_serve_options_are_one_line_errors() {
     assert!(!std::path::Path::new(socket).exists());
 }
 
+/// What the socket's directory holds besides `keep`: nothing brig left (no socket, no
+/// private bind directory).
+fn left_in(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A socket directory that others can write (its group: the --socket-group's members;
+/// everyone; another owner) is refused with one line naming it and the fix: whoever
+/// can write it could rename the socket away and put a symlink in its place. Root and
+/// rootless; nothing is left behind.
+#[test]
+fn a_socket_directory_others_can_write_is_refused() {
+    let chown = |path: &std::path::Path, uid: u32, gid: u32| {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    };
+    for (mode, owner, group, bits, socket_group, needle) in [
+        (
+            Mode::Root,
+            0,
+            4242,
+            0o770,
+            Some("4242"),
+            "writable by its group (gid 4242)",
+        ),
+        (
+            Mode::Root,
+            0,
+            0,
+            0o777,
+            None,
+            "writable by its group (gid 0) and all users",
+        ),
+        (
+            Mode::Root,
+            0,
+            0,
+            0o757,
+            Some("4242"),
+            "writable by all users",
+        ),
+        (Mode::Root, 4242, 4242, 0o755, None, "owned by uid 4242"),
+        (
+            Mode::Rootless,
+            65534,
+            4242,
+            0o770,
+            None,
+            "writable by its group (gid 4242)",
+        ),
+        (
+            Mode::Rootless,
+            4242,
+            65534,
+            0o775,
+            None,
+            "owned by uid 4242",
+        ),
+    ] {
+        let parent = TempDir::new("socket-dir");
+        let dir = parent.path().join("run");
+        std::fs::create_dir(&dir).unwrap();
+        chown(&dir, owner, group);
+        set_mode(&dir, bits);
+        let socket = dir.join("brig.sock");
+        let mut args = vec!["serve", "--socket", socket.to_str().unwrap()];
+        if let Some(group) = socket_group {
+            args.extend(["--socket-group", group]);
+        }
+        let output = run(mode, &args);
+        let message = assert_one_line_error(
+            &output,
+            &[
+                &format!("directory {} ", dir.display()),
+                needle,
+                "who could replace the socket",
+            ],
+        );
+        assert!(
+            message.contains(&format!(" {}", dir.display())),
+            "{message}"
+        );
+        assert!(left_in(&dir).is_empty(), "{:?}", left_in(&dir));
+    }
+    // The same directory, made safe by the sticky bit (as /tmp), is accepted.
+    let parent = TempDir::new("socket-dir");
+    set_mode(parent.path(), 0o1777);
+    let server = Server::start_at(
+        Mode::Rootless,
+        &parent.path().join("brig.sock"),
+        &["--pool", "0"],
+    );
+    assert_eq!(left_in(parent.path()), ["brig.sock"]);
+    drop(server);
+}
+
+/// The old race: the server bound its socket, then chowned and chmodded it by path. An
+/// attacker who could write the directory renamed the fresh socket away and put a
+/// symlink to a root-only file in its place in between: the server (root) gave the
+/// file to the --socket-group, mode 0660. The window is made wide here (strace holds
+/// the server for a second after bind) and the attacker (a thread of this test) swaps
+/// the path as soon as a socket appears there: the target keeps its owner and mode,
+/// because the server never touches the socket by its final path.
+#[test]
+fn a_symlink_swapped_in_for_the_socket_is_never_followed() {
+    use std::os::unix::fs::MetadataExt;
+    let secrets = TempDir::new("secrets");
+    let target = secrets.file("shadow", "root only\n");
+    set_mode(&target, 0o600);
+    let dir = TempDir::new("socket-race");
+    set_mode(dir.path(), 0o700);
+    let socket = dir.path().join("brig.sock");
+    let moved = dir.path().join("moved.sock");
+    let mut command = std::process::Command::new("strace");
+    command
+        .args([
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            "inject=bind:delay_exit=1000000",
+        ])
+        .arg(brig())
+        .args(["serve", "--pool", "0", "--socket-group", "4242", "--socket"])
+        .arg(&socket)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let strace = common::Running::spawn(command);
+    let swapped = wait_until(Duration::from_secs(10), || {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(&socket) {
+            Ok(meta) if meta.file_type().is_socket() => {
+                std::fs::rename(&socket, &moved).unwrap();
+                std::os::unix::fs::symlink(&target, &socket).unwrap();
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(swapped, "no socket appeared at {}", socket.display());
+    assert!(wait_until(Duration::from_secs(10), || UnixStream::connect(
+        &moved
+    )
+    .is_ok()));
+    let meta = std::fs::metadata(&target).unwrap();
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        strace.pid(),
+        strace.pid()
+    ))
+    .unwrap();
+    let server: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    kill(server, libc::SIGTERM);
+    let output = strace.wait();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+        (0, 0, 0o600),
+        "the server followed the symlink: {}",
+        describe(&output)
+    );
+    assert!(output.status.success(), "{}", describe(&output));
+}
+
 fn a_pooled_run_takes_its_own_time_limit(mode: Mode) {
     let server = Server::start(mode, &["--pool", "1"]);
     assert!(wait_until(

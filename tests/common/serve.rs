@@ -22,7 +22,10 @@ impl Server {
 
     /// A server started through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`).
     pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Server {
-        let dir = TempDir::new("serve").writable_by_all();
+        // Writable by the rootless server, sticky: brig refuses a socket directory
+        // where others could rename its socket away.
+        let dir = TempDir::new("serve");
+        set_mode(dir.path(), 0o1777);
         let socket = dir.path().join("brig.sock");
         let mut all = vec![
             "serve",
