@@ -39,9 +39,9 @@ pub fn connect(socket: &Path) -> Result<UnixStream> {
             .uid();
     let own = nix::unistd::geteuid().as_raw();
     let trusted = match std::env::var(SERVER_UID_ENV) {
-        Ok(value) => Some(value.parse::<u32>().map_err(|_| {
+        Ok(value) => Some(user_id(&value).ok_or_else(|| {
             Error::input(format!(
-                "{SERVER_UID_ENV}={value} (from the environment): not a uid; give the number of the user whose server you trust"
+                "{SERVER_UID_ENV}={value} (from the environment): no such user in /etc/passwd; give the name or number of the user whose server you trust"
             ))
         })?),
         Err(_) => None,
@@ -53,6 +53,20 @@ pub fn connect(socket: &Path) -> Result<UnixStream> {
         )));
     }
     Ok(stream)
+}
+
+/// A user's number, or the number of a user named in /etc/passwd (brig is static,
+/// without NSS).
+fn user_id(name: &str) -> Option<u32> {
+    if let Ok(uid) = name.parse() {
+        return Some(uid);
+    }
+    std::fs::read_to_string("/etc/passwd")
+        .ok()?
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.len() >= 3 && fields[0] == name)
+        .and_then(|fields| fields[2].parse().ok())
 }
 
 /// Runs `options` (already layered with `--config`) on the server at `socket`; returns
@@ -154,4 +168,14 @@ fn for_server(mut options: JailOptions) -> JailOptions {
     options.report_fd = None;
     options.audit_log = None;
     options
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_trusted_server_user_is_a_name_or_a_number() {
+        assert_eq!(super::user_id("root"), Some(0));
+        assert_eq!(super::user_id("4242"), Some(4242));
+        assert_eq!(super::user_id("no-such-user-here"), None);
+    }
 }
