@@ -312,7 +312,9 @@ wait $pid
 # A session's jail outlives the OOM kill of one of its programs (memory.oom.group off for
 # it), and the kill is that exec's status; closed, it leaves no cgroup.
 section "a session"
-S=$W/serve.sock
+# Its own directory: brig refuses a socket directory others may write ($W is 0777).
+mkdir -m 755 $W/serve
+S=$W/serve/serve.sock
 $B serve --socket $S --pool 0 --quiet-limits >$W/serve.out 2>&1 &
 serve_pid=$!
 wait_for test -S $S
