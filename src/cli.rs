@@ -28,7 +28,14 @@ pub enum Command {
     Run(RunArgs),
     /// A jail server with a warm pool: `brig serve --socket PATH [--pool N] [RUN OPTIONS]`;
     /// clients run with `brig run --server PATH -- PROGRAM`.
-    #[command(mut_arg("command", |arg| arg.hide(true)))]
+    #[command(
+        mut_arg("command", |arg| arg.hide(true)),
+        after_help = "Exit status of `brig serve`: 0 once drained (SIGTERM, SIGINT); 125 when it \
+                      cannot start as configured (one line on stderr says why and the fix): a bad \
+                      option, or --memory/--pids/--cpus this host cannot enforce for its user. A \
+                      restart fails the same way: a systemd unit names it in \
+                      RestartPreventExitStatus=125."
+    )]
     Serve(brig::serve::ServeArgs),
     /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
     /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
@@ -111,7 +118,9 @@ pub struct RunArgs {
     pub config: Option<PathBuf>,
 
     /// Run in a jail of the `brig serve` listening on this socket (same options, exit
-    /// status and verdict; a fresh jail from its warm pool).
+    /// status and verdict; a fresh jail from its warm pool). Only this option sends a run
+    /// to a server: `brig run` does not read BRIG_SERVER (`brig session` and the clients
+    /// do), so that where a program runs is always on the command line.
     #[arg(long, value_name = "SOCKET")]
     pub server: Option<PathBuf>,
 

@@ -26,6 +26,45 @@ pub fn resolve(config_file: Option<&Path>, cli: JailOptions) -> Result<JailOptio
     Ok(profile.overlay(file).overlay(cli))
 }
 
+/// Where each option [`resolve`] gives came from, when not from the command line: option
+/// name (`time-limit`) to `profile NAME` or `config FILE`. A server names it in a refusal.
+pub fn origins(
+    config_file: Option<&Path>,
+    cli: &JailOptions,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let keys = |options: &JailOptions| -> Vec<String> {
+        serde_json::to_value(options)
+            .ok()
+            .and_then(|value| {
+                value
+                    .as_object()
+                    .map(|object| object.keys().cloned().collect())
+            })
+            .unwrap_or_default()
+    };
+    let file = match config_file {
+        Some(path) => load_file(path)?,
+        None => JailOptions::default(),
+    };
+    let profile_name = cli.profile.clone().or_else(|| file.profile.clone());
+    let mut origins = std::collections::BTreeMap::new();
+    if let Some(name) = &profile_name {
+        for key in keys(&load_profile(name)?) {
+            origins.insert(key, format!("profile {name}"));
+        }
+    }
+    if let Some(path) = config_file {
+        for key in keys(&file) {
+            origins.insert(key, format!("config {}", path.display()));
+        }
+    }
+    for key in keys(cli) {
+        origins.remove(&key);
+    }
+    origins.remove("profile");
+    Ok(origins)
+}
+
 pub fn load_profile(name: &str) -> Result<JailOptions> {
     let (_, text) = PROFILES
         .iter()

@@ -77,9 +77,15 @@ pub fn plan(mode: LandlockMode, mounts: &[MountOp]) -> Result<LandlockPlan> {
             )));
         }
         if kernel_abi < wanted {
+            if let Some(missing) = Unavailable::here() {
+                return Err(Error::host(format!(
+                    "--landlock {mode}: Landlock is {}; {}, or use --landlock best-effort",
+                    missing.reason(),
+                    missing.fix()
+                )));
+            }
             return Err(Error::host(format!(
-                "--landlock {mode}: this kernel's Landlock ABI is {kernel_abi}{}; use --landlock best-effort, or a kernel with ABI {wanted} (Linux {})",
-                if kernel_abi == 0 { " (none)" } else { "" },
+                "--landlock {mode}: this kernel's Landlock ABI is {kernel_abi}; use --landlock best-effort, or a kernel with ABI {wanted} (Linux {})",
                 kernel_for(wanted)
             )));
         }
@@ -95,6 +101,79 @@ pub fn plan(mode: LandlockMode, mounts: &[MountOp]) -> Result<LandlockPlan> {
         scoped: abi >= SCOPE_ABI,
         rules: if abi > 0 { rules(mounts) } else { Vec::new() },
     })
+}
+
+/// Why Landlock is not there for brig, from the errno of the ABI version query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    pub errno: nix::errno::Errno,
+    /// A seccomp filter is on brig (`Seccomp: 2` in /proc/self/status).
+    pub filtered: bool,
+    /// The container (manager) brig runs in, if any.
+    pub container: Option<String>,
+}
+
+const LANDLOCK_CALLS: &str = "landlock_create_ruleset landlock_add_rule landlock_restrict_self";
+
+impl Unavailable {
+    /// Asks the kernel; None when Landlock is there.
+    pub fn here() -> Option<Unavailable> {
+        let errno = sys::landlock_version().err()?;
+        let filtered = std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+            status
+                .lines()
+                .any(|line| line.split_whitespace().eq(["Seccomp:", "2"]))
+        });
+        Some(Unavailable {
+            errno,
+            filtered,
+            container: crate::doctor::in_container(),
+        })
+    }
+
+    /// What is missing, in a few words.
+    pub fn reason(&self) -> String {
+        use nix::errno::Errno;
+        let errno = format!("landlock_create_ruleset: {:?}", self.errno);
+        match self.errno {
+            Errno::EOPNOTSUPP => {
+                format!("built into this kernel but not enabled at boot ({errno})")
+            }
+            Errno::ENOSYS if self.filtered => format!(
+                "not built into this kernel, or hidden by the seccomp filter on brig ({errno})"
+            ),
+            Errno::ENOSYS => format!("not built into this kernel ({errno})"),
+            Errno::EPERM | Errno::EACCES => {
+                let whose = match &self.container {
+                    Some(runtime) => format!("the seccomp filter of the container ({runtime})"),
+                    None => "a seccomp filter on brig".into(),
+                };
+                format!("{whose} refuses it, not the kernel ({errno})")
+            }
+            _ => format!("the kernel refused the version query ({errno})"),
+        }
+    }
+
+    /// The fix that fits the reason.
+    pub fn fix(&self) -> String {
+        use nix::errno::Errno;
+        let boot = "boot a 5.13+ kernel with Landlock in the LSM list, e.g. lsm=landlock,lockdown,yama,integrity,apparmor";
+        let filter = match self.container.as_deref() {
+            Some("systemd-nspawn") => format!(
+                "allow the calls in the container: `systemd-nspawn --system-call-filter='{LANDLOCK_CALLS}'` (SystemCallFilter= in the .nspawn file)"
+            ),
+            Some("podman" | "docker" | "kubernetes") => format!(
+                "run the container with a seccomp profile that allows {LANDLOCK_CALLS} (or seccomp=unconfined)"
+            ),
+            _ => format!("allow {LANDLOCK_CALLS} in the seccomp filter brig runs under"),
+        };
+        match self.errno {
+            Errno::EOPNOTSUPP => "add landlock to the kernel's lsm= boot parameter, e.g. lsm=landlock,lockdown,yama,integrity,apparmor".into(),
+            Errno::ENOSYS if self.filtered => format!("{filter}; if that is not it, {boot}"),
+            Errno::ENOSYS => boot.into(),
+            _ => filter,
+        }
+    }
 }
 
 fn kernel_for(abi: u8) -> &'static str {
@@ -144,7 +223,11 @@ pub fn rules(mounts: &[MountOp]) -> Vec<Rule> {
                 }
                 continue;
             }
-            MountOp::Dir { .. } | MountOp::Symlink { .. } | MountOp::File { .. } => continue,
+            // The overlay on a prepared root's /etc is read-only, as the root around it.
+            MountOp::Dir { .. }
+            | MountOp::Symlink { .. }
+            | MountOp::File { .. }
+            | MountOp::Overlay { .. } => continue,
         };
         rules.push(Rule {
             path,
@@ -327,6 +410,53 @@ mod tests {
         }
         let err = crate::config::parse("landlock: sometimes\n", "c.yaml").unwrap_err();
         assert!(err.message().starts_with("c.yaml:1:"), "{}", err.message());
+    }
+
+    #[test]
+    fn a_missing_landlock_is_told_apart_by_its_errno() {
+        use nix::errno::Errno;
+        let missing = |errno, filtered, container: Option<&str>| Unavailable {
+            errno,
+            filtered,
+            container: container.map(String::from),
+        };
+        let nspawn = missing(Errno::EPERM, true, Some("systemd-nspawn"));
+        assert_eq!(
+            nspawn.reason(),
+            "the seccomp filter of the container (systemd-nspawn) refuses it, not the kernel (landlock_create_ruleset: EPERM)"
+        );
+        assert_eq!(
+            nspawn.fix(),
+            "allow the calls in the container: `systemd-nspawn --system-call-filter='landlock_create_ruleset landlock_add_rule landlock_restrict_self'` (SystemCallFilter= in the .nspawn file)"
+        );
+        let disabled = missing(Errno::EOPNOTSUPP, false, None);
+        assert!(
+            disabled
+                .reason()
+                .starts_with("built into this kernel but not enabled at boot")
+        );
+        assert!(
+            disabled
+                .fix()
+                .starts_with("add landlock to the kernel's lsm= boot parameter")
+        );
+        let absent = missing(Errno::ENOSYS, false, None);
+        assert_eq!(
+            absent.reason(),
+            "not built into this kernel (landlock_create_ruleset: ENOSYS)"
+        );
+        assert!(absent.fix().starts_with("boot a 5.13+ kernel"));
+        // podman's default profile answers unknown calls with ENOSYS: both are named.
+        let hidden = missing(Errno::ENOSYS, true, Some("podman"));
+        assert!(
+            hidden
+                .reason()
+                .contains("or hidden by the seccomp filter on brig")
+        );
+        assert!(hidden.fix().starts_with(
+            "run the container with a seccomp profile that allows landlock_create_ruleset"
+        ));
+        assert!(hidden.fix().contains("boot a 5.13+ kernel"));
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl Limits {
         let unenforced = self.not_enforced.describe()?;
         Some(format!(
             "{unenforced} was not enforced: no cgroup brig may write is usable here; {}; to run without it quietly, pass --memory max or --quiet-limits",
-            cgroup::DELEGATION_FIX
+            cgroup::delegation_fix()
         ))
     }
 }

@@ -9,9 +9,8 @@ mod cli;
 mod manpage;
 
 use brig::error::{Error, Result};
-use brig::jail::Outcome;
 use brig::plan::{Plan, ReportTarget};
-use brig::verdict::{Sinks, Status, Verdict};
+use brig::verdict::{Sinks, Verdict};
 use brig::{ExitStatus, config, doctor, seccomp};
 use clap::Parser;
 use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand};
@@ -54,8 +53,9 @@ fn dispatch(command: Command) -> Result<i32> {
     match command {
         Command::Run(args) if args.server.is_some() => {
             let socket = args.server.clone().expect("checked");
+            let origins = config::origins(args.config.as_deref(), &args.options)?;
             let options = config::resolve(args.config.as_deref(), args.options)?;
-            brig::serve::client::run(&socket, options)
+            brig::serve::client::run(&socket, options, origins)
         }
         Command::Run(args) => Ok(run(args)),
         Command::Serve(args) => brig::serve::serve(args),
@@ -192,20 +192,19 @@ fn run(args: RunArgs) -> i32 {
             return ExitStatus::BRIG_FAILED;
         }
     };
+    for warning in &plan.run_warnings {
+        eprintln!("brig: warning: {warning}");
+    }
     let verdict = match brig::jail::run(&plan) {
         Ok(report) => {
             let verdict = Verdict::of_run(&plan, &report);
-            let lines = [
-                unenforced_limits(&plan, &report.outcome),
-                explain(&plan, &report.outcome, verdict.status),
-            ];
             // After output cut mid-line, start brig's own lines on a fresh one.
             let mut fresh_line = if report.output.is_some_and(|output| output.stderr_mid_line) {
                 "\n"
             } else {
                 ""
             };
-            for line in lines.iter().flatten() {
+            for line in verdict.stderr_lines() {
                 eprintln!("{fresh_line}brig: {line}");
                 fresh_line = "";
             }
@@ -224,62 +223,59 @@ fn run(args: RunArgs) -> i32 {
     verdict.brig_exit_code
 }
 
-/// Once for a run whose program started: the default limits this host cannot enforce
-/// and how to get them, unless the caller opted out (`--memory max`, `--quiet-limits`).
-fn unenforced_limits(plan: &Plan, outcome: &Outcome) -> Option<String> {
-    if matches!(outcome, Outcome::ExecFailed { .. }) {
-        return None;
-    }
-    plan.limits.unenforced_notice()
-}
-
-/// One line for the runs brig or the kernel ended; the program's own endings need none.
-fn explain(plan: &Plan, outcome: &Outcome, status: Status) -> Option<String> {
-    let limits = &plan.limits;
-    match (outcome, status) {
-        (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
-        (Outcome::Signaled { syscall, .. }, Status::Seccomp) => Some(match syscall {
-            Some(name) => format!("the program was killed by seccomp (syscall {name})"),
-            None => format!(
-                "the program was killed by seccomp (a call its profile {} does not allow; `--seccomp-log` lists them)",
-                plan.seccomp.profile
-            ),
-        }),
-        (_, Status::Timeout) => plan
-            .time_limit
-            .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
-        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
-            format!("output limit of {limit} reached; the output was cut and the jail killed")
-        }),
-        (_, Status::Oom) => limits.cgroup.memory.map(|memory| {
-            format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
-        }),
-        (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
-            format!("CPU time limit of {limit} reached; the kernel killed the program")
-        }),
-        _ => None,
-    }
-}
-
 fn resolve(args: RunArgs) -> Result<Plan> {
     let options = config::resolve(args.config.as_deref(), args.options)?;
     Plan::resolve(options)
 }
 
-/// clap explains a bad flag over several lines; brig's contract is one line.
+/// Arguments a variable can give instead (`brig session`'s), as clap names them.
+const ENV_DEFAULTS: [(&str, &str); 2] = [
+    ("--server <SOCKET>", "BRIG_SERVER"),
+    ("--session <ID>", "BRIG_SESSION"),
+];
+
+/// clap explains a bad command line over several lines; brig's contract is one line,
+/// which keeps what names the fix: the missing arguments, the possible values, clap's
+/// "a similar argument exists" tips, and the subcommand whose help to read.
 fn one_line_clap_error(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
-    let first = rendered
-        .lines()
+    let mut lines = rendered.lines().map(str::trim);
+    let mut message = lines
         .next()
         .unwrap_or("invalid arguments")
-        .trim_start_matches("error: ");
-    // A value outside a fixed set: name the set on the same line.
-    let choices = rendered
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("[possible values: "))
-        .map(|line| format!(" {line}"))
-        .unwrap_or_default();
-    format!("{first}{choices}; see `brig --help`")
+        .trim_start_matches("error: ")
+        .to_string();
+    // The lines under the first, up to a blank one: the missing arguments, or the values.
+    let items: Vec<String> = lines
+        .by_ref()
+        .take_while(|line| !line.is_empty())
+        .map(
+            |item| match ENV_DEFAULTS.iter().find(|(arg, _)| *arg == item) {
+                Some((_, variable)) => format!("{item} (or ${variable})"),
+                None => item.to_string(),
+            },
+        )
+        .collect();
+    if !items.is_empty() {
+        let list = items.join(", ");
+        message = match message.strip_suffix(':') {
+            Some(head) => format!("{head}: {list}"),
+            None => format!("{message} {list}"),
+        };
+    }
+    let mut help = "brig".to_string();
+    for line in lines {
+        if let Some(tip) = line.strip_prefix("tip: ") {
+            message.push_str(&format!("; {tip}"));
+        } else if let Some(usage) = line.strip_prefix("Usage: ") {
+            // `brig serve --socket <PATH>`: the command, up to its first argument.
+            help = usage
+                .split_whitespace()
+                .take_while(|word| !word.starts_with(['-', '[', '<']))
+                .collect::<Vec<_>>()
+                .join(" ");
+            break;
+        }
+    }
+    format!("{message}; see `{help} --help`")
 }

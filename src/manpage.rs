@@ -51,7 +51,7 @@ the program could not be executed
 127
 the program was not found
 .PP
-\fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. The other commands exit 0, or 125 with one line on standard error.
+\fBbrig doctor\fR exits 0 when no check failed (a default jail can run here) and 1 otherwise. \fBbrig serve\fR exits 0 once drained (SIGTERM, SIGINT), and 125 only when it cannot start as configured: a bad option, or \fB\-\-memory\fR/\fB\-\-pids\fR/\fB\-\-cpus\fR this host cannot enforce for its user (rootless without a delegated cgroup); a restart fails the same way, so a systemd unit names it in \fBRestartPreventExitStatus=125\fR. The other commands exit 0, or 125 with one line on standard error.
 "#;
 
 const NETWORK: &str = r#".SH NETWORK
@@ -438,6 +438,12 @@ things a reviewer should know, e.g. \-\-net host, or limits not enforced
 .TP
 \fBerror\fR
 for setup_error: the one-line message brig printed
+.TP
+\fBexplanation\fR
+why brig or the kernel ended the run (a limit reached, a seccomp kill, a program that could not run), the line brig prints on stderr as \fBbrig: ...\fR on every path (brig run, brig run \-\-server, brig session exec); null when the program ended by itself
+.TP
+\fBunenforced\fR
+a default limit this host could not enforce and how to get it, the other line brig prints on stderr; null with \-\-quiet\-limits (the client's or the server's) or \-\-memory max
 .TP
 \fBerror_kind\fR, \fBerror_stage\fR
 for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known

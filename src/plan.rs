@@ -47,6 +47,11 @@ pub struct Plan {
     pub landlock: LandlockPlan,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The warnings that mean the program will likely fail or reach nothing where the
+    /// caller expects it to (a `--bind` it cannot write, a loopback `--allow-net` rule):
+    /// also printed on stderr, once, before the program starts. Part of `warnings`.
+    #[serde(skip)]
+    pub run_warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,7 +97,10 @@ impl Plan {
             None => identity.home.clone(),
         };
         let env = environment::resolve(&options, &identity)?;
-        let mut warnings = mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
+        let mut run_warnings =
+            mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
+        run_warnings.extend(network.iter().flat_map(Policy::loopback_warnings));
+        let mut warnings = run_warnings.clone();
         warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
         if let Some(unenforced) = limits.not_enforced.describe() {
             warnings.push(format!(
@@ -118,9 +126,16 @@ impl Plan {
         if landlock.mode == LandlockMode::Off {
             warnings.push("--landlock off: no Landlock wall around the files".into());
         } else if landlock.abi == 0 {
-            warnings.push(
-                "Landlock: this kernel does not have it; only the mounts guard the files".into(),
-            );
+            warnings.push(match landlock::Unavailable::here() {
+                Some(missing) => format!(
+                    "Landlock is {}: only the mounts guard the files; {}",
+                    missing.reason(),
+                    missing.fix()
+                ),
+                None => {
+                    "Landlock: this kernel does not have it; only the mounts guard the files".into()
+                }
+            });
         } else if landlock.abi < landlock::FULL_ABI {
             warnings.push(format!(
                 "Landlock ABI {}: files only; scoping of signals and abstract sockets needs ABI {}",
@@ -147,6 +162,7 @@ impl Plan {
             seccomp,
             landlock,
             warnings,
+            run_warnings,
         };
         plan.check_strings()?;
         Ok(plan)

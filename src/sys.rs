@@ -561,6 +561,13 @@ pub fn scrub_cmdline(name: &str) {
 
 /// The running kernel's Landlock ABI version: 0 when it has no Landlock or it is disabled.
 pub fn landlock_abi() -> u8 {
+    landlock_version().unwrap_or(0)
+}
+
+/// The Landlock ABI version, or the errno the version query failed with: ENOSYS (not
+/// built, or a seccomp filter that answers ENOSYS), EOPNOTSUPP (built, not enabled at
+/// boot), EPERM (a seccomp filter; the kernel never answers the query so).
+pub fn landlock_version() -> Result<u8, Errno> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only
     // returns a number; nothing is read or written.
@@ -572,7 +579,10 @@ pub fn landlock_abi() -> u8 {
             LANDLOCK_CREATE_RULESET_VERSION,
         )
     };
-    ret.clamp(0, 255) as u8
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(ret.clamp(0, 255) as u8)
 }
 
 /// Descriptor 0, 1 or 2, borrowed; None if it is not open.

@@ -71,6 +71,14 @@ pub struct Verdict {
     /// With `--net filtered`: the rules, every destination the jail tried (allowed or
     /// refused, and why), the names it looked up, what was dropped, and the bytes.
     pub network: Option<crate::net::record::NetworkRecord>,
+    /// A default limit this host could not enforce, and how to get it; null with
+    /// `--quiet-limits` or `--memory max`. brig prints it on stderr (`brig: ...`).
+    pub unenforced: Option<String>,
+    /// Why brig or the kernel ended the run (a limit, a seccomp kill, a program that
+    /// could not run), as brig prints it on stderr (`brig: ...`) on every path: `brig
+    /// run`, `brig run --server`, `brig session exec`; null when the program ended by
+    /// itself.
+    pub explanation: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -148,6 +156,10 @@ impl Verdict {
             Outcome::ExecFailed { message, .. } => Some(message.clone()),
             _ => None,
         };
+        let unenforced = match run.outcome {
+            Outcome::ExecFailed { .. } => None,
+            _ => plan.limits.unenforced_notice(),
+        };
         Verdict {
             schema: SCHEMA,
             status,
@@ -171,6 +183,8 @@ impl Verdict {
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
             network: run.network.clone(),
+            unenforced,
+            explanation: explain(plan, run, status),
             error,
         }
     }
@@ -201,11 +215,64 @@ impl Verdict {
             error_kind: Some(error.kind()),
             error_stage: error.stage(),
             network: None,
+            unenforced: None,
+            explanation: None,
         }
+    }
+
+    /// [`Verdict::stderr_lines`] of a verdict a server sent, as JSON.
+    pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<String> {
+        let text = |key: &str| verdict[key].as_str().map(str::to_owned);
+        let why = text("explanation").or(text("error"));
+        text("unenforced")
+            .into_iter()
+            .chain(why)
+            .chain(network_line(verdict))
+            .collect()
+    }
+
+    /// brig's lines on stderr about this run, each printed as `brig: LINE`: the
+    /// unenforced default limit, then why the run ended as it did (or brig's error), then
+    /// what the network refused ([`network_line`]). Every path prints these, the same.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        Verdict::stderr_lines_of(&serde_json::to_value(self).expect("a verdict always serializes"))
     }
 
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a verdict always serializes")
+    }
+}
+
+/// One line for the runs brig or the kernel ended; the program's own endings need none.
+/// The time limit is the run's (a server's request may have its own).
+fn explain(plan: &Plan, run: &RunReport, status: Status) -> Option<String> {
+    let limits = &plan.limits;
+    match (&run.outcome, status) {
+        (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
+        (Outcome::Signaled { syscall, .. }, Status::Seccomp) => Some(match syscall {
+            Some(name) => format!("the program was killed by seccomp (syscall {name})"),
+            None => format!(
+                "the program was killed by seccomp (a call its profile {} does not allow; `--seccomp-log` lists them)",
+                plan.seccomp.profile
+            ),
+        }),
+        (_, Status::Timeout) => run
+            .time_limit
+            .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
+        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
+            format!("output limit of {limit} reached; the output was cut and the jail killed")
+        }),
+        (_, Status::Oom) => Some(match limits.cgroup.memory {
+            Some(memory) => {
+                format!("the jail ran out of memory (--memory {memory}); the kernel killed it")
+            }
+            // No cgroup of the jail's own: the limit is that of brig's cgroup.
+            None => "the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it".into(),
+        }),
+        (_, Status::CpuTime) => limits.cpu_time.map(|limit| {
+            format!("CPU time limit of {limit} reached; the kernel killed the program")
+        }),
+        _ => None,
     }
 }
 
@@ -410,6 +477,84 @@ pub struct Peer {
 }
 
 /// SHA-256 of the resolved plan as YAML: which configuration a run had.
+/// How many refusals the stderr line names before "and N more".
+const NETWORK_LINE_ITEMS: usize = 5;
+
+/// One line for stderr when the jail's network refused or cut connections, or its
+/// resolver answered names that are not on the list with NXDOMAIN: what, why, and where
+/// the details are. Built from the verdict as JSON so that every path (a run, a run
+/// through a server, a session) words it the same; None when nothing was refused.
+pub fn network_line(verdict: &serde_json::Value) -> Option<String> {
+    let network = verdict.get("network")?;
+    let mut refused = Vec::new();
+    let mut connections = 0;
+    for entry in network["connections"].as_array()? {
+        let Some(reason) = entry["reason"].as_str() else {
+            continue;
+        };
+        let port = entry["port"].as_u64().unwrap_or_default();
+        let target = match (entry["name"].as_str(), entry["address"].as_str()) {
+            (Some(name), _) => format!("{name}:{port}"),
+            (None, Some(address)) if address.contains(':') => format!("[{address}]:{port}"),
+            (None, Some(address)) => format!("{address}:{port}"),
+            (None, None) => format!("port {port}"),
+        };
+        let verb = if entry["allowed"] == true {
+            "cut: "
+        } else {
+            ""
+        };
+        connections += entry["connections"].as_u64().unwrap_or(1);
+        refused.push(format!("{target} ({verb}{reason})"));
+    }
+    let unresolved: Vec<&str> = network["lookups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|lookup| lookup["answer"].is_null())
+        .filter_map(|lookup| lookup["name"].as_str())
+        .collect();
+    if refused.is_empty() && unresolved.is_empty() {
+        return None;
+    }
+    let list = |items: &[String]| {
+        let mut text = items
+            .iter()
+            .take(NETWORK_LINE_ITEMS)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if items.len() > NETWORK_LINE_ITEMS {
+            text.push_str(&format!(" and {} more", items.len() - NETWORK_LINE_ITEMS));
+        }
+        text
+    };
+    let mut parts = Vec::new();
+    if !refused.is_empty() {
+        let plural = if connections == 1 { "" } else { "s" };
+        parts.push(format!(
+            "{connections} connection{plural} refused or cut: {}",
+            list(&refused)
+        ));
+    }
+    if !unresolved.is_empty() {
+        let names: Vec<String> = unresolved.iter().map(|name| name.to_string()).collect();
+        let (count, verb) = if names.len() == 1 {
+            ("1 name".to_string(), "was")
+        } else {
+            (format!("{} names", names.len()), "were")
+        };
+        parts.push(format!(
+            "{count} not on the list {verb} not resolved: {}",
+            list(&names)
+        ));
+    }
+    Some(format!(
+        "network: {}; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
+        parts.join("; ")
+    ))
+}
+
 pub fn config_digest(plan: &Plan) -> String {
     use sha2::{Digest, Sha256};
     let yaml = serde_saphyr::to_string(plan).unwrap_or_default();
@@ -446,6 +591,48 @@ fn rfc3339_now() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_network_line_names_refusals_and_unlisted_names() {
+        let verdict = serde_json::json!({"network": {
+            "connections": [
+                {"name": "web.test", "port": 80, "address": "127.0.0.1", "allowed": true,
+                 "reason": null, "connections": 2},
+                {"name": "web.test", "port": 81, "address": null, "allowed": false,
+                 "reason": "port 81 is not allowed for web.test", "connections": 2},
+                {"name": null, "port": 80, "address": "10.0.0.1", "allowed": false,
+                 "reason": "private address, not on the list", "connections": 1},
+                {"name": null, "port": 443, "address": "fd00::1", "allowed": false,
+                 "reason": "not on the list", "connections": 1},
+                {"name": "web.test", "port": 443, "address": "127.0.0.1", "allowed": true,
+                 "reason": "TLS names evil.test, which is not on the list (connection for web.test)",
+                 "connections": 1},
+            ],
+            "lookups": [
+                {"name": "web.test", "answer": "198.18.0.1", "count": 1},
+                {"name": "example.com", "answer": null, "count": 3},
+            ],
+        }});
+        assert_eq!(
+            super::network_line(&verdict).unwrap(),
+            "network: 5 connections refused or cut: web.test:81 (port 81 is not allowed for web.test), 10.0.0.1:80 (private address, not on the list), [fd00::1]:443 (not on the list), web.test:443 (cut: TLS names evil.test, which is not on the list (connection for web.test)); 1 name not on the list was not resolved: example.com; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)"
+        );
+        let many: Vec<_> = (0..8)
+            .map(|i| serde_json::json!({"name": format!("n{i}.test"), "answer": null}))
+            .collect();
+        let verdict = serde_json::json!({"network": {"connections": [], "lookups": many}});
+        let line = super::network_line(&verdict).unwrap();
+        assert!(
+            line.contains("8 names not on the list were not resolved: n0.test, n1.test, n2.test, n3.test, n4.test and 3 more;"),
+            "{line}"
+        );
+        let quiet = serde_json::json!({"network": {"connections": [], "lookups": []}});
+        assert_eq!(super::network_line(&quiet), None);
+        assert_eq!(
+            super::network_line(&serde_json::json!({"network": null})),
+            None
+        );
+    }
+
     #[test]
     fn timestamps_are_rfc3339() {
         let stamp = super::rfc3339_now();

@@ -170,7 +170,7 @@ fn rootless_explicit_cgroup_limits_fail_closed() {
             &with_program(&all, &["sh", "-c", "echo ran"]),
         )
         .output;
-        assert_one_line_error(&output, &DELEGATION_HINTS);
+        assert_one_line_error(&output, &delegation_hints());
     }
 }
 

@@ -4,7 +4,9 @@
 //! enabled; busybox userland) and runs `tests/vm/cgroup_v2.sh` there as root: memory and
 //! fork bombs, CPU time, time limit, output flood, daemons, CLONE_INTO_CGROUP, the limit
 //! files, `--cgroup-parent`, concurrent jails, rootless brig with and without a
-//! delegated cgroup, and a `brig serve` session that outlives an OOM kill. The script prints `ok NAME` or `FAIL NAME: detail` per check.
+//! delegated cgroup (alone in it, or sharing it with its caller), a rootless `brig serve`
+//! in a delegated cgroup (runs, sessions, a memory kill, a failing build that backs off),
+//! and a `brig serve` session that outlives an OOM kill. The script prints `ok NAME` or `FAIL NAME: detail` per check.
 //!
 //! The checks create cgroups at the root of the guest's hierarchy and move shells into
 //! them, so they run only in the VM, even on a host with pure cgroup v2 (the script
@@ -19,7 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How many `ok` lines the script prints when every check passes.
-const CHECKS: usize = 60;
+const CHECKS: usize = 78;
 
 /// The VM's own limit (boot included); run-in-vm.sh exits 124 when it is reached.
 const VM_TIMEOUT_SECS: u64 = 170;

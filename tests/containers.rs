@@ -117,11 +117,23 @@ fn container_root() -> TempDir {
 /// layer of its own (mount points included, which a container in a user namespace could
 /// not create in a directory of the host's root) and the directory stays as built.
 fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
+    let mut podman = podman_command(dir, &["--rm"], options, command);
+    podman.stdin(Stdio::null());
+    common::output_of(podman)
+}
+
+/// `podman run RUN_OPTIONS` (`--rm`, or `--detach`) of `command` in the root of `dir`,
+/// with the options every container here gets and then `options`.
+fn podman_command(
+    dir: &TempDir,
+    run_options: &[&str],
+    options: &[&str],
+    command: &[&str],
+) -> Command {
     let mut podman = Command::new("podman");
+    podman.args(["--cgroup-manager=cgroupfs", "run"]);
+    podman.args(run_options);
     podman.args([
-        "--cgroup-manager=cgroupfs",
-        "run",
-        "--rm",
         "--network=none",
         "--ulimit=nofile=1024:1024",
         "--ulimit=nproc=4096:4096",
@@ -136,9 +148,8 @@ fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
         .arg("--rootfs")
         .arg(format!("{}:O", dir.path().join("root").display()))
         .args(command)
-        .current_dir("/")
-        .stdin(Stdio::null());
-    common::output_of(podman)
+        .current_dir("/");
+    podman
 }
 
 /// The command line of `brig run` with `args`, in the container.
@@ -161,8 +172,17 @@ fn default_pod_settings_stop_brig_with_a_one_line_error() {
         &[USER],
         &brig(&["run", "--", "python3", "-c", PYTHON]),
     );
-    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN.
-    let line = common::assert_one_line_error(&output, &["set the jail's hostname", "EPERM"]);
+    // podman's default seccomp profile allows sethostname only with CAP_SYS_ADMIN; the
+    // line names the container settings that fix it.
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "set the jail's hostname",
+            "EPERM",
+            "brig runs inside a container (podman) whose settings forbid this: run the container with `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`",
+            "brig-seccomp-profile.py",
+        ],
+    );
     eprintln!("default settings: {line}");
 
     let doctor = podman_run(&root, &[USER], &brig(&["doctor"]));
@@ -353,6 +373,77 @@ fn cap_gated_profile(runtime_default: &Value) -> Value {
     profile
 }
 
+/// A container whose seccomp filter refuses Landlock's calls with EPERM (as
+/// systemd-nspawn's did): brig tells that from a kernel without Landlock, in the plan's
+/// warning, in `--landlock require`'s error and in doctor, and names the filter's fix.
+#[test]
+fn a_seccomp_filter_refusing_landlock_is_not_blamed_on_the_kernel() {
+    if !have_podman() {
+        return;
+    }
+    const LANDLOCK: [&str; 3] = [
+        "landlock_create_ruleset",
+        "landlock_add_rule",
+        "landlock_restrict_self",
+    ];
+    let root = container_root();
+    let dir = TempDir::new("seccomp-landlock");
+    let mut profile: Value = serde_json::from_str(
+        &std::fs::read_to_string("/usr/share/containers/seccomp.json")
+            .expect("podman's default seccomp profile (containers-common)"),
+    )
+    .unwrap();
+    let rules = profile["syscalls"].as_array_mut().unwrap();
+    for rule in rules.iter_mut() {
+        if let Some(names) = rule["names"].as_array_mut() {
+            names.retain(|name| !LANDLOCK.contains(&name.as_str().unwrap_or("")));
+        }
+    }
+    rules.retain(|rule| {
+        rule["names"]
+            .as_array()
+            .is_none_or(|names| !names.is_empty())
+    });
+    rules.push(serde_json::json!({
+        "names": LANDLOCK,
+        "action": "SCMP_ACT_ERRNO",
+        "errnoRet": libc::EPERM,
+    }));
+    let file = dir.file("no-landlock.json", &profile.to_string());
+    let seccomp = format!("--security-opt=seccomp={}", file.display());
+    let options = [USER, WORKING[1], seccomp.as_str()];
+    let reason = "Landlock is the seccomp filter of the container (podman) refuses it, not the kernel (landlock_create_ruleset: EPERM)";
+    let fix = "run the container with a seccomp profile that allows landlock_create_ruleset landlock_add_rule landlock_restrict_self";
+    let required = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--landlock",
+            "require",
+            "--",
+            "python3",
+            "-c",
+            "pass",
+        ]),
+    );
+    common::assert_one_line_error(&required, &["--landlock require: ", reason, fix]);
+    let check = podman_run(&root, &options, &brig(&["check", "--", "python3"]));
+    let plan = stdout(&check);
+    assert!(
+        plan.contains(reason) && plan.contains(fix),
+        "{}",
+        describe(&check)
+    );
+    let doctor = podman_run(&root, &options, &brig(&["doctor"]));
+    let report = stdout(&doctor);
+    assert!(
+        report.contains("warn  Landlock: not available: the seccomp filter of the container (podman) refuses it, not the kernel"),
+        "{}",
+        describe(&doctor)
+    );
+}
+
 /// deploy/kubernetes/brig-seccomp-profile.py on `profile`, written to a file in `dir`.
 fn brig_profile(dir: &TempDir, name: &str, profile: &Value) -> PathBuf {
     let input = dir.file(&format!("{name}.json"), &profile.to_string());
@@ -386,8 +477,18 @@ fn seccomp_profile_for_brig_works_instead_of_unconfined() {
     };
 
     // Docker-style: the jail's namespaces are refused.
+    // The line names the container's settings, not the host's user-namespace sysctls.
     let output = with(&gated_file);
-    common::assert_one_line_error(&output, &["create the jail's namespaces", "EPERM"]);
+    let line = common::assert_one_line_error(
+        &output,
+        &[
+            "create the jail's namespaces",
+            "EPERM",
+            "inside a container (podman) whose settings forbid this",
+            "--security-opt seccomp=unconfined",
+        ],
+    );
+    assert!(!line.contains("max_user_namespaces"), "{line}");
 
     for (name, profile) in [("podman", &podman_default), ("gated", &gated)] {
         let output = with(&brig_profile(&dir, name, profile));
@@ -695,6 +796,70 @@ fn proc_host_runs_where_proc_is_masked() {
     assert!(warnings.contains("--proc host"), "{verdict}");
 }
 
+/// The container's own memory limit (`podman run --memory`, a pod's limits.memory) kills
+/// the program: brig has no cgroup of its own there, and tells the kernel's OOM kill from
+/// another SIGKILL by the container cgroup's OOM-kill counter: status `oom`, exit 137, and
+/// the `brig:` line that says so. As the image's user and as root.
+#[test]
+fn a_kill_by_the_containers_memory_limit_is_oom() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    for user in [USER, "--user=0:0"] {
+        let mut options = vec![user, "--memory=256m", "--memory-swap=256m"];
+        options.extend(WORKING);
+        let output = podman_run(
+            &root,
+            &options,
+            &brig(&[
+                "run",
+                "--quiet-limits",
+                "--report-fd",
+                "2",
+                "--",
+                "python3",
+                "-c",
+                "chunks = []\nwhile True: chunks.append(b'x' * (16 << 20))",
+            ]),
+        );
+        assert_eq!(output_code(&output), 137, "{user}: {}", describe(&output));
+        let verdict: Value = serde_json::from_str(verdict_line(&output))
+            .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+        assert_eq!(verdict["status"], "oom", "{user}: {verdict}");
+        assert_eq!(verdict["signal"], 9, "{user}: {verdict}");
+        assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
+        let errors = stderr(&output);
+        assert!(
+            errors.lines().any(|line| line
+                == "brig: the jail ran out of memory (the limit of the cgroup brig runs in, such as its container's); the kernel killed it"),
+            "{user}: {}",
+            describe(&output)
+        );
+    }
+    // A SIGKILL that is not the OOM killer's stays `signaled`.
+    let mut options = vec![USER, "--memory=256m", "--memory-swap=256m"];
+    options.extend(WORKING);
+    let output = podman_run(
+        &root,
+        &options,
+        &brig(&[
+            "run",
+            "--quiet-limits",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+        ]),
+    );
+    assert_eq!(output_code(&output), 137, "{}", describe(&output));
+    let verdict: Value = serde_json::from_str(verdict_line(&output))
+        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+    assert_eq!(verdict["status"], "signaled", "{verdict}");
+}
+
 fn output_code(output: &std::process::Output) -> i32 {
     output.status.code().unwrap_or(-1)
 }
@@ -708,4 +873,190 @@ fn verdict_line(output: &std::process::Output) -> &str {
         .rev()
         .find(|line| line.starts_with('{'))
         .unwrap_or_default()
+}
+
+/// A container started with `podman run --detach`, removed (`podman rm --force`) on drop.
+struct Detached(String);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rm", "--force", "--time", "0", &self.0])
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+/// `brig serve` in a container, the run line of deploy/README.md: the image's user, the
+/// two working settings, the socket's directory bound out of the container. Through the
+/// socket, from the host (brig as the client) and from inside (`podman exec`): a request,
+/// a session (a command, two Python cells sharing a variable, close); `--memory` is
+/// refused with its one-line error (the container has no cgroup brig may write); `podman
+/// stop` drains the server and it exits 0.
+#[test]
+fn brig_serve_in_a_container_answers_through_its_socket() {
+    if !have_podman() {
+        return;
+    }
+    let root = container_root();
+    let run_dir = root.path().join("run-brig");
+    std::fs::create_dir(&run_dir).unwrap();
+    // The server runs as the image's user, who must create the socket there.
+    nix::unistd::chown(&run_dir, Some(1000.into()), Some(1000.into())).unwrap();
+    let socket = run_dir.join("brig.sock");
+    let name = format!("brig-serve-test-{}", std::process::id());
+    let volume = format!("--volume={}:/run/brig", run_dir.display());
+    let name_option = format!("--name={name}");
+    let mut options = vec![USER, volume.as_str()];
+    options.extend(WORKING);
+    let started = podman_command(
+        &root,
+        &["--detach", name_option.as_str()],
+        &options,
+        &brig(&[
+            "serve",
+            "--socket",
+            "/run/brig/brig.sock",
+            "--pool",
+            "1",
+            "--session-pool",
+            "1",
+        ]),
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run podman");
+    let container = Detached(name.clone());
+    assert!(started.status.success(), "{}", describe(&started));
+    let logs = || {
+        let logs = Command::new("podman")
+            .args(["logs", &name])
+            .output()
+            .expect("podman logs");
+        format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
+    };
+    // Bounded wait until the server answers (`brig serve --status`): the socket's file
+    // appears at bind(2), before listen(2), and a connection in between is refused.
+    let status = || {
+        Command::new(common::brig())
+            .args(["serve", "--status", "--socket"])
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run brig serve --status")
+    };
+    for _ in 0..600 {
+        if status().status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let answer = status();
+    assert!(answer.status.success(), "{}\n{}", describe(&answer), logs());
+    let server = socket.to_str().unwrap();
+
+    let client = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(common::brig())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run brig");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().expect("wait for brig")
+    };
+    let python = "import os; print(6 * 7, os.getuid())";
+    let run = client(
+        &["run", "--server", server, "--", "python3", "-c", python],
+        "",
+    );
+    assert_eq!(stdout(&run), "42 1000\n", "{}\n{}", describe(&run), logs());
+
+    let create = client(&["session", "create", "--server", server], "");
+    assert!(create.status.success(), "{}\n{}", describe(&create), logs());
+    let session = stdout(&create).trim().to_string();
+    let exec = |args: &[&str], stdin: &str| {
+        let mut all = vec!["session", "exec", "--server", server, "--session", &session];
+        all.extend_from_slice(args);
+        client(&all, stdin)
+    };
+    let command = exec(&["--", "python3", "-c", "print('in the session')"], "");
+    assert_eq!(
+        stdout(&command),
+        "in the session\n",
+        "{}",
+        describe(&command)
+    );
+    let cell = exec(&["--code", "-"], "x = 6 * 7\n");
+    assert!(cell.status.success(), "{}", describe(&cell));
+    let cell = exec(&["--code", "-"], "print(x)\n");
+    assert_eq!(stdout(&cell), "42\n", "{}", describe(&cell));
+    let close = client(
+        &[
+            "session",
+            "close",
+            "--server",
+            server,
+            "--session",
+            &session,
+        ],
+        "",
+    );
+    assert!(close.status.success(), "{}", describe(&close));
+    // The server forgets the session when its runner has exited, just after the answer
+    // to close: a bounded wait.
+    let listed =
+        || stdout(&client(&["session", "list", "--server", server], "")).contains(&session);
+    for _ in 0..600 {
+        if !listed() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!listed(), "session {session} still listed after close");
+
+    // A client inside the container, through the same socket.
+    let inside = Command::new("podman")
+        .args([
+            "exec",
+            &name,
+            BRIG_IN_CONTAINER,
+            "run",
+            "--server",
+            "/run/brig/brig.sock",
+        ])
+        .args(["--", "python3", "-c", python])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman exec");
+    assert_eq!(stdout(&inside), "42 1000\n", "{}", describe(&inside));
+
+    // No cgroup brig may write in the container: explicit limits fail closed.
+    let memory = client(
+        &["run", "--server", server, "--memory", "32M", "--", "true"],
+        "",
+    );
+    common::assert_one_line_error(&memory, &["--memory/--pids/--cpus need a cgroup"]);
+
+    // podman stop sends SIGTERM: the server drains and exits 0.
+    let stop = Command::new("podman")
+        .args(["stop", "--time", "60", &name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman stop");
+    assert!(stop.status.success(), "{}", describe(&stop));
+    let code = Command::new("podman")
+        .args(["inspect", "--format", "{{.State.ExitCode}}", &name])
+        .output()
+        .expect("podman inspect");
+    assert_eq!(stdout(&code).trim(), "0", "{}\n{}", describe(&code), logs());
+    assert!(logs().contains("brig serve: draining"), "{}", logs());
+    drop(container);
 }

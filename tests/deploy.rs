@@ -1,6 +1,7 @@
 //! The deployment files in deploy/, exercised as far as this machine allows: the systemd
-//! unit is verified, the worker, both clients and the CI step run against the built brig,
-//! and the AppArmor profile is parsed where an AppArmor 4 parser exists.
+//! units are verified and run under a real systemd in the qemu VM, the worker, both
+//! clients and the CI step run against the built brig, and the AppArmor profile is parsed
+//! where an AppArmor 4 parser exists.
 
 #[macro_use]
 mod common;
@@ -446,5 +447,96 @@ fn github_actions_install_step_installs_the_static_brig_it_built() {
         stdout(&version).starts_with("brig "),
         "{}",
         describe(&version)
+    );
+}
+
+/// How many `ok` lines tests/vm/systemd_units.sh prints when every check passes.
+const SYSTEMD_CHECKS: usize = 2 * 21 + 5;
+
+/// The systemd VM's own limit (boot included); run-in-vm.sh exits 124 when it is reached.
+const SYSTEMD_VM_TIMEOUT_SECS: u64 = 600;
+
+/// Both shipped units under a real systemd as PID 1 on pure cgroup v2: one VM
+/// (`tests/vm/run-in-vm.sh --systemd`: the host's own root read-only under a tmpfs
+/// overlay, so the host's systemd, python3 and this checkout) runs
+/// `tests/vm/systemd_units.sh` as root there. brig-serve.service as shipped (rootless as
+/// the user brig, `Delegate=yes`) and, at the same time, a copy as root (deploy/README.md's
+/// drop-in, `User=root`): a request, a session, a memory kill, `brig doctor` as the
+/// unit's user, no cgroups of exited processes left, `systemctl stop` draining a request,
+/// start, restart, a request; brig-worker.service through one job, in parallel too. The
+/// script prints `ok NAME` or `FAIL NAME: detail` per check.
+#[test]
+fn units_run_under_a_real_systemd_in_a_vm() {
+    let Some(vm) = common::Vm::new("systemd-vm") else {
+        return;
+    };
+    let script = vm.share().join("systemd_units.sh");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/systemd_units.sh");
+    std::fs::copy(source, &script).expect("copy the script");
+    // The units and the worker as shipped, where the script installs them from.
+    let units = vm.share().join("deploy/systemd");
+    std::fs::create_dir_all(&units).unwrap();
+    for file in [
+        "brig-serve.service",
+        "brig-worker.service",
+        "brig-worker.py",
+    ] {
+        std::fs::copy(deploy(&format!("systemd/{file}")), units.join(file)).expect("copy a unit");
+    }
+
+    let started = std::time::Instant::now();
+    let output = Command::new(common::vm_runner())
+        .args([
+            "--quiet",
+            "--systemd",
+            "--cpus",
+            "2",
+            "--mem",
+            "2G",
+            "--timeout",
+        ])
+        .arg(SYSTEMD_VM_TIMEOUT_SECS.to_string())
+        .arg("--share")
+        .arg(vm.share())
+        .arg("--")
+        .arg("sh")
+        .arg(&script)
+        .arg(vm.brig())
+        .arg(vm.share())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tests/vm/run-in-vm.sh");
+    let elapsed = started.elapsed();
+    eprintln!("systemd VM run took {elapsed:.1?}");
+
+    let out = stdout(&output);
+    let report = format!(
+        "run-in-vm.sh --systemd exit {:?} after {elapsed:.1?}\n--- stdout\n{out}--- stderr\n{}---",
+        output.status.code(),
+        common::stderr(&output)
+    );
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks:\n{}\n{report}",
+        failed.join("\n")
+    );
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert_eq!(
+        out.lines().last(),
+        Some("done"),
+        "the script did not finish\n{report}"
+    );
+    let mut passed: Vec<&str> = out
+        .lines()
+        .filter_map(|line| line.strip_prefix("ok "))
+        .collect();
+    let count = passed.len();
+    passed.sort_unstable();
+    passed.dedup();
+    assert_eq!(passed.len(), count, "check names repeat\n{report}");
+    assert_eq!(
+        count, SYSTEMD_CHECKS,
+        "expected {SYSTEMD_CHECKS} checks\n{report}"
     );
 }

@@ -48,7 +48,8 @@ fn workdir_must_be_an_existing_directory() {
 }
 
 /// As root the jail's user is host uid 65534: a 0755 root-owned output directory is not
-/// writable for it, and the plan says so; a directory it may write gets no warning.
+/// writable for it, and the plan says so, and the run too: once on stderr, before the
+/// program's own error; a directory it may write gets no warning.
 #[test]
 fn an_unwritable_bind_target_is_a_warning() {
     let denied = TempDir::new("bind-denied");
@@ -81,8 +82,20 @@ fn an_unwritable_bind_target_is_a_warning() {
             "echo x > /out/f",
         ],
     );
+    let errors = stderr(&output);
+    let lines: Vec<&str> = errors.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", describe(&output));
+    assert_eq!(
+        lines[0],
+        format!(
+            "brig: warning: --bind {dir}:/out: {dir} is not writable by host uid 65534, which the jail's user maps to, so writes there fail with EACCES; `chown 65534 {dir}` or make it group- or world-writable",
+            dir = denied.str()
+        ),
+        "{}",
+        describe(&output)
+    );
     assert!(
-        stderr(&output).contains("Permission denied"),
+        lines[1].contains("Permission denied"),
         "{}",
         describe(&output)
     );
@@ -103,6 +116,20 @@ fn an_unwritable_bind_target_is_a_warning() {
         "{}",
         describe(&output)
     );
+    let output = run(
+        Mode::Root,
+        &[
+            "run",
+            "--bind",
+            &format!("{}:/out", allowed.str()),
+            "--",
+            "sh",
+            "-c",
+            "echo x > /out/f",
+        ],
+    );
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(stderr(&output), "", "{}", describe(&output));
 }
 
 #[test]

@@ -659,7 +659,7 @@ while True:
     if mode == Mode::Rootless {
         // Explicit cgroup limits from a file fail closed just like from the command line.
         let output = jail(mode, &["run", "--config", config]).output;
-        assert_one_line_error(&output, &DELEGATION_HINTS);
+        assert_one_line_error(&output, &delegation_hints());
     }
     let used = match mode {
         Mode::Root => config,

@@ -35,6 +35,9 @@ both_modes!(
     the_byte_cap_cuts_a_download,
     a_program_ending_mid_transfer_leaves_nothing,
     the_jails_own_loopback_works,
+    a_prepared_root_resolves_the_allowed_names,
+    refusals_are_summed_up_in_one_line_on_stderr,
+    a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -473,6 +476,120 @@ fn an_allowed_name_resolving_to_loopback_is_refused(mode: Mode) {
     assert!(requests.is_empty(), "the server was reached: {requests:?}");
 }
 
+/// A run that had refusals ends with one `brig: network:` line naming each refused
+/// destination with its reason and the names that were not resolved; a run without any
+/// prints none.
+fn refusals_are_summed_up_in_one_line_on_stderr(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let args = web_rules(&[servers.http]);
+    let probe = connect_probe(&[
+        format!("{WEB} {}", servers.echo),
+        "10.1.2.3 80".into(),
+        format!("{WEB} {}", servers.http),
+        "unlisted.test 80".into(),
+    ]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    let out = assert_success(&done.output);
+    assert!(
+        out.contains(&format!("{WEB} {} ok\n", servers.http)),
+        "{out}"
+    );
+    let errors = stderr(&done.output);
+    let lines: Vec<&str> = errors
+        .lines()
+        .filter(|line| line.starts_with("brig: network:"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        lines,
+        [format!(
+            "brig: network: 2 connections refused or cut: 10.1.2.3:80 (private (RFC 1918) address, not on the list), {WEB}:{echo} (port {echo} is not allowed for {WEB}); 1 name not on the list was not resolved: unlisted.test; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
+            echo = servers.echo
+        )],
+        "{}",
+        describe(&done.output)
+    );
+    // Only allowed connections: no line.
+    let probe = connect_probe(&[format!("{WEB} {}", servers.http)]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    assert_success(&done.output);
+    assert!(
+        !stderr(&done.output).contains("brig: network"),
+        "{}",
+        describe(&done.output)
+    );
+}
+
+/// `--allow-net 127.0.0.1:PORT` or `localhost:PORT` names the jail's own loopback: the
+/// connection stays in the jail (ECONNREFUSED, the host's listener untouched), and `brig
+/// check` and the run say so in one warning with the way to the host, which works.
+fn a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let listener = Listener::start();
+    let port = listener.port;
+    for host in ["127.0.0.1", "localhost"] {
+        let rule = format!("{host}:{port}");
+        let warning = format!(
+            "--allow-net {rule}: in the jail this is the jail's own loopback (which needs no rule), not the host's, so the rule lets nothing through; to reach a server on the host's loopback, pin a name to it: `--add-host host.test:127.0.0.1 --allow-net host.test:{port}`"
+        );
+        let checked = run(mode, &["check", "--allow-net", &rule, "--", "true"]);
+        assert!(
+            assert_success(&checked).contains(&warning),
+            "{}",
+            describe(&checked)
+        );
+        let args = vec!["--allow-net".to_string(), rule.clone()];
+        let target = format!("{host} {port}");
+        let (done, _) = filtered(
+            mode,
+            &args,
+            &strs_of(&connect_probe(std::slice::from_ref(&target))),
+        );
+        assert_eq!(
+            assert_success(&done.output).trim(),
+            format!("{target} ECONNREFUSED")
+        );
+        let errors = stderr(&done.output);
+        let warned: Vec<&str> = errors
+            .lines()
+            .filter(|line| line.starts_with("brig: warning:"))
+            .collect();
+        assert_eq!(
+            warned,
+            [format!("brig: warning: {warning}")],
+            "{}",
+            describe(&done.output)
+        );
+    }
+    assert_eq!(listener.accepted(), 0);
+    // The way the warning gives reaches the host's loopback, without a warning.
+    let args: Vec<String> = [
+        "--add-host",
+        "host.test:127.0.0.1",
+        "--allow-net",
+        &format!("host.test:{port}"),
+    ]
+    .map(String::from)
+    .into();
+    let target = format!("host.test {port}");
+    let (done, _) = filtered(
+        mode,
+        &args,
+        &strs_of(&connect_probe(std::slice::from_ref(&target))),
+    );
+    assert_eq!(assert_success(&done.output).trim(), format!("{target} ok"));
+    assert!(
+        !stderr(&done.output).contains("warning"),
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(listener.accepted(), 1);
+}
+
 fn an_allowed_name_on_another_port_is_refused(mode: Mode) {
     if !require_tun(mode) {
         return;
@@ -829,6 +946,84 @@ print(socket.create_connection(("127.0.0.1", port)).recv(5).decode())
         let args: Vec<String> = net.iter().map(|arg| arg.to_string()).collect();
         let (done, _) = filtered(mode, &args, &[&python(), "-c", server_and_client]);
         assert_eq!(assert_success(&done.output).trim(), "local", "{net:?}");
+    }
+}
+
+/// `--rootfs` with `--allow-net`: the prepared root's /etc gets the jail's resolv.conf and
+/// hosts over its own (here a busybox root from `brig rootfs build shell` whose resolv.conf
+/// is a dangling symlink, as on hosts with systemd-resolved), so the allowed name resolves
+/// and is fetched, an unlisted one does not resolve, and the root's other files stay.
+fn a_prepared_root_resolves_the_allowed_names(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let dir = TempDir::new("net-rootfs");
+    let root = dir.path().join("root");
+    let built = output_of(command_from(&[
+        brig().into(),
+        "rootfs".into(),
+        "build".into(),
+        "shell".into(),
+        root.clone().into(),
+    ]));
+    assert_success(&built);
+    std::os::unix::fs::symlink(
+        "../run/systemd/resolve/stub-resolv.conf",
+        root.join("etc/resolv.conf"),
+    )
+    .unwrap();
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--rootfs".into(), root.to_str().unwrap().into()]);
+    let script = format!(
+        "wget -q -O- http://{WEB}:{http}/hello; echo fetched=$?; \
+         wget -q -O- http://unlisted.test:{http}/hello 2>&1; echo unlisted=$?; \
+         grep -c '^sandbox:' /etc/passwd; touch /etc/resolv.conf 2>/dev/null || echo read-only",
+        http = servers.http
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "hello\nfetched=0\nwget: bad address 'unlisted.test:{}'\nunlisted=1\n1\nread-only",
+            servers.http
+        ),
+        "{}",
+        describe(&done.output)
+    );
+    allowed_bytes(&verdict, WEB, servers.http);
+}
+
+/// A prepared root without /etc cannot get the jail's resolv.conf: refused at plan time,
+/// naming the option, the path and the fix.
+#[test]
+fn a_prepared_root_without_etc_is_refused_with_a_network() {
+    let dir = TempDir::new("net-rootfs-noetc");
+    for sub in ["proc", "dev", "tmp", "home/sandbox"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    for command in ["run", "check"] {
+        let output = run(
+            Mode::Root,
+            &[
+                command,
+                "--rootfs",
+                dir.str(),
+                "--allow-net",
+                "a.test",
+                "--",
+                "true",
+            ],
+        );
+        assert_one_line_error(
+            &output,
+            &[
+                &format!("--rootfs {}", dir.str()),
+                "/etc does not exist",
+                "create the directory /etc",
+            ],
+        );
     }
 }
 

@@ -304,8 +304,9 @@ echo "== plain"; "$B" doctor; echo "exit $?"
 D=/sys/fs/cgroup/deleg
 mkdir $D && chown 65534:65534 $D $D/cgroup.procs $D/cgroup.subtree_control $D/cgroup.threads
 echo "== parent"; "$B" doctor --no-run --cgroup-parent $D; echo "exit $?"
+echo "== inside"; sh -c "echo \$\$ > $D/cgroup.procs && exec $B doctor --no-run"; echo "exit $?"
 echo $$ > $D/cgroup.procs
-echo "== inside"; "$B" doctor --no-run; echo "exit $?"
+echo "== shared"; "$B" doctor --no-run; echo "exit $?"
 "#;
     let output = vm.run(
         150,
@@ -355,5 +356,12 @@ echo "== inside"; "$B" doctor --no-run; echo "exit $?"
             "ok    cgroup limits (rootless, uid 65534): v2, jail cgroups under /sys/fs/cgroup/deleg"
         ),
         "{inside}"
+    );
+    // Sharing the delegated cgroup with the shell that started it, brig could not hand
+    // controllers down there: doctor says so rather than ok.
+    let shared = section("shared");
+    assert!(
+        shared.contains("warn  cgroup limits (rootless, uid 65534): brig's own cgroup /sys/fs/cgroup/deleg is delegated to it but holds other processes too"),
+        "{shared}"
     );
 }

@@ -37,6 +37,10 @@ command -v man >/dev/null || need+=(man-db)
 # where systemd is not PID 1) and parses the AppArmor profile (apparmor_parser; Debian 12's
 # is AppArmor 3, which parses all of the profile but its AppArmor 4 `userns,` rule)
 command -v systemd-analyze >/dev/null || need+=(systemd)
+# tests/deploy.rs also boots the host's own root with systemd as PID 1 in the qemu VM
+# (tests/vm/run-in-vm.sh --systemd) and runs the units there: systemd, python3, setpriv
+# and ps of this host
+command -v ps >/dev/null || need+=(procps)
 command -v apparmor_parser >/dev/null || need+=(apparmor)
 # tests/cgroup_v2.rs and tests/operators.rs boot tests/vm/run-in-vm.sh, which installs
 # qemu-system-x86 itself (as root) and fetches a Debian kernel into /var/cache/jail-vm.

@@ -7,7 +7,7 @@
 mod common;
 
 use common::limits::parse_verdict;
-use common::serve::{Server, exchange, fake_listener, read_reply};
+use common::serve::{Server, brig_lines, exchange, fake_listener, read_reply};
 use common::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -33,7 +33,132 @@ both_modes!(
     the_output_limit_holds_in_a_pooled_jail,
     the_server_takes_its_hard_descriptor_limit,
     a_listener_of_another_uid_gets_nothing,
+    limit_hits_are_explained_as_by_a_one_shot_run,
+    an_unenforced_default_limit_is_said_through_the_server,
+    brig_run_does_not_read_brig_server,
 );
+
+/// `brig session` takes its socket from BRIG_SERVER; `brig run` does not: only --server
+/// sends a run to a server.
+fn brig_run_does_not_read_brig_server(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let with_server = |args: &[&str]| {
+        let mut command = command(mode, args);
+        command.env("BRIG_SERVER", server.socket());
+        output_of(command)
+    };
+    let output = with_server(&["run", "--quiet-limits", "--", "true"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(server.status()["runs"], 0, "the run went to the server");
+    let output = with_server(&["session", "list"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+}
+
+/// clap's errors stay one line and keep what names the fix: the missing arguments (and
+/// the variable that can give them), clap's tips, the subcommand whose help to read.
+#[test]
+fn command_line_errors_name_the_missing_arguments_and_tips() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["session", "create"],
+            &[
+                "required arguments were not provided: --server <SOCKET> (or $BRIG_SERVER)",
+                "see `brig session create --help`",
+            ],
+        ),
+        (
+            &["serve", "--status"],
+            &[
+                "required arguments were not provided: --socket <PATH>",
+                "see `brig serve --help`",
+            ],
+        ),
+        (
+            &["run", "--tim-limit", "3s", "--", "true"],
+            &[
+                "unexpected argument '--tim-limit' found",
+                "a similar argument exists: '--time-limit'",
+                "see `brig run --help`",
+            ],
+        ),
+        (
+            &["sesion", "list"],
+            &["a similar subcommand exists: 'session'"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let mut command = command(Mode::Root, args);
+        command.env_remove("BRIG_SERVER").env_remove("BRIG_SESSION");
+        assert_one_line_error(&output_of(command), needles);
+    }
+}
+
+/// `brig run --server` says on stderr what `brig run` says when brig or the kernel ends
+/// the run: a time limit (in a pooled jail), an output cut (in a jail built for the
+/// request), and as root (a cgroup to enforce --memory) an OOM kill.
+fn limit_hits_are_explained_as_by_a_one_shot_run(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "1"]);
+    let mut cases: Vec<(&[&str], &[&str], i32)> = vec![
+        (&["--time-limit", "1s"], &["sleep", "30"], 124),
+        (
+            &["--output-limit", "1K"],
+            &["sh", "-c", "head -c 100000 /dev/zero"],
+            124,
+        ),
+    ];
+    if mode == Mode::Root {
+        cases.push((
+            &["--memory", "32M"],
+            &["python3", "-c", "x = bytearray(1 << 30)"],
+            137,
+        ));
+    }
+    for (options, program, status) in cases {
+        let mut one_shot_args = vec!["run", "--quiet-limits"];
+        one_shot_args.extend_from_slice(options);
+        one_shot_args.push("--");
+        one_shot_args.extend_from_slice(program);
+        let one_shot = run(mode, &one_shot_args);
+        let served = server.run(options, program);
+        assert_eq!(code(&one_shot), status, "{}", describe(&one_shot));
+        assert_eq!(code(&served), status, "{}", describe(&served));
+        let line = brig_lines(&one_shot);
+        assert_eq!(line.len(), 1, "{options:?}: {}", describe(&one_shot));
+        assert_eq!(
+            brig_lines(&served),
+            line,
+            "{options:?}: {}",
+            describe(&served)
+        );
+    }
+}
+
+/// A default limit the host cannot enforce (rootless here: no cgroup) is said through
+/// the server as by `brig run`, unless the client or the server asks for quiet.
+fn an_unenforced_default_limit_is_said_through_the_server(mode: Mode) {
+    let server = Server::start_with(mode, &["--pool", "1"]);
+    let one_shot = run(mode, &["run", "--", "true"]);
+    let served = server.run(&[], &["true"]);
+    assert_eq!(code(&served), 0, "{}", describe(&served));
+    assert_eq!(
+        brig_lines(&served),
+        brig_lines(&one_shot),
+        "{}",
+        describe(&served)
+    );
+    if mode == Mode::Rootless {
+        let lines = brig_lines(&served);
+        assert_eq!(lines.len(), 1, "{}", describe(&served));
+        assert!(lines[0].contains("was not enforced"), "{lines:?}");
+    }
+    let quiet = server.run(&["--quiet-limits"], &["true"]);
+    assert_eq!(
+        brig_lines(&quiet),
+        Vec::<String>::new(),
+        "{}",
+        describe(&quiet)
+    );
+}
 
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
@@ -290,6 +415,17 @@ fn looser_options_are_refused_unless_allowed(mode: Mode) {
         let output = server.run(&["--memory", "max"], &["true"]);
         assert_one_line_error(&output, &["--memory max: looser than this server's 1G"]);
     }
+    // A value the client did not type (its profile's) is named as such, with what each
+    // side can change.
+    let output = server.run(&["--profile", "node"], &["node", "-e", "0"]);
+    assert_one_line_error(
+        &output,
+        &[
+            "--time-limit 60s (from profile node): looser than this server's 20s",
+            "the client may pass --time-limit 20s or less to override it",
+            "or the server's operator raise its --time-limit",
+        ],
+    );
     drop(server);
     let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
     let output = allowed.run(&["--net", "host"], &["true"]);
@@ -423,6 +559,41 @@ fn a_jail_of_another_shape_is_built_for_the_request(mode: Mode) {
         (status["runs"].as_u64(), status["pooled_runs"].as_u64()),
         (Some(1), Some(0)),
         "{status}"
+    );
+}
+
+/// Rootless on this host brig has no cgroup (tests/rootless_limits.rs), so a server asked
+/// for --memory and --pids cannot enforce them: it refuses to start, once, with the fix,
+/// exit 125, which the shipped unit names in RestartPreventExitStatus= (no restart loop).
+#[test]
+fn a_server_whose_limits_this_host_cannot_enforce_refuses_once() {
+    if !require_root() {
+        return;
+    }
+    let dir = TempDir::new("serve-limits").writable_by_all();
+    let socket = dir.path().join("brig.sock");
+    let output = run(
+        Mode::Rootless,
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--memory",
+            "512M",
+            "--pids",
+            "128",
+        ],
+    );
+    assert_one_line_error(&output, &["--memory", "--cgroup-parent"]);
+    assert!(!socket.exists(), "a socket was left");
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/systemd/brig-serve.service"),
+    )
+    .unwrap();
+    assert!(
+        unit.lines()
+            .any(|line| line.trim() == "RestartPreventExitStatus=125"),
+        "{unit}"
     );
 }
 

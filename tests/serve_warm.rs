@@ -19,6 +19,8 @@ both_modes!(
     a_warm_run_is_reported_as_warm,
     warm_node_behaves_as_a_cold_start,
     a_warm_node_is_stopped_and_signaled_as_a_cold_one,
+    warm_jails_outlive_the_servers_time_limit_while_idle,
+    a_warm_jail_that_dies_idle_is_replaced,
 );
 
 const MAIN_PY: &str = r#"import os, sys, helper
@@ -373,4 +375,132 @@ fn a_warm_node_is_stopped_and_signaled_as_a_cold_one(mode: Mode) {
         describe(&output)
     );
     assert_eq!(server.status()["warm_runs"], 2);
+}
+
+/// The server's --time-limit starts with a request, not when the warm jail was filled:
+/// idle past the limit, a warm Python and a warm Node still serve; a program that runs
+/// past the limit is still stopped at it (124).
+fn warm_jails_outlive_the_servers_time_limit_while_idle(mode: Mode) {
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--warm-python",
+            "1",
+            "--warm-node",
+            "1",
+            "--time-limit",
+            "2s",
+        ],
+    );
+    let both_ready = || {
+        let status = server.status();
+        status["warm_ready"] == 1 && status["warm_node_ready"] == 1
+    };
+    assert!(wait_until(std::time::Duration::from_secs(20), both_ready));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let output = server.run(&[], &["python3", "-c", "print(1)"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "1\n");
+    let output = server.run(&[], &["node", "-e", "console.log(1)"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "1\n");
+    let status = server.status();
+    assert_eq!(status["warm_runs"], 2, "both runs were warm: {status}");
+    assert_eq!(status["failures"], 0, "{status}");
+    // Refilled, idle past the limit again, then a program that outruns it.
+    assert!(wait_until(std::time::Duration::from_secs(20), both_ready));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let dir = TempDir::new("warm-limit").writable_by_all();
+    let report = dir.path().join("v.json");
+    let report = report.to_str().unwrap();
+    for program in [
+        ["python3", "-c", "while True: pass"],
+        ["node", "-e", "for (;;) {}"],
+    ] {
+        let output = server.run(&["--report", report], &program);
+        assert_eq!(code(&output), 124, "{program:?}: {}", describe(&output));
+        let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+        assert_eq!(
+            (verdict["status"].as_str(), verdict["warm"].as_bool()),
+            (Some("timeout"), Some(true)),
+            "{verdict}"
+        );
+        assert!(wait_until(std::time::Duration::from_secs(20), both_ready));
+    }
+}
+
+/// The pids of processes below `root` whose command line contains `text`.
+fn descendants_running(root: u32, text: &str) -> Vec<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let below = |mut pid: u32| {
+        while let Some(up) = parent(pid) {
+            if up == root {
+                return true;
+            }
+            if up <= 1 {
+                return false;
+            }
+            pid = up;
+        }
+        false
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(text))
+        })
+        .filter(|pid| below(*pid))
+        .collect()
+}
+
+/// A warm interpreter that dies while it waits for a request is no longer counted
+/// ready, counts as a failure, is logged in one line and replaced; the next request is
+/// served warm.
+fn a_warm_jail_that_dies_idle_is_replaced(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "0", "--warm-python", "1"]);
+    let ready = || server.status()["warm_ready"] == 1;
+    assert!(wait_until(std::time::Duration::from_secs(20), ready));
+    let interpreters = descendants_running(server.pid(), "brig-warm");
+    assert_eq!(interpreters.len(), 1, "one warm Python: {interpreters:?}");
+    kill(interpreters[0], libc::SIGKILL);
+    let replaced = || {
+        let status = server.status();
+        status["failures"] == 1 && status["warm_ready"] == 1
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), replaced),
+        "{}",
+        server.status()
+    );
+    assert_ne!(descendants_running(server.pid(), "brig-warm"), interpreters);
+    let output = server.run(&[], &["python3", "-c", "print(1)"]);
+    assert_eq!(code(&output), 0, "{}", describe(&output));
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "1\n");
+    assert_eq!(server.status()["warm_runs"], 1);
+    let stopped = server.stop();
+    let log = String::from_utf8_lossy(&stopped.stderr);
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("warm Python"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "brig serve: a warm Python ended while it waited for a request (killed by SIGKILL); another is built"
+        ],
+        "{log}"
+    );
 }

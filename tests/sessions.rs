@@ -9,7 +9,7 @@
 mod common;
 
 use common::limits::jail_cgroups_of;
-use common::serve::{Server, exchange};
+use common::serve::{Server, brig_lines, exchange};
 use common::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -309,8 +309,13 @@ fn idle_and_total_timeouts_end_the_session(mode: Mode) {
             "cgroups left by {runner}"
         );
     }
-    let status = server.status();
-    assert_eq!(status["sessions"], 0, "{status}");
+    // The server counts a session gone once it has reaped its runner.
+    let closed = || server.status()["sessions"] == 0;
+    assert!(
+        wait_until(Duration::from_secs(5), closed),
+        "{}",
+        server.status()
+    );
     // Longer than the server allows: refused.
     let reply = ask(
         &server,
@@ -504,6 +509,16 @@ fn workspace_paths_cannot_lead_out(mode: Mode) {
     assert_error(&full, "workspace is full");
     close(&server, &id);
     close(&server, &small);
+    // Larger than the server's: the request's field, the jail option it sets and the
+    // server's option to raise are named.
+    let reply = ask(
+        &server,
+        json!({"type": "session_create", "workspace_size": "1G"}),
+    );
+    assert_error(
+        &reply,
+        "workspace_size 1G (the jail's --home-size): looser than this server's 64M; the client may ask for a workspace_size of at most 64M, or the server's operator raise its --home-size",
+    );
 }
 
 fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
@@ -612,6 +627,13 @@ fn the_command_line_drives_a_session(mode: Mode) {
     assert_eq!(code(&output), 7, "{}", describe(&output));
     let output = at(&["exec", "--time-limit", "1s", "--", "sleep", "30"], &id);
     assert_eq!(code(&output), 124, "{}", describe(&output));
+    // Explained as `brig run` explains it.
+    assert_eq!(
+        brig_lines(&output),
+        ["brig: time limit of 1s reached; the jail was killed"],
+        "{}",
+        describe(&output)
+    );
     let output = at(&["get", "../etc/passwd"], &id);
     assert_one_line_error(&output, &["`..`"]);
     assert_eq!(code(&output), 125);

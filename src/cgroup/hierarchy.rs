@@ -116,6 +116,59 @@ impl Mounts {
     }
 }
 
+/// The file whose `oom_kill` counter counts the OOM kills in the cgroup brig itself is
+/// in, given /proc/self/mountinfo and /proc/self/cgroup: the v1 memory hierarchy's
+/// memory.oom_control, or cgroup2's memory.events. The cgroup's path is taken relative
+/// to its mount's root, so that it is found inside a container too, with or without a
+/// cgroup namespace. `exists` decides among the candidates (a parameter for the tests).
+pub fn oom_counter(
+    mountinfo: &str,
+    own_cgroups: &str,
+    exists: impl Fn(&Path) -> bool,
+) -> Option<PathBuf> {
+    let own = |controller: Option<&str>| {
+        own_cgroups.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let matches = match controller {
+                None => controllers.is_empty(),
+                Some(wanted) => controllers.split(',').any(|c| c == wanted),
+            };
+            matches.then(|| PathBuf::from(path))
+        })
+    };
+    let mut candidates = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((before, after)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = before.split(' ').collect();
+        let (Some(root), Some(mount_point)) = (fields.get(3), fields.get(4)) else {
+            continue;
+        };
+        let mut after = after.split(' ');
+        let (own_path, file) = match (after.next(), after.nth(1)) {
+            (Some("cgroup"), Some(options)) if options.split(',').any(|o| o == "memory") => {
+                (own(Some("memory")), "memory.oom_control")
+            }
+            (Some("cgroup2"), _) => (own(None), "memory.events"),
+            _ => continue,
+        };
+        let Some(own_path) = own_path else { continue };
+        let Ok(relative) = own_path.strip_prefix(unescape(root)) else {
+            continue;
+        };
+        let path = Path::new(&unescape(mount_point)).join(relative).join(file);
+        // v1 first: on a hybrid host the memory controller is there, not in cgroup2.
+        if file == "memory.oom_control" {
+            candidates.insert(0, path);
+        } else {
+            candidates.push(path);
+        }
+    }
+    candidates.into_iter().find(|path| exists(path))
+}
+
 /// mountinfo escapes spaces and the like as \ooo.
 fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -142,7 +195,7 @@ fn unescape(field: &str) -> String {
 
 /// A hierarchy mounted read-only (inside a container, /sys/fs/cgroup usually is) has no
 /// place for brig's subtree, even for root.
-fn writable(mount: &Path) -> bool {
+pub fn writable(mount: &Path) -> bool {
     use nix::sys::statvfs::{FsFlags, statvfs};
     statvfs(mount).is_ok_and(|stat| !stat.flags().contains(FsFlags::ST_RDONLY))
 }
@@ -169,11 +222,12 @@ pub fn find_parent(
         {
             return Some((Version::V2, vec![unified.join("brig")], Parent::BrigSubtree));
         }
+        // brig moves itself into a leaf below its delegated cgroup; a process it shares
+        // that cgroup with (the shell that started it) would stay, and a cgroup that
+        // hands controllers down may hold none.
         if rootless
-            && let Some(own) = mounts.own_path(None).map(|path| unified.join(path))
-            && own != *unified
-            && fs::metadata(&own).is_ok_and(|meta| meta.uid() == mounts.euid)
-            && has_controllers(&own.join("cgroup.controllers"), controllers)
+            && let Some(own) = own_delegated(mounts, controllers)
+            && other_processes(&own).is_empty()
         {
             return Some((Version::V2, vec![own.clone()], Parent::OwnDelegated { own }));
         }
@@ -197,6 +251,41 @@ pub fn find_parent(
         }
     }
     None
+}
+
+/// brig's own v2 cgroup when it is delegated to brig's uid and offers `controllers`.
+pub fn own_delegated(mounts: &Mounts, controllers: &[&str]) -> Option<PathBuf> {
+    let unified = mounts.unified.as_ref()?;
+    let own = unified.join(mounts.own_path(None)?);
+    (own != *unified
+        && fs::metadata(&own).is_ok_and(|meta| meta.uid() == mounts.euid)
+        && has_controllers(&own.join("cgroup.controllers"), controllers))
+    .then_some(own)
+}
+
+/// A process that stands for brig besides brig's own: `brig doctor`, whose probe for
+/// uid 65534 is a fork of it, in the same cgroup (0: none).
+static STANDS_FOR_BRIG: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Counts process `pid` as brig itself when looking for other processes in its cgroup
+/// (`brig doctor`'s probing child, for its parent).
+pub fn count_as_brig(pid: u32) {
+    STANDS_FOR_BRIG.store(pid, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The processes in the cgroup `dir` other than this one (and the one that stands for
+/// brig, see [`count_as_brig`]).
+pub fn other_processes(dir: &Path) -> Vec<u32> {
+    let own = [
+        std::process::id(),
+        STANDS_FOR_BRIG.load(std::sync::atomic::Ordering::Relaxed),
+    ];
+    fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .filter(|pid| !own.contains(pid))
+        .collect()
 }
 
 pub fn given_parent(
@@ -310,8 +399,20 @@ pub fn prepare_parent(
                 return Err(err).context(|| format!("create the cgroup {}", leaf.display()));
             }
         }
-        fs::write(leaf.join("cgroup.procs"), "0")
-            .context(|| format!("move brig itself into {}", leaf.display()))?;
+        // Undone when the controllers cannot be handed down: no leaf is left behind.
+        let back = || {
+            let _ = fs::write(own.join("cgroup.procs"), "0");
+            let _ = fs::remove_dir(&leaf);
+        };
+        if let Err(err) = fs::write(leaf.join("cgroup.procs"), "0") {
+            back();
+            return Err(err).context(|| format!("move brig itself into {}", leaf.display()));
+        }
+        if let Err(err) = enable_controllers(parent, controllers) {
+            back();
+            return Err(err);
+        }
+        return Ok(());
     }
     if version == Version::V2 {
         enable_controllers(parent, controllers)?;
@@ -579,6 +680,36 @@ mod tests {
             "{missing}"
         );
         assert!(missing.message().contains("does not exist"), "{missing}");
+    }
+
+    #[test]
+    fn the_oom_counter_is_found_inside_containers_too() {
+        // A v1 container without a cgroup namespace: the hierarchy's root is the
+        // container's cgroup, /proc/self/cgroup names it from the host's root.
+        let mountinfo = "\
+            30 29 0:26 /bt-podman-7/libpod-ab /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup ro,memory\n\
+            31 29 0:27 /bt-podman-7/libpod-ab /sys/fs/cgroup/pids ro,nosuid - cgroup cgroup ro,pids\n\
+            32 29 0:28 / /sys/fs/cgroup/unified ro - cgroup2 cgroup2 ro\n";
+        let own = "9:memory:/bt-podman-7/libpod-ab\n5:pids:/bt-podman-7/libpod-ab\n0::/bt-podman-7/libpod-ab\n";
+        assert_eq!(
+            oom_counter(mountinfo, own, |_| true),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/memory.oom_control"))
+        );
+        assert_eq!(
+            oom_counter(mountinfo, own, |path| path.ends_with("memory.events")),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/unified/bt-podman-7/libpod-ab/memory.events"
+            ))
+        );
+        // cgroup2 in a cgroup namespace: "0::/" and the mount's root "/".
+        let mountinfo = "40 39 0:30 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            oom_counter(mountinfo, "0::/\n", |_| true),
+            Some(PathBuf::from("/sys/fs/cgroup/memory.events"))
+        );
+        // A hierarchy whose root is not above brig's cgroup tells nothing.
+        let mountinfo = "30 29 0:26 /other /sys/fs/cgroup/memory ro - cgroup cgroup ro,memory\n";
+        assert_eq!(oom_counter(mountinfo, "9:memory:/mine\n", |_| true), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod v2;
 use crate::error::{Context, Error, Result};
 use crate::units::Size;
 pub use hierarchy::Version;
+pub use hierarchy::count_as_brig;
 use hierarchy::{Mounts, Parent};
 use serde::Serialize;
 use std::fs;
@@ -64,9 +65,118 @@ pub struct Placement {
     controllers: Vec<&'static str>,
 }
 
-/// How to give brig a cgroup it may use, for the messages about missing ones.
-pub const DELEGATION_FIX: &str = "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, \
-     or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)";
+/// Where brig runs, as far as the way to give it a cgroup depends on it.
+#[derive(Debug, Default)]
+pub struct Situation {
+    /// The container runtime brig runs in (`doctor::in_container`), when it mounted the
+    /// cgroup hierarchies read-only, as runtimes do.
+    pub container: Option<String>,
+    pub rootless: bool,
+    /// The memory controller is a v1 hierarchy (hybrid or legacy host): the mount points
+    /// of the v1 memory, pids and cpu hierarchies; empty on cgroup v2.
+    pub v1_mounts: Vec<PathBuf>,
+    /// A systemd user manager runs for this user (`systemd-run --user` works).
+    pub user_manager: bool,
+    /// This user's name (or uid), for the commands root runs.
+    pub user: String,
+}
+
+impl Situation {
+    pub fn here() -> Situation {
+        let uid = nix::unistd::getuid();
+        let mounts = Mounts::read().ok();
+        let memory_mount = mounts.as_ref().and_then(|mounts| {
+            let legacy = mounts.legacy().iter().find(|(c, _)| c == "memory");
+            legacy.map(|(_, path)| path.as_path()).or(mounts.unified())
+        });
+        // A container as far as cgroups go: its runtime mounted them read-only.
+        let read_only = memory_mount.is_some_and(|mount| !hierarchy::writable(mount));
+        Situation {
+            container: crate::doctor::in_container().filter(|_| read_only),
+            rootless: !uid.is_root(),
+            v1_mounts: mounts
+                .as_ref()
+                .filter(|mounts| mounts.legacy().iter().any(|(c, _)| c == "memory"))
+                .map(|mounts| {
+                    let mut dirs: Vec<PathBuf> = Vec::new();
+                    for (controller, dir) in mounts.legacy() {
+                        if controller != "cpuacct" && !dirs.contains(dir) {
+                            dirs.push(dir.clone());
+                        }
+                    }
+                    dirs
+                })
+                .unwrap_or_default(),
+            user_manager: Path::new(&format!("/run/user/{uid}/systemd")).is_dir(),
+            user: nix::unistd::User::from_uid(uid)
+                .ok()
+                .flatten()
+                .map_or(uid.to_string(), |user| user.name),
+        }
+    }
+}
+
+/// How to give brig a cgroup it may use, for the messages about missing ones, here.
+pub fn delegation_fix() -> String {
+    delegation_fix_for(&Situation::here())
+}
+
+/// How to give brig a cgroup in `situation`: a container's own limits or a writable cgroup
+/// namespace; on a v1 memory hierarchy a cgroup root creates and hands over (systemd
+/// delegates none there); on cgroup v2 a systemd delegation, or without a user manager
+/// a cgroup root creates, hands over and starts brig in.
+pub fn delegation_fix_for(situation: &Situation) -> String {
+    let user = &situation.user;
+    if let Some(runtime) = &situation.container {
+        return format!(
+            "inside a container ({runtime}) /sys/fs/cgroup is read-only: the container's own limits bound brig and all its jails together (`--memory`, `--pids-limit`; Kubernetes `resources.limits`); for limits per jail, run the container with its own cgroup namespace and a writable cgroup v2 (Podman: `--cgroupns=private --systemd=always` on a cgroup v2 host)"
+        );
+    }
+    if !situation.v1_mounts.is_empty() {
+        if !situation.rootless {
+            return "mount the v1 memory and pids hierarchies writable (as root brig makes its own `brig` cgroups there), or give a cgroup brig may write with --cgroup-parent".into();
+        }
+        let dirs: Vec<String> = situation
+            .v1_mounts
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect();
+        return format!(
+            "this host's memory controller is cgroup v1, where systemd delegates nothing to users: as root, create a cgroup in each hierarchy and hand it to {user} (`for d in {}; do mkdir $d/brig-{user}; chown -R {user} $d/brig-{user}; done`), then pass `--cgroup-parent /brig-{user}` (deploy/README.md)",
+            dirs.join(" ")
+        );
+    }
+    if !situation.rootless {
+        return "mount cgroup2 with the memory and pids controllers enabled at its root, or give a cgroup brig may write with --cgroup-parent".into();
+    }
+    if situation.user_manager {
+        return "run brig from a unit with Delegate=yes, under `systemd-run --user --scope -p Delegate=yes`, or give a delegated subtree with --cgroup-parent (`brig doctor` shows what is missing)".into();
+    }
+    format!(
+        "no systemd user manager delegates a cgroup to {user} here: as root, create one with the controllers, hand it over and start brig inside it (`mkdir /sys/fs/cgroup/brig-{user}; echo '+memory +pids +cpu' > /sys/fs/cgroup/cgroup.subtree_control; chown -R {user} /sys/fs/cgroup/brig-{user}; echo $PID > /sys/fs/cgroup/brig-{user}/cgroup.procs` for the shell that starts brig); brig then uses it as its own delegated cgroup"
+    )
+}
+
+/// For a delegated cgroup brig shares with other processes.
+pub const SHARED_DELEGATION_FIX: &str = "a cgroup that hands controllers down to jails may hold no process, and brig can move only itself out: start brig as the only process there (`exec brig ...`, as a unit's main process, or `systemd-run --user --scope -p Delegate=yes brig ...`), or give --cgroup-parent a delegated cgroup of its own";
+
+/// Rootless: brig's own v2 cgroup, delegated to it, and the other processes in it (the
+/// shell that started brig, say), which keep brig from handing controllers down there.
+fn shared_delegation(mounts: &Mounts, controllers: &[&str]) -> Option<(PathBuf, Vec<u32>)> {
+    if nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let own = hierarchy::own_delegated(mounts, controllers)?;
+    let others = hierarchy::other_processes(&own);
+    (!others.is_empty()).then_some((own, others))
+}
+
+/// "pids 12, 34" (at most a few).
+fn describe_pids(pids: &[u32]) -> String {
+    let shown: Vec<String> = pids.iter().take(5).map(u32::to_string).collect();
+    let more = if pids.len() > 5 { ", ..." } else { "" };
+    format!("pid {}{more}", shown.join(", "))
+}
 
 /// Decides where the jail's cgroup goes. `Ok(None)` when no usable place exists and no
 /// limit was explicitly asked for (the default limits are then reported as not enforced).
@@ -92,10 +202,19 @@ pub fn place(
             parent_kind,
             controllers,
         })),
-        None if explicit => Err(Error::host(format!(
-            "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {DELEGATION_FIX}",
-            controllers.join(", ")
-        ))),
+        None if explicit => Err(match shared_delegation(&mounts, &controllers) {
+            Some((own, others)) => Error::host(format!(
+                "--memory/--pids/--cpus need a cgroup ({}) brig may write: brig's cgroup {} is delegated to it but holds other processes too ({}); {SHARED_DELEGATION_FIX}",
+                controllers.join(", "),
+                own.display(),
+                describe_pids(&others),
+            )),
+            None => Error::host(format!(
+                "--memory/--pids/--cpus need a cgroup ({}) brig may write, and none is usable here; {}",
+                controllers.join(", "),
+                delegation_fix()
+            )),
+        }),
         None => Ok(None),
     }
 }
@@ -109,6 +228,9 @@ pub struct Layout {
     pub legacy: Vec<(String, PathBuf)>,
     /// brig's own cgroup in the cgroup2 hierarchy, as a directory.
     pub own_v2: Option<PathBuf>,
+    /// Rootless: brig's own v2 cgroup is delegated to it but holds these other processes
+    /// too, so brig cannot use it (see [`SHARED_DELEGATION_FIX`]).
+    pub shared_with: Option<(PathBuf, String)>,
 }
 
 pub fn layout() -> Result<Layout> {
@@ -131,11 +253,75 @@ pub fn layout() -> Result<Layout> {
                 dir.join(own)
             }
         });
+    let shared_with = shared_delegation(&mounts, &["memory", "pids"])
+        .map(|(own, others)| (own, describe_pids(&others)));
     Ok(Layout {
         unified,
         legacy: mounts.legacy().to_vec(),
         own_v2,
+        shared_with,
     })
+}
+
+impl Placement {
+    /// For `brig serve`, rootless in a cgroup v2 delegated to it (a unit with
+    /// Delegate=yes): the server moves into a leaf of its own (`brig-PID`), once, so that
+    /// the delegated cgroup holds no process and can hand controllers down; its jails'
+    /// cgroups then go beside that leaf ([`ServerLeaf::jails_parent`]). Its runners are
+    /// forked into the leaf and never move. None for any other placement.
+    pub fn settle_server(&self) -> Result<Option<ServerLeaf>> {
+        let Parent::OwnDelegated { own } = &self.parent_kind else {
+            return Ok(None);
+        };
+        let before = fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
+        hierarchy::prepare_parent(self.version, own, &self.parent_kind, &self.controllers)?;
+        let enabled = self
+            .controllers
+            .iter()
+            .copied()
+            .filter(|controller| !before.split_whitespace().any(|on| on == *controller))
+            .collect();
+        Ok(Some(ServerLeaf {
+            own: own.clone(),
+            leaf: own.join(format!("brig-{}", std::process::id())),
+            enabled,
+            pid: std::process::id(),
+        }))
+    }
+}
+
+/// Where a rootless server sits in its delegated cgroup ([`Placement::settle_server`]).
+pub struct ServerLeaf {
+    own: PathBuf,
+    leaf: PathBuf,
+    /// The controllers the server enabled in the delegated cgroup's subtree_control.
+    enabled: Vec<&'static str>,
+    /// The server's: a runner (a fork) unwinding from a panic leaves it alone.
+    pid: u32,
+}
+
+impl ServerLeaf {
+    /// The delegated cgroup, where the jails' cgroups go (`--cgroup-parent`).
+    pub fn jails_parent(&self) -> &Path {
+        &self.own
+    }
+}
+
+/// Dropped as the server ends (its jails are gone; its runners, forks, exit without
+/// dropping it): the delegated cgroup is left as the server found it, the controllers it
+/// enabled off again, the server back in it, its leaf removed.
+impl Drop for ServerLeaf {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        if !self.enabled.is_empty() {
+            let off: Vec<String> = self.enabled.iter().map(|c| format!("-{c}")).collect();
+            let _ = fs::write(self.own.join("cgroup.subtree_control"), off.join(" "));
+        }
+        let _ = fs::write(self.own.join("cgroup.procs"), "0");
+        let _ = fs::remove_dir(&self.leaf);
+    }
 }
 
 /// The jail's own cgroup(s). Dropping it kills every process left inside and removes it.
@@ -320,6 +506,17 @@ fn unique_suffix() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The OOM kills counted so far in the cgroup brig itself is in (the container's, when
+/// brig runs in one and has no cgroup of its own for the jail). Read before and after a
+/// run: a SIGKILL while it went up is the kernel's OOM killer, under a limit brig did not
+/// set. None when this cgroup's counter cannot be read.
+pub fn enclosing_oom_kills() -> Option<u64> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let file = hierarchy::oom_counter(&mountinfo, &own, Path::exists)?;
+    read_keyed(&file, "oom_kill")
+}
+
 /// Reads a cgroup file holding one number; `max` is None.
 fn read_number(path: &Path) -> Option<u64> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
@@ -339,4 +536,69 @@ fn read_keyed(path: &Path, key: &str) -> Option<u64> {
 fn write_file(dir: &Path, name: &str, value: &str) -> Result<()> {
     let path = dir.join(name);
     fs::write(&path, value).context(|| format!("write {value} to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Situation, delegation_fix_for};
+
+    fn fix(situation: Situation) -> String {
+        delegation_fix_for(&Situation {
+            user: "worker".into(),
+            ..situation
+        })
+    }
+
+    #[test]
+    fn the_cgroup_fix_fits_the_host() {
+        // A container: its own limits, or a writable cgroup namespace; nothing systemd.
+        let text = fix(Situation {
+            container: Some("docker".into()),
+            rootless: true,
+            ..Situation::default()
+        });
+        assert!(text.starts_with("inside a container (docker) /sys/fs/cgroup is read-only: the container's own limits bound brig"), "{text}");
+        assert!(text.contains("--cgroupns=private"), "{text}");
+        assert!(!text.contains("systemd-run"), "{text}");
+        // A hybrid host, rootless: root creates and chowns the v1 cgroups.
+        let text = fix(Situation {
+            rootless: true,
+            v1_mounts: vec!["/sys/fs/cgroup/memory".into(), "/sys/fs/cgroup/pids".into()],
+            user_manager: true,
+            ..Situation::default()
+        });
+        assert!(text.contains("`for d in /sys/fs/cgroup/memory /sys/fs/cgroup/pids; do mkdir $d/brig-worker; chown -R worker $d/brig-worker; done`"), "{text}");
+        assert!(text.contains("--cgroup-parent /brig-worker"), "{text}");
+        assert!(!text.contains("Delegate=yes"), "{text}");
+        // Pure v2 with a user manager: systemd's delegation.
+        let text = fix(Situation {
+            rootless: true,
+            user_manager: true,
+            ..Situation::default()
+        });
+        assert!(
+            text.contains("systemd-run --user --scope -p Delegate=yes"),
+            "{text}"
+        );
+        // Pure v2 without one: root hands a cgroup over and starts brig in it.
+        let text = fix(Situation {
+            rootless: true,
+            ..Situation::default()
+        });
+        assert!(
+            text.contains("chown -R worker /sys/fs/cgroup/brig-worker"),
+            "{text}"
+        );
+        assert!(text.contains("cgroup.procs"), "{text}");
+        assert!(!text.contains("systemd-run"), "{text}");
+        // Root on a v1 host.
+        let text = fix(Situation {
+            v1_mounts: vec!["/sys/fs/cgroup/memory".into()],
+            ..Situation::default()
+        });
+        assert!(
+            text.starts_with("mount the v1 memory and pids hierarchies writable"),
+            "{text}"
+        );
+    }
 }

@@ -334,13 +334,37 @@ fn clone_failure(
         "sysctl -w kernel.unprivileged_userns_clone=1".into()
     } else if sysctls.max_user_namespaces == Some(0) || refusal.errno == Some(Errno::ENOSPC) {
         "sysctl -w user.max_user_namespaces=15000".into()
-    } else if container.is_some() {
-        "the container runtime blocks namespaces: run the container with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` (Docker, Podman), or run brig on the host".into()
+    } else if let Some(runtime) = container {
+        format!(
+            "the container runtime blocks namespaces: {}; or run brig on the host",
+            container_settings(runtime)
+        )
     } else {
         "enable user namespaces (CONFIG_USER_NS, user.max_user_namespaces); see the lines above"
             .into()
     };
     check(name, who.failing, detail).fix(fix)
+}
+
+/// The container settings brig needs, for the runtime `in_container` named: the runtime's
+/// seccomp filter off brig (or one that allows what brig needs), /proc unmasked, and on
+/// AppArmor hosts the runtime's profile off (deploy/README.md has the table).
+pub fn container_settings(runtime: &str) -> String {
+    const PROFILE: &str = "(deploy/kubernetes/brig-seccomp-profile.py makes a seccomp profile to use instead of unconfined)";
+    match runtime {
+        "podman" => format!(
+            "run the container with `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, and `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"
+        ),
+        "docker" => format!(
+            "run the container with `--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined` {PROFILE}"
+        ),
+        "kubernetes" => format!(
+            "give the container `securityContext: {{seccompProfile: {{type: Unconfined}}, procMount: Unmasked}}` (procMount needs the pod's `hostUsers: false`), and `appArmorProfile: {{type: Unconfined}}` on AppArmor nodes {PROFILE}"
+        ),
+        other => format!(
+            "run the container ({other}) without the runtime's seccomp filter and with /proc unmasked: Podman `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, Docker `--security-opt seccomp=unconfined --security-opt systempaths=unconfined`, plus `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"
+        ),
+    }
 }
 
 fn time_namespace(probe: &Assembly, who: &Who) -> Check {
@@ -378,8 +402,6 @@ fn describe_placement(version: Version, parents: &[PathBuf]) -> String {
         parents.join(", ")
     )
 }
-
-const ROOTLESS_CGROUP_FIX: &str = "run rootless brig in a delegated cgroup v2: `systemd-run --user --scope -p Delegate=yes brig run ...`, or from a unit with Delegate=yes (deploy/systemd/brig-worker.service), or give one with --cgroup-parent";
 
 /// The cgroup layout, where `brig run` puts the jail's cgroup with the default limits,
 /// and what it would make of `--cgroup-parent`.
@@ -444,6 +466,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .fix("give brig a delegated cgroup it may write with --cgroup-parent")
             }
         }
+        Placement::Shared { own, others } => shared_check(name, own, others),
         Placement::Nowhere => {
             let own = layout
                 .own_v2
@@ -451,7 +474,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
                 .map(|own| format!(" (brig's own cgroup is {})", own.display()))
                 .unwrap_or_default();
             let fix = if who.rootless {
-                ROOTLESS_CGROUP_FIX
+                probe.rootless_fix.as_str()
             } else {
                 "mount cgroup2 with the memory and pids controllers, or the v1 memory and pids hierarchies"
             };
@@ -463,7 +486,7 @@ pub fn cgroup_checks(probe: &Cgroups, who: &Who) -> Vec<Check> {
             .fix(fix)
         }
         Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(if who.rootless {
-            ROOTLESS_CGROUP_FIX
+            probe.rootless_fix.as_str()
         } else {
             "give brig a cgroup it may write with --cgroup-parent"
         }),
@@ -499,7 +522,7 @@ fn cgroup_parent_check(parent: &Path, placement: &Placement) -> Check {
                 .fix("delegate it to this user (Delegate=yes in the unit, or chown the directory and its cgroup.procs, cgroup.subtree_control)")
             }
         }
-        Placement::Nowhere => check(name, Status::Fail, "no cgroup")
+        Placement::Nowhere | Placement::Shared { .. } => check(name, Status::Fail, "no cgroup")
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
         Placement::Failed(why) => check(name, Status::Fail, why.clone())
             .fix("give a cgroup directory brig may write, under a mounted hierarchy"),
@@ -507,7 +530,7 @@ fn cgroup_parent_check(parent: &Path, placement: &Placement) -> Check {
 }
 
 /// Where uid 65534's jails would get their cgroup, as root sees it for them.
-pub fn rootless_cgroup_check(placement: &Placement) -> Check {
+pub fn rootless_cgroup_check(placement: &Placement, fix: &str) -> Check {
     let name = Who::nobody().name("cgroup limits");
     match placement {
         Placement::Placed {
@@ -537,15 +560,26 @@ pub fn rootless_cgroup_check(placement: &Placement) -> Check {
                 unwritable.join("; ")
             ),
         )
-        .fix(ROOTLESS_CGROUP_FIX),
+        .fix(fix),
         Placement::Nowhere => check(
             name,
             Status::Warn,
             "brig's cgroup here is not delegated to that user, so the default memory limit would not be enforced (processes would be bounded by RLIMIT_NPROC)",
         )
-        .fix(ROOTLESS_CGROUP_FIX),
-        Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(ROOTLESS_CGROUP_FIX),
+        .fix(fix),
+        Placement::Shared { own, others } => shared_check(name, own, others),
+        Placement::Failed(why) => check(name, Status::Warn, why.clone()).fix(fix),
     }
+}
+
+/// brig's delegated cgroup, shared with other processes (the shell that started it).
+fn shared_check(name: String, own: &Path, others: &str) -> Check {
+    check(
+        name,
+        Status::Warn,
+        format!("brig's own cgroup {} is delegated to it but holds other processes too ({others}): the default memory limit is not enforced, and --memory, --pids, --cpus fail (125)", own.display()),
+    )
+    .fix(crate::cgroup::SHARED_DELEGATION_FIX)
 }
 
 /// `--net filtered` needs a TUN device in the jail's network namespace. A default jail
@@ -563,15 +597,24 @@ pub fn tun_check(probe: &Result<(), String>, who: &Who) -> Check {
     }
 }
 
-pub fn landlock_check(abi: u8) -> Check {
+pub fn landlock_check(abi: Result<u8, landlock::Unavailable>) -> Check {
     match abi {
-        0 => check(
+        Err(missing) => check(
+            "Landlock",
+            Status::Warn,
+            format!(
+                "not available: {}; only the mounts guard the files (--landlock require fails)",
+                missing.reason()
+            ),
+        )
+        .fix(missing.fix()),
+        Ok(0) => check(
             "Landlock",
             Status::Warn,
             "not available: only the mounts guard the files (--landlock require fails)",
         )
         .fix("boot a 5.13+ kernel with Landlock in the LSM list, e.g. lsm=landlock,lockdown,yama,integrity,apparmor"),
-        abi if abi < landlock::FULL_ABI => check(
+        Ok(abi) if abi < landlock::FULL_ABI => check(
             "Landlock",
             Status::Warn,
             format!(
@@ -580,7 +623,7 @@ pub fn landlock_check(abi: u8) -> Check {
             ),
         )
         .fix("a 6.12+ kernel has everything brig uses"),
-        abi => check(
+        Ok(abi) => check(
             "Landlock",
             Status::Ok,
             format!(
@@ -898,6 +941,23 @@ mod tests {
             "clone failed: a user namespace alone works, but with mount, pid, net, ipc, uts and time namespaces clone fails: Operation not permitted (EPERM)"
         );
         assert!(fix(&checks[0]).contains("--security-opt seccomp=unconfined"));
+        // Docker masks /proc too: the fix unmasks it, with Docker's own option.
+        assert!(
+            fix(&checks[0]).contains("--security-opt systempaths=unconfined"),
+            "{}",
+            fix(&checks[0])
+        );
+        assert!(!fix(&checks[0]).contains("unmask=/proc"));
+        let podman = namespace_checks(
+            &clone_refused(Errno::EPERM, true),
+            &root(),
+            &healthy_sysctls(),
+            Some("podman"),
+        );
+        assert!(
+            fix(&podman[0])
+                .contains("`--security-opt seccomp=unconfined --security-opt unmask=/proc/*`")
+        );
         // For uid 65534, probed by root, it is only a warning.
         let checks = namespace_checks(
             &clone_refused(Errno::EPERM, true),
@@ -1039,6 +1099,7 @@ mod tests {
                 .map(|c| (c.to_string(), Path::new("/sys/fs/cgroup").join(c)))
                 .collect(),
             own_v2: unified.map(|(dir, _)| Path::new(dir).join("user.slice")),
+            shared_with: None,
         }
     }
 
@@ -1056,6 +1117,7 @@ mod tests {
             layout: Ok(layout),
             placement,
             parent: None,
+            rootless_fix: "the rootless fix".into(),
         };
         let checks = cgroup_checks(&probe, who);
         summary(&checks);
@@ -1144,6 +1206,7 @@ mod tests {
             layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
             placement: Placement::Nowhere,
             parent: None,
+            rootless_fix: "the rootless fix".into(),
         };
         let checks = cgroup_checks(&probe, &user());
         let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
@@ -1152,12 +1215,36 @@ mod tests {
                 .detail
                 .contains("(brig's own cgroup is /sys/fs/cgroup/user.slice)")
         );
-        assert_eq!(fix(limits), ROOTLESS_CGROUP_FIX);
+        assert_eq!(fix(limits), "the rootless fix");
+    }
+
+    #[test]
+    fn a_delegated_cgroup_shared_with_the_caller_is_not_usable() {
+        let probe = Cgroups {
+            layout: Ok(layout(Some(("/sys/fs/cgroup", &["memory", "pids"])), &[])),
+            placement: Placement::Shared {
+                own: "/sys/fs/cgroup/svc".into(),
+                others: "pid 42".into(),
+            },
+            parent: None,
+            rootless_fix: "the rootless fix".into(),
+        };
+        let checks = cgroup_checks(&probe, &user());
+        let limits = find(&checks, "cgroup limits (rootless, uid 1000)");
+        assert_eq!(limits.status, Status::Warn);
+        assert!(
+            limits.detail.starts_with(
+                "brig's own cgroup /sys/fs/cgroup/svc is delegated to it but holds other processes too (pid 42)"
+            ),
+            "{}",
+            limits.detail
+        );
+        assert_eq!(fix(limits), crate::cgroup::SHARED_DELEGATION_FIX);
     }
 
     #[test]
     fn cgroup_limits_for_uid_65534() {
-        let ok = rootless_cgroup_check(&placed(Version::V2, &["/sys/fs/cgroup/deleg"]));
+        let ok = rootless_cgroup_check(&placed(Version::V2, &["/sys/fs/cgroup/deleg"]), "fix");
         assert_eq!(
             (ok.status, ok.name.as_str(), ok.detail.as_str()),
             (
@@ -1166,10 +1253,10 @@ mod tests {
                 "v2, jail cgroups under /sys/fs/cgroup/deleg; memory and pids enforced"
             )
         );
-        let none = rootless_cgroup_check(&Placement::Nowhere);
+        let none = rootless_cgroup_check(&Placement::Nowhere, "the rootless fix");
         assert_eq!(none.status, Status::Warn);
         assert!(none.detail.contains("not delegated to that user"));
-        assert_eq!(fix(&none), ROOTLESS_CGROUP_FIX);
+        assert_eq!(fix(&none), "the rootless fix");
     }
 
     #[test]
@@ -1196,9 +1283,22 @@ mod tests {
 
     #[test]
     fn landlock_seccomp_and_end_to_end() {
-        assert_eq!(landlock_check(0).status, Status::Warn);
-        assert_eq!(landlock_check(5).status, Status::Warn);
-        assert_eq!(landlock_check(landlock::FULL_ABI).status, Status::Ok);
+        assert_eq!(landlock_check(Ok(0)).status, Status::Warn);
+        assert_eq!(landlock_check(Ok(5)).status, Status::Warn);
+        assert_eq!(landlock_check(Ok(landlock::FULL_ABI)).status, Status::Ok);
+        // systemd-nspawn's seccomp filter, not the kernel: the line says so and names
+        // nspawn's option.
+        let nspawn = landlock_check(Err(landlock::Unavailable {
+            errno: Errno::EPERM,
+            filtered: true,
+            container: Some("systemd-nspawn".into()),
+        }));
+        assert_eq!(nspawn.status, Status::Warn);
+        assert_eq!(
+            nspawn.detail,
+            "not available: the seccomp filter of the container (systemd-nspawn) refuses it, not the kernel (landlock_create_ruleset: EPERM); only the mounts guard the files (--landlock require fails)"
+        );
+        assert!(fix(&nspawn).contains("--system-call-filter='landlock_create_ruleset landlock_add_rule landlock_restrict_self'"));
         let seccomp = Seccomp {
             filter: Err("install the seccomp profile default: Operation not permitted".into()),
             log: false,

@@ -14,6 +14,9 @@
 mod checks;
 mod probes;
 
+pub use checks::container_settings;
+pub use probes::in_container;
+
 use checks::Who;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -136,10 +139,8 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
         &sysctls,
         container,
     ));
-    checks.extend(checks::cgroup_checks(
-        &probes::cgroups(args.cgroup_parent.as_deref()),
-        &who,
-    ));
+    let cgroups = probes::cgroups(args.cgroup_parent.as_deref());
+    checks.extend(checks::cgroup_checks(&cgroups, &who));
     checks.push(checks::landlock_check(probes::landlock_abi()));
     checks.push(checks::tun_check(&probes::tun(false), &who));
     checks.extend(checks::seccomp_checks(&probes::seccomp()));
@@ -158,7 +159,10 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
                     &sysctls,
                     container,
                 ));
-                checks.push(checks::rootless_cgroup_check(&probe.placement));
+                checks.push(checks::rootless_cgroup_check(
+                    &probe.placement,
+                    &cgroups.rootless_fix,
+                ));
                 checks.push(checks::tun_check(&probes::tun(true), &nobody));
             }
             Err(why) => checks.push(checks::nobody_unprobed(&why)),

@@ -59,7 +59,7 @@ impl Host {
 }
 
 /// The container runtime brig seems to run in, from the usual markers.
-fn in_container() -> Option<String> {
+pub fn in_container() -> Option<String> {
     if Path::new("/.dockerenv").exists() {
         return Some("docker".into());
     }
@@ -271,6 +271,9 @@ pub struct AsNobody {
 /// Runs the assembly and placement probes in a forked child that became uid 65534.
 pub fn as_nobody() -> Result<AsNobody, String> {
     let lines = in_fork(|| {
+        // brig doctor, this child's parent, is brig here, not another process that
+        // shares its cgroup.
+        cgroup::count_as_brig(nix::unistd::getppid().as_raw() as u32);
         drop_to_nobody()?;
         let mut lines = assemble().to_lines();
         lines.extend(default_placement().to_lines());
@@ -330,6 +333,12 @@ pub enum Placement {
     },
     /// No usable cgroup: the default limits would not be enforced.
     Nowhere,
+    /// brig's own cgroup is delegated to it, but other processes (`others`) share it, so
+    /// brig cannot hand controllers down there.
+    Shared {
+        own: PathBuf,
+        others: String,
+    },
     Failed(String),
 }
 
@@ -362,6 +371,10 @@ impl Placement {
                 lines
             }
             Placement::Nowhere => vec![line("placement-none", "")],
+            Placement::Shared { own, others } => vec![
+                line("placement-shared", &own.display().to_string()),
+                line("placement-others", others),
+            ],
             Placement::Failed(why) => vec![line("placement-error", why)],
         }
     }
@@ -376,6 +389,12 @@ impl Placement {
         };
         if let Some(why) = values("placement-error").pop() {
             return Placement::Failed(why);
+        }
+        if let Some(own) = values("placement-shared").pop() {
+            return Placement::Shared {
+                own: own.into(),
+                others: values("placement-others").pop().unwrap_or_default(),
+            };
         }
         let version = match values("placement").first().map(String::as_str) {
             Some("v1") => Version::V1,
@@ -435,7 +454,11 @@ fn default_placement() -> Placement {
                 controllers: None,
             }
         }
-        Ok(None) => Placement::Nowhere,
+        Ok(None) => match cgroup::layout().ok().and_then(|layout| layout.shared_with) {
+            // Delegated, but shared with the process that started brig.
+            Some((own, others)) => Placement::Shared { own, others },
+            None => Placement::Nowhere,
+        },
         Err(err) => Placement::Failed(err.to_string()),
     }
 }
@@ -483,10 +506,23 @@ pub struct Cgroups {
     pub placement: Placement,
     /// `--cgroup-parent PATH` and what `brig run` would make of it.
     pub parent: Option<(PathBuf, Placement)>,
+    /// How an unprivileged user gets a cgroup here: this user, or uid 65534 when doctor
+    /// runs as root.
+    pub rootless_fix: String,
 }
 
 pub fn cgroups(cgroup_parent: Option<&Path>) -> Cgroups {
+    let mut situation = cgroup::Situation::here();
+    if !situation.rootless {
+        situation.rootless = true;
+        situation.user = nix::unistd::User::from_uid(UNPRIVILEGED_HOST_ID.into())
+            .ok()
+            .flatten()
+            .map_or(UNPRIVILEGED_HOST_ID.to_string(), |user| user.name);
+        situation.user_manager = false;
+    }
     Cgroups {
+        rootless_fix: cgroup::delegation_fix_for(&situation),
         layout: cgroup::layout().map_err(|err| err.to_string()),
         placement: default_placement(),
         parent: cgroup_parent.map(|parent| (parent.to_path_buf(), given_placement(parent))),
@@ -494,8 +530,11 @@ pub fn cgroups(cgroup_parent: Option<&Path>) -> Cgroups {
 }
 
 /// The Landlock ABI the kernel offers; 0 without Landlock.
-pub fn landlock_abi() -> u8 {
-    sys::landlock_abi()
+pub fn landlock_abi() -> Result<u8, crate::landlock::Unavailable> {
+    match crate::landlock::Unavailable::here() {
+        Some(missing) => Err(missing),
+        None => Ok(sys::landlock_abi()),
+    }
 }
 
 pub struct Seccomp {

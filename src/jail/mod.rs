@@ -22,7 +22,7 @@ pub use channel::Stdio;
 pub use init::forwarded_signals;
 pub use relay::Counts as OutputCounts;
 pub use session::SessionJail;
-pub use supervisor::{Jail, Outcome, RunReport};
+pub use supervisor::{Jail, Outcome, RequestClock, RunReport};
 
 /// What runs in an assembled jail: the arguments (the first one is looked up in the
 /// jail's `PATH` unless it has a `/`), the whole environment and the working directory.
@@ -73,5 +73,23 @@ impl Program {
 
 /// One jail, one program: assemble the jail `plan` describes and run its program.
 pub fn run(plan: &Plan) -> Result<RunReport> {
-    Jail::assemble(plan)?.run(&Program::of(plan))
+    Jail::assemble(plan)
+        .map_err(name_the_container_settings)?
+        .run(&Program::of(plan))
+}
+
+/// Inside a container, a jail refused with EPERM while creating its namespaces or setting
+/// itself up (the hostname) is the container's default settings at work, not the
+/// kernel's: the error names the container settings that fix it, as `brig doctor` does.
+pub fn name_the_container_settings(err: Error) -> Error {
+    use crate::error::Stage;
+    let refused = err.errno() == Some(nix::errno::Errno::EPERM)
+        && matches!(err.stage(), Some(Stage::Namespaces | Stage::Isolation));
+    match crate::doctor::in_container() {
+        Some(runtime) if refused => err.hint(format!(
+            "brig runs inside a container ({runtime}) whose settings forbid this: {}",
+            crate::doctor::container_settings(&runtime)
+        )),
+        _ => err,
+    }
 }

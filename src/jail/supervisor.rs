@@ -107,6 +107,9 @@ pub struct Jail<'p> {
     /// ends, which the program gets as its stdout and stderr in place of the client's
     /// (the relay forwards to those, within the limit).
     relay_ends: Option<JailEnds>,
+    /// A program started before its request (a warm interpreter): the time limit starts
+    /// when a [`RequestClock`] says so, not with the program.
+    clock: Option<OwnedFd>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
     pub(super) cgroup: Option<JailCgroup>,
@@ -174,10 +177,14 @@ impl<'p> Jail<'p> {
 
         let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
         let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
-            Error::os("create the jail's namespaces (clone3)", errno)
-                .hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
-                .host_lacks()
-                .at(Stage::Namespaces)
+            let err = Error::os("create the jail's namespaces (clone3)", errno);
+            // Inside a container its settings are the cause (named by the caller).
+            let err = if errno == Errno::EPERM && crate::doctor::in_container().is_some() {
+                err
+            } else {
+                err.hint("user namespaces may be disabled or restricted here (kernel.unprivileged_userns_clone, user.max_user_namespaces, AppArmor); see `brig doctor`")
+            };
+            err.host_lacks().at(Stage::Namespaces)
         })?;
         let (pid, pidfd, in_cgroup) = match cloned {
             Cloned::Child => child::run(
@@ -214,6 +221,7 @@ impl<'p> Jail<'p> {
             workspace: None,
             time_limit: plan.time_limit,
             relay_ends,
+            clock: None,
             cgroup,
             reaped: false,
         };
@@ -256,6 +264,16 @@ impl<'p> Jail<'p> {
     /// Gives the run a wall-clock limit other than the plan's (a server's request).
     pub fn limit_time(&mut self, limit: Option<Span>) {
         self.time_limit = limit;
+    }
+
+    /// For a program that starts before its request (a warm interpreter): its time limit
+    /// is not armed when it starts, but when the returned clock is started, from then on
+    /// (the supervisor keeps that deadline as any other).
+    pub fn time_limit_from_request(&mut self) -> Result<RequestClock> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .context(|| "create the pipe of the request's clock".into())?;
+        self.clock = Some(read);
+        Ok(RequestClock(write))
     }
 
     /// Runs `program` in the jail and watches it until the jail is gone: forwarding
@@ -332,6 +350,13 @@ impl<'p> Jail<'p> {
             ),
             _ => None,
         };
+        // Without a cgroup of its own the jail is in brig's, whose memory limit (a
+        // container's) the kernel may enforce: its OOM kills are counted there.
+        let enclosing_ooms = self
+            .cgroup
+            .is_none()
+            .then(crate::cgroup::enclosing_oom_kills)
+            .flatten();
         let started = Instant::now();
         self.channel
             .send_program(program, stdio.as_ref())
@@ -339,12 +364,17 @@ impl<'p> Jail<'p> {
             .at(Stage::Spawn)?;
         // The jail holds them now; brig's copies would keep a client's pipe open.
         drop(stdio);
-        let deadline = self.time_limit.map(|limit| started + limit.0);
+        let clock = self.clock.take();
+        let deadline = match clock {
+            Some(_) => None,
+            None => self.time_limit.map(|limit| started + limit.0),
+        };
         let mut early_messages = Vec::new();
         let watch = Watch {
             relay: self.relay.as_mut(),
             audit: self.audit.as_mut(),
             oom: self.cgroup.as_ref().and_then(JailCgroup::oom_events),
+            clock,
             report: early.then_some(EarlyReport {
                 channel: &self.channel,
                 pending: Vec::new(),
@@ -369,6 +399,16 @@ impl<'p> Jail<'p> {
         messages.extend(self.channel.collect());
         let mut outcome = decide(messages, init_status, ending.by)?;
         let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
+        let killed_by_enclosing_oom = matches!(
+            outcome,
+            Outcome::Signaled {
+                signal: libc::SIGKILL,
+                seccomp: false,
+                ..
+            }
+        ) && enclosing_ooms
+            .zip(crate::cgroup::enclosing_oom_kills())
+            .is_some_and(|(before, after)| after > before);
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
         // Reaping init yields its usage and that of every process it reaped, the program
@@ -393,7 +433,7 @@ impl<'p> Jail<'p> {
             max_rss_kib: reaped.max_rss_kib.max(killed.max_rss_kib),
             cgroup_version: cgroup.map(JailCgroup::version),
             cgroup_usage,
-            out_of_memory: ending.by == EndedBy::OutOfMemory,
+            out_of_memory: ending.by == EndedBy::OutOfMemory || killed_by_enclosing_oom,
             output: self.relay.take().map(|relay| relay.counts),
             seccomp_log,
             network,
@@ -611,6 +651,8 @@ struct Watch<'a> {
     audit: Option<&'a mut seccomp::AuditLog>,
     /// v1 OOM notifications (see `JailCgroup::oom_events`).
     oom: Option<OwnedFd>,
+    /// A [`RequestClock`]'s word: the time limit starts now.
+    clock: Option<OwnedFd>,
     /// To report the run before the jail's teardown: the jail's messages as they come.
     report: Option<EarlyReport<'a>>,
 }
@@ -628,7 +670,20 @@ enum Source {
     Output(usize),
     Audit,
     Oom,
+    Clock,
     Report,
+}
+
+/// Starts the time limit of a jail whose program started before its request
+/// ([`Jail::time_limit_from_request`]).
+pub struct RequestClock(OwnedFd);
+
+impl RequestClock {
+    /// The request starts now: `limit` (none: no limit) counts from here.
+    pub fn start(self, limit: Option<Span>) {
+        let millis = limit.map_or(u64::MAX, |limit| limit.0.as_millis() as u64);
+        let _ = nix::unistd::write(&self.0, &millis.to_le_bytes());
+    }
 }
 
 /// How long brig's helper waits for the process that signals the jail from inside, in ms.
@@ -690,6 +745,9 @@ impl Init {
             if let Some(oom) = &watch.oom {
                 sources.push((Source::Oom, oom.as_fd()));
             }
+            if let Some(clock) = &watch.clock {
+                sources.push((Source::Clock, clock.as_fd()));
+            }
             if let Some(report) = &watch.report
                 && ending.by == EndedBy::Program
             {
@@ -730,6 +788,18 @@ impl Init {
                     Source::Oom => {
                         ending.end(self, EndedBy::OutOfMemory);
                         watch.oom = None;
+                    }
+                    // The request started: its limit counts from now (one word, then the
+                    // clock is done).
+                    Source::Clock => {
+                        let mut word = [0u8; 8];
+                        if let Some(clock) = watch.clock.take()
+                            && nix::unistd::read(&clock, &mut word) == Ok(word.len())
+                        {
+                            let millis = u64::from_le_bytes(word);
+                            deadline = (millis != u64::MAX)
+                                .then(|| Instant::now() + Duration::from_millis(millis));
+                        }
                     }
                     Source::Signals => {
                         while let Ok(Some(info)) = signals.read_signal() {

@@ -199,6 +199,7 @@ fn apply(op: &MountOp) -> Result<()> {
         MountOp::ReadOnly { dst } => {
             remount_read_only(&staged(dst)).context(|| format!("make {} read-only", dst.display()))
         }
+        MountOp::Overlay { dst, files } => overlay(dst, files),
         MountOp::File { dst, contents } => {
             let parent = dst.parent().unwrap_or(Path::new("/"));
             make_mount_point(parent, Kind::Dir)?;
@@ -206,6 +207,69 @@ fn apply(op: &MountOp) -> Result<()> {
                 .context(|| format!("write {} in the jail", dst.display()))
         }
     }
+}
+
+/// Lays a read-only overlay on `dst` of a prepared root, its upper layer a small tmpfs on
+/// the scratch root, and writes `files` there over whatever the root has (a file, a
+/// symlink, nothing). Mounted inside the jail's user namespace, so the overlay keeps its
+/// own metadata in user.* extended attributes (`userxattr`).
+fn overlay(dst: &Path, files: &[(PathBuf, String)]) -> Result<()> {
+    let what = || format!("lay the jail's files over {} of --rootfs", dst.display());
+    let layers = Path::new("/").join(format!(
+        "overlay{}",
+        dst.display().to_string().replace('/', "-")
+    ));
+    mkdir(&layers, Mode::from_bits_truncate(0o755)).context(what)?;
+    mount_tmpfs(
+        &layers,
+        "mode=0755,size=256k",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+    )
+    .context(what)?;
+    let (upper, work) = (layers.join("upper"), layers.join("work"));
+    for dir in [&upper, &work] {
+        mkdir(dir, Mode::from_bits_truncate(0o755)).context(what)?;
+    }
+    let target = staged(dst);
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        target.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .context(what)?;
+    for (file, contents) in files {
+        let path = staged(file);
+        match lstat(&path) {
+            Ok(stat)
+                if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR =>
+            {
+                return Err(Error::input(format!(
+                    "--rootfs: {} is a directory in the root but brig writes the jail's file there; remove it from the root",
+                    file.display()
+                )));
+            }
+            Ok(_) => nix::unistd::unlink(&path)
+                .context(|| format!("replace {} of --rootfs", file.display()))?,
+            Err(Errno::ENOENT) => {}
+            Err(errno) => {
+                return Err(Error::os(
+                    format!("inspect {} in the jail", file.display()),
+                    errno,
+                ));
+            }
+        }
+        write_new_file(&path, contents.as_bytes())
+            .context(|| format!("write {} in the jail", file.display()))?;
+    }
+    remount_read_only(&target).context(what)
 }
 
 /// A mount brig made itself (a tmpfs): read-only, and nothing on it runs or is a device.

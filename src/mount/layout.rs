@@ -67,6 +67,12 @@ pub enum MountOp {
     ReadOnly {
         dst: PathBuf,
     },
+    /// A read-only overlay on a prepared root's directory `dst` (its /etc) with `files`
+    /// written over what the root has there: the jail's resolv.conf and hosts.
+    Overlay {
+        dst: PathBuf,
+        files: Vec<(PathBuf, String)>,
+    },
 }
 
 impl MountOp {
@@ -90,7 +96,8 @@ impl MountOp {
             | MountOp::Proc { dst }
             | MountOp::Devpts { dst }
             | MountOp::File { dst, .. }
-            | MountOp::ReadOnly { dst } => dst,
+            | MountOp::ReadOnly { dst }
+            | MountOp::Overlay { dst, .. } => dst,
         }
     }
 }
@@ -129,7 +136,13 @@ pub struct Inputs<'a> {
     pub uid: u32,
     pub gid: u32,
     pub etc_files: Vec<(PathBuf, String)>,
+    /// `--net filtered`: a prepared root gets the jail's resolv.conf and hosts too.
+    pub network: bool,
 }
+
+/// The files of the synthesized /etc a prepared root must get under `--net filtered`, so
+/// that the allowed names resolve through brig's resolver.
+const NETWORK_ETC_FILES: &[&str] = &["/etc/resolv.conf", "/etc/hosts"];
 
 /// The root built from the host's /usr and friends plus a synthesized /etc.
 pub fn host_root(inputs: &Inputs) -> Vec<MountOp> {
@@ -167,9 +180,22 @@ pub fn host_root(inputs: &Inputs) -> Vec<MountOp> {
     ops
 }
 
-/// A prepared root: only the runtime mounts go on top, onto mount points it must have.
+/// A prepared root: only the runtime mounts go on top, onto mount points it must have,
+/// and under `--net filtered` the jail's resolv.conf and hosts over its /etc.
 pub fn prepared_root(rootfs: &Path, inputs: &Inputs) -> Vec<MountOp> {
     let mut ops = vec![MountOp::RootBind { src: rootfs.into() }];
+    if inputs.network {
+        let files = inputs
+            .etc_files
+            .iter()
+            .filter(|(dst, _)| NETWORK_ETC_FILES.iter().any(|file| dst == Path::new(file)))
+            .cloned()
+            .collect();
+        ops.push(MountOp::Overlay {
+            dst: "/etc".into(),
+            files,
+        });
+    }
     push_runtime_mounts(&mut ops, inputs);
     ops
 }

@@ -38,6 +38,7 @@ pub fn plan(
                 hosts: policy.synthetic_hosts(),
             }),
         }),
+        network: network.is_some(),
     };
     let mut rootfs_info = None;
     let mut mounts = match &options.rootfs {
@@ -50,6 +51,9 @@ pub fn plan(
                 )));
             }
             check_mount_points(&rootfs, identity)?;
+            if network.is_some() {
+                check_etc(&rootfs)?;
+            }
             rootfs_info = Some(Rootfs {
                 digest: brig_rootfs::recorded_digest(&rootfs),
                 path: rootfs.clone(),
@@ -242,6 +246,25 @@ fn check_mount_points(rootfs: &Path, identity: &Identity) -> Result<()> {
         rootfs.display(),
         missing.join(", ")
     )))
+}
+
+/// Under `--net filtered` brig lays the jail's resolv.conf and hosts over the root's /etc:
+/// it must be a directory there (not a symlink, which brig does not follow).
+fn check_etc(rootfs: &Path) -> Result<()> {
+    let etc = rootfs.join("etc");
+    match std::fs::symlink_metadata(&etc) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        found => Err(Error::input(format!(
+            "--rootfs {}: {} {}, where brig puts the jail's resolv.conf and hosts for --allow-net/--add-host; create the directory /etc in the root (`brig rootfs build` does), or run without a network",
+            rootfs.display(),
+            etc.display(),
+            if found.is_ok() {
+                "is not a directory"
+            } else {
+                "does not exist"
+            },
+        ))),
+    }
 }
 
 /// A warning when a prepared root changed after `brig rootfs build` recorded its digest,

@@ -153,6 +153,37 @@ impl Policy {
         denied_range(ip)
     }
 
+    /// One warning per rule that names loopback (`127.0.0.1`, `[::1]`, `localhost`, a CIDR
+    /// around them): in the jail those are the jail's own `lo`, which needs no rule, not
+    /// the host's, so the rule lets nothing through; the way to the host's loopback is a
+    /// name pinned to it.
+    pub fn loopback_warnings(&self) -> Vec<String> {
+        let v4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        self.rules
+            .iter()
+            .filter_map(|rule| {
+                let pin = match &rule.host {
+                    Host::Ip(ip) if canonical(*ip).is_loopback() => canonical(*ip),
+                    Host::Cidr(net) if net.contains(&v4) => v4,
+                    Host::Cidr(net) if net.contains(&v6) => v6,
+                    Host::Name(name) if name == "localhost" || name.ends_with(".localhost") => v4,
+                    Host::Suffix(domain) if domain == "localhost" => v4,
+                    _ => return None,
+                };
+                let pin = match pin {
+                    IpAddr::V6(ip) => format!("[{ip}]"),
+                    IpAddr::V4(ip) => ip.to_string(),
+                };
+                let port = rule.port.map_or("PORT".to_string(), |port| port.to_string());
+                Some(format!(
+                    "--allow-net {}: in the jail this is the jail's own loopback (which needs no rule), not the host's, so the rule lets nothing through; to reach a server on the host's loopback, pin a name to it: `--add-host host.test:{pin} --allow-net host.test:{port}`",
+                    rule.text
+                ))
+            })
+            .collect()
+    }
+
     /// The names the jail's /etc/hosts lists, with the synthetic addresses the resolver
     /// gives them: every exact name of a rule, then every pinned name, from 198.18.0.1 on.
     pub fn synthetic_hosts(&self) -> Vec<(String, Ipv4Addr)> {
@@ -455,6 +486,34 @@ mod tests {
         Policy::plan(&owned(rules), &owned(pins), None, None).unwrap()
     }
 
+    #[test]
+    fn loopback_rules_are_explained() {
+        let policy = policy(
+            &[
+                "127.0.0.1:8765",
+                "localhost:8765",
+                "[::1]",
+                "127.0.0.0/8:80",
+                "pypi.org:443",
+                "10.0.0.0/8",
+            ],
+            &[],
+        );
+        let warnings = policy.loopback_warnings();
+        assert_eq!(warnings.len(), 4, "{warnings:#?}");
+        assert_eq!(
+            warnings[0],
+            "--allow-net 127.0.0.1:8765: in the jail this is the jail's own loopback (which needs no rule), not the host's, so the rule lets nothing through; to reach a server on the host's loopback, pin a name to it: `--add-host host.test:127.0.0.1 --allow-net host.test:8765`"
+        );
+        assert!(warnings[1].starts_with("--allow-net localhost:8765: "));
+        assert!(
+            warnings[2].ends_with("`--add-host host.test:[::1] --allow-net host.test:PORT`"),
+            "{}",
+            warnings[2]
+        );
+        assert!(warnings[3].starts_with("--allow-net 127.0.0.0/8:80: "));
+    }
+
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
     }
@@ -571,6 +630,7 @@ mod tests {
         assert!(!policy.ip_allowed(ip("10.20.3.4"), 22));
         assert!(policy.ip_allowed(ip("::ffff:10.20.3.4"), 5432));
         assert_eq!(policy.address_refusal(ip("10.20.3.4"), None, 5432), None);
+        assert!(policy.loopback_warnings().is_empty());
         assert_eq!(
             policy.address_refusal(ip("127.0.0.1"), Some("api.test"), 443),
             None

@@ -6,7 +6,7 @@
 use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::Sinks;
+use crate::verdict::{Sinks, Verdict};
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -70,8 +70,13 @@ fn user_id(name: &str) -> Option<u32> {
 }
 
 /// Runs `options` (already layered with `--config`) on the server at `socket`; returns
-/// brig's exit status for the run.
-pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
+/// brig's exit status for the run. `origins`: where options came from other than the
+/// command line (`config::origins`), for the server's refusals.
+pub fn run(
+    socket: &Path,
+    options: JailOptions,
+    origins: std::collections::BTreeMap<String, String>,
+) -> Result<i32> {
     // Where the verdict goes is opened first, as a one-shot run does.
     let sinks = Sinks::open(
         options.report.as_deref(),
@@ -89,6 +94,7 @@ pub fn run(socket: &Path, options: JailOptions) -> Result<i32> {
         "type": "run",
         "options": for_server(options),
         "stdio": StdioMode::Fds,
+        "origins": origins,
     });
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
@@ -143,8 +149,8 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
             ..
         } => {
             sinks.deliver_json(&verdict, Some(config_digest), None);
-            if let Some(message) = verdict["error"].as_str() {
-                eprintln!("brig: {message}");
+            for line in Verdict::stderr_lines_of(&verdict) {
+                eprintln!("brig: {line}");
             }
             Ok(verdict["brig_exit_code"]
                 .as_i64()

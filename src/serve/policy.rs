@@ -124,14 +124,42 @@ pub fn check_client(client: &JailOptions, may: &[Loosening], bind_under: &[PathB
     Ok(())
 }
 
+/// Where a client's options came from, when not from its command line or call: option
+/// name (`time-limit`) to `profile node`, `config FILE`, `workspace_size`.
+pub type Origins = std::collections::BTreeMap<String, String>;
+
+/// The refusal of a limit looser than the server's: where the client's value came from,
+/// and what each side can change (the client asks for less, the operator raises the
+/// server's option).
+pub fn looser_than_server(flag: &str, theirs: &str, ours: &str, origins: &Origins) -> Error {
+    let option = flag.split(' ').next().unwrap_or(flag);
+    let (what, client_fix) = match origins.get(option.trim_start_matches("--")) {
+        // A profile or a config file the client used.
+        Some(origin) if origin.contains(' ') => (
+            format!("{flag} {theirs} (from {origin})"),
+            format!("pass {flag} {ours} or less to override it"),
+        ),
+        // A field of the request that sets the option.
+        Some(field) => (
+            format!("{field} {theirs} (the jail's {flag})"),
+            format!("ask for a {field} of at most {ours}"),
+        ),
+        None => (
+            format!("{flag} {theirs}"),
+            format!("ask for at most {ours}"),
+        ),
+    };
+    Error::input(format!(
+        "{what}: looser than this server's {ours}; the client may {client_fix}, or the server's operator raise its {option}"
+    ))
+}
+
 /// The jail a client's options give, against the pool's (the server's defaults): no
 /// limit looser, no weaker seccomp or Landlock mode. Loosenings the server allowed with
 /// --client-may were let through by [`check_client`] and are not looked at again.
-pub fn check_jail(jail: &Plan, pool: &Plan, may: &[Loosening]) -> Result<()> {
+pub fn check_jail(jail: &Plan, pool: &Plan, may: &[Loosening], origins: &Origins) -> Result<()> {
     let looser = |what: &str, theirs: String, ours: String| {
-        Err(Error::input(format!(
-            "{what} {theirs}: looser than this server's {ours}; ask for at most {ours}"
-        )))
+        Err(looser_than_server(what, &theirs, &ours, origins))
     };
     let shown = |limit: Option<String>| limit.unwrap_or_else(|| "max".into());
     let (mine, server) = (&jail.limits, &pool.limits);

@@ -26,6 +26,11 @@ pub enum Request {
         /// With `capture`: the program's standard input.
         #[serde(default)]
         stdin: Option<String>,
+        /// Where options came from, when not from the client's command line or call:
+        /// option name (`time-limit`) to `profile NAME` or `config FILE`; a refusal
+        /// names it.
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        origins: std::collections::BTreeMap<String, String>,
     },
     Signal {
         signal: i32,
@@ -168,7 +173,11 @@ pub struct Status {
     /// Runs served by a warm Python or Node.
     pub warm_runs: u64,
     pub refused: u64,
+    /// Pooled jails that failed to assemble (or whose warm interpreter ended idle).
     pub failures: u64,
+    /// After failures in a row, how long until the pool builds again, in ms (0: not
+    /// waiting).
+    pub pool_retry_ms: u64,
     pub draining: bool,
     /// Sessions open now, the most at once (`--max-sessions`), and pooled session jails
     /// ready.

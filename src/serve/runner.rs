@@ -274,7 +274,11 @@ pub(super) fn answer(
         }
         None => (None, None),
     };
-    let verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
+    let mut verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
+    // The client's --quiet-limits holds for the notice too.
+    if job.options.quiet_limits {
+        verdict["unenforced"] = serde_json::Value::Null;
+    }
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
     {

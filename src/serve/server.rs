@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 
 /// How long a client has to send its whole request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// After a pooled jail fails to assemble this many times in a row, the pool waits.
+/// After a pooled jail fails to assemble this many times in a row, the pool waits
+/// BACKOFF, twice as long after each further failure, up to MAX_BACKOFF.
 const FAILURES_BEFORE_BACKOFF: u32 = 3;
 const BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Requests waiting for a slot at most; more are refused at once.
 const MAX_QUEUE: usize = 1024;
 
@@ -151,7 +153,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     if args.status {
         return print_status(&args.socket);
     }
-    let defaults = defaults(&args)?;
+    let mut defaults = defaults(&args)?;
     if args.warm_python > 0 && defaults.output_limit.is_some() {
         return Err(Error::input(
             "--warm-python with --output-limit: a warm Python writes to its client's streams itself, past brig's relay; drop one of them",
@@ -162,7 +164,18 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             "--warm-node with --output-limit: a warm Node's output is relayed without brig's limit; drop one of them",
         ));
     }
-    let pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    let mut pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    // Rootless in a delegated cgroup v2 (a unit with Delegate=yes): the server moves into
+    // a leaf of its own, its jails go beside it.
+    // Dropped when the server ends, on every path.
+    let leaf = match &pool_plan.limits.placement {
+        Some(placement) => placement.settle_server()?,
+        None => None,
+    };
+    if let Some(leaf) = &leaf {
+        defaults.cgroup_parent = Some(leaf.jails_parent().to_path_buf());
+        pool_plan = Plan::resolve(with_placeholder(defaults.clone()))?;
+    }
     let group = args
         .socket_group
         .as_deref()
@@ -220,6 +233,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     );
     let result = server.run();
     let _ = std::fs::remove_file(&server.args.socket);
+    drop(leaf);
     result.map(|()| 0)
 }
 
@@ -590,6 +604,12 @@ impl Server {
                 Ok(status) => status,
             };
             let Some(pid) = status.pid() else { continue };
+            // What it said last (a pooled jail that failed) may still be unread: a
+            // runner's exit and its last report arrive together.
+            if let Some(runner) = self.runners.iter().find(|runner| runner.pid == pid) {
+                let fd = runner.control.as_raw_fd();
+                while self.handle_runner(fd) {}
+            }
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
                 match runner.state {
@@ -698,8 +718,11 @@ impl Server {
         }
         match request {
             Request::Status => {
-                let _ =
-                    protocol::write_frame(stream.as_fd(), &Reply::Status(self.status.clone()), &[]);
+                let mut status = self.status.clone();
+                status.pool_retry_ms = self.refill_after.map_or(0, |at| {
+                    at.saturating_duration_since(Instant::now()).as_millis() as u64
+                });
+                let _ = protocol::write_frame(stream.as_fd(), &Reply::Status(status), &[]);
             }
             Request::Signal { .. } => {
                 refuse(
@@ -744,7 +767,13 @@ impl Server {
                 options,
                 stdio,
                 stdin,
-            } => match self.check_run(*options, stdio, stdin.as_deref(), &fds, incoming.peer) {
+                origins,
+            } => match self.check_run(
+                *options,
+                (stdio, stdin.as_deref(), &origins),
+                &fds,
+                incoming.peer,
+            ) {
                 Ok((job, pooled)) => {
                     let mut all = vec![OwnedFd::from(stream)];
                     all.extend(fds);
@@ -768,8 +797,7 @@ impl Server {
     fn check_run(
         &self,
         mut client: JailOptions,
-        stdio: StdioMode,
-        stdin: Option<&str>,
+        (stdio, stdin, origins): (StdioMode, Option<&str>, &policy::Origins),
         fds: &[OwnedFd],
         peer: Peer,
     ) -> Result<(Job, bool)> {
@@ -810,12 +838,15 @@ impl Server {
             let asked = options.time_limit.map(|limit| limit.0);
             if pool_limit.is_some_and(|ours| asked.is_none_or(|theirs| theirs > ours)) {
                 let ours = self.pool_plan.time_limit.expect("checked");
-                return Err(Error::input(format!(
-                    "--time-limit {}: looser than this server's {ours}; ask for at most {ours}",
-                    options
-                        .time_limit
-                        .map_or("max".to_string(), |limit| limit.to_string())
-                )));
+                let theirs = options
+                    .time_limit
+                    .map_or("max".to_string(), |limit| limit.to_string());
+                return Err(policy::looser_than_server(
+                    "--time-limit",
+                    &theirs,
+                    &ours.to_string(),
+                    origins,
+                ));
             }
             (
                 self.pooled_program(&options)?,
@@ -824,7 +855,7 @@ impl Server {
             )
         } else {
             let plan = Plan::resolve(options.clone())?;
-            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
+            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, origins)?;
             (
                 Program::of(&plan),
                 plan.time_limit,
@@ -1041,7 +1072,12 @@ impl Server {
             _ => {
                 let options = self.defaults.clone().overlay(client);
                 let plan = session_plan(options.clone())?;
-                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may)?;
+                // A session's workspace_size is its jail's --home-size.
+                let origins: policy::Origins = workspace_size
+                    .map(|_| ("home-size".to_string(), "workspace_size".to_string()))
+                    .into_iter()
+                    .collect();
+                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, &origins)?;
                 let start = SessionStart {
                     plan,
                     options,
@@ -1155,6 +1191,14 @@ impl Server {
         self.status.session_ready = self.ready_count(SESSIONS);
     }
 
+    /// How long the pool waits before it builds again, after `failures_in_a_row`.
+    fn backoff(&self) -> Option<Duration> {
+        let beyond = self
+            .failures_in_a_row
+            .checked_sub(FAILURES_BEFORE_BACKOFF)?;
+        Some(BACKOFF.saturating_mul(1 << beyond.min(6)).min(MAX_BACKOFF))
+    }
+
     /// Keeps --pool cold, --warm-python and --warm-node warm jails and --session-pool
     /// session jails assembling or ready, unless
     /// draining or backing off.
@@ -1163,6 +1207,7 @@ impl Server {
         {
             return;
         }
+        self.refill_after = None;
         let warm = |warm| PoolKind {
             warm: Some(warm),
             ..COLD
@@ -1264,13 +1309,14 @@ impl Server {
         }
     }
 
-    fn handle_runner(&mut self, fd: i32) {
+    /// Reads what the runner on `fd` says; whether it was a whole frame (more may follow).
+    fn handle_runner(&mut self, fd: i32) -> bool {
         let Some(at) = self
             .runners
             .iter()
-            .position(|runner| runner.control.as_raw_fd() == fd)
+            .position(|runner| runner.control.as_raw_fd() == fd && !runner.silent)
         else {
-            return;
+            return false;
         };
         let read = {
             let runner = &mut self.runners[at];
@@ -1280,6 +1326,12 @@ impl Server {
             Ok(Read::Frame(body, _)) => match serde_json::from_slice::<Report>(&body) {
                 Ok(Report::Ready) => {
                     self.runners[at].state = RunnerState::Ready;
+                    if self.failures_in_a_row > 1 {
+                        eprintln!(
+                            "brig serve: pooled jails assemble again, after {} failure(s) in a row",
+                            self.failures_in_a_row
+                        );
+                    }
                     self.failures_in_a_row = 0;
                     self.count_ready();
                     self.dispatch_queued();
@@ -1290,17 +1342,30 @@ impl Server {
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
-                    eprintln!("brig serve: a pooled jail failed to assemble: {message}");
-                    self.runners[at].pooled = false;
-                    if self.failures_in_a_row >= FAILURES_BEFORE_BACKOFF {
-                        self.refill_after = Some(Instant::now() + BACKOFF);
+                    let runner = &mut self.runners[at];
+                    let line = match runner.state {
+                        // A ready jail's program ended while it waited (a warm interpreter).
+                        RunnerState::Ready => format!("brig serve: {message}"),
+                        _ => format!(
+                            "brig serve: a pooled jail failed to assemble: {message} (the pool retries, waiting longer each time; failures in a row are counted in --status, not logged)"
+                        ),
+                    };
+                    runner.pooled = false;
+                    self.count_ready();
+                    let backoff = self.backoff();
+                    // One line for a run of failures; --status counts them all.
+                    if self.failures_in_a_row == 1 {
+                        eprintln!("{line}");
+                    }
+                    if let Some(wait) = backoff {
+                        self.refill_after = Some(Instant::now() + wait);
                     }
                     // Requests that waited for this jail get one built for them.
                     self.dispatch_queued();
                 }
                 Err(_) => {}
             },
-            Ok(Read::Partial) => {}
+            Ok(Read::Partial) => return false,
             // The runner is ending; SIGCHLD removes it. Until then, poll would report EOF
             // again and again: stop watching its socket by marking it.
             Ok(Read::Closed) | Err(_) => {
@@ -1309,8 +1374,10 @@ impl Server {
                     runner.pooled = false;
                 }
                 runner.silent = true;
+                return false;
             }
         }
+        true
     }
 
     fn dispatch_queued(&mut self) {

@@ -343,8 +343,8 @@ fn exec(args: ExecArgs) -> Result<i32> {
         );
     }
     let verdict = &reply["verdict"];
-    if let Some(message) = verdict["error"].as_str() {
-        let _ = writeln!(stderr, "brig: {message}");
+    for line in crate::verdict::Verdict::stderr_lines_of(verdict) {
+        let _ = writeln!(stderr, "brig: {line}");
     }
     sinks.deliver_json(verdict, None, None);
     Ok(verdict["brig_exit_code"]

@@ -11,7 +11,7 @@
 use super::protocol;
 use super::runner::{self, Job, Report};
 use crate::error::Error;
-use crate::jail::{Jail, Outcome, Program, RunReport};
+use crate::jail::{Jail, Outcome, Program, RequestClock, RunReport};
 use crate::plan::Plan;
 use crate::sys;
 use crate::verdict::Verdict;
@@ -21,7 +21,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The interpreters a pooled jail can keep started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,10 +108,16 @@ struct Usage {
 }
 
 /// The warm runner's life: assemble, start the interpreter, wait for a job, run it,
-/// answer.
+/// answer. The job's time limit starts when the job is handed to the interpreter (the
+/// supervisor keeps it, as for any run); an interpreter that ends while it waits is
+/// reported to the server, which builds another.
 pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, warm: Warm) -> i32 {
-    let jail = match Jail::assemble_for_streams(plan) {
+    let mut jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
+        Err(err) => return runner::report_failed(control, &err),
+    };
+    let clock = match jail.time_limit_from_request() {
+        Ok(clock) => clock,
         Err(err) => return runner::report_failed(control, &err),
     };
     let (ours, interpreter_end) = match UnixStream::pair() {
@@ -142,18 +148,28 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     };
     let output_limit = plan.limits.output_limit;
     let handler = std::thread::spawn(move || {
-        hand_over(&handed_control, ours, pipes, init, output_limit, warm)
+        hand_over(
+            &handed_control,
+            ours,
+            pipes,
+            init,
+            clock,
+            output_limit,
+            warm,
+        )
     });
     // Answered as soon as the interpreter has ended (its report is with the handler by
     // then, its output relayed), before the jail's teardown; with captured output, once
     // the pipes are drained.
     let mut handler = Some(handler);
-    let mut handed: Option<Handed> = None;
+    let mut handed: Option<HandOver> = None;
     let mut answered = false;
     let result = jail.run_reporting_early(&program, Some(stdio), |report| {
-        if let Some(Ok(Some(done))) = handler.take().map(std::thread::JoinHandle::join) {
-            if done.capture.is_none() && !done.timed_out {
-                let verdict = warm_verdict(plan, Ok(report.clone()), &done);
+        if let Some(Ok(done)) = handler.take().map(std::thread::JoinHandle::join) {
+            if let HandOver::Handed(done) = &done
+                && done.capture.is_none()
+            {
+                let verdict = warm_verdict(plan, Ok(report.clone()), done);
                 runner::answer(
                     control,
                     &done.connection,
@@ -173,9 +189,24 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     let handed = match handed {
         Some(handed) => handed,
         None => match handler.map(std::thread::JoinHandle::join) {
-            Some(Ok(Some(handed))) => handed,
+            Some(Ok(handed)) => handed,
             _ => return 0,
         },
+    };
+    let handed = match handed {
+        HandOver::Handed(handed) => handed,
+        HandOver::EndedIdle => {
+            let how = match &result {
+                Ok(report) => describe(&report.outcome),
+                Err(err) => err.to_string(),
+            };
+            let message = format!(
+                "a warm {} ended while it waited for a request ({how}); another is built",
+                warm.name()
+            );
+            return runner::report_failed(control, &Error::setup(message));
+        }
+        HandOver::Nothing => return 0,
     };
     let verdict = warm_verdict(plan, result, &handed);
     let Handed {
@@ -183,9 +214,23 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         connection,
         capture,
         ..
-    } = handed;
+    } = *handed;
     runner::answer(control, &connection, &verdict, &job, capture, audit_log);
     0
+}
+
+/// How a program ended, for the server's log.
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Exited(code) => format!("exit status {code}"),
+        Outcome::Signaled { signal, .. } => match Signal::try_from(*signal) {
+            Ok(signal) => format!("killed by {signal}"),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        Outcome::TimedOut => "killed at the time limit".into(),
+        Outcome::OutputLimit => "killed at the output limit".into(),
+        Outcome::ExecFailed { message, .. } => message.clone(),
+    }
 }
 
 /// The verdict of a warm run: the request's own wall and CPU time, its time limit.
@@ -194,9 +239,6 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
         Ok(mut report) => {
             report.time_limit = handed.job.time_limit;
             report.wall = handed.started.elapsed();
-            if handed.timed_out {
-                report.outcome = Outcome::TimedOut;
-            }
             let mut verdict = Verdict::of_run(plan, &report);
             verdict.warm = true;
             verdict.wall_ms = report.wall.as_millis() as u64;
@@ -210,6 +252,17 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
     }
 }
 
+/// How the handing over ended.
+enum HandOver {
+    /// The job was given to the interpreter, which is done with it.
+    Handed(Box<Handed>),
+    /// The interpreter ended before any job came.
+    EndedIdle,
+    /// No job: the server closed the control socket, or the job could not be given (its
+    /// client has been answered).
+    Nothing,
+}
+
 /// What the handing-over thread brings back.
 struct Handed {
     job: Job,
@@ -217,7 +270,6 @@ struct Handed {
     capture: Option<runner::Capture>,
     started: Instant,
     usage: Option<Usage>,
-    timed_out: bool,
 }
 
 /// The runner's ends of a warm Node's standard streams.
@@ -263,17 +315,18 @@ fn relay(from: OwnedFd, to: OwnedFd) -> std::thread::JoinHandle<()> {
 }
 
 /// Waits for the interpreter to be ready, tells the server, waits for the job and gives
-/// it to the interpreter (with the client's streams, or relaying them); then enforces the
-/// job's time limit and collects the interpreter's report. Without a job (the server went
-/// away, or the interpreter died), it ends the jail.
+/// it to the interpreter (with the client's streams, or relaying them), starting the
+/// job's time limit; then collects the interpreter's report. Without a job (the server
+/// went away, or the interpreter died), it ends the jail.
 fn hand_over(
     control: &OwnedFd,
     mut interpreter: UnixStream,
     pipes: Option<RelayPipes>,
     init: Option<OwnedFd>,
+    clock: RequestClock,
     output_limit: Option<crate::units::Size>,
     warm: Warm,
-) -> Option<Handed> {
+) -> HandOver {
     let end_jail = || {
         if let Some(init) = &init {
             let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
@@ -293,28 +346,35 @@ fn hand_over(
             &[],
         );
         end_jail();
-        return None;
+        return HandOver::Nothing;
     }
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         end_jail();
-        return None;
+        return HandOver::Nothing;
     }
     let watcher =
         runner::ClientWatcher::start(init.as_ref().and_then(|init| init.try_clone().ok()));
+    // The interpreter says nothing until it has a job: its end of the socket readable
+    // (closed) first means it died waiting.
+    if !job_comes_first(control, &interpreter) {
+        end_jail();
+        return HandOver::EndedIdle;
+    }
     let Ok(Some((body, fds))) = protocol::FrameReader::default().read_blocking(control) else {
         end_jail();
-        return None;
+        return HandOver::Nothing;
     };
     let Ok(job) = serde_json::from_slice::<Job>(&body) else {
         end_jail();
-        return None;
+        return HandOver::Nothing;
     };
     let Ok((connection, streams, capture)) = runner::client_streams(&job, fds, output_limit) else {
         end_jail();
-        return None;
+        return HandOver::Nothing;
     };
     let mut request = serde_json::to_vec(&job.program).expect("a program serializes");
     let started = Instant::now();
+    clock.start(job.time_limit);
     let mut relays = Vec::new();
     let sent = match pipes {
         None => {
@@ -327,7 +387,7 @@ fn hand_over(
                 Ok(streams) => streams,
                 Err(_) => {
                     end_jail();
-                    return None;
+                    return HandOver::Nothing;
                 }
             };
             // The client's stdin is read only as the program asks for it; nobody waits
@@ -342,56 +402,67 @@ fn hand_over(
     };
     if sent.is_err() {
         end_jail();
-        return None;
+        let message = format!(
+            "brig serve: the warm {} ended just before this request reached it; retry",
+            warm.name()
+        );
+        runner::answer_error(&[connection], &Error::setup(message));
+        return HandOver::Nothing;
     }
     watcher.watch(&connection);
-    let (usage, timed_out) = wait_for_python(
-        &mut interpreter,
-        job.time_limit.map(|limit| started + limit.0),
-        end_jail,
-    );
+    let usage = read_usage(&mut interpreter);
     let _ = interpreter.flush();
     // Everything the program wrote has reached the client before it is answered.
     for relay in relays {
         let _ = relay.join();
     }
-    Some(Handed {
+    HandOver::Handed(Box::new(Handed {
         job,
         connection,
         capture,
         started,
         usage,
-        timed_out,
-    })
+    }))
 }
 
-/// Reads the interpreter's usage report, or kills the jail at `deadline`; (usage, timed
-/// out).
-fn wait_for_python(
-    python: &mut UnixStream,
-    deadline: Option<Instant>,
-    end_jail: impl Fn(),
-) -> (Option<Usage>, bool) {
-    let mut report = Vec::new();
+/// Waits until the server sends a job (or closes the control socket): true; or until
+/// the interpreter's socket is readable, which before a job means it died: false.
+fn job_comes_first(control: &OwnedFd, interpreter: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     loop {
-        let timeout = deadline.map(|at| at.saturating_duration_since(Instant::now()));
-        if timeout == Some(Duration::ZERO) {
-            end_jail();
-            return (None, true);
+        let mut fds = [
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(interpreter.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return true,
         }
-        let _ = python.set_read_timeout(timeout.map(|left| left.max(Duration::from_millis(1))));
-        let mut chunk = [0u8; 512];
-        match python.read(&mut chunk) {
-            Ok(0) => return (serde_json::from_slice(&report).ok(), false),
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|events| !events.is_empty());
+        if ready(&fds[0]) {
+            return true;
+        }
+        if ready(&fds[1]) {
+            return false;
+        }
+    }
+}
+
+/// Reads the interpreter's usage report until it closes its socket (the program is
+/// done, or the jail was ended: at the time limit, by the supervisor).
+fn read_usage(interpreter: &mut UnixStream) -> Option<Usage> {
+    let mut report = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        match interpreter.read(&mut chunk) {
+            Ok(0) => break,
             // The program could write to descriptor 3 too: keep what a report needs.
             Ok(count) if report.len() < MAX_REPORT => report.extend_from_slice(&chunk[..count]),
             Ok(_) => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return (serde_json::from_slice(&report).ok(), false),
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
         }
     }
+    serde_json::from_slice(&report).ok()
 }

@@ -163,6 +163,8 @@ pub fn assert_verdict_shape(v: &Value) {
             "error_kind",
             "error_stage",
             "network",
+            "unenforced",
+            "explanation",
         ]),
         "{v}"
     );
@@ -355,5 +357,18 @@ pub const MEMORY_BOMB: &str = "a = []\nwhile True:\n    a.append(bytearray(1 << 
 
 pub const SPIN: &str = "while :; do :; done";
 
-/// What brig's one line says when explicit cgroup limits cannot be enforced.
-pub const DELEGATION_HINTS: [&str; 3] = ["Delegate=yes", "--cgroup-parent", "systemd-run"];
+/// What brig's one line says when explicit cgroup limits cannot be enforced for uid
+/// 65534 (`nobody`): on a host whose memory controller is cgroup v1, where systemd
+/// delegates nothing, the cgroup root creates and chowns; on cgroup v2, systemd's
+/// delegation.
+pub fn delegation_hints() -> [&'static str; 3] {
+    if std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        [
+            "memory controller is cgroup v1",
+            "chown -R nobody $d/brig-nobody",
+            "--cgroup-parent /brig-nobody",
+        ]
+    } else {
+        ["Delegate=yes", "--cgroup-parent", "systemd-run"]
+    }
+}

@@ -16,23 +16,27 @@ pub struct Server {
 }
 
 impl Server {
+    /// A server with `--quiet-limits` (tests compare outputs across hosts) and `args`.
     pub fn start(mode: Mode, args: &[&str]) -> Server {
+        let mut all = vec!["--quiet-limits"];
+        all.extend_from_slice(args);
+        Server::start_under(mode, &[], &all)
+    }
+
+    /// A server with exactly `args` (besides its socket).
+    pub fn start_with(mode: Mode, args: &[&str]) -> Server {
         Server::start_under(mode, &[], args)
     }
 
-    /// A server started through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`).
+    /// A server started through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`), with
+    /// exactly `args` (besides its socket).
     pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Server {
         // Writable by the rootless server, sticky: brig refuses a socket directory
         // where others could rename its socket away.
         let dir = TempDir::new("serve");
         set_mode(dir.path(), 0o1777);
         let socket = dir.path().join("brig.sock");
-        let mut all = vec![
-            "serve",
-            "--socket",
-            socket.to_str().unwrap(),
-            "--quiet-limits",
-        ];
+        let mut all = vec!["serve", "--socket", socket.to_str().unwrap()];
         all.extend_from_slice(args);
         let mut argv: Vec<std::ffi::OsString> = wrapper.iter().map(Into::into).collect();
         argv.extend(super::argv(mode, &all));
@@ -113,6 +117,15 @@ pub fn send_frame(stream: &UnixStream, body: &[u8], fds: &[i32]) {
         None,
     )
     .expect("send a frame");
+}
+
+/// brig's own lines on stderr (`brig: ...`), without the program's.
+pub fn brig_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| line.starts_with("brig: "))
+        .map(String::from)
+        .collect()
 }
 
 pub fn read_reply(mut stream: &UnixStream) -> Option<Value> {

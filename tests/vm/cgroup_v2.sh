@@ -256,7 +256,18 @@ section "Rootless"
 su user -s /bin/sh -c "exec $B run --memory 32M -- true" >$W/out 2>$W/err
 rc=$?
 check rootless-explicit-limit-fails-closed "exit $rc: $(cat $W/err)" \
-    sh -c "[ $rc = 125 ] && [ \$(wc -l <$W/err) = 1 ] && grep -q 'Delegate=yes' $W/err && grep -q -- '--cgroup-parent' $W/err"
+    sh -c "[ $rc = 125 ] && [ \$(wc -l <$W/err) = 1 ] && grep -q 'no systemd user manager' $W/err && grep -q 'chown -R user /sys/fs/cgroup/brig-user' $W/err"
+# The fix the line gives, as it gives it: root makes the cgroup, hands it over and starts
+# brig's shell in it; brig then uses it as its own delegated cgroup.
+mkdir $CG/brig-user
+echo "+memory +pids +cpu" >$CG/cgroup.subtree_control
+chown -R user $CG/brig-user
+sh -c "echo \$\$ >$CG/brig-user/cgroup.procs && exec su user -s /bin/sh -c 'exec $B run --report $W/u0 --memory 32M -- true'" >$W/out 2>$W/err
+rc=$?
+check rootless-fix-as-said-works "exit $rc: $(cat $W/err)" [ $rc = 0 ]
+expect rootless-fix-as-said-enforced $W/u0 cgroup='"v2"' cgroup_enforced=true rootless=true
+for dir in $CG/brig-user/*/; do rmdir "$dir" 2>/dev/null; done
+rmdir $CG/brig-user
 su user -s /bin/sh -c "exec $B run --report-fd 3 -- true 3>$W/u" >$W/out 2>$W/err
 rc=$?
 check rootless-defaults-run-anyway "exit $rc: $(cat $W/err)" [ $rc = 0 ]
@@ -291,6 +302,88 @@ expect rootless-delegated-pids $W/u2 pids_peak=12 cgroup='"v2"' rootless=true
 check rootless-delegated-cgroup-namespace "$(cat $W/out)" [ "$(head -n 1 $W/out)" = "0::/" ]
 stale=$(ls -d $CG/user1/s1/brig-* $CG/user1/s2/brig-* 2>/dev/null | tr '\n' ' ')
 echo "# left in the delegated cgroups (brig's own leaves): ${stale:-none}"
+
+# brig sharing its delegated cgroup with the shell that started it: it cannot hand
+# controllers down there (no internal processes) and can move only itself out; an
+# explicit limit is refused with the fix, nothing is left behind, and doctor says so.
+# As systemd delegates (Delegate=yes): the directory and its cgroup.procs,
+# cgroup.subtree_control and cgroup.threads belong to the user.
+delegate() {
+    mkdir $CG/$1
+    chown 1000:1000 $CG/$1 $CG/$1/cgroup.procs $CG/$1/cgroup.subtree_control $CG/$1/cgroup.threads
+}
+delegate shared
+echo "$B run --memory 32M -- true 2>$W/shared.err; echo \"rc=\$?\"; $B doctor >$W/doctor 2>&1" >$W/shared.sh
+sh -c "echo \$\$ >$CG/shared/cgroup.procs && su user -s /bin/sh -c 'sh $W/shared.sh'" >$W/out 2>&1
+check rootless-shared-delegation-refused "$(cat $W/out $W/shared.err)" \
+    sh -c "grep -q '^rc=125' $W/out && [ \$(wc -l <$W/shared.err) = 1 ] && grep -q 'holds other processes' $W/shared.err && grep -q 'exec brig' $W/shared.err"
+left=$(ls -d $CG/shared/*/ 2>/dev/null | tr '\n' ' ')
+check rootless-shared-delegation-leaves-nothing "$left" [ -z "$left" ]
+check rootless-shared-delegation-doctor "$(grep 'cgroup limits' $W/doctor)" \
+    sh -c "grep 'cgroup limits' $W/doctor | grep -q '^warn .*holds other processes'"
+rmdir $CG/shared
+
+# --- brig serve, rootless, in a delegated cgroup (a unit with Delegate=yes) -------------
+# The server moves itself into a leaf (brig-PID) of the delegated cgroup and its jails go
+# beside it: runs, sessions and memory kills work; once stopped it leaves the cgroup as
+# it found it.
+section "brig serve in a delegated cgroup"
+delegate svc
+S2=$W/svc.sock
+# serve_in_svc ARGS: brig serve as uid 1000, alone in $CG/svc (its shell execs it).
+serve_in_svc() {
+    echo "exec $B serve --socket $S2 --quiet-limits $*" >$W/svc.sh
+    sh -c "echo \$\$ >$CG/svc/cgroup.procs && exec su user -s /bin/sh -c 'exec sh $W/svc.sh'" >$W/svc.out 2>&1 &
+    svc=$!
+    wait_for test -S $S2
+}
+serve_in_svc --pool 1 --session-pool 1 --memory 32M --pids 64
+check serve-delegated-in-its-leaf "$(cat /proc/$svc/cgroup) $(cat $W/svc.out)" [ "$(cat /proc/$svc/cgroup)" = "0::/svc/brig-$svc" ]
+out=$($B run --server $S2 --report $W/d1 -- echo hello 2>$W/err)
+check serve-delegated-run "$out $(cat $W/err) $(cat $W/svc.out)" [ "$out" = hello ]
+expect serve-delegated-run-verdict $W/d1 status='"ok"' cgroup='"v2"' cgroup_enforced=true memory_bytes=33554432
+$B run --server $S2 --report $W/d2 -- sh -c 'x=a; while :; do x=$x$x; done' >$W/out 2>$W/err
+rc=$?
+check serve-delegated-oom-137 "exit $rc: $(cat $W/err)" [ $rc = 137 ]
+expect serve-delegated-oom-verdict $W/d2 status='"oom"' cgroup='"v2"'
+sid=$($B session create --server $S2 2>$W/err)
+out=$($B session exec --server $S2 --session "$sid" -- echo alive 2>&1)
+check serve-delegated-session "$sid: $out $(cat $W/err)" [ "$out" = alive ]
+$B session close --server $S2 --session "$sid"
+failures=$($B serve --socket $S2 --status | sed -n 's/^failures: //p')
+check serve-delegated-no-failures "$failures $(cat $W/svc.out)" [ "$failures" = 0 ]
+kill $svc
+wait $svc
+rc=$?
+left=$(ls -d $CG/svc/*/ 2>/dev/null | tr '\n' ' ')
+check serve-delegated-stops-clean "exit $rc, left: $left; $(cat $W/svc.out)" \
+    sh -c "[ $rc = 0 ] && [ -z '$left' ] && [ -z \"\$(cat $CG/svc/cgroup.subtree_control)\" ]"
+
+# A jail build that fails (the delegated cgroup takes no more descendants than the
+# server's leaf) is counted, logged once, retried later and later, and leaves no cgroup;
+# a request still gets a jail of its own once the cgroup takes it.
+echo 1 >$CG/svc/cgroup.max.descendants
+serve_in_svc --pool 2 --memory 32M
+status_of() { $B serve --socket $S2 --status | sed -n "s/^$1: //p"; }
+backing_off() { [ "$(status_of failures)" -ge 3 ] && [ "$(status_of pool_retry_ms)" -gt 0 ]; }
+# (Seen once: the wait between tries ends, and the next try starts, soon after.)
+if wait_for backing_off; then
+    ok serve-failing-build-backs-off
+else
+    fail serve-failing-build-backs-off "$($B serve --socket $S2 --status | tr '\n' ' ')"
+fi
+lines=$(grep -c 'failed to assemble' $W/svc.out)
+check serve-failing-build-logged-once "$(cat $W/svc.out)" [ "$lines" = 1 ]
+left=$(ls -d $CG/svc/jail-* 2>/dev/null | tr '\n' ' ')
+check serve-failing-build-leaks-nothing "$left" [ -z "$left" ]
+echo max >$CG/svc/cgroup.max.descendants
+out=$($B run --server $S2 -- echo recovered 2>$W/err)
+check serve-failing-build-request-served "$out $(cat $W/err)" [ "$out" = recovered ]
+kill $svc
+wait $svc
+left=$(ls -d $CG/svc/*/ 2>/dev/null | tr '\n' ' ')
+check serve-failing-build-stops-clean "$left" [ -z "$left" ]
+rmdir $CG/svc
 
 # --- CPU bandwidth ----------------------------------------------------------------------
 section "CPU bandwidth"

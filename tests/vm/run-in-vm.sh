@@ -5,12 +5,13 @@
 # Exit status: the command's own; 124 on timeout; 125 when the rig itself fails.
 #
 # brig's test rig for cgroup v2 (its development machines and CI have hybrid cgroups):
-# tests/cgroup_v2.rs and tests/operators.rs boot it, through `common::Vm`. It is the
-# team's shared/vm/run-in-vm.sh, kept here so that the repository tests itself;
-# guest-init.sh beside it is the guest's PID 1 (byte-identical to shared/vm's, so both
-# copies share one cached initramfs).
+# tests/cgroup_v2.rs and tests/operators.rs boot it, through `common::Vm`, and
+# tests/deploy.rs with --systemd. It is the team's shared/vm/run-in-vm.sh, kept here so
+# that the repository tests itself, plus --systemd; guest-init.sh beside it is the
+# guest's PID 1 (byte-identical to shared/vm's, so both copies share one cached
+# initramfs; --systemd adds systemd-init.sh to each run's part of the initramfs).
 #
-#   tests/vm/run-in-vm.sh [--mem 1G] [--cpus 2] [--timeout 120] [--share DIR] -- COMMAND...
+#   tests/vm/run-in-vm.sh [--mem 1G] [--cpus 2] [--timeout 120] [--share DIR] [--systemd] -- COMMAND...
 #
 # * First use, as root: apt-get installs qemu-system-x86 (and xz-utils); apt-get
 #   download fetches Debian's kernel and busybox-static, unpacked (never installed) into
@@ -22,6 +23,11 @@
 #   the command runs there as root, in the root cgroup, with JAIL_VM=1. Users root (0),
 #   user (1000), nobody (65534). stdin is /dev/null; stdout/stderr come back over
 #   serial ports (ttys in the guest).
+# * --systemd: the guest boots a real systemd as PID 1 instead (systemd-init.sh beside
+#   this script): the host's own / shared read-only over 9p under a tmpfs overlay, DIR
+#   at its own path, the command run by a unit after basic.target (tests/deploy.rs runs
+#   the shipped units there). The host needs systemd installed; the guest runs the
+#   host's programs, so there is nothing more to download.
 # * KVM when /dev/kvm is backed by kvm_intel/kvm_amd, else TCG (about 3 s a boot here).
 # * qemu runs under `timeout --kill-after=5 SECS`; each run's temp dir is removed on
 #   exit, Ctrl-C or SIGTERM. The host's cgroups are never touched.
@@ -35,11 +41,12 @@ glibc=(/lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/{libc.so.6,libm.so.6,li
 
 usage() {
     cat <<'EOF'
-usage: run-in-vm.sh [--mem 1G] [--cpus 2] [--timeout 120] [--share DIR] [--verbose] [--quiet] -- COMMAND [ARGS...]
+usage: run-in-vm.sh [--mem 1G] [--cpus 2] [--timeout 120] [--share DIR] [--systemd] [--verbose] [--quiet] -- COMMAND [ARGS...]
   --mem SIZE      guest memory, qemu syntax (default 1G)
   --cpus N        guest CPUs (default 2)
   --timeout SECS  kill the VM after SECS seconds and exit 124 (default 120)
   --share DIR     directory shared read-write at the same path; COMMAND runs there (default: .)
+  --systemd       boot the host's systemd as PID 1 (the host's / read-only under an overlay)
   --verbose       print the guest's kernel log to stderr afterwards
   --quiet         print no notes (errors are still printed)
 environment: JAIL_VM_CACHE (cache dir), JAIL_VM_KERNEL_PKG (kernel package), JAIL_VM_ACCEL (kvm|tcg),
@@ -54,12 +61,13 @@ note() { [[ -n $quiet ]] || echo "run-in-vm: $*" >&2; }
 qarg() { printf '%s' "${1//,/,,}"; }                       # escape a value in qemu's a=b,c=d options
 shq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }               # quote for the guest shell
 
-mem=1G cpus=2 timeout=120 share=. verbose='' quiet=''
+mem=1G cpus=2 timeout=120 share=. systemd='' verbose='' quiet=''
 while (($#)); do
     case $1 in
         --mem | --cpus | --timeout | --share)
             (($# >= 2)) || die "$1 needs a value"
             declare "${1#--}=$2"; shift 2 ;; # e.g. --mem 2G sets mem=2G
+        --systemd) systemd=1; shift ;;
         --verbose) verbose=1; shift ;;
         --quiet) quiet=1; shift ;;
         -h | --help) usage ;;
@@ -74,6 +82,7 @@ done
 [[ -d $share ]] || die "--share: '$share' is not a directory"
 share=$(realpath "$share")
 [[ $share =~ ^/(proc|sys|dev)?(/|$) ]] && die "--share: refusing to share '$share'"
+[[ -z $systemd || -x /lib/systemd/systemd ]] || die "--systemd: the host has no /lib/systemd/systemd; apt-get install systemd"
 
 # 9>&-: nothing apt starts may keep our cache lock (fd 9) open.
 apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600 -o APT::Sandbox::User=root "$@" 9>&-; }
@@ -255,6 +264,7 @@ mkdir "$tmp/run" "$tmp/run/jail-vm"
     for a in "$@"; do printf ' %s' "$(shq "$a")"; done
     echo
 } >"$tmp/run/jail-vm/run.conf"
+[[ -z $systemd ]] || install -m 755 "$here/systemd-init.sh" "$tmp/run/jail-vm/systemd-init.sh"
 (cd "$tmp/run" && find jail-vm | "$cache/busybox" cpio -o -H newc -R 0:0 2>/dev/null) >"$tmp/run.cpio"
 cat "$tmp/run.cpio" "$initramfs" >"$tmp/initrd" # uncompressed part first: 4-byte alignment
 exec 9>&-
@@ -262,6 +272,13 @@ exec 9>&-
 pick_accel
 cpu=max; [[ $accel == kvm ]] && cpu=host
 append="console=ttyS0 panic=-1 rdinit=/init"
+hostroot=()
+if [[ -n $systemd ]]; then
+    append="console=ttyS0 panic=-1 rdinit=/jail-vm/systemd-init.sh systemd.unit=jail-vm.target"
+    append+=" systemd.unified_cgroup_hierarchy=1 systemd.show_status=auto"
+    hostroot=(-fsdev "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap"
+        -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot)
+fi
 [[ -n $verbose ]] || append+=" quiet"
 
 # Serial ports: ttyS0 console (kernel log), ttyS1/ttyS2 the command's stdout/stderr,
@@ -278,7 +295,7 @@ timeout --kill-after=5 "$timeout" qemu-system-x86_64 \
     -chardev "file,id=err,path=$(qarg "$tmp/err")" -serial chardev:err \
     -chardev "file,id=status,path=$(qarg "$tmp/status")" -serial chardev:status \
     -fsdev "local,id=share,path=$(qarg "$share"),security_model=none,multidevs=remap" \
-    -device virtio-9p-pci,fsdev=share,mount_tag=share \
+    -device virtio-9p-pci,fsdev=share,mount_tag=share "${hostroot[@]}" \
     </dev/null >"$tmp/qemu.log" 2>&1 &
 vm_pid=$!
 rc=0
