@@ -29,7 +29,7 @@ pub enum Request {
         /// Where options came from, when not from the client's command line or call:
         /// option name (`time-limit`) to `profile NAME` or `config FILE`; a refusal
         /// names it.
-        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        #[serde(default)]
         origins: std::collections::BTreeMap<String, String>,
     },
     Signal {
