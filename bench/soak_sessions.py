@@ -129,7 +129,7 @@ def worker(path, seed, cycles, counts):
 
 def soak(mode, brig, cycles, workers):
     directory = tempfile.mkdtemp(prefix="brig-soak-sessions-")
-    os.chmod(directory, 0o777)
+    os.chmod(directory, 0o1777)  # sticky: brig refuses a socket dir others could write
     path = os.path.join(directory, "brig.sock")
     prefix = [] if mode == "root" else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     binary = brig

@@ -939,6 +939,7 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     // appears at bind(2), before listen(2), and a connection in between is refused.
     let status = || {
         Command::new(common::brig())
+            .env("BRIG_SERVER_UID", "1000")
             .args(["serve", "--status", "--socket"])
             .arg(&socket)
             .stdin(Stdio::null())
@@ -956,7 +957,9 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     let server = socket.to_str().unwrap();
 
     let client = |args: &[&str], stdin: &str| {
+        // The server is the image's user: the client is told to trust it.
         let mut child = Command::new(common::brig())
+            .env("BRIG_SERVER_UID", "1000")
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

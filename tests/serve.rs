@@ -7,7 +7,7 @@
 mod common;
 
 use common::limits::parse_verdict;
-use common::serve::{Server, brig_lines, exchange, read_reply};
+use common::serve::{Server, brig_lines, exchange, fake_listener, read_reply};
 use common::*;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -31,6 +31,8 @@ both_modes!(
     the_audit_logs_name_the_client,
     sigterm_drains,
     the_output_limit_holds_in_a_pooled_jail,
+    the_server_takes_its_hard_descriptor_limit,
+    a_listener_of_another_uid_gets_nothing,
     limit_hits_are_explained_as_by_a_one_shot_run,
     an_unenforced_default_limit_is_said_through_the_server,
     brig_run_does_not_read_brig_server,
@@ -476,6 +478,22 @@ fn malformed_messages_leave_the_server_up(mode: Mode) {
             vec![],
             "before any run",
         ),
+        // Unknown fields are refused, as docs/protocol.md says, at every level.
+        (
+            br#"{"brig":1,"type":"run","options":{"command":["true"]},"bogus":1}"#,
+            vec![n; 3],
+            "unknown field `bogus`",
+        ),
+        (
+            br#"{"brig":1,"type":"status","verbose":true}"#,
+            vec![],
+            "unknown field `verbose`",
+        ),
+        (
+            br#"{"brig":1,"type":"session_ls","session":"x","recursive":true}"#,
+            vec![],
+            "unknown field `recursive`",
+        ),
     ];
     for (body, fds, needle) in cases {
         let reply = exchange(&server.socket, body, &fds);
@@ -663,6 +681,173 @@ fn bad_serve_options_are_one_line_errors() {
     assert!(!std::path::Path::new(socket).exists());
 }
 
+/// What the socket's directory holds besides `keep`: nothing brig left (no socket, no
+/// private bind directory).
+fn left_in(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A socket directory that others can write (its group: the --socket-group's members;
+/// everyone; another owner) is refused with one line naming it and the fix: whoever
+/// can write it could rename the socket away and put a symlink in its place. Root and
+/// rootless; nothing is left behind.
+#[test]
+fn a_socket_directory_others_can_write_is_refused() {
+    let chown = |path: &std::path::Path, uid: u32, gid: u32| {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    };
+    for (mode, owner, group, bits, socket_group, needle) in [
+        (
+            Mode::Root,
+            0,
+            4242,
+            0o770,
+            Some("4242"),
+            "writable by its group (gid 4242)",
+        ),
+        (
+            Mode::Root,
+            0,
+            0,
+            0o777,
+            None,
+            "writable by its group (gid 0) and all users",
+        ),
+        (
+            Mode::Root,
+            0,
+            0,
+            0o757,
+            Some("4242"),
+            "writable by all users",
+        ),
+        (Mode::Root, 4242, 4242, 0o755, None, "owned by uid 4242"),
+        (
+            Mode::Rootless,
+            65534,
+            4242,
+            0o770,
+            None,
+            "writable by its group (gid 4242)",
+        ),
+        (
+            Mode::Rootless,
+            4242,
+            65534,
+            0o775,
+            None,
+            "owned by uid 4242",
+        ),
+    ] {
+        let parent = TempDir::new("socket-dir");
+        let dir = parent.path().join("run");
+        std::fs::create_dir(&dir).unwrap();
+        chown(&dir, owner, group);
+        set_mode(&dir, bits);
+        let socket = dir.join("brig.sock");
+        let mut args = vec!["serve", "--socket", socket.to_str().unwrap()];
+        if let Some(group) = socket_group {
+            args.extend(["--socket-group", group]);
+        }
+        let output = run(mode, &args);
+        let message = assert_one_line_error(
+            &output,
+            &[
+                &format!("directory {} ", dir.display()),
+                needle,
+                "who could replace the socket",
+            ],
+        );
+        assert!(
+            message.contains(&format!(" {}", dir.display())),
+            "{message}"
+        );
+        assert!(left_in(&dir).is_empty(), "{:?}", left_in(&dir));
+    }
+    // The same directory, made safe by the sticky bit (as /tmp), is accepted.
+    let parent = TempDir::new("socket-dir");
+    set_mode(parent.path(), 0o1777);
+    let server = Server::start_at(
+        Mode::Rootless,
+        &parent.path().join("brig.sock"),
+        &["--pool", "0"],
+    );
+    assert_eq!(left_in(parent.path()), ["brig.sock"]);
+    drop(server);
+}
+
+/// The old race: the server bound its socket, then chowned and chmodded it by path. An
+/// attacker who could write the directory renamed the fresh socket away and put a
+/// symlink to a root-only file in its place in between: the server (root) gave the
+/// file to the --socket-group, mode 0660. The window is made wide here (strace holds
+/// the server for a second after bind) and the attacker (a thread of this test) swaps
+/// the path as soon as a socket appears there: the target keeps its owner and mode,
+/// because the server never touches the socket by its final path.
+#[test]
+fn a_symlink_swapped_in_for_the_socket_is_never_followed() {
+    use std::os::unix::fs::MetadataExt;
+    let secrets = TempDir::new("secrets");
+    let target = secrets.file("shadow", "root only\n");
+    set_mode(&target, 0o600);
+    let dir = TempDir::new("socket-race");
+    set_mode(dir.path(), 0o700);
+    let socket = dir.path().join("brig.sock");
+    let moved = dir.path().join("moved.sock");
+    let mut command = std::process::Command::new("strace");
+    command
+        .args([
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            "inject=bind:delay_exit=1000000",
+        ])
+        .arg(brig())
+        .args(["serve", "--pool", "0", "--socket-group", "4242", "--socket"])
+        .arg(&socket)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let strace = common::Running::spawn(command);
+    let swapped = wait_until(Duration::from_secs(10), || {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(&socket) {
+            Ok(meta) if meta.file_type().is_socket() => {
+                std::fs::rename(&socket, &moved).unwrap();
+                std::os::unix::fs::symlink(&target, &socket).unwrap();
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(swapped, "no socket appeared at {}", socket.display());
+    assert!(wait_until(Duration::from_secs(10), || UnixStream::connect(
+        &moved
+    )
+    .is_ok()));
+    let meta = std::fs::metadata(&target).unwrap();
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        strace.pid(),
+        strace.pid()
+    ))
+    .unwrap();
+    let server: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    kill(server, libc::SIGTERM);
+    let output = strace.wait();
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+        (0, 0, 0o600),
+        "the server followed the symlink: {}",
+        describe(&output)
+    );
+    assert!(output.status.success(), "{}", describe(&output));
+}
+
 fn a_pooled_run_takes_its_own_time_limit(mode: Mode) {
     let server = Server::start(mode, &["--pool", "1"]);
     assert!(wait_until(
@@ -773,4 +958,73 @@ fn the_output_limit_holds_in_a_pooled_jail(mode: Mode) {
     assert_eq!(reply["verdict"]["status"], "output_limit", "{reply}");
     assert_eq!(reply["stdout"].as_str().unwrap().len(), 1024, "{reply}");
     assert_eq!(server.status()["pooled_runs"], 3);
+}
+
+/// Started with the soft RLIMIT_NOFILE of a login shell (1,024) under a higher hard
+/// limit, the server raises its soft limit to the hard one: about a thousand idle
+/// connections no longer exhaust it. Its jails keep their own (1,024 by default).
+fn the_server_takes_its_hard_descriptor_limit(mode: Mode) {
+    let server = Server::start_under(mode, &["prlimit", "--nofile=1024:4096", "--"], &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let values: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(values[3..5], ["4096", "4096"], "{line}");
+    let output = server.run(&[], &["sh", "-c", "ulimit -n"]);
+    assert_eq!(stdout(&output), "1024\n", "{}", describe(&output));
+}
+
+/// `brig run --server` and `brig session` check who listens before they send anything:
+/// a socket of another uid would get the caller's stdio descriptors and decide its exit
+/// status. Refused with one line and exit 125, the listener got nothing; trusted with
+/// BRIG_SERVER_UID, the same listener gets the request and its three descriptors.
+fn a_listener_of_another_uid_gets_nothing(mode: Mode) {
+    let dir = TempDir::new("fake-listener").writable_by_all();
+    let (listener, socket) = fake_listener(&dir, "run.sock");
+    let output = run(
+        mode,
+        &["run", "--server", socket.to_str().unwrap(), "--", "false"],
+    );
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    let message = stderr(&output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(
+        message.contains("uid 4242") && message.contains("BRIG_SERVER_UID=4242"),
+        "{message}"
+    );
+    assert_eq!(stdout(&listener.wait()), "0 0\n");
+
+    let (listener, socket) = fake_listener(&dir, "session.sock");
+    let output = run(
+        mode,
+        &[
+            "session",
+            "ls",
+            "--server",
+            socket.to_str().unwrap(),
+            "--session",
+            "s1",
+        ],
+    );
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    assert!(
+        stderr(&output).contains("uid 4242"),
+        "{}",
+        describe(&output)
+    );
+    assert_eq!(stdout(&listener.wait()), "0 0\n");
+
+    // The control: told to trust uid 4242, the client sends its request and descriptors.
+    let (listener, socket) = fake_listener(&dir, "trusted.sock");
+    let mut command = common::command(
+        mode,
+        &["run", "--server", socket.to_str().unwrap(), "--", "false"],
+    );
+    command.env("BRIG_SERVER_UID", "4242");
+    let output = common::output_of(command);
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    let received = stdout(&listener.wait());
+    assert!(received.ends_with(" 3\n"), "{received}");
 }

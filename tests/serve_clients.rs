@@ -7,7 +7,7 @@
 #[macro_use]
 mod common;
 
-use common::serve::Server;
+use common::serve::{Server, fake_listener};
 use common::*;
 use std::path::Path;
 
@@ -17,6 +17,7 @@ both_modes!(
     python_client_sessions,
     node_client_sessions,
     deploy_agent_tool_example_runs,
+    python_client_checks_the_listener,
 );
 
 /// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
@@ -321,4 +322,44 @@ fn deploy_agent_tool_example_runs(mode: Mode) {
     let sessions =
         common::serve::exchange(&server.socket, br#"{"brig":1,"type":"session_list"}"#, &[]);
     assert_eq!(sessions["sessions"], serde_json::json!([]), "{sessions}");
+}
+
+/// The Python client checks who listens before it sends a request or descriptors: a
+/// listener of uid 4242 is refused (it gets nothing), unless BRIG_SERVER_UID names it.
+fn python_client_checks_the_listener(mode: Mode) {
+    let client = client_copy("python");
+    let dir = TempDir::new("python-listener").writable_by_all();
+    let script = r#"
+import sys, brig_client
+try:
+    brig_client.run(["true"], socket=sys.argv[1], capture=False)
+    print("sent")
+except brig_client.BrigError as error:
+    print(error.message)
+"#;
+    let (listener, socket) = fake_listener(&dir, "fake.sock");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", script, socket.to_str().unwrap()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    let out = assert_success(&output_of(command));
+    assert!(
+        out.contains("the listener is uid 4242") && out.contains("BRIG_SERVER_UID=4242"),
+        "{out}"
+    );
+    assert_eq!(stdout(&listener.wait()), "0 0\n");
+    let (listener, socket) = fake_listener(&dir, "trusted.sock");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", script, socket.to_str().unwrap()],
+    );
+    command
+        .env("PYTHONPATH", client.path().join("python"))
+        .env("BRIG_SERVER_UID", "4242");
+    assert_success(&output_of(command));
+    let received = stdout(&listener.wait());
+    assert!(received.ends_with(" 3\n"), "{received}");
 }

@@ -34,6 +34,7 @@ both_modes!(
     node_cells_keep_their_state,
     a_session_survives_its_client,
     sigterm_ends_the_open_sessions,
+    names_from_the_jail_are_escaped_on_the_terminal,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -856,4 +857,48 @@ fn sigterm_ends_the_open_sessions(mode: Mode) {
             "cgroups left by {runner}"
         );
     }
+}
+
+/// File names are chosen by the code in the jail: `brig session ls` and the errors that
+/// echo a path print them with control characters escaped, so a name cannot set the
+/// terminal's title, move its cursor or forge a line of output.
+fn names_from_the_jail_are_escaped_on_the_terminal(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let at = |args: &[&str], id: &str| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(&args[..1]);
+        all.extend_from_slice(&["--server", server.socket(), "--session", id]);
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    let id = assert_success(&created).trim().to_string();
+    let made = at(
+        &[
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$(printf 'a\033]0;pwned\007')" "$(printf 'line\nforged')" 'back\slash' "$(printf 'c1-\302\23331m')""#,
+        ],
+        &id,
+    );
+    assert_success(&made);
+    let output = at(&["ls"], &id);
+    let listed = assert_success(&output);
+    assert!(
+        !listed.contains('\x1b') && !listed.contains('\x07'),
+        "{listed:?}"
+    );
+    assert!(!listed.contains('\u{9b}'), "{listed:?}");
+    assert!(listed.contains(r"a\x1b]0;pwned\x07"), "{listed:?}");
+    assert!(listed.contains(r"line\nforged"), "{listed:?}");
+    assert!(listed.contains(r"back\\slash"), "{listed:?}");
+    assert!(listed.contains(r"c1-\u{9b}31m"), "{listed:?}");
+    assert_eq!(listed.lines().count(), 4, "{listed:?}");
+    // An error that names such a path names it escaped too.
+    let output = at(&["get", "a\x1b]0;gone\x07"], &id);
+    let message = assert_one_line_error(&output, &["no such file"]);
+    assert!(!message.contains('\x1b'), "{message:?}");
+    assert_success(&at(&["close"], &id));
 }

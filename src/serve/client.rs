@@ -13,14 +13,60 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// The environment variable naming one more uid a client trusts to listen on its server's
+/// socket (besides root and its own).
+pub const SERVER_UID_ENV: &str = "BRIG_SERVER_UID";
+
+/// Connects to the server, and checks who listens (SO_PEERCRED) before anything is sent:
+/// whoever it is gets this process's stdio descriptors and decides its exit status, so
+/// only root, this process's own uid or the uid in `BRIG_SERVER_UID` is trusted.
 pub fn connect(socket: &Path) -> Result<UnixStream> {
-    UnixStream::connect(socket).map_err(|err| {
+    let stream = UnixStream::connect(socket).map_err(|err| {
         Error::input(format!(
             "--server {}: cannot connect: {err}; is `brig serve --socket {}` running, and may you use it?",
             socket.display(),
             socket.display()
         ))
-    })
+    })?;
+    let listener =
+        nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+            .context(|| {
+                format!(
+                    "--server {}: read the listener's credentials",
+                    socket.display()
+                )
+            })?
+            .uid();
+    let own = nix::unistd::geteuid().as_raw();
+    let trusted = match std::env::var(SERVER_UID_ENV) {
+        Ok(value) => Some(user_id(&value).ok_or_else(|| {
+            Error::input(format!(
+                "{SERVER_UID_ENV}={value} (from the environment): no such user in /etc/passwd; give the name or number of the user whose server you trust"
+            ))
+        })?),
+        Err(_) => None,
+    };
+    if listener != 0 && listener != own && Some(listener) != trusted {
+        return Err(Error::input(format!(
+            "--server {}: the listener is uid {listener}, neither root nor you (uid {own}); nothing was sent. If you trust that user's server, set {SERVER_UID_ENV}={listener}",
+            socket.display()
+        )));
+    }
+    Ok(stream)
+}
+
+/// A user's number, or the number of a user named in /etc/passwd (brig is static,
+/// without NSS).
+fn user_id(name: &str) -> Option<u32> {
+    if let Ok(uid) = name.parse() {
+        return Some(uid);
+    }
+    std::fs::read_to_string("/etc/passwd")
+        .ok()?
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.len() >= 3 && fields[0] == name)
+        .and_then(|fields| fields[2].parse().ok())
 }
 
 /// Runs `options` (already layered with `--config`) on the server at `socket`; returns
@@ -128,4 +174,14 @@ fn for_server(mut options: JailOptions) -> JailOptions {
     options.report_fd = None;
     options.audit_log = None;
     options
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_trusted_server_user_is_a_name_or_a_number() {
+        assert_eq!(super::user_id("root"), Some(0));
+        assert_eq!(super::user_id("4242"), Some(4242));
+        assert_eq!(super::user_id("no-such-user-here"), None);
+    }
 }

@@ -33,7 +33,9 @@ pub use server::serve;
 
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// The unix socket to listen on (created 0600, or 0660 with --socket-group).
+    /// The unix socket to listen on (created 0600, or 0660 with --socket-group). Its
+    /// directory, and each above, must be owned by root or the server's user and writable
+    /// by no one else unless sticky (as /tmp); brig refuses another.
     #[arg(long, value_name = "PATH")]
     pub socket: PathBuf,
 

@@ -24,12 +24,12 @@ pub enum Request {
         #[serde(default)]
         stdio: StdioMode,
         /// With `capture`: the program's standard input.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default)]
         stdin: Option<String>,
         /// Where options came from, when not from the client's command line or call:
         /// option name (`time-limit`) to `profile NAME` or `config FILE`; a refusal
         /// names it.
-        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        #[serde(default)]
         origins: std::collections::BTreeMap<String, String>,
     },
     Signal {
@@ -231,8 +231,36 @@ pub fn parse_request(body: &[u8]) -> Result<Request> {
             )));
         }
     }
-    serde_json::from_value(value)
-        .map_err(|err| Error::input(format!("brig serve: a malformed request: {err}")))
+    let given: Vec<String> = object.keys().cloned().collect();
+    let request: Request = serde_json::from_value(value)
+        .map_err(|err| Error::input(format!("brig serve: a malformed request: {err}")))?;
+    // serde ignores unknown fields of an internally tagged enum's variants, whatever the
+    // enum's `deny_unknown_fields`: a request's own fields are those it serializes back
+    // (every field of every variant is serialized, even when absent or null).
+    let known = serde_json::to_value(&request).unwrap_or_default();
+    let kind = known["type"].as_str().unwrap_or_default().to_string();
+    let known = known
+        .as_object()
+        .map(|object| object.keys().collect::<Vec<_>>());
+    if let Some(unknown) = given
+        .iter()
+        .find(|key| !known.as_ref().is_some_and(|known| known.contains(key)))
+    {
+        let expected = known
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|key| *key != "type")
+            .map(|key| format!("`{key}`"))
+            .collect::<Vec<_>>();
+        let expected = match expected.is_empty() {
+            true => "it takes no other field".to_string(),
+            false => format!("expected one of {}", expected.join(", ")),
+        };
+        return Err(Error::input(format!(
+            "brig serve: a malformed request: unknown field `{unknown}` in a `{kind}` request, {expected}; remove it"
+        )));
+    }
+    Ok(request)
 }
 
 /// Reads frames from a socket bit by bit (non-blocking, in the server's loop) or whole
@@ -386,6 +414,17 @@ mod tests {
             (br#"[1]"#, "JSON object"),
             (br#"{"brig":1,"type":"launch"}"#, "malformed"),
             (br#"{"brig":1,"type":"run","options":{"bogus":1}}"#, "bogus"),
+            (br#"{"brig":1,"type":"run","bogus":1}"#, "bogus"),
+            (br#"{"brig":1,"type":"status","bogus":1}"#, "bogus"),
+            (br#"{"brig":1,"type":"session_list","bogus":1}"#, "bogus"),
+            (
+                br#"{"brig":1,"type":"session_ls","session":"a","bogus":1}"#,
+                "bogus",
+            ),
+            (
+                br#"{"brig":1,"type":"signal","signal":2,"bogus":1}"#,
+                "bogus",
+            ),
             (b"not json", "not JSON"),
         ] {
             let err = parse_request(body).unwrap_err().to_string();

@@ -156,7 +156,7 @@ pub fn run(command: SessionCommand) -> Result<i32> {
                 let kind = entry["type"].as_str().unwrap_or("?");
                 let mode = entry["mode"].as_u64().unwrap_or(0);
                 let size = entry["size"].as_u64().unwrap_or(0);
-                let name = entry["name"].as_str().unwrap_or("?");
+                let name = printable(entry["name"].as_str().unwrap_or("?"));
                 let slash = if kind == "dir" { "/" } else { "" };
                 println!("{kind:<7} {mode:04o} {size:>10} {name}{slash}");
             }
@@ -186,6 +186,29 @@ pub fn run(command: SessionCommand) -> Result<i32> {
     }
 }
 
+/// Text from the server that may hold names chosen by code in a jail (a file name, a
+/// path echoed in an error), made safe for a terminal: control characters (escape
+/// sequences, newlines, C1 codes) and backslashes are escaped, as Rust escapes a string;
+/// other characters, non-ASCII included, are kept. The server sends names with invalid
+/// UTF-8 replaced (U+FFFD).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// One request, one reply; a server's error reply is this side's error.
 pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
     message["brig"] = json!(protocol::VERSION);
@@ -203,9 +226,11 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
         Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
     })?;
     if reply["type"] == "error" {
-        let message = reply["message"]
-            .as_str()
-            .unwrap_or("brig serve refused the request");
+        let message = printable(
+            reply["message"]
+                .as_str()
+                .unwrap_or("brig serve refused the request"),
+        );
         return Err(match reply["kind"].as_str() {
             Some("bad_input") => Error::input(message),
             _ => Error::setup(message),
@@ -381,4 +406,15 @@ fn get(at: &At, remote: &str, local: Option<&Path>) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn printable_escapes_control_characters_only() {
+        assert_eq!(
+            super::printable("a\x1b]0;pwned\x07b\nc\\d\u{9b}é"),
+            "a\\x1b]0;pwned\\x07b\\nc\\\\d\\u{9b}é"
+        );
+    }
 }

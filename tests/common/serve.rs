@@ -20,16 +20,27 @@ impl Server {
     pub fn start(mode: Mode, args: &[&str]) -> Server {
         let mut all = vec!["--quiet-limits"];
         all.extend_from_slice(args);
-        Server::start_with(mode, &all)
+        Server::start_under(mode, &[], &all)
     }
 
     /// A server with exactly `args` (besides its socket).
     pub fn start_with(mode: Mode, args: &[&str]) -> Server {
-        let dir = TempDir::new("serve").writable_by_all();
+        Server::start_under(mode, &[], args)
+    }
+
+    /// A server started through `wrapper` (e.g. `prlimit --nofile=1024:4096 --`), with
+    /// exactly `args` (besides its socket).
+    pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Server {
+        // Writable by the rootless server, sticky: brig refuses a socket directory
+        // where others could rename its socket away.
+        let dir = TempDir::new("serve");
+        set_mode(dir.path(), 0o1777);
         let socket = dir.path().join("brig.sock");
         let mut all = vec!["serve", "--socket", socket.to_str().unwrap()];
         all.extend_from_slice(args);
-        let mut command = command(mode, &all);
+        let mut argv: Vec<std::ffi::OsString> = wrapper.iter().map(Into::into).collect();
+        argv.extend(super::argv(mode, &all));
+        let mut command = command_from(&argv);
         command.stdout(Stdio::null()).stderr(Stdio::piped());
         let running = Running::spawn(command);
         let up = wait_until(Duration::from_secs(10), || {
@@ -153,4 +164,46 @@ impl Server {
             _dir: dir,
         }
     }
+}
+
+/// A listener that takes one connection and prints how many bytes and descriptors the
+/// first frame brought (up to end of file), as uid 4242: neither root nor 65534.
+const FAKE_LISTENER: &str = r#"
+import array, os, socket, struct, sys
+os.umask(0)
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+server.listen()
+connection, _ = server.accept()
+data, fds = b"", array.array("i")
+while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+    message, ancillary, _, _ = connection.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % 4])
+    if not message:
+        break
+    data += message
+print(len(data), len(fds), flush=True)
+"#;
+
+pub fn fake_listener(dir: &TempDir, name: &str) -> (Running, PathBuf) {
+    let socket = dir.path().join(name);
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=4242", "--regid=4242", "--clear-groups"])
+        .arg(interpreter("python3"))
+        .args(["-c", FAKE_LISTENER])
+        .arg(&socket)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let running = Running::spawn(command);
+    assert!(
+        wait_until(Duration::from_secs(10), || socket.exists()),
+        "the fake listener did not bind {}",
+        socket.display()
+    );
+    (running, socket)
 }

@@ -405,7 +405,9 @@ wait $pid
 # A session's jail outlives the OOM kill of one of its programs (memory.oom.group off for
 # it), and the kill is that exec's status; closed, it leaves no cgroup.
 section "a session"
-S=$W/serve.sock
+# Not under $W (0777): brig refuses a socket directory, or one above it, others may write.
+mkdir -m 755 /tmp/serve
+S=/tmp/serve/serve.sock
 $B serve --socket $S --pool 0 --quiet-limits >$W/serve.out 2>&1 &
 serve_pid=$!
 wait_for test -S $S

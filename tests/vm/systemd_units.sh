@@ -75,7 +75,9 @@ printf '[Service]\nUser=root\n' >/etc/systemd/system/brig-serve-root.service.d/r
 install -D -m 755 "$repo/deploy/systemd/brig-worker.py" /usr/local/lib/brig-worker/brig-worker.py
 install -m 644 "$repo/deploy/systemd/brig-worker.service" /etc/systemd/system/
 systemctl daemon-reload
-as_client() { setpriv --reuid=client --regid=client --init-groups "$@"; }
+# A client trusts a listener that is root or itself, and the unit's user as deploy/README.md
+# says (BRIG_SERVER_UID=brig).
+as_client() { BRIG_SERVER_UID=brig setpriv --reuid=client --regid=client --init-groups "$@"; }
 
 # --- brig-serve.service -----------------------------------------------------------------
 socket_ready() { [ -S "$S" ]; }

@@ -11,6 +11,7 @@ described in docs/protocol.md: one request per connection.
 import base64
 import json
 import os
+import pwd
 import socket as _socket
 import struct
 import sys
@@ -66,10 +67,22 @@ class Result(_Verdicted):
     config_digest: Optional[str] = None
 
 
+def _user_id(user: Optional[str]) -> Optional[int]:
+    """A user's number, given its number or name (`BRIG_SERVER_UID=brig`)."""
+    if not user:
+        return None
+    if user.isdigit():
+        return int(user)
+    return pwd.getpwnam(user).pw_uid
+
+
 @dataclass
 class Client:
     socket: str = field(default_factory=lambda: os.environ.get("BRIG_SERVER", DEFAULT_SOCKET))
     timeout: Optional[float] = None
+    # Besides root and this process's uid, the one uid trusted to listen on `socket`
+    # (whoever listens gets the request, its descriptors, and decides the result).
+    server_uid: Optional[int] = field(default_factory=lambda: _user_id(os.environ.get("BRIG_SERVER_UID")))
 
     def run(
         self,
@@ -135,6 +148,13 @@ class Client:
                 connection.connect(self.socket)
             except OSError as error:
                 raise BrigError(f"--server {self.socket}: cannot connect: {error}; is `brig serve` running?") from error
+            credentials = connection.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
+            _, uid, _ = struct.unpack("3i", credentials)
+            if uid not in (0, os.geteuid(), self.server_uid):
+                raise BrigError(
+                    f"--server {self.socket}: the listener is uid {uid}, neither root nor you (uid {os.geteuid()}); "
+                    f"nothing was sent. If you trust that user's server, set BRIG_SERVER_UID={uid}"
+                )
             try:
                 if fds:
                     sent = _socket.send_fds(connection, [frame], fds)
