@@ -806,26 +806,32 @@ fn a_kill_by_the_containers_memory_limit_is_oom() {
         return;
     }
     let root = container_root();
-    for user in [USER, "--user=0:0"] {
+    // `code` run by brig as `user` in a container of 256 MiB: the output and the verdict.
+    let run = |user: &str, code: &str| {
         let mut options = vec![user, "--memory=256m", "--memory-swap=256m"];
         options.extend(WORKING);
-        let output = podman_run(
-            &root,
-            &options,
-            &brig(&[
-                "run",
-                "--quiet-limits",
-                "--report-fd",
-                "2",
-                "--",
-                "python3",
-                "-c",
-                "chunks = []\nwhile True: chunks.append(b'x' * (16 << 20))",
-            ]),
-        );
-        assert_eq!(output_code(&output), 137, "{user}: {}", describe(&output));
+        let command = [
+            "run",
+            "--quiet-limits",
+            "--report-fd",
+            "2",
+            "--",
+            "python3",
+            "-c",
+        ];
+        let mut args = command.to_vec();
+        args.push(code);
+        let output = podman_run(&root, &options, &brig(&args));
         let verdict: Value = serde_json::from_str(verdict_line(&output))
             .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
+        (output, verdict)
+    };
+    for user in [USER, "--user=0:0"] {
+        let (output, verdict) = run(
+            user,
+            "chunks = []\nwhile True: chunks.append(b'x' * (16 << 20))",
+        );
+        assert_eq!(output_code(&output), 137, "{user}: {}", describe(&output));
         assert_eq!(verdict["status"], "oom", "{user}: {verdict}");
         assert_eq!(verdict["signal"], 9, "{user}: {verdict}");
         assert_eq!(verdict["limits"]["cgroup_enforced"], false, "{verdict}");
@@ -838,25 +844,11 @@ fn a_kill_by_the_containers_memory_limit_is_oom() {
         );
     }
     // A SIGKILL that is not the OOM killer's stays `signaled`.
-    let mut options = vec![USER, "--memory=256m", "--memory-swap=256m"];
-    options.extend(WORKING);
-    let output = podman_run(
-        &root,
-        &options,
-        &brig(&[
-            "run",
-            "--quiet-limits",
-            "--report-fd",
-            "2",
-            "--",
-            "python3",
-            "-c",
-            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
-        ]),
+    let (output, verdict) = run(
+        USER,
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
     );
     assert_eq!(output_code(&output), 137, "{}", describe(&output));
-    let verdict: Value = serde_json::from_str(verdict_line(&output))
-        .unwrap_or_else(|err| panic!("{err}: {}", describe(&output)));
     assert_eq!(verdict["status"], "signaled", "{verdict}");
 }
 
