@@ -329,7 +329,11 @@ rmdir $CG/shared
 # it found it.
 section "brig serve in a delegated cgroup"
 delegate svc
-S2=$W/svc.sock
+# The socket in a directory of the server's own (brig refuses one others can write), and
+# the clients (root) trust the server's uid.
+mkdir -m 755 /tmp/svc && chown user /tmp/svc
+S2=/tmp/svc/svc.sock
+export BRIG_SERVER_UID=1000
 # serve_in_svc ARGS: brig serve as uid 1000, alone in $CG/svc (its shell execs it).
 serve_in_svc() {
     echo "exec $B serve --socket $S2 --quiet-limits $*" >$W/svc.sh
@@ -386,6 +390,8 @@ check serve-failing-build-stops-clean "$left" [ -z "$left" ]
 rmdir $CG/svc
 
 # --- CPU bandwidth ----------------------------------------------------------------------
+unset BRIG_SERVER_UID
+
 section "CPU bandwidth"
 rm -f $W/sync/go
 $B run $SYNC --cpus 0.2 -- sh -c "while [ ! -e /sync/go ]; do :; done" &
