@@ -33,6 +33,7 @@ fn limits_on_pure_cgroup_v2_in_a_vm() {
     let script = vm.share().join("cgroup_v2.sh");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/cgroup_v2.sh");
     std::fs::copy(source, &script).expect("copy the script");
+    copy_vm_checks(vm.share());
 
     let started = Instant::now();
     let output = vm.run(
@@ -42,37 +43,7 @@ fn limits_on_pure_cgroup_v2_in_a_vm() {
     let elapsed = started.elapsed();
     eprintln!("cgroup v2 VM run took {elapsed:.1?}");
 
-    let out = stdout(&output);
-    let report = format!(
-        "run-in-vm.sh exit {:?} after {elapsed:.1?}\n--- stdout\n{out}--- stderr\n{}---",
-        output.status.code(),
-        stderr(&output)
-    );
-    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(
-        failed.is_empty(),
-        "failed checks:\n{}\n{report}",
-        failed.join("\n")
-    );
-    assert_eq!(output.status.code(), Some(0), "{report}");
-    assert_eq!(
-        out.lines().last(),
-        Some("done"),
-        "the script did not finish\n{report}"
-    );
-    let passed: Vec<&str> = out
-        .lines()
-        .filter_map(|line| line.strip_prefix("ok "))
-        .collect();
-    let mut unique_names = passed.clone();
-    unique_names.sort_unstable();
-    unique_names.dedup();
-    assert_eq!(
-        unique_names.len(),
-        passed.len(),
-        "check names repeat\n{report}"
-    );
-    assert_eq!(passed.len(), CHECKS, "expected {CHECKS} checks\n{report}");
+    assert_vm_checks("run-in-vm.sh", &output, elapsed, CHECKS);
     assert!(
         elapsed < Duration::from_secs(VM_TIMEOUT_SECS),
         "took {elapsed:?}"

@@ -473,6 +473,7 @@ fn units_run_under_a_real_systemd_in_a_vm() {
     let script = vm.share().join("systemd_units.sh");
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/systemd_units.sh");
     std::fs::copy(source, &script).expect("copy the script");
+    common::copy_vm_checks(vm.share());
     // The units and the worker as shipped, where the script installs them from.
     let units = vm.share().join("deploy/systemd");
     std::fs::create_dir_all(&units).unwrap();
@@ -509,34 +510,5 @@ fn units_run_under_a_real_systemd_in_a_vm() {
     let elapsed = started.elapsed();
     eprintln!("systemd VM run took {elapsed:.1?}");
 
-    let out = stdout(&output);
-    let report = format!(
-        "run-in-vm.sh --systemd exit {:?} after {elapsed:.1?}\n--- stdout\n{out}--- stderr\n{}---",
-        output.status.code(),
-        common::stderr(&output)
-    );
-    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(
-        failed.is_empty(),
-        "failed checks:\n{}\n{report}",
-        failed.join("\n")
-    );
-    assert_eq!(output.status.code(), Some(0), "{report}");
-    assert_eq!(
-        out.lines().last(),
-        Some("done"),
-        "the script did not finish\n{report}"
-    );
-    let mut passed: Vec<&str> = out
-        .lines()
-        .filter_map(|line| line.strip_prefix("ok "))
-        .collect();
-    let count = passed.len();
-    passed.sort_unstable();
-    passed.dedup();
-    assert_eq!(passed.len(), count, "check names repeat\n{report}");
-    assert_eq!(
-        count, SYSTEMD_CHECKS,
-        "expected {SYSTEMD_CHECKS} checks\n{report}"
-    );
+    common::assert_vm_checks("run-in-vm.sh --systemd", &output, elapsed, SYSTEMD_CHECKS);
 }

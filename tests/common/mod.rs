@@ -748,3 +748,50 @@ impl Vm {
         vm_run.output().expect("run tests/vm/run-in-vm.sh")
     }
 }
+
+/// Copies tests/vm/checks.sh, which the VM scripts source, into a VM's shared directory.
+pub fn copy_vm_checks(share: &Path) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/checks.sh");
+    std::fs::copy(source, share.join("checks.sh")).expect("copy tests/vm/checks.sh");
+}
+
+/// Checks a VM script's output, which prints `ok NAME` or `FAIL NAME: detail` per check
+/// and `done` last: no check failed, run-in-vm.sh exited 0, the script finished, no check
+/// name repeats and exactly `expected` checks passed. `what` names the run in the report.
+pub fn assert_vm_checks(what: &str, output: &Output, elapsed: Duration, expected: usize) {
+    let out = stdout(output);
+    let report = format!(
+        "{what} exit {:?} after {elapsed:.1?}\n--- stdout\n{out}--- stderr\n{}---",
+        output.status.code(),
+        stderr(output)
+    );
+    let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks:\n{}\n{report}",
+        failed.join("\n")
+    );
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert_eq!(
+        out.lines().last(),
+        Some("done"),
+        "the script did not finish\n{report}"
+    );
+    let passed: Vec<&str> = out
+        .lines()
+        .filter_map(|line| line.strip_prefix("ok "))
+        .collect();
+    let mut unique_names = passed.clone();
+    unique_names.sort_unstable();
+    unique_names.dedup();
+    assert_eq!(
+        unique_names.len(),
+        passed.len(),
+        "check names repeat\n{report}"
+    );
+    assert_eq!(
+        passed.len(),
+        expected,
+        "expected {expected} checks\n{report}"
+    );
+}

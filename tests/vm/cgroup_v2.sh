@@ -21,17 +21,8 @@ mkdir -p $W/sync && chmod 777 $W
 B=/tmp/brig
 cp "$brig_built" $B && chmod 755 $B
 
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-# check NAME DETAIL CONDITION...: ok when the condition (a command) succeeds.
-check() {
-    name=$1 detail=$2
-    shift 2
-    if "$@"; then ok "$name"; else fail "$name" "$detail"; fi
-}
-
-# The value of KEY in a one-line JSON object (verdict keys are unique), strings quoted.
-jv() { sed -nE 's/.*"'"$2"'":("[^"]*"|\[[^]]*\]|[^,}]*).*/\1/p' "$1"; }
+. "$(dirname "$0")/checks.sh"
+WAIT_SECS=20 # wait_for's bound
 
 # expect NAME FILE KEY=VALUE...: every KEY of the verdict in FILE has exactly VALUE.
 expect() {
@@ -56,16 +47,6 @@ between() {
         '' | *[!0-9]*) fail "$1" "'$2' is not a number" ;;
         *) if [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then ok "$1"; else fail "$1" "$2 not in [$3, $4]"; fi ;;
     esac
-}
-
-# wait_for CONDITION...: polls for up to 20 s.
-wait_for() {
-    n=0
-    while ! "$@"; do
-        n=$((n + 1))
-        [ $n -lt 200 ] || return 1
-        sleep 0.1
-    done
 }
 
 # The jail cgroups of brig process $2 in directory $1 (none: empty).

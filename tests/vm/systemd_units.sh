@@ -33,28 +33,11 @@ W=/tmp/units
 mkdir -p $W && chmod 1777 $W
 CG=/sys/fs/cgroup
 
-ok() { echo "ok $1"; }
-fail() { echo "FAIL $1: $2"; }
-# check NAME DETAIL CONDITION...: ok when the condition (a command) succeeds.
-check() {
-    name=$1 detail=$2
-    shift 2
-    if "$@"; then ok "$name"; else fail "$name" "$detail"; fi
-}
+. "$(dirname "$0")/checks.sh"
+WAIT_SECS=60 # wait_for's bound
 note() { sed 's/^/# /'; }
 section() { echo "# $(cut -d' ' -f1 /proc/uptime) s: $1"; }
 
-# The value of KEY in a one-line JSON object (verdict keys are unique), strings quoted.
-jv() { sed -nE 's/.*"'"$2"'":("[^"]*"|\[[^]]*\]|[^,}]*).*/\1/p' "$1"; }
-
-# wait_for CONDITION...: polls for up to 60 s (the guest is emulated and slow).
-wait_for() {
-    deadline=$(($(cut -d. -f1 /proc/uptime) + 60))
-    while ! "$@"; do
-        [ "$(cut -d. -f1 /proc/uptime)" -lt $deadline ] || return 1
-        sleep 0.2
-    done
-}
 prop() { systemctl show -P "$2" "$1"; }
 journal() { journalctl -b -u "$1" --no-pager -o cat 2>&1 | tail -n 15 | note; }
 
