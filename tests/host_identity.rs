@@ -562,3 +562,25 @@ fn files_a_jail_writes_into_a_bind_are_owned_by_its_host_uid() {
     );
     let _ = std::io::stdout().flush();
 }
+
+#[test]
+fn doctor_says_which_host_identities_apply() {
+    let output = run(Mode::Root, &["doctor", "--no-run"]);
+    let text = stdout(&output);
+    assert!(
+        text.lines().any(|line| line.starts_with(
+            "ok    host identities (as root): per-jail: each jail maps to, and its user namespace is created by, a host uid of its own from 1879048192-1879113727"
+        )),
+        "{}",
+        describe(&output)
+    );
+    let output = run(Mode::Rootless, &["doctor", "--no-run"]);
+    let text = stdout(&output);
+    assert!(
+        text.lines().any(|line| line.starts_with(
+            "ok    host identities (rootless, uid 65534): caller: jails map to your own uid"
+        )),
+        "{}",
+        describe(&output)
+    );
+}
