@@ -114,7 +114,11 @@ fn lock_directory() -> Result<OwnedFd> {
         .context(|| format!("open {} for brig's host-uid locks", parent.display()))?;
     match mkdirat(&parent_fd, name, Mode::from_bits_truncate(0o700)) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
-        Err(errno) => return Err(Error::os(format!("create {HOST_UID_LOCKS}"), errno)),
+        Err(errno) => {
+            return Err(Error::os(format!("create {HOST_UID_LOCKS}"), errno).hint(
+                "brig keeps the locks of its per-jail host uids there: in a systemd unit with ProtectSystem=, add RuntimeDirectory=brig-host-uids (deploy/README.md); or pass --host-uid-range off (weaker: jails share root's per-user counters)",
+            ));
+        }
     }
     let dir = openat(&parent_fd, name, flags, Mode::empty())
         .context(|| format!("open {HOST_UID_LOCKS}"))?;
