@@ -99,6 +99,14 @@ pub struct Lease {
     _lock: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
+impl Lease {
+    /// The descriptor holding a per-jail uid's lock.
+    pub fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self._lock.as_ref().map(|lock| lock.as_raw_fd())
+    }
+}
+
 /// Opens root's directory of host-uid locks, creating it (0700) if needed; refuses one
 /// that is not a directory owned by root and writable by root alone.
 fn lock_directory() -> Result<OwnedFd> {

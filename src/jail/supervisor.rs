@@ -215,6 +215,7 @@ impl<'p> Jail<'p> {
                 jail_output,
                 cgroup.as_ref().and_then(JailCgroup::entry),
                 session,
+                host.lock_fd(),
             ),
             Cloned::Parent {
                 pid,
