@@ -312,6 +312,7 @@ mod tests {
             ("seccomp: /etc/mine.json", "built-in profile"),
             ("cgroup-parent: /x", "--cgroup-parent"),
             ("host-uid: 0", "--host-uid"),
+            ("host-uid-range: 'off'", "--host-uid-range"),
             ("env-pass: [SECRET]", "--env-pass"),
             ("ro-bind: [/etc]", "--allow-bind-under"),
             ("seccomp-log: true", "--client-may seccomp-log"),
