@@ -82,7 +82,7 @@ impl HostIds {
                 uid,
                 gid,
                 creator: false,
-                _lock: None,
+                lock: None,
             }),
         }
     }
@@ -96,14 +96,40 @@ pub struct Lease {
     pub gid: u32,
     /// The jail's user namespace is to be created by these ids (a per-jail uid).
     pub creator: bool,
-    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    lock: Option<UidLock>,
 }
 
 impl Lease {
     /// The descriptor holding a per-jail uid's lock.
     pub fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
-        self._lock.as_ref().map(|lock| lock.as_raw_fd())
+        self.lock.as_ref().map(|lock| lock.file.as_raw_fd())
+    }
+}
+
+/// The lock of one per-jail host uid: an exclusive flock(2) on `HOST_UID_LOCKS/UID`. Its
+/// file is removed while the lock is still held, by the process that took it (so that
+/// the directory holds only the uids in use): whoever takes a lock checks that the file
+/// it locked is still the one of that name, and tries again otherwise.
+#[derive(Debug)]
+struct UidLock {
+    dir: OwnedFd,
+    name: String,
+    file: nix::fcntl::Flock<std::fs::File>,
+    /// The process that took it: a forked copy of brig never removes the file.
+    owner: u32,
+}
+
+impl Drop for UidLock {
+    fn drop(&mut self) {
+        if std::process::id() == self.owner {
+            let _ = nix::unistd::unlinkat(
+                &self.dir,
+                self.name.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+        // Then `file` closes, which releases the lock.
     }
 }
 
@@ -149,25 +175,53 @@ fn lease_from(first: u32, last: u32) -> Result<Lease> {
     let dir = lock_directory()?;
     let size = u64::from(last - first) + 1;
     let start = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15) % size;
-    for step in 0..size {
+    let mut step = 0;
+    let mut retries = 0;
+    while step < size {
         let uid = first + ((start + step) % size) as u32;
+        let name = uid.to_string();
         let file = openat(
             &dir,
-            uid.to_string().as_str(),
+            name.as_str(),
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o600),
         )
         .context(|| format!("open the lock of host uid {uid} in {HOST_UID_LOCKS}"))?;
         match Flock::lock(std::fs::File::from(file), FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => {
+            Ok(file) => {
+                // The holder before may have removed the file between our open and our
+                // lock: then the lock is on a file no one else will look at.
+                let linked = nix::sys::stat::fstatat(
+                    &dir,
+                    name.as_str(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                );
+                let ours = nix::sys::stat::fstat(&*file);
+                let same = matches!((linked, ours), (Ok(linked), Ok(ours))
+                    if (linked.st_dev, linked.st_ino) == (ours.st_dev, ours.st_ino));
+                if !same && retries < 100 {
+                    retries += 1;
+                    continue;
+                }
+                if !same {
+                    return Err(Error::setup(format!(
+                        "lock host uid {uid} in {HOST_UID_LOCKS}: its file keeps changing; is another program removing files there?"
+                    )));
+                }
+                let owner = std::process::id();
                 return Ok(Lease {
                     uid,
                     gid: uid,
                     creator: true,
-                    _lock: Some(lock),
+                    lock: Some(UidLock {
+                        dir,
+                        name,
+                        file,
+                        owner,
+                    }),
                 });
             }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => continue,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => step += 1,
             Err((_, errno)) => {
                 return Err(Error::os(
                     format!("lock host uid {uid} in {HOST_UID_LOCKS}"),

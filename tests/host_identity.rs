@@ -463,6 +463,15 @@ fn an_exhausted_range_is_refused_with_the_fix() {
     let range = "1879113728-1879113728";
     let holder = Holder::start(Mode::Root, &["--host-uid-range", range], INOTIFY);
     assert_eq!(holder.host_uid(), 1879113728);
+    // The uid's lock, root's alone, while the jail lives; removed with it.
+    let lock = std::path::Path::new("/run/brig-host-uids/1879113728");
+    let dir = std::fs::symlink_metadata("/run/brig-host-uids").unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert!(
+        dir.is_dir() && dir.uid() == 0 && dir.mode() & 0o022 == 0,
+        "{dir:?}"
+    );
+    assert!(lock.exists());
     let output = run(
         Mode::Root,
         &["run", "--host-uid-range", range, "--", "true"],
@@ -477,10 +486,12 @@ fn an_exhausted_range_is_refused_with_the_fix() {
         ],
     );
     drop(holder);
+    assert!(!lock.exists());
     assert_success(&run(
         Mode::Root,
         &["run", "--host-uid-range", range, "--", "true"],
     ));
+    assert!(!lock.exists());
 }
 
 #[test]
