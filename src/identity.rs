@@ -38,6 +38,9 @@ pub struct Identity {
     pub host: HostIds,
     /// brig runs as an unprivileged user: the jail maps to that user.
     pub rootless: bool,
+    /// Why a weaker mode applies than asked for (the default range unmapped here).
+    #[serde(skip)]
+    pub warning: Option<String>,
 }
 
 /// Which host ids a jail maps to, and who creates its user namespace (the kernel charges
@@ -236,6 +239,22 @@ fn lease_from(first: u32, last: u32) -> Result<Lease> {
     )))
 }
 
+/// Whether brig's own user namespace maps every id of `first..=last` (`kind`: uid or gid):
+/// inside a container with a user namespace of its own, often only a few are.
+pub fn mapped_here(kind: &str, first: u32, last: u32) -> bool {
+    let Ok(map) = std::fs::read_to_string(format!("/proc/self/{kind}_map")) else {
+        return true;
+    };
+    map.lines().any(|line| {
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|field| field.parse().ok())
+            .collect();
+        matches!(numbers.as_slice(), [inside, _, count]
+            if *inside <= u64::from(first) && u64::from(last) < inside + count)
+    })
+}
+
 pub fn resolve(options: &JailOptions) -> Result<Identity> {
     let uid = options.uid.unwrap_or(DEFAULT_ID);
     let gid = options.gid.unwrap_or(DEFAULT_ID);
@@ -249,6 +268,7 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
     let euid = nix::unistd::geteuid().as_raw();
     let egid = nix::unistd::getegid().as_raw();
     let rootless = euid != 0;
+    let mut warning = None;
     let host = if rootless {
         for (flag, asked, own) in [
             ("--host-uid", options.host_uid, euid),
@@ -277,10 +297,29 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
                     "--host-uid-range {range} and --host-uid/--host-gid: give one of them (the range gives each jail its own id, the others one id for all)"
                 )));
             }
-            Some(HostUidRange::Range { first, last }) => HostIds::PerJail { first, last },
+            Some(HostUidRange::Range { first, last }) => {
+                if !(mapped_here("uid", first, last) && mapped_here("gid", first, last)) {
+                    return Err(Error::input(format!(
+                        "--host-uid-range {first}-{last}: brig's user namespace does not map all of these ids (inside a container?); give a range within /proc/self/uid_map and gid_map, or off"
+                    )));
+                }
+                HostIds::PerJail { first, last }
+            }
             None if !fixed => match DEFAULT_HOST_UID_RANGE {
-                HostUidRange::Range { first, last } => HostIds::PerJail { first, last },
-                HostUidRange::Off => unreachable!("the default is a range"),
+                HostUidRange::Range { first, last }
+                    if mapped_here("uid", first, last) && mapped_here("gid", first, last) =>
+                {
+                    HostIds::PerJail { first, last }
+                }
+                range => {
+                    warning = Some(format!(
+                        "brig's user namespace does not map the default --host-uid-range {range} (inside a container?): every jail maps to host uid 65534 and its namespace is root's, whose per-user kernel counters the jails share; pass --host-uid-range with ids /proc/self/uid_map maps"
+                    ));
+                    HostIds::Shared {
+                        uid: UNPRIVILEGED_HOST_ID,
+                        gid: UNPRIVILEGED_HOST_ID,
+                    }
+                }
             },
             Some(HostUidRange::Off) | None => {
                 let host_uid = options.host_uid.unwrap_or(UNPRIVILEGED_HOST_ID);
@@ -306,6 +345,7 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
         home: Path::new("/home").join(USER_NAME),
         host,
         rootless,
+        warning,
     })
 }
 

@@ -100,6 +100,7 @@ impl Plan {
         let mut run_warnings = mount::unwritable_binds(&mounts, &identity.host);
         run_warnings.extend(network.iter().flat_map(Policy::loopback_warnings));
         let mut warnings = run_warnings.clone();
+        warnings.extend(identity.warning.clone());
         warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
         if let Some(unenforced) = limits.not_enforced.describe() {
             warnings.push(format!(

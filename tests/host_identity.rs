@@ -595,3 +595,92 @@ fn doctor_says_which_host_identities_apply() {
         describe(&output)
     );
 }
+
+/// brig as root in a user namespace that maps only uids and gids 0-65535, as in a
+/// container with a user namespace of its own: `args` run there; its output.
+fn in_a_small_user_namespace(args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new("unshare");
+    command
+        .args(["--user", "sh", "-c", "read go && exec \"$0\" \"$@\""])
+        .arg(brig())
+        .args(args)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let pid = running.pid();
+    let own = std::fs::read_link("/proc/self/ns/user").unwrap();
+    assert!(
+        wait_until(RUN_TIMEOUT, || std::fs::read_link(format!(
+            "/proc/{pid}/ns/user"
+        ))
+        .is_ok_and(|ns| ns != own)),
+        "unshare did not enter a user namespace"
+    );
+    for map in ["uid_map", "gid_map"] {
+        std::fs::write(format!("/proc/{pid}/{map}"), "0 0 65536\n").unwrap();
+    }
+    let mut stdin = running.child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    running.wait()
+}
+
+/// Where brig's own user namespace does not map the default range (a container's), root's
+/// jails fall back to the shared 65534 and say so; a range asked for is refused there.
+#[test]
+fn where_the_range_is_not_mapped_brig_says_so() {
+    let dir = TempDir::new("host-identity-small-ns").writable_by_all();
+    let report = dir.path().join("verdict.json");
+    let output = in_a_small_user_namespace(&[
+        "run",
+        "--quiet-limits",
+        "--memory",
+        "max",
+        "--pids",
+        "max",
+        "--report",
+        report.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert_success(&output);
+    let verdict: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(
+        verdict["protections"]["host_identity"]["mode"], "shared",
+        "{verdict}"
+    );
+    assert_eq!(
+        verdict["protections"]["host_identity"]["uid"], NOBODY,
+        "{verdict}"
+    );
+    assert!(
+        verdict["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|warning| warning
+                .as_str()
+                .unwrap()
+                .contains("does not map the default --host-uid-range")),
+        "{verdict}"
+    );
+    let output = in_a_small_user_namespace(&[
+        "run",
+        "--host-uid-range",
+        "1879048192-1879048200",
+        "--",
+        "true",
+    ]);
+    assert_code(&output, 125);
+    assert_one_line_error(
+        &output,
+        &[
+            "--host-uid-range 1879048192-1879048200",
+            "does not map",
+            "/proc/self/uid_map",
+        ],
+    );
+}

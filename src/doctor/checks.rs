@@ -722,6 +722,16 @@ pub fn host_identity_check(probe: Option<&probes::HostUids>, who: &Who) -> Check
         );
     };
     let range = format!("{}-{}", probe.first, probe.last);
+    if !probe.mapped {
+        return check(
+            name,
+            Status::Warn,
+            format!(
+                "shared: brig's user namespace does not map the default range {range} (a container's), so every jail maps to 65534 and its namespace is root's, whose per-user kernel counters (inotify, pending signals, message queues) the jails share"
+            ),
+        )
+        .fix("pass --host-uid-range with a block of ids /proc/self/uid_map and gid_map map (unused by anyone), or map the range into the container");
+    }
     match (&probe.lease, probe.overlaps.as_slice()) {
         (Err(why), _) => check(
             name,

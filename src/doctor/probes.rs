@@ -715,6 +715,8 @@ pub struct HostUids {
     pub last: u32,
     /// A uid of the range could be leased (its lock taken, then released).
     pub lease: Result<(), String>,
+    /// brig's user namespace maps the whole range (not so in many containers).
+    pub mapped: bool,
     /// The users (/etc/passwd) and subordinate id ranges (/etc/subuid, /etc/subgid)
     /// of this host that fall in the range, `FILE: name`.
     pub overlaps: Vec<String>,
@@ -761,6 +763,8 @@ pub fn host_uids() -> Option<HostUids> {
         first,
         last,
         lease,
+        mapped: crate::identity::mapped_here("uid", first, last)
+            && crate::identity::mapped_here("gid", first, last),
         overlaps,
     })
 }
