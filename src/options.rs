@@ -88,6 +88,76 @@ impl From<LandlockMode> for String {
     }
 }
 
+/// The host uids root gives its jails, one of its own for each: `FIRST-LAST`, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum HostUidRange {
+    /// Every jail maps to one shared host uid (65534 or `--host-uid`), and its user
+    /// namespace is created by brig's own uid: the weaker, older behaviour.
+    Off,
+    /// Each jail gets a host uid (and the gid of the same number) of its own in
+    /// `first..=last`, and its user namespace is created by that uid.
+    Range { first: u32, last: u32 },
+}
+
+impl FromStr for HostUidRange {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "off" {
+            return Ok(HostUidRange::Off);
+        }
+        let usage = "use FIRST-LAST, e.g. 1879048192-1879113727, or off";
+        let (first, last) = text
+            .split_once('-')
+            .ok_or_else(|| format!("'{text}' is not a range of host uids; {usage}"))?;
+        let number = |part: &str| {
+            part.parse::<u32>()
+                .map_err(|_| format!("'{part}' in '{text}' is not a uid; {usage}"))
+        };
+        let (first, last) = (number(first)?, number(last)?);
+        if first > last {
+            return Err(format!(
+                "'{text}': the first uid is above the last; write it as {last}-{first}"
+            ));
+        }
+        if first == 0 || last == u32::MAX {
+            return Err(format!(
+                "'{text}' holds host root (0) or the invalid uid {}; {usage}",
+                u32::MAX
+            ));
+        }
+        let nobody = crate::identity::UNPRIVILEGED_HOST_ID;
+        if (first..=last).contains(&nobody) {
+            return Err(format!(
+                "'{text}' holds {nobody} (nobody), which other programs share; pick uids no user or service has, {usage}"
+            ));
+        }
+        Ok(HostUidRange::Range { first, last })
+    }
+}
+
+impl fmt::Display for HostUidRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostUidRange::Off => f.write_str("off"),
+            HostUidRange::Range { first, last } => write!(f, "{first}-{last}"),
+        }
+    }
+}
+
+impl TryFrom<String> for HostUidRange {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl From<HostUidRange> for String {
+    fn from(range: HostUidRange) -> String {
+        range.to_string()
+    }
+}
+
 #[derive(Args, Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct JailOptions {
@@ -141,12 +211,23 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
 
-    /// Host uid the jail user maps to when brig runs as root [default: 65534].
+    /// As root: the host uids for jails, FIRST-LAST; each jail gets one of its own (uid and
+    /// gid of that number), which also creates its user namespace, so the kernel's per-user
+    /// counters (inotify, signals, message queues) are the jail's own. `off`: every jail
+    /// maps to 65534 (or --host-uid) with its namespace owned by root, sharing root's
+    /// counters (weaker). Rootless brig always maps to your own uid [default:
+    /// 1879048192-1879113727].
+    #[arg(long, value_name = "FIRST-LAST|off")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_uid_range: Option<HostUidRange>,
+
+    /// As root: one host uid every jail user maps to, in place of --host-uid-range (its
+    /// namespace is owned by root, as with `--host-uid-range off`).
     #[arg(long, value_name = "UID")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_uid: Option<u32>,
 
-    /// Host gid the jail group maps to when brig runs as root [default: 65534].
+    /// As root: one host gid every jail group maps to, in place of --host-uid-range.
     #[arg(long, value_name = "GID")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_gid: Option<u32>,
@@ -312,6 +393,7 @@ impl JailOptions {
             net_connections: over.net_connections.or(self.net_connections),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
+            host_uid_range: over.host_uid_range.or(self.host_uid_range),
             host_uid: over.host_uid.or(self.host_uid),
             host_gid: over.host_gid.or(self.host_gid),
             hostname: over.hostname.or(self.hostname),

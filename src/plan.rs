@@ -97,10 +97,10 @@ impl Plan {
             None => identity.home.clone(),
         };
         let env = environment::resolve(&options, &identity)?;
-        let mut run_warnings =
-            mount::unwritable_binds(&mounts, identity.host_uid, identity.host_gid);
+        let mut run_warnings = mount::unwritable_binds(&mounts, &identity.host);
         run_warnings.extend(network.iter().flat_map(Policy::loopback_warnings));
         let mut warnings = run_warnings.clone();
+        warnings.extend(identity.warning.clone());
         warnings.extend(rootfs.as_ref().and_then(mount::rootfs_warning));
         if let Some(unenforced) = limits.not_enforced.describe() {
             warnings.push(format!(
@@ -251,7 +251,12 @@ mod tests {
     fn default_plan_is_secure() {
         let plan = Plan::resolve(options("command: [true]")).unwrap();
         assert_eq!(plan.identity.uid, 1000);
-        assert_ne!(plan.identity.host_uid, 0);
+        assert!(
+            plan.identity
+                .host
+                .fixed()
+                .is_none_or(|(uid, gid)| uid != 0 && gid != 0)
+        );
         assert!(plan.namespaces.net && plan.namespaces.user && plan.namespaces.pid);
         assert!(plan.env.iter().all(|v| !v.starts_with("SECRET")));
         assert!(plan.mounts.iter().any(|m| m.dst() == Path::new("/tmp")));

@@ -43,18 +43,44 @@ const KNOWN: &[(&str, Resource, bool)] = &[
     ("stack", Resource::RLIMIT_STACK, true),
 ];
 
-/// The defaults: no core dumps, 1024 open files, files up to 1 GiB.
-const DEFAULTS: &[(&str, u64)] = &[("core", 0), ("nofile", 1024), ("fsize", 1 << 30)];
+/// The defaults: no core dumps, 1024 open files, files up to 1 GiB, 1024 pending signals
+/// (queued signals and POSIX timers) and 800 KiB of POSIX message queues (Linux's own
+/// default), each no higher than brig's own hard limit. The kernel counts the last two
+/// per user: within the jail they bound all of its processes together.
+const DEFAULTS: &[(&str, u64)] = &[
+    ("core", 0),
+    ("nofile", 1024),
+    ("fsize", 1 << 30),
+    ("sigpending", 1024),
+    ("msgqueue", 800 << 10),
+];
+
+/// Limits the kernel counts per user, whose defaults are lowered to brig's own hard limit
+/// (which the program could not exceed anyway) rather than refused.
+const CAPPED_DEFAULTS: &[&str] = &["sigpending", "msgqueue"];
 
 /// The program's limits: the defaults, then `--rlimit` (by name, later wins), then
 /// `--cpu-time` as RLIMIT_CPU (SIGXCPU at the limit, SIGKILL a second later).
 pub fn resolve(specs: &[String], cpu_time: Option<Span>) -> Result<Vec<Rlimit>> {
     let mut limits: Vec<Rlimit> = DEFAULTS
         .iter()
-        .map(|&(name, value)| Rlimit {
-            name,
-            soft: Some(value),
-            hard: Some(value),
+        .map(|&(name, value)| {
+            let value = match KNOWN.iter().find(|(known, _, _)| *known == name) {
+                Some((_, resource, _)) if CAPPED_DEFAULTS.contains(&name) => getrlimit(*resource)
+                    .map_or(value, |(_, hard)| {
+                        if hard == nix::sys::resource::RLIM_INFINITY {
+                            value
+                        } else {
+                            value.min(hard)
+                        }
+                    }),
+                _ => value,
+            };
+            Rlimit {
+                name,
+                soft: Some(value),
+                hard: Some(value),
+            }
         })
         .collect();
     let mut set = |limit: Rlimit| match limits.iter_mut().find(|known| known.name == limit.name) {

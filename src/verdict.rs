@@ -110,6 +110,20 @@ pub struct Protections {
     pub seccomp_profile: Option<String>,
     /// `--rootfs`: its path and recorded digest; null when the jail uses the host's /usr.
     pub rootfs: Option<crate::mount::Rootfs>,
+    /// The host ids the jail's user mapped to, and whether they were its own.
+    pub host_identity: HostIdentity,
+}
+
+/// `protections.host_identity`: `mode` is `per-jail` (as root, a host uid of the jail's
+/// own from `--host-uid-range`, which also created its user namespace, so the kernel's
+/// per-user counters are the jail's), `shared` (as root with `--host-uid-range off` or
+/// `--host-uid`: one host uid for every jail, its namespace created by root) or `caller`
+/// (rootless: the caller's own uid).
+#[derive(Debug, Serialize)]
+pub struct HostIdentity {
+    pub mode: &'static str,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Verdict {
@@ -178,7 +192,7 @@ impl Verdict {
             output_truncated: run.output.is_some_and(|output| output.truncated),
             warm: false,
             limits: Some(limits(plan, run.time_limit, run.cgroup_version.is_some())),
-            protections: Some(protections(plan, run.cgroup_version)),
+            protections: Some(protections(plan, run.cgroup_version, run.host_ids)),
             warnings: plan.warnings.clone(),
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
@@ -298,7 +312,7 @@ fn limits(plan: &Plan, time_limit: Option<crate::units::Span>, cgroup_enforced: 
     }
 }
 
-fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
+fn protections(plan: &Plan, cgroup: Option<Version>, (uid, gid): (u32, u32)) -> Protections {
     let ns = &plan.namespaces;
     let namespaces = [
         (ns.user, "user"),
@@ -328,6 +342,11 @@ fn protections(plan: &Plan, cgroup: Option<Version>) -> Protections {
             crate::seccomp::Mode::Off => None,
         },
         rootfs: plan.rootfs.clone(),
+        host_identity: HostIdentity {
+            mode: plan.identity.host.mode(),
+            uid,
+            gid,
+        },
     }
 }
 

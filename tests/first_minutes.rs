@@ -47,9 +47,10 @@ fn workdir_must_be_an_existing_directory() {
     }
 }
 
-/// As root the jail's user is host uid 65534: a 0755 root-owned output directory is not
-/// writable for it, and the plan says so, and the run too: once on stderr, before the
-/// program's own error; a directory it may write gets no warning.
+/// As root the jail's user is a host uid of its own (`--host-uid-range`; 65534 with `off`):
+/// a 0755 root-owned output directory is not writable for it, and the plan says so, and
+/// the run too: once on stderr, before the program's own error; a directory it may write
+/// gets no warning.
 #[test]
 fn an_unwritable_bind_target_is_a_warning() {
     let denied = TempDir::new("bind-denied");
@@ -64,6 +65,23 @@ fn an_unwritable_bind_target_is_a_warning() {
         ],
     );
     assert_eq!(code(&output), 0, "{}", describe(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("is not world-writable") && text.contains("chmod 1777"),
+        "{text}"
+    );
+    let output = run(
+        Mode::Root,
+        &[
+            "check",
+            "--host-uid-range",
+            "off",
+            "--bind",
+            &format!("{}:/out", denied.str()),
+            "--",
+            "true",
+        ],
+    );
     let text = stdout(&output);
     assert!(
         text.contains("is not writable by host uid 65534") && text.contains("chown 65534"),
@@ -88,7 +106,7 @@ fn an_unwritable_bind_target_is_a_warning() {
     assert_eq!(
         lines[0],
         format!(
-            "brig: warning: --bind {dir}:/out: {dir} is not writable by host uid 65534, which the jail's user maps to, so writes there fail with EACCES; `chown 65534 {dir}` or make it group- or world-writable",
+            "brig: warning: --bind {dir}:/out: {dir} is not world-writable, and the jail's user maps to a host uid of its own (one of --host-uid-range 1879048192-1879113727), so writes there fail with EACCES; `chmod 1777 {dir}`, or give every jail one host uid with --host-uid (weaker: jails then share per-user kernel counters)",
             dir = denied.str()
         ),
         "{}",

@@ -237,10 +237,70 @@ fn program_gets_the_given_streams() -> Result<(), String> {
     Ok(())
 }
 
+/// What a per-jail host uid's switch around the clone touches: the ids, dumpability and
+/// the effective capabilities.
+fn caller_identity() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps: Vec<&str> = status
+        .lines()
+        .filter(|line| line.starts_with("CapEff") || line.starts_with("CapPrm"))
+        .collect();
+    format!(
+        "{:?} {:?} dumpable={:?} {caps:?}",
+        nix::unistd::getresuid(),
+        nix::unistd::getresgid(),
+        nix::sys::prctl::get_dumpable()
+    )
+}
+
+/// As root each jail's user namespace is created by its own host uid, brig switching its
+/// effective ids around the clone: whichever step of assembling fails (each descriptor
+/// brig opens runs into a lower RLIMIT_NOFILE, clone3's pidfd among them), and after a
+/// jail that assembled, the caller is root again with its capabilities, and dumpable.
+fn caller_is_root_again_whatever_fails() -> Result<(), String> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let plan = plan("memory: max\npids: max\ncommand: [true]\n");
+    let before = caller_identity();
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|err| err.to_string())?;
+    let mut failures = Vec::new();
+    for limit in 3..256 {
+        setrlimit(Resource::RLIMIT_NOFILE, limit, hard).map_err(|err| err.to_string())?;
+        let assembled = Jail::assemble(&plan);
+        let outcome = match &assembled {
+            Ok(jail) => Ok(jail.host_ids()),
+            Err(err) => Err(err.to_string()),
+        };
+        drop(assembled);
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).map_err(|err| err.to_string())?;
+        let after = caller_identity();
+        if after != before {
+            return Err(format!(
+                "with nofile {limit} ({outcome:?}) the caller is {after}, was {before}"
+            ));
+        }
+        match outcome {
+            Ok((uid, gid)) if (0x7000_0000..=0x7000_FFFF).contains(&uid) && uid == gid => {
+                return if failures.iter().any(|why: &String| why.contains("clone3")) {
+                    Ok(())
+                } else {
+                    Err(format!("no failure in clone3 itself: {failures:?}"))
+                };
+            }
+            Ok(ids) => return Err(format!("the jail's host ids are {ids:?}")),
+            Err(why) => failures.push(why),
+        }
+    }
+    Err(format!("never assembled: {failures:?}"))
+}
+
 type Test = fn() -> Result<(), String>;
 
 fn main() {
-    let tests: [(&str, Test); 6] = [
+    let tests: [(&str, Test); 7] = [
+        (
+            "caller_is_root_again_whatever_fails",
+            caller_is_root_again_whatever_fails,
+        ),
         ("program_given_after_assembly", program_given_after_assembly),
         ("unused_jail_leaves_nothing", unused_jail_leaves_nothing),
         ("bad_program_is_refused", bad_program_is_refused),

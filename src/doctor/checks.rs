@@ -706,6 +706,62 @@ pub fn end_to_end(probe: &EndToEnd, who: &Who) -> Check {
     }
 }
 
+/// Which host ids jails get: as root, a host uid of its own for each jail (the default
+/// range, usable and clear of this host's users and subordinate id ranges); rootless,
+/// the caller's own uid, whose per-user counters the jails share.
+pub fn host_identity_check(probe: Option<&probes::HostUids>, who: &Who) -> Check {
+    let name = who.name("host identities");
+    let bounds = "each bounded by its own namespace's /proc/sys/user limits (64 inotify instances, 16384 watches) and RLIMIT_SIGPENDING 1024, RLIMIT_MSGQUEUE 800K";
+    let Some(probe) = probe else {
+        return check(
+            name,
+            Status::Ok,
+            format!(
+                "caller: jails map to your own uid, whose per-user kernel counters (inotify, pending signals, message queues) they share with you, {bounds}"
+            ),
+        );
+    };
+    let range = format!("{}-{}", probe.first, probe.last);
+    if !probe.mapped {
+        return check(
+            name,
+            Status::Warn,
+            format!(
+                "shared: brig's user namespace does not map the default range {range} (a container's), so every jail maps to 65534 and its namespace is root's, whose per-user kernel counters (inotify, pending signals, message queues) the jails share"
+            ),
+        )
+        .fix("pass --host-uid-range with a block of ids /proc/self/uid_map and gid_map map (unused by anyone), or map the range into the container");
+    }
+    match (&probe.lease, probe.overlaps.as_slice()) {
+        (Err(why), _) => check(
+            name,
+            Status::Fail,
+            format!("per-jail: no host uid of the range {range} could be taken: {why}"),
+        )
+        .fix(format!(
+            "make {} a directory of root's alone, or pass --host-uid-range off (weaker: jails share root's per-user counters)",
+            crate::identity::HOST_UID_LOCKS
+        )),
+        (Ok(()), []) => check(
+            name,
+            Status::Ok,
+            format!(
+                "per-jail: each jail maps to, and its user namespace is created by, a host uid of its own from {range} (locks in {}), {bounds}; with --host-uid-range off all share 65534 and root's counters",
+                crate::identity::HOST_UID_LOCKS
+            ),
+        ),
+        (Ok(()), overlaps) => check(
+            name,
+            Status::Warn,
+            format!(
+                "per-jail: the range {range} holds ids this host gives out ({}): a jail could act as them on files",
+                overlaps.join(", ")
+            ),
+        )
+        .fix("pass --host-uid-range with a block no user or subordinate id range of this host uses"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -143,6 +143,8 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
     checks.extend(checks::cgroup_checks(&cgroups, &who));
     checks.push(checks::landlock_check(probes::landlock_abi()));
     checks.push(checks::tun_check(&probes::tun(false), &who));
+    let host_uids = host.root().then(probes::host_uids).flatten();
+    checks.push(checks::host_identity_check(host_uids.as_ref(), &who));
     checks.extend(checks::seccomp_checks(&probes::seccomp()));
     if !args.no_run {
         checks.push(checks::end_to_end(&probes::end_to_end(None), &who));

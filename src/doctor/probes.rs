@@ -709,6 +709,66 @@ fn read_all(fd: OwnedFd) -> String {
     text
 }
 
+/// As root: what the default per-jail host uid range meets here.
+pub struct HostUids {
+    pub first: u32,
+    pub last: u32,
+    /// A uid of the range could be leased (its lock taken, then released).
+    pub lease: Result<(), String>,
+    /// brig's user namespace maps the whole range (not so in many containers).
+    pub mapped: bool,
+    /// The users (/etc/passwd) and subordinate id ranges (/etc/subuid, /etc/subgid)
+    /// of this host that fall in the range, `FILE: name`.
+    pub overlaps: Vec<String>,
+}
+
+pub fn host_uids() -> Option<HostUids> {
+    let crate::options::HostUidRange::Range { first, last } =
+        crate::identity::DEFAULT_HOST_UID_RANGE
+    else {
+        return None;
+    };
+    let lease = crate::identity::HostIds::PerJail { first, last }
+        .lease()
+        .map(drop)
+        .map_err(|err| err.to_string());
+    let inside = |start: u64, count: u64| {
+        start <= u64::from(last) && start + count > u64::from(first) && count > 0
+    };
+    let mut overlaps = Vec::new();
+    // /etc/passwd: name:x:uid:...; /etc/subuid and /etc/subgid: name:start:count.
+    for (file, subordinate) in [
+        ("/etc/passwd", false),
+        ("/etc/subuid", true),
+        ("/etc/subgid", true),
+    ] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            let (start, count) = match (subordinate, fields.as_slice()) {
+                (false, [_, _, uid, ..]) => (uid.parse().ok(), Some(1)),
+                (true, [_, start, count, ..]) => (start.parse().ok(), count.parse().ok()),
+                _ => (None, None),
+            };
+            if let (Some(start), Some(count)) = (start, count)
+                && inside(start, count)
+            {
+                overlaps.push(format!("{file}: {}", fields[0]));
+            }
+        }
+    }
+    Some(HostUids {
+        first,
+        last,
+        lease,
+        mapped: crate::identity::mapped_here("uid", first, last)
+            && crate::identity::mapped_here("gid", first, last),
+        overlaps,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

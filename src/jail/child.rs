@@ -19,15 +19,18 @@ use std::ffi::CString;
 use std::path::Path;
 
 /// Entry point in the cloned child; never returns. A session's init (`session`) runs
-/// programs one after another instead of one.
+/// programs one after another instead of one. `host_lock`: the lock of a per-jail host
+/// uid, which init keeps open (close-on-exec, out of every program's reach) so that the
+/// uid stays taken until the last process of the jail is gone, even if brig is not.
 pub fn run(
     plan: &Plan,
     channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
     session: bool,
+    host_lock: Option<std::os::fd::RawFd>,
 ) -> ! {
-    if let Err(err) = assemble_jail(plan, &channel, output, cgroup) {
+    if let Err(err) = assemble_jail(plan, &channel, output, cgroup, host_lock) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
@@ -88,6 +91,7 @@ fn assemble_jail(
     channel: &ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
+    host_lock: Option<std::os::fd::RawFd>,
 ) -> Result<()> {
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
@@ -142,7 +146,9 @@ fn assemble_jail(
             .context(|| "connect stderr to brig's relay".into())
             .at(Stage::Descriptors)?;
     }
-    fds::close_inherited(&channel.raw_fds()).at(Stage::Descriptors)?;
+    let mut keep = channel.raw_fds();
+    keep.extend(host_lock);
+    fds::close_inherited(&keep).at(Stage::Descriptors)?;
     // Namespaces: a new session without a controlling terminal, the hostname, lo.
     nix::unistd::setsid()
         .context(|| "start a new session".into())
@@ -151,8 +157,21 @@ fn assemble_jail(
     if plan.namespaces.net {
         namespaces::loopback_up().at(Stage::Isolation)?;
     }
+    // The jail's own bounds on per-user counters, while this process still holds
+    // CAP_SYS_RESOURCE in the jail's user namespace: through the jail's fresh /proc once
+    // it is mounted, or else (`--proc host`, read-only there) through brig's, now.
+    let fresh_proc = plan
+        .mounts
+        .iter()
+        .any(|op| matches!(op, mount::MountOp::Proc { .. }));
+    if !fresh_proc {
+        identity::bound_user_namespace().at(Stage::Isolation)?;
+    }
     // Mounts, then pivot_root into the new root.
     mount::build_root(&plan.mounts).at(Stage::Mounts)?;
+    if fresh_proc {
+        identity::bound_user_namespace().at(Stage::Isolation)?;
+    }
     // The jail needs no capability it does not already hold: empty the bounding set
     // here, once, for both init and the program.
     privileges::empty_bounding_set().at(Stage::Capabilities)?;

@@ -67,6 +67,11 @@ impl<'p> SessionJail<'p> {
         self.jail.plan
     }
 
+    /// The host uid and gid the jail's user maps to.
+    pub fn host_ids(&self) -> (u32, u32) {
+        self.jail.host_ids()
+    }
+
     /// The workspace (the jail's home directory), opened inside the jail: paths are
     /// resolved beneath it.
     pub fn workspace(&self) -> BorrowedFd<'_> {

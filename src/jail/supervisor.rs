@@ -86,6 +86,8 @@ pub struct RunReport {
     pub seccomp_log: Option<seccomp::Logged>,
     /// With `--net filtered`: every connection the jail tried, and what brig did.
     pub network: Option<NetworkRecord>,
+    /// The host uid and gid the jail's user mapped to.
+    pub host_ids: (u32, u32),
 }
 
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
@@ -114,6 +116,9 @@ pub struct Jail<'p> {
     // reaped on every path.
     pub(super) cgroup: Option<JailCgroup>,
     reaped: bool,
+    /// The jail's host ids. Declared after `cgroup`: a per-jail uid's lock is released
+    /// only once nothing of the jail is left.
+    host: identity::Lease,
 }
 
 impl<'p> Jail<'p> {
@@ -160,11 +165,13 @@ impl<'p> Jail<'p> {
             None => (None, None),
         };
         identity::drop_supplementary_groups(&plan.identity).at(Stage::Identity)?;
+        // The jail's host ids: with a per-jail range, a uid no other jail holds.
+        let host = plan.identity.host.lease().at(Stage::Identity)?;
         // The kernel's seccomp records name the call that killed the program or, in log
         // mode, the calls the profile would deny.
         let audit = match plan.seccomp.mode {
             seccomp::Mode::Off => None,
-            _ => seccomp::AuditLog::open(plan.identity.host_uid),
+            _ => seccomp::AuditLog::open(host.uid),
         };
         // Created before the jail so that the jail starts inside it; removed (after
         // killing whatever is left inside) when dropped.
@@ -176,7 +183,22 @@ impl<'p> Jail<'p> {
         };
 
         let cgroup_fd = cgroup.as_ref().and_then(|cgroup| cgroup.clone_into());
-        let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
+        // A per-jail host uid creates the jail's user namespace: the kernel charges what
+        // the jail uses of its per-user counters (inotify, pending signals, message
+        // queues, namespaces) to the namespace's creator at the host's level. brig does it
+        // here, as the parent, switching only its effective ids around the clone (the
+        // child could not: once in its own user namespace it can no longer choose who owns
+        // it), then writes the id maps as root again. The child starts with the per-jail
+        // effective uid; the v1 cgroup files it writes to were opened by root.
+        let creator = match host.creator {
+            true => Some(identity::AsNamespaceCreator::switch(&host).at(Stage::Namespaces)?),
+            false => None,
+        };
+        let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd);
+        if !matches!(cloned, Ok(Cloned::Child)) {
+            drop(creator);
+        }
+        let cloned = cloned.map_err(|errno| {
             let err = Error::os("create the jail's namespaces (clone3)", errno);
             // Inside a container its settings are the cause (named by the caller).
             let err = if errno == Errno::EPERM && crate::doctor::in_container().is_some() {
@@ -193,6 +215,7 @@ impl<'p> Jail<'p> {
                 jail_output,
                 cgroup.as_ref().and_then(JailCgroup::entry),
                 session,
+                host.lock_fd(),
             ),
             Cloned::Parent {
                 pid,
@@ -224,6 +247,7 @@ impl<'p> Jail<'p> {
             clock: None,
             cgroup,
             reaped: false,
+            host,
         };
         if let Some(cgroup) = &jail.cgroup
             && !in_cgroup
@@ -231,7 +255,7 @@ impl<'p> Jail<'p> {
         {
             cgroup.add_process(pid).at(Stage::Cgroup)?;
         }
-        identity::write_id_maps(pid, &plan.identity).at(Stage::IdMaps)?;
+        identity::write_id_maps(pid, &plan.identity, &jail.host).at(Stage::IdMaps)?;
         jail.channel
             .say_go()
             .context(|| "tell the jail to start".into())
@@ -259,6 +283,11 @@ impl<'p> Jail<'p> {
     /// jail is reaped it reaches nobody.
     pub fn init_pidfd(&self) -> BorrowedFd<'_> {
         self.init.pidfd.as_fd()
+    }
+
+    /// The host uid and gid the jail's user maps to (its own, with a per-jail range).
+    pub fn host_ids(&self) -> (u32, u32) {
+        (self.host.uid, self.host.gid)
     }
 
     /// Gives the run a wall-clock limit other than the plan's (a server's request).
@@ -437,6 +466,7 @@ impl<'p> Jail<'p> {
             output: self.relay.take().map(|relay| relay.counts),
             seccomp_log,
             network,
+            host_ids: self.host_ids(),
         })
     }
 
@@ -473,6 +503,7 @@ impl<'p> Jail<'p> {
             output: None,
             seccomp_log: None,
             network: None,
+            host_ids: self.host_ids(),
         })
     }
 

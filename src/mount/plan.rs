@@ -280,9 +280,10 @@ pub fn rootfs_warning(rootfs: &Rootfs) -> Option<String> {
     ))
 }
 
-/// Warnings for writable binds the jail's user cannot write: it maps to `host_uid` and
-/// `host_gid`, and the host's permission bits decide (ACLs aside).
-pub fn unwritable_binds(mounts: &[MountOp], host_uid: u32, host_gid: u32) -> Vec<String> {
+/// Warnings for writable binds the jail's user cannot write: it maps to `host`'s ids (a
+/// uid of its own from a range owns nothing yet: only world-writable binds are), and the
+/// host's permission bits decide (ACLs aside).
+pub fn unwritable_binds(mounts: &[MountOp], host: &crate::identity::HostIds) -> Vec<String> {
     use std::os::unix::fs::MetadataExt;
     mounts
         .iter()
@@ -295,15 +296,19 @@ pub fn unwritable_binds(mounts: &[MountOp], host_uid: u32, host_gid: u32) -> Vec
             } => {
                 let meta = std::fs::metadata(src).ok()?;
                 let mode = meta.mode();
-                let writable = (meta.uid() == host_uid && mode & 0o200 != 0)
-                    || (meta.gid() == host_gid && mode & 0o020 != 0)
-                    || mode & 0o002 != 0;
-                (!writable).then(|| {
-                    format!(
-                        "{option}: {} is not writable by host uid {host_uid}, which the jail's user maps to, so writes there fail with EACCES; `chown {host_uid} {}` or make it group- or world-writable",
-                        src.display(),
-                        src.display()
-                    )
+                let writable = host.fixed().is_some_and(|(host_uid, host_gid)| {
+                    (meta.uid() == host_uid && mode & 0o200 != 0)
+                        || (meta.gid() == host_gid && mode & 0o020 != 0)
+                }) || mode & 0o002 != 0;
+                let src = src.display();
+                (!writable).then(|| match (host.fixed(), host) {
+                    (Some((host_uid, _)), _) => format!(
+                        "{option}: {src} is not writable by host uid {host_uid}, which the jail's user maps to, so writes there fail with EACCES; `chown {host_uid} {src}` or make it group- or world-writable"
+                    ),
+                    (None, crate::identity::HostIds::PerJail { first, last }) => format!(
+                        "{option}: {src} is not world-writable, and the jail's user maps to a host uid of its own (one of --host-uid-range {first}-{last}), so writes there fail with EACCES; `chmod 1777 {src}`, or give every jail one host uid with --host-uid (weaker: jails then share per-user kernel counters)"
+                    ),
+                    (None, _) => unreachable!("only a per-jail range has no fixed ids"),
                 })
             }
             _ => None,

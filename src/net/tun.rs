@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 pub fn set_up() -> Result<OwnedFd> {
     let tun = sys::tun_create(TUN_NAME).map_err(|errno| {
         let fix = match errno {
-            Errno::EACCES => "/dev/net/tun is not open to brig's user: make it usable by everyone (`chmod 0666 /dev/net/tun`, its usual mode) or run brig as root",
+            Errno::EACCES => "/dev/net/tun is not open to the jail's host uid (brig's own rootless, one of --host-uid-range as root): make it usable by everyone (`chmod 0666 /dev/net/tun`, its usual mode), or as root pass --host-uid-range off",
             Errno::ENOENT | Errno::ENODEV | Errno::ENXIO => "load the tun module (`modprobe tun`); in a container, pass the device in (`--device /dev/net/tun`)",
             _ => "see `brig doctor`",
         };

@@ -87,6 +87,7 @@ pub fn check_client(client: &JailOptions, may: &[Loosening], bind_under: &[PathB
     }
     let host_only = [
         (client.cgroup_parent.is_some(), "--cgroup-parent"),
+        (client.host_uid_range.is_some(), "--host-uid-range"),
         (client.host_uid.is_some(), "--host-uid"),
         (client.host_gid.is_some(), "--host-gid"),
         (!client.env_pass.is_empty(), "--env-pass"),
@@ -311,6 +312,7 @@ mod tests {
             ("seccomp: /etc/mine.json", "built-in profile"),
             ("cgroup-parent: /x", "--cgroup-parent"),
             ("host-uid: 0", "--host-uid"),
+            ("host-uid-range: 'off'", "--host-uid-range"),
             ("env-pass: [SECRET]", "--env-pass"),
             ("ro-bind: [/etc]", "--allow-bind-under"),
             ("seccomp-log: true", "--client-may seccomp-log"),

@@ -434,7 +434,7 @@ impl<'p> Session<'p> {
         let plan = self.plan();
         Workspace {
             dir: self.jail.workspace(),
-            owner: (plan.identity.host_uid, plan.identity.host_gid),
+            owner: self.jail.host_ids(),
             size: plan.limits.home_size,
         }
     }
@@ -675,6 +675,7 @@ impl<'p> Session<'p> {
             output: Some(captured.counts()),
             seccomp_log: None,
             network: None,
+            host_ids: self.jail.host_ids(),
         };
         let mut verdict =
             serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();

@@ -243,7 +243,13 @@ pub fn assert_verdict_shape(v: &Value) {
                 "no_new_privs",
                 "landlock_abi",
                 "seccomp_profile",
+                "host_identity",
             ]),
+            "{v}"
+        );
+        assert_eq!(
+            keys(&v["protections"]["host_identity"]),
+            key_set(&["mode", "uid", "gid"]),
             "{v}"
         );
     }

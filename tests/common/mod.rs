@@ -66,7 +66,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The host uid/gid that the jail's user maps to by default in this mode.
+    /// The host uid/gid that the jail's user maps to in this mode rootless, or as root
+    /// with `--host-uid-range off` (by default, as root, each jail has one of its own).
     pub fn host_id(self) -> u32 {
         NOBODY
     }

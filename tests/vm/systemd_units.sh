@@ -51,10 +51,11 @@ install -m 644 "$repo/deploy/systemd/brig-serve.service" /etc/systemd/system/
 sed -e 's|/run/brig/|/run/brig-root/|g; s|^RuntimeDirectory=brig$|RuntimeDirectory=brig-root|' \
     -e 's|^LogsDirectory=brig$|LogsDirectory=brig-root|; s|/var/log/brig/|/var/log/brig-root/|g' \
     "$repo/deploy/systemd/brig-serve.service" >/etc/systemd/system/brig-serve-root.service
-# deploy/README.md's drop-in: User=root alone; Group=brig stays, so that the runtime
-# directory (the unit's user's and group's, 0750) stays open to the group brig.
+# deploy/README.md's drop-in: User=root; Group=brig stays, so that the runtime
+# directory (the unit's user's and group's, 0750) stays open to the group brig; and the
+# directory of the per-jail host uids' locks, which ProtectSystem= leaves read-only.
 mkdir -p /etc/systemd/system/brig-serve-root.service.d
-printf '[Service]\nUser=root\n' >/etc/systemd/system/brig-serve-root.service.d/root.conf
+printf '[Service]\nUser=root\nRuntimeDirectory=brig-host-uids\n' >/etc/systemd/system/brig-serve-root.service.d/root.conf
 install -D -m 755 "$repo/deploy/systemd/brig-worker.py" /usr/local/lib/brig-worker/brig-worker.py
 install -m 644 "$repo/deploy/systemd/brig-worker.service" /etc/systemd/system/
 systemctl daemon-reload
