@@ -24,6 +24,7 @@ both_modes!(
     a_killed_client_takes_its_jail_along,
     a_killed_server_leaves_nothing_after_a_restart,
     looser_options_are_refused_unless_allowed,
+    the_reported_escapes_are_refused_and_their_tightening_served,
     malformed_messages_leave_the_server_up,
     capture_mode_returns_the_output,
     a_jail_of_another_shape_is_built_for_the_request,
@@ -430,6 +431,89 @@ fn looser_options_are_refused_unless_allowed(mode: Mode) {
     let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
     let output = allowed.run(&["--net", "host"], &["true"]);
     assert_eq!(code(&output), 0, "{}", describe(&output));
+}
+
+/// Issue 21: through the server a client got a 1 GiB /tmp and /scratch, `--rlimit
+/// cpu=unlimited` past the server's CPU limit, and a --net-bytes above the server's.
+/// Each is refused (125, one line naming the option, the server's value and the fix)
+/// before anything is built; the same tightened is served.
+fn the_reported_escapes_are_refused_and_their_tightening_served(mode: Mode) {
+    // The server's jails inherit its hard RLIMIT_CPU of 3600 s (a systemd LimitCPU=).
+    let server = Server::start_under(
+        mode,
+        &["prlimit", "--cpu=3600:3600", "--"],
+        &[
+            "--quiet-limits",
+            "--pool",
+            "1",
+            "--tmpfs-size",
+            "16M",
+            "--allow-net",
+            "127.0.0.1:9",
+            "--net-bytes",
+            "1M",
+        ],
+    );
+    let refused: &[(&[&str], &[&str])] = &[
+        (
+            &["--tmpfs", "/scratch:1G"],
+            &[
+                "--tmpfs /scratch:1G: looser than this server's 16M",
+                "ask for at most 16M",
+            ],
+        ),
+        (
+            &["--tmpfs", "/tmp:1G"],
+            &[
+                "--tmpfs /tmp:1G: looser than this server's 16M",
+                "raise its --tmpfs",
+            ],
+        ),
+        (
+            &["--rlimit", "cpu=unlimited"],
+            &[
+                "--rlimit cpu=unlimited: looser than this server's 3600",
+                "ask for at most 3600",
+            ],
+        ),
+        (
+            &["--net-bytes", "1G"],
+            &[
+                "--net-bytes 1G: looser than this server's 1M",
+                "raise its --net-bytes",
+            ],
+        ),
+    ];
+    for (args, needles) in refused {
+        assert_one_line_error(&server.run(args, &["true"]), needles);
+    }
+    assert_eq!(server.status()["refused"], refused.len() as u64);
+    let served: &[(&[&str], &[&str], &str)] = &[
+        (
+            &["--tmpfs", "/scratch:8M", "--tmpfs-size", "8M"],
+            &[
+                "sh",
+                "-c",
+                "df -k /scratch /tmp | tail -n +2 | tr -s ' ' | cut -d' ' -f2",
+            ],
+            "8192\n8192\n",
+        ),
+        (
+            &["--rlimit", "cpu=60"],
+            &["sh", "-c", "ulimit -H -t"],
+            "60\n",
+        ),
+        (&["--net-bytes", "512K"], &["echo", "served"], "served\n"),
+    ];
+    for (args, program, expected) in served {
+        let output = server.run(args, program);
+        assert_eq!(code(&output), 0, "{args:?}: {}", describe(&output));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            *expected,
+            "{args:?}"
+        );
+    }
 }
 
 fn malformed_messages_leave_the_server_up(mode: Mode) {
