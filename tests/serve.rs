@@ -951,33 +951,80 @@ fn a_pooled_run_takes_its_own_time_limit(mode: Mode) {
     assert_eq!(server.status()["pooled_runs"], 1);
 }
 
+/// The server's audit line names the client (its uid and pid, SO_PEERCRED) and the
+/// program it ran, not the server's own uid and command line: for a pooled run, a jail
+/// built for the request and a Python run (warm when its jail is ready); the client's
+/// own log names the client's command line.
 fn the_audit_logs_name_the_client(mode: Mode) {
     let dir = TempDir::new("audit").writable_by_all();
     let server_log = dir.path().join("server.log");
-    let client_log = dir.path().join("client.log");
-    let server = Server::start(
-        mode,
-        &["--pool", "1", "--audit-log", server_log.to_str().unwrap()],
-    );
-    let output = server.run(
-        &["--audit-log", client_log.to_str().unwrap()],
-        &["sh", "-c", "exit 5"],
-    );
-    assert_eq!(code(&output), 5, "{}", describe(&output));
-    let line = |path: &PathBuf| -> serde_json::Value {
+    // A root server lets uid 65534 in too (its group), so that the server's uid and
+    // its client's differ.
+    let mut args = vec![
+        "--pool",
+        "1",
+        "--warm-python",
+        "1",
+        "--audit-log",
+        server_log.to_str().unwrap(),
+    ];
+    if mode == Mode::Root {
+        args.extend(["--socket-group", "nogroup"]);
+    }
+    let server = Server::start(mode, &args);
+    let lines = |path: &PathBuf| -> Vec<serde_json::Value> {
         let text =
             std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        assert_eq!(text.lines().count(), 1, "{text}");
-        serde_json::from_str(text.trim()).unwrap()
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
     };
-    let (served, client) = (line(&server_log), line(&client_log));
-    let client_uid = if mode == Mode::Root { 0 } else { NOBODY };
-    assert_eq!(served["peer"]["uid"], client_uid, "{served}");
-    assert!(served["peer"]["pid"].as_u64().unwrap() > 1, "{served}");
-    assert_eq!(served["verdict"]["exit_code"], 5, "{served}");
-    assert_eq!(served["verdict"], client["verdict"]);
-    assert_eq!(served["config_digest"], client["config_digest"]);
-    assert!(client["peer"].is_null(), "{client}");
+    let runs: &[(&[&str], &[&str], i32)] = &[
+        (&[], &["sh", "-c", "exit 5"], 5),
+        (&["--tmpfs-size", "8M"], &["sh", "-c", "exit 6"], 6),
+        (&[], &["python3", "-c", "raise SystemExit(7)"], 7),
+    ];
+    let runs_each = runs.len();
+    let clients = match mode {
+        Mode::Root => vec![Mode::Root, Mode::Rootless],
+        Mode::Rootless => vec![Mode::Rootless],
+    };
+    let runs = clients
+        .iter()
+        .flat_map(|client| runs.iter().map(move |run| (*client, run)));
+    for (at, (client_mode, (options, program, status))) in runs.enumerate() {
+        let client_uid = if client_mode == Mode::Root { 0 } else { NOBODY };
+        // Each client's own log (the root client's is not the rootless one's to write).
+        let client_log = dir.path().join(format!("client-{client_uid}.log"));
+        let mut args = vec![
+            "run",
+            "--server",
+            server.socket(),
+            "--audit-log",
+            client_log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(options);
+        args.push("--");
+        args.extend_from_slice(program);
+        let mut client = command(client_mode, &args);
+        client.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let client = Running::spawn(client);
+        let pid = client.pid();
+        let output = client.wait();
+        assert_eq!(code(&output), *status, "{}", describe(&output));
+        let (served, client) = (&lines(&server_log)[at], &lines(&client_log)[at % runs_each]);
+        assert_eq!(served["uid"], client_uid, "{served}");
+        assert_eq!(served["pid"], pid, "{served}");
+        assert_eq!(served["argv"], serde_json::json!(program), "{served}");
+        assert_eq!(served["peer"]["uid"], client_uid, "{served}");
+        assert_eq!(served["peer"]["pid"], pid, "{served}");
+        assert_eq!(served["verdict"]["exit_code"], *status, "{served}");
+        assert_eq!(served["verdict"], client["verdict"]);
+        assert_eq!(served["config_digest"], client["config_digest"]);
+        assert_eq!(client["uid"], client_uid, "{client}");
+        assert_eq!(client["argv"][1], "run", "{client}");
+        assert!(client["peer"].is_null(), "{client}");
+    }
 }
 
 /// SIGTERM: no new requests; a run that ends within --drain-grace ends normally, one that

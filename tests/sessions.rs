@@ -754,8 +754,13 @@ fn each_exec_has_an_audit_line_with_the_session(mode: Mode) {
     for line in &lines {
         assert_eq!(line["verdict"]["session"], id.as_str(), "{line}");
         assert_eq!(line["peer"]["uid"], 0, "{line}");
+        // The client (this test, root), not the server, and what it ran.
+        assert_eq!(line["uid"], 0, "{line}");
+        assert_eq!(line["pid"], std::process::id(), "{line}");
     }
     assert_eq!(lines[0]["verdict"]["language"], "python");
+    assert_eq!(lines[0]["argv"], json!(["python", "1"]));
+    assert_eq!(lines[1]["argv"], json!(["true"]));
 }
 
 /// A session from the pool starts with its interpreter running and nothing of another

@@ -649,7 +649,10 @@ impl<'p> Session<'p> {
                 oom_kills,
             },
             &captured,
-            peer,
+            crate::verdict::Served {
+                peer,
+                argv: &program.argv,
+            },
             None,
         );
         Ok(json!({
@@ -673,7 +676,7 @@ impl<'p> Session<'p> {
         &mut self,
         end: ExecEnd,
         captured: &Captured,
-        peer: Peer,
+        served: crate::verdict::Served,
         language: Option<Language>,
     ) -> Value {
         let mut usage = self.jail.usage();
@@ -707,7 +710,7 @@ impl<'p> Session<'p> {
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
             let digest = crate::verdict::config_digest(self.plan());
-            sinks.deliver_json(&verdict, Some(digest), Some(peer));
+            sinks.deliver_json(&verdict, Some(digest), Some(served));
         }
         verdict
     }
@@ -945,7 +948,9 @@ impl<'p> Session<'p> {
             ended,
             oom_kills,
         };
-        let verdict = self.verdict(end, &captured, peer, Some(language));
+        let argv = [language_name(language).to_string(), code.to_string()];
+        let served = crate::verdict::Served { peer, argv: &argv };
+        let verdict = self.verdict(end, &captured, served, Some(language));
         let error = error.or_else(|| {
             state_lost.then(|| {
                 json!({
