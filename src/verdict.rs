@@ -465,7 +465,7 @@ fn append_audit(
         None => (
             nix::unistd::getuid().as_raw(),
             std::process::id() as i32,
-            bounded_argv(&std::env::args().collect::<Vec<_>>()),
+            std::env::args().collect(),
             None,
         ),
     };
@@ -487,9 +487,9 @@ fn append_audit(
     (&*locked).write_all(line.as_bytes()).context(what)
 }
 
-/// Arguments an audit line keeps, and bytes of each: a client's program (a warm
-/// Python's code, a session's cell) may be long; its line stays bounded. JSON escapes
-/// the control characters.
+/// Arguments a served run's audit line keeps, and bytes of each: a client's program (a
+/// warm Python's code, a session's cell) may be long; the server's line stays bounded.
+/// JSON escapes the control characters.
 const AUDIT_ARGS: usize = 64;
 const AUDIT_ARG_BYTES: usize = 1024;
 
