@@ -224,10 +224,12 @@ impl Verdict {
     pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<String> {
         let text = |key: &str| verdict[key].as_str().map(str::to_owned);
         let why = text("explanation").or(text("error"));
+        // Names in them may be the jail's (a name it looked up): escaped.
         text("unenforced")
             .into_iter()
             .chain(why)
             .chain(network_line(verdict))
+            .map(|line| printable(&line))
             .collect()
     }
 
@@ -241,6 +243,29 @@ impl Verdict {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a verdict always serializes")
     }
+}
+
+/// Text that may hold names chosen by code in a jail (a file name, a path echoed in an
+/// error, a name the jail looked up), made safe for a terminal: control characters (escape
+/// sequences, newlines, C1 codes) and backslashes are escaped, as Rust escapes a string;
+/// other characters, non-ASCII included, are kept. The server sends names with invalid
+/// UTF-8 replaced (U+FFFD).
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// One line for the runs brig or the kernel ended; the program's own endings need none.

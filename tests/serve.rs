@@ -25,6 +25,7 @@ both_modes!(
     a_killed_server_leaves_nothing_after_a_restart,
     looser_options_are_refused_unless_allowed,
     the_reported_escapes_are_refused_and_their_tightening_served,
+    names_the_jail_looked_up_are_escaped_on_the_terminal,
     malformed_messages_leave_the_server_up,
     capture_mode_returns_the_output,
     a_jail_of_another_shape_is_built_for_the_request,
@@ -512,6 +513,45 @@ fn the_reported_escapes_are_refused_and_their_tightening_served(mode: Mode) {
             String::from_utf8_lossy(&output.stdout),
             *expected,
             "{args:?}"
+        );
+    }
+}
+
+/// A name the jail looks up is the jail's choice, terminal escapes included: brig's
+/// network line names it escaped, through a server and in a one-shot run.
+fn names_the_jail_looked_up_are_escaped_on_the_terminal(mode: Mode) {
+    // A query for `a<ESC>]0;pwned<BEL>b.test`, sent to the jail's resolver as is.
+    let query = r#"
+import socket, struct
+ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]
+label = b'a\x1b]0;pwned\x07b'
+q = struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + bytes([len(label)]) + label
+q += b'\x04test\x00' + struct.pack('>HH', 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.sendto(q, (ns, 53))
+s.recv(512)
+"#;
+    let network = [
+        "--add-host",
+        "host.test:127.0.0.1",
+        "--allow-net",
+        "host.test:9",
+    ];
+    let mut args = vec!["--pool", "0"];
+    args.extend(network);
+    let server = Server::start(mode, &args);
+    let served = server.run(&[], &["python3", "-c", query]);
+    let mut one_shot = vec!["run", "--quiet-limits"];
+    one_shot.extend(network);
+    one_shot.extend(["--", "python3", "-c", query]);
+    for output in [served, run(mode, &one_shot)] {
+        assert_eq!(code(&output), 0, "{}", describe(&output));
+        let err = stderr(&output);
+        assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+        assert!(
+            err.contains(r"1 name not on the list was not resolved: a\x1b]0;pwned\x07b.test"),
+            "{err:?}"
         );
     }
 }
