@@ -345,6 +345,10 @@ pub const RULES: &[(&str, Rule)] = &[
         Rule::Tighten {
             looser: |jail, server| {
                 let mine = jail.plan.network.as_ref()?;
+                // The host's network lets everything through: any list is tighter.
+                if server.plan.net == NetMode::Host {
+                    return None;
+                }
                 let ours = server.plan.network.as_ref();
                 let rule = mine.rules.iter().find(|rule| {
                     !ours.is_some_and(|ours| {
@@ -378,6 +382,9 @@ pub const RULES: &[(&str, Rule)] = &[
         Rule::Tighten {
             looser: |jail, server| {
                 let mine = jail.plan.network.as_ref()?;
+                if server.plan.net == NetMode::Host {
+                    return None;
+                }
                 let ours = server.plan.network.as_ref();
                 let pin = mine
                     .pins
@@ -1077,6 +1084,21 @@ mod tests {
                     "net: filtered",
                     "--net filtered",
                     "none",
+                )
+            },
+            // Any list is tighter than the host's network.
+            Case {
+                consent: Some(Loosening::SeccompNone),
+                ..case(
+                    "allow-net",
+                    "net: host",
+                    Some(
+                        "net: filtered\nallow-net: [evil.example:443]\nadd-host: ['db.internal:10.0.0.5']",
+                    ),
+                    "net: host",
+                    "seccomp: none",
+                    "--seccomp none",
+                    "default",
                 )
             },
             Case {
