@@ -183,6 +183,14 @@ pub fn apply(limits: &[Rlimit]) -> Result<()> {
     Ok(())
 }
 
+/// The hard limit `name` has in this process (None: unlimited, or a name brig does not
+/// know): what a jail gets when no `--rlimit` sets it.
+pub fn current_hard(name: &str) -> Option<u64> {
+    let (_, resource, _) = KNOWN.iter().find(|(known, _, _)| *known == name)?;
+    let (_, hard) = getrlimit(*resource).ok()?;
+    (hard != nix::sys::resource::RLIM_INFINITY).then_some(hard)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

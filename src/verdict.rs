@@ -238,10 +238,12 @@ impl Verdict {
     pub fn stderr_lines_of(verdict: &serde_json::Value) -> Vec<String> {
         let text = |key: &str| verdict[key].as_str().map(str::to_owned);
         let why = text("explanation").or(text("error"));
+        // Names in them may be the jail's (a name it looked up): escaped.
         text("unenforced")
             .into_iter()
             .chain(why)
             .chain(network_line(verdict))
+            .map(|line| printable(&line))
             .collect()
     }
 
@@ -255,6 +257,29 @@ impl Verdict {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a verdict always serializes")
     }
+}
+
+/// Text that may hold names chosen by code in a jail (a file name, a path echoed in an
+/// error, a name the jail looked up), made safe for a terminal: control characters (escape
+/// sequences, newlines, C1 codes) and backslashes are escaped, as Rust escapes a string;
+/// other characters, non-ASCII included, are kept. The server sends names with invalid
+/// UTF-8 replaced (U+FFFD).
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// One line for the runs brig or the kernel ended; the program's own endings need none.
@@ -412,12 +437,13 @@ impl Sinks {
     }
 
     /// [`Sinks::deliver`] for a verdict that came as JSON (from `brig serve`), with the
-    /// digest of the plan it ran under and, for a server's log, the client it ran for.
+    /// digest of the plan it ran under and, for a server's log, the client it ran for
+    /// and what it ran.
     pub fn deliver_json(
         &self,
         verdict: &serde_json::Value,
         config_digest: Option<String>,
-        peer: Option<Peer>,
+        served: Option<Served>,
     ) {
         let mut line = serde_json::to_string(verdict).expect("JSON always serializes");
         line.push('\n');
@@ -433,7 +459,7 @@ impl Sinks {
             eprintln!("brig: {err}");
         }
         if let Some((path, file)) = &self.audit
-            && let Err(err) = append_audit(path, file, config_digest, peer, verdict)
+            && let Err(err) = append_audit(path, file, config_digest, served, verdict)
         {
             eprintln!("brig: {err}");
         }
@@ -451,29 +477,47 @@ fn write_all(fd: BorrowedFd, mut bytes: &[u8]) -> std::result::Result<(), nix::e
     Ok(())
 }
 
-/// Appends one JSON line per run: who ran what, with which plan, and what happened.
-/// An exclusive lock around a single O_APPEND write keeps concurrent jails' lines whole.
+/// Appends one JSON line per run: who ran what, with which plan, and what happened:
+/// brig's caller and command line, or for a served run its client (SO_PEERCRED) and the
+/// program it ran. An exclusive lock around a single O_APPEND write keeps concurrent
+/// jails' lines whole.
 fn append_audit(
     path: &Path,
     file: &std::fs::File,
     config_digest: Option<String>,
-    peer: Option<Peer>,
+    served: Option<Served>,
     verdict: &serde_json::Value,
 ) -> Result<()> {
     #[derive(Serialize)]
     struct Entry<'a> {
         time: String,
         uid: u32,
+        pid: i32,
         argv: Vec<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         peer: Option<Peer>,
         config_digest: Option<String>,
         verdict: &'a serde_json::Value,
     }
+    let (uid, pid, argv, peer) = match served {
+        Some(served) => (
+            served.peer.uid,
+            served.peer.pid,
+            bounded_argv(served.argv),
+            Some(served.peer),
+        ),
+        None => (
+            nix::unistd::getuid().as_raw(),
+            std::process::id() as i32,
+            std::env::args().collect(),
+            None,
+        ),
+    };
     let entry = Entry {
         time: rfc3339_now(),
-        uid: nix::unistd::getuid().as_raw(),
-        argv: std::env::args().collect(),
+        uid,
+        pid,
+        argv,
         peer,
         config_digest,
         verdict,
@@ -485,6 +529,41 @@ fn append_audit(
     let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, errno)| Error::os(what(), errno))?;
     (&*locked).write_all(line.as_bytes()).context(what)
+}
+
+/// Arguments a served run's audit line keeps, and bytes of each: a client's program (a
+/// warm Python's code, a session's cell) may be long; the server's line stays bounded.
+/// JSON escapes the control characters.
+const AUDIT_ARGS: usize = 64;
+const AUDIT_ARG_BYTES: usize = 1024;
+
+fn bounded_argv(argv: &[String]) -> Vec<String> {
+    let mut kept: Vec<String> = argv
+        .iter()
+        .take(AUDIT_ARGS)
+        .map(|arg| {
+            if arg.len() <= AUDIT_ARG_BYTES {
+                return arg.clone();
+            }
+            let mut end = AUDIT_ARG_BYTES;
+            while !arg.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}... ({} more bytes)", &arg[..end], arg.len() - end)
+        })
+        .collect();
+    if argv.len() > AUDIT_ARGS {
+        kept.push(format!("... ({} more arguments)", argv.len() - AUDIT_ARGS));
+    }
+    kept
+}
+
+/// A served run, for the server's audit line: its client and the program it ran (a
+/// session's cell: the language and the code).
+#[derive(Clone, Copy)]
+pub struct Served<'a> {
+    pub peer: Peer,
+    pub argv: &'a [String],
 }
 
 /// The client of a `brig serve` run, from the socket's peer credentials (SO_PEERCRED).
@@ -610,6 +689,20 @@ fn rfc3339_now() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A served program's argv in the audit line: at most 64 arguments of at most 1 KiB
+    /// each (cut on a character boundary), saying how much was left out.
+    #[test]
+    fn an_audit_line_s_argv_is_bounded() {
+        let long = format!("{}é", "x".repeat(1023));
+        let mut argv = vec!["python3".to_string(), "-c".into(), long];
+        argv.extend((0..100).map(|n| n.to_string()));
+        let kept = super::bounded_argv(&argv);
+        assert_eq!(kept.len(), 65);
+        assert_eq!(kept[2], format!("{}... (2 more bytes)", "x".repeat(1023)));
+        assert_eq!(kept[64], "... (39 more arguments)");
+        assert_eq!(super::bounded_argv(&argv[..2]), ["python3", "-c"]);
+    }
+
     #[test]
     fn the_network_line_names_refusals_and_unlisted_names() {
         let verdict = serde_json::json!({"network": {

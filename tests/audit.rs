@@ -91,7 +91,7 @@ fn concurrent_audit_log_lines_stay_whole(mode: Mode) {
             serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line}"));
         assert_eq!(
             keys(&entry),
-            key_set(&["time", "uid", "argv", "config_digest", "verdict"]),
+            key_set(&["time", "uid", "pid", "argv", "config_digest", "verdict"]),
             "{entry}"
         );
         let time = entry["time"].as_str().unwrap();
@@ -102,6 +102,7 @@ fn concurrent_audit_log_lines_stay_whole(mode: Mode) {
             Mode::Rootless => NOBODY,
         };
         assert_eq!(entry["uid"], uid, "{entry}");
+        assert!(entry["pid"].as_u64().is_some_and(|pid| pid > 1), "{entry}");
         let argv: Vec<&str> = entry["argv"]
             .as_array()
             .unwrap()

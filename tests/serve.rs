@@ -24,6 +24,8 @@ both_modes!(
     a_killed_client_takes_its_jail_along,
     a_killed_server_leaves_nothing_after_a_restart,
     looser_options_are_refused_unless_allowed,
+    the_reported_escapes_are_refused_and_their_tightening_served,
+    names_the_jail_looked_up_are_escaped_on_the_terminal,
     malformed_messages_leave_the_server_up,
     capture_mode_returns_the_output,
     a_jail_of_another_shape_is_built_for_the_request,
@@ -438,6 +440,128 @@ fn looser_options_are_refused_unless_allowed(mode: Mode) {
     let allowed = Server::start(mode, &["--pool", "1", "--client-may", "net-host"]);
     let output = allowed.run(&["--net", "host"], &["true"]);
     assert_eq!(code(&output), 0, "{}", describe(&output));
+}
+
+/// Issue 21: through the server a client got a 1 GiB /tmp and /scratch, `--rlimit
+/// cpu=unlimited` past the server's CPU limit, and a --net-bytes above the server's.
+/// Each is refused (125, one line naming the option, the server's value and the fix)
+/// before anything is built; the same tightened is served.
+fn the_reported_escapes_are_refused_and_their_tightening_served(mode: Mode) {
+    // The server's jails inherit its hard RLIMIT_CPU of 3600 s (a systemd LimitCPU=).
+    let server = Server::start_under(
+        mode,
+        &["prlimit", "--cpu=3600:3600", "--"],
+        &[
+            "--quiet-limits",
+            "--pool",
+            "1",
+            "--tmpfs-size",
+            "16M",
+            "--allow-net",
+            "127.0.0.1:9",
+            "--net-bytes",
+            "1M",
+        ],
+    );
+    let refused: &[(&[&str], &[&str])] = &[
+        (
+            &["--tmpfs", "/scratch:1G"],
+            &[
+                "--tmpfs /scratch:1G: looser than this server's 16M",
+                "ask for at most 16M",
+            ],
+        ),
+        (
+            &["--tmpfs", "/tmp:1G"],
+            &[
+                "--tmpfs /tmp:1G: looser than this server's 16M",
+                "raise its --tmpfs",
+            ],
+        ),
+        (
+            &["--rlimit", "cpu=unlimited"],
+            &[
+                "--rlimit cpu=unlimited: looser than this server's 3600",
+                "ask for at most 3600",
+            ],
+        ),
+        (
+            &["--net-bytes", "1G"],
+            &[
+                "--net-bytes 1G: looser than this server's 1M",
+                "raise its --net-bytes",
+            ],
+        ),
+    ];
+    for (args, needles) in refused {
+        assert_one_line_error(&server.run(args, &["true"]), needles);
+    }
+    assert_eq!(server.status()["refused"], refused.len() as u64);
+    let served: &[(&[&str], &[&str], &str)] = &[
+        (
+            &["--tmpfs", "/scratch:8M", "--tmpfs-size", "8M"],
+            &[
+                "sh",
+                "-c",
+                "df -k /scratch /tmp | tail -n +2 | tr -s ' ' | cut -d' ' -f2",
+            ],
+            "8192\n8192\n",
+        ),
+        (
+            &["--rlimit", "cpu=60"],
+            &["sh", "-c", "ulimit -H -t"],
+            "60\n",
+        ),
+        (&["--net-bytes", "512K"], &["echo", "served"], "served\n"),
+    ];
+    for (args, program, expected) in served {
+        let output = server.run(args, program);
+        assert_eq!(code(&output), 0, "{args:?}: {}", describe(&output));
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            *expected,
+            "{args:?}"
+        );
+    }
+}
+
+/// A name the jail looks up is the jail's choice, terminal escapes included: brig's
+/// network line names it escaped, through a server and in a one-shot run.
+fn names_the_jail_looked_up_are_escaped_on_the_terminal(mode: Mode) {
+    // A query for `a<ESC>]0;pwned<BEL>b.test`, sent to the jail's resolver as is.
+    let query = r#"
+import socket, struct
+ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]
+label = b'a\x1b]0;pwned\x07b'
+q = struct.pack('>HHHHHH', 1, 0x0100, 1, 0, 0, 0) + bytes([len(label)]) + label
+q += b'\x04test\x00' + struct.pack('>HH', 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.sendto(q, (ns, 53))
+s.recv(512)
+"#;
+    let network = [
+        "--add-host",
+        "host.test:127.0.0.1",
+        "--allow-net",
+        "host.test:9",
+    ];
+    let mut args = vec!["--pool", "0"];
+    args.extend(network);
+    let server = Server::start(mode, &args);
+    let served = server.run(&[], &["python3", "-c", query]);
+    let mut one_shot = vec!["run", "--quiet-limits"];
+    one_shot.extend(network);
+    one_shot.extend(["--", "python3", "-c", query]);
+    for output in [served, run(mode, &one_shot)] {
+        assert_eq!(code(&output), 0, "{}", describe(&output));
+        let err = stderr(&output);
+        assert!(!err.contains('\x1b') && !err.contains('\x07'), "{err:?}");
+        assert!(
+            err.contains(r"1 name not on the list was not resolved: a\x1b]0;pwned\x07b.test"),
+            "{err:?}"
+        );
+    }
 }
 
 fn malformed_messages_leave_the_server_up(mode: Mode) {
@@ -875,33 +999,80 @@ fn a_pooled_run_takes_its_own_time_limit(mode: Mode) {
     assert_eq!(server.status()["pooled_runs"], 1);
 }
 
+/// The server's audit line names the client (its uid and pid, SO_PEERCRED) and the
+/// program it ran, not the server's own uid and command line: for a pooled run, a jail
+/// built for the request and a Python run (warm when its jail is ready); the client's
+/// own log names the client's command line.
 fn the_audit_logs_name_the_client(mode: Mode) {
     let dir = TempDir::new("audit").writable_by_all();
     let server_log = dir.path().join("server.log");
-    let client_log = dir.path().join("client.log");
-    let server = Server::start(
-        mode,
-        &["--pool", "1", "--audit-log", server_log.to_str().unwrap()],
-    );
-    let output = server.run(
-        &["--audit-log", client_log.to_str().unwrap()],
-        &["sh", "-c", "exit 5"],
-    );
-    assert_eq!(code(&output), 5, "{}", describe(&output));
-    let line = |path: &PathBuf| -> serde_json::Value {
+    // A root server lets uid 65534 in too (its group), so that the server's uid and
+    // its client's differ.
+    let mut args = vec![
+        "--pool",
+        "1",
+        "--warm-python",
+        "1",
+        "--audit-log",
+        server_log.to_str().unwrap(),
+    ];
+    if mode == Mode::Root {
+        args.extend(["--socket-group", "nogroup"]);
+    }
+    let server = Server::start(mode, &args);
+    let lines = |path: &PathBuf| -> Vec<serde_json::Value> {
         let text =
             std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        assert_eq!(text.lines().count(), 1, "{text}");
-        serde_json::from_str(text.trim()).unwrap()
+        text.lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
     };
-    let (served, client) = (line(&server_log), line(&client_log));
-    let client_uid = if mode == Mode::Root { 0 } else { NOBODY };
-    assert_eq!(served["peer"]["uid"], client_uid, "{served}");
-    assert!(served["peer"]["pid"].as_u64().unwrap() > 1, "{served}");
-    assert_eq!(served["verdict"]["exit_code"], 5, "{served}");
-    assert_eq!(served["verdict"], client["verdict"]);
-    assert_eq!(served["config_digest"], client["config_digest"]);
-    assert!(client["peer"].is_null(), "{client}");
+    let runs: &[(&[&str], &[&str], i32)] = &[
+        (&[], &["sh", "-c", "exit 5"], 5),
+        (&["--tmpfs-size", "8M"], &["sh", "-c", "exit 6"], 6),
+        (&[], &["python3", "-c", "raise SystemExit(7)"], 7),
+    ];
+    let runs_each = runs.len();
+    let clients = match mode {
+        Mode::Root => vec![Mode::Root, Mode::Rootless],
+        Mode::Rootless => vec![Mode::Rootless],
+    };
+    let runs = clients
+        .iter()
+        .flat_map(|client| runs.iter().map(move |run| (*client, run)));
+    for (at, (client_mode, (options, program, status))) in runs.enumerate() {
+        let client_uid = if client_mode == Mode::Root { 0 } else { NOBODY };
+        // Each client's own log (the root client's is not the rootless one's to write).
+        let client_log = dir.path().join(format!("client-{client_uid}.log"));
+        let mut args = vec![
+            "run",
+            "--server",
+            server.socket(),
+            "--audit-log",
+            client_log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(options);
+        args.push("--");
+        args.extend_from_slice(program);
+        let mut client = command(client_mode, &args);
+        client.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let client = Running::spawn(client);
+        let pid = client.pid();
+        let output = client.wait();
+        assert_eq!(code(&output), *status, "{}", describe(&output));
+        let (served, client) = (&lines(&server_log)[at], &lines(&client_log)[at % runs_each]);
+        assert_eq!(served["uid"], client_uid, "{served}");
+        assert_eq!(served["pid"], pid, "{served}");
+        assert_eq!(served["argv"], serde_json::json!(program), "{served}");
+        assert_eq!(served["peer"]["uid"], client_uid, "{served}");
+        assert_eq!(served["peer"]["pid"], pid, "{served}");
+        assert_eq!(served["verdict"]["exit_code"], *status, "{served}");
+        assert_eq!(served["verdict"], client["verdict"]);
+        assert_eq!(served["config_digest"], client["config_digest"]);
+        assert_eq!(client["uid"], client_uid, "{client}");
+        assert_eq!(client["argv"][1], "run", "{client}");
+        assert!(client["peer"].is_null(), "{client}");
+    }
 }
 
 /// SIGTERM: no new requests; a run that ends within --drain-grace ends normally, one that

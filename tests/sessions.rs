@@ -35,6 +35,7 @@ both_modes!(
     a_session_survives_its_client,
     sigterm_ends_the_open_sessions,
     names_from_the_jail_are_escaped_on_the_terminal,
+    a_session_and_its_execs_are_held_to_the_server_s_limits,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -754,8 +755,13 @@ fn each_exec_has_an_audit_line_with_the_session(mode: Mode) {
     for line in &lines {
         assert_eq!(line["verdict"]["session"], id.as_str(), "{line}");
         assert_eq!(line["peer"]["uid"], 0, "{line}");
+        // The client (this test, root), not the server, and what it ran.
+        assert_eq!(line["uid"], 0, "{line}");
+        assert_eq!(line["pid"], std::process::id(), "{line}");
     }
     assert_eq!(lines[0]["verdict"]["language"], "python");
+    assert_eq!(lines[0]["argv"], json!(["python", "1"]));
+    assert_eq!(lines[1]["argv"], json!(["true"]));
 }
 
 /// A session from the pool starts with its interpreter running and nothing of another
@@ -918,4 +924,67 @@ fn names_from_the_jail_are_escaped_on_the_terminal(mode: Mode) {
     let message = assert_one_line_error(&output, &["no such file"]);
     assert!(!message.contains('\x1b'), "{message:?}");
     assert_success(&at(&["close"], &id));
+}
+
+/// Issue 21: the server's one policy check holds for sessions too: a session may not get
+/// a larger tmpfs or a looser rlimit than the server's jails, and an exec no looser time
+/// or output limit than its session's; the same tightened is served.
+fn a_session_and_its_execs_are_held_to_the_server_s_limits(mode: Mode) {
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--tmpfs-size",
+            "16M",
+            "--rlimit",
+            "nofile=512",
+        ],
+    );
+    for (options, needle) in [
+        (
+            json!({"tmpfs": ["/scratch:1G"]}),
+            "--tmpfs /scratch:1G: looser than this server's 16M",
+        ),
+        (
+            json!({"rlimit": ["nofile=4096"]}),
+            "--rlimit nofile=4096: looser than this server's 512",
+        ),
+    ] {
+        let reply = ask(
+            &server,
+            json!({"type": "session_create", "options": options}),
+        );
+        assert_error(&reply, needle);
+    }
+    let id = create(
+        &server,
+        json!({"options": {"tmpfs": ["/scratch:8M"], "tmpfs-size": "8M", "time-limit": "10s", "output-limit": "1M"}}),
+    );
+    let df = command(&server, &id, &["df", "-k", "/scratch"], json!({}));
+    assert!(df["stdout"].as_str().unwrap().contains(" 8192 "), "{df}");
+    for (extra, needle) in [
+        (
+            json!({"time_limit": "1m"}),
+            "time_limit 60s (the jail's --time-limit): looser than this session's 10s; the client may ask for a time_limit of at most 10s",
+        ),
+        (
+            json!({"output_limit": "2M"}),
+            "output_limit 2M (the jail's --output-limit): looser than this session's 1M",
+        ),
+    ] {
+        let mut message = json!({"type": "session_exec", "session": id, "command": ["true"]});
+        for (key, value) in extra.as_object().into_iter().flatten() {
+            message[key] = value.clone();
+        }
+        assert_error(&ask(&server, message), needle);
+    }
+    let served = command(
+        &server,
+        &id,
+        &["true"],
+        json!({"time_limit": "5s", "output_limit": "512K"}),
+    );
+    assert_eq!(served["verdict"]["status"], "ok", "{served}");
+    close(&server, &id);
 }

@@ -159,7 +159,8 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
         Reply::Error {
             message, exit_code, ..
         } => {
-            eprintln!("brig: {message}");
+            // A server's message may echo names from a jail.
+            eprintln!("brig: {}", crate::verdict::printable(&message));
             Ok(exit_code)
         }
         Reply::Status(_) => Err(Error::setup("brig serve answered a run with its status")),

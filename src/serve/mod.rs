@@ -9,7 +9,7 @@
 //! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
 //!   (before the request, for the pool), runs the program with the client's streams,
 //!   answers the client directly and exits;
-//! - `policy.rs`: what a client may ask for beyond the server's defaults;
+//! - `policy.rs`: what a client may ask for: one rule per option, checked in one place;
 //! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
@@ -93,7 +93,8 @@ pub struct ServeArgs {
     pub allow_bind_under: Vec<PathBuf>,
 
     /// Let clients loosen isolation this way (repeatable); refused otherwise. Limits
-    /// (memory, pids, cpus, time, output, tmpfs, rlimits) may only ever be tightened.
+    /// (time, memory, pids, cpus, CPU time, output, each tmpfs, each rlimit, network
+    /// bytes and connections) may only ever be tightened.
     #[arg(long = "client-may", value_name = "WHAT")]
     pub client_may: Vec<Loosening>,
 
@@ -106,7 +107,7 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 
     /// The defaults of every jail, as for `brig run` (`--audit-log` is the server's: one
-    /// line per run with the client's uid and pid).
+    /// line per run with the client's uid and pid and the program it ran).
     #[command(flatten)]
     pub options: JailOptions,
 }

@@ -282,7 +282,11 @@ pub(super) fn answer(
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
     {
-        sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(job.peer));
+        let served = crate::verdict::Served {
+            peer: job.peer,
+            argv: &job.program.argv,
+        };
+        sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(served));
     }
     let reply = Reply::Done {
         verdict,

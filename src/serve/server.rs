@@ -828,39 +828,31 @@ impl Server {
         client.report = None;
         client.report_fd = None;
         client.audit_log = None;
-        policy::check_client(&client, &self.args.client_may, &self.args.allow_bind_under)?;
         let pooled = has_pool_shape(&client);
-        let options = self.defaults.clone().overlay(client);
-        // A pooled run needs only its program checked; another is planned whole here,
-        // so that a bad option is the client's one-line error before anything is built.
-        let (program, time_limit, config_digest) = if pooled {
-            let pool_limit = self.pool_plan.time_limit.map(|limit| limit.0);
-            let asked = options.time_limit.map(|limit| limit.0);
-            if pool_limit.is_some_and(|ours| asked.is_none_or(|theirs| theirs > ours)) {
-                let ours = self.pool_plan.time_limit.expect("checked");
-                let theirs = options
-                    .time_limit
-                    .map_or("max".to_string(), |limit| limit.to_string());
-                return Err(policy::looser_than_server(
-                    "--time-limit",
-                    &theirs,
-                    &ours.to_string(),
-                    origins,
-                ));
-            }
-            (
+        let options = self.defaults.clone().overlay(client.clone());
+        // A pooled run is the pool's jail with its time limit; another is planned whole
+        // here, so that a bad option is the client's one-line error before anything is
+        // built. Either is held to the server's by the one policy check.
+        let asked = if pooled {
+            policy::Asked::Prepared(policy::Jail {
+                time_limit: options.time_limit,
+                ..policy::Jail::of(&self.pool_plan)
+            })
+        } else {
+            policy::Asked::Built(Box::new(options.clone()))
+        };
+        let planned = policy::check(&client, origins, &self.policy(), asked)?;
+        let (program, time_limit, config_digest) = match planned {
+            None => (
                 self.pooled_program(&options)?,
                 options.time_limit,
                 self.pool_digest.clone(),
-            )
-        } else {
-            let plan = Plan::resolve(options.clone())?;
-            policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, origins)?;
-            (
+            ),
+            Some(plan) => (
                 Program::of(&plan),
                 plan.time_limit,
                 crate::verdict::config_digest(&plan),
-            )
+            ),
         };
         let job = Job {
             options,
@@ -872,6 +864,17 @@ impl Server {
             peer,
         };
         Ok((job, pooled))
+    }
+
+    /// What the server holds its clients to.
+    fn policy(&self) -> policy::Server<'_> {
+        policy::Server {
+            options: &self.defaults,
+            jail: policy::Jail::of(&self.pool_plan),
+            may: &self.args.client_may,
+            bind_under: &self.args.allow_bind_under,
+            whose: "server",
+        }
     }
 
     /// The program of a run in a pooled jail: as `Plan::resolve` would give it.
@@ -1035,7 +1038,18 @@ impl Server {
                 .and_then(|value| value.as_object().map(|object| object.is_empty()))
                 .unwrap_or(false);
         client.home_size = workspace_size.or(client.home_size);
-        policy::check_client(&client, &self.args.client_may, &self.args.allow_bind_under)?;
+        // A session's workspace_size is its jail's --home-size.
+        let origins: policy::Origins = workspace_size
+            .map(|_| ("home-size".to_string(), "workspace_size".to_string()))
+            .into_iter()
+            .collect();
+        let options = self.defaults.clone().overlay(client.clone());
+        let asked = if pooled {
+            policy::Asked::Prepared(policy::Jail::of(&self.session_plan))
+        } else {
+            policy::Asked::Built(Box::new(with_placeholder(options.clone())))
+        };
+        let planned = policy::check(&client, &origins, &self.policy(), asked)?;
         let mut id_bytes = [0u8; 16];
         std::io::Read::read_exact(
             &mut std::fs::File::open("/dev/urandom").context(|| "open /dev/urandom".into())?,
@@ -1070,14 +1084,11 @@ impl Server {
                 self.count_ready();
             }
             _ => {
-                let options = self.defaults.clone().overlay(client);
-                let plan = session_plan(options.clone())?;
-                // A session's workspace_size is its jail's --home-size.
-                let origins: policy::Origins = workspace_size
-                    .map(|_| ("home-size".to_string(), "workspace_size".to_string()))
-                    .into_iter()
-                    .collect();
-                policy::check_jail(&plan, &self.pool_plan, &self.args.client_may, &origins)?;
+                let mut plan = match planned {
+                    Some(plan) => plan,
+                    None => Plan::resolve(with_placeholder(options.clone()))?,
+                };
+                plan.limits.cgroup.oom_kills_one = true;
                 let start = SessionStart {
                     plan,
                     options,

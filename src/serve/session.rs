@@ -6,6 +6,7 @@
 //! ends the session on `session_close`, after `idle_timeout` without a request, at
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
+use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
 use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
@@ -455,39 +456,60 @@ impl<'p> Session<'p> {
             .retain(|_, interpreter| interpreter.id != id);
     }
 
-    /// The time limit of one exec: the one asked for, no looser than the session's.
-    fn time_limit(&self, asked: Option<Span>) -> Result<Option<Duration>> {
-        let ours = self.plan().time_limit.map(|limit| limit.0);
-        match (asked.map(|limit| limit.0), ours) {
-            (Some(asked), _) if asked.is_zero() => {
-                Err(Error::input("time_limit: must be longer than 0; e.g. 5s"))
-            }
-            (Some(asked), Some(ours)) if asked > ours => Err(Error::input(format!(
-                "time_limit {}: looser than this session's {}; ask for at most that",
-                Span(asked),
-                Span(ours)
-            ))),
-            (asked, ours) => Ok(asked.or(ours)),
+    /// The time and output limits of one exec: those asked for, held to the session's
+    /// by the server's one policy check (its output limit the capture's cap when it has
+    /// none).
+    fn limits(
+        &self,
+        time_limit: Option<Span>,
+        output_limit: Option<crate::units::Size>,
+    ) -> Result<(Option<Duration>, u64)> {
+        if time_limit.is_some_and(|limit| limit.0.is_zero()) {
+            return Err(Error::input("time_limit: must be longer than 0; e.g. 5s"));
         }
-    }
-
-    fn output_limit(&self, asked: Option<crate::units::Size>) -> Result<u64> {
-        let ours = self
-            .plan()
-            .limits
+        if output_limit.is_some_and(|size| size.0 == 0) {
+            return Err(Error::input(
+                "output_limit: must be at least 1 byte; e.g. 1M",
+            ));
+        }
+        let plan = self.plan();
+        let ours = policy::Jail {
+            output_limit: Some(
+                plan.limits
+                    .output_limit
+                    .unwrap_or(crate::units::Size(protocol::DEFAULT_CAPTURE)),
+            ),
+            ..policy::Jail::of(plan)
+        };
+        let asked = policy::Jail {
+            time_limit: time_limit.or(ours.time_limit),
+            output_limit: output_limit.or(ours.output_limit),
+            ..ours
+        };
+        let client = JailOptions {
+            time_limit,
+            output_limit,
+            ..JailOptions::default()
+        };
+        let origins: policy::Origins = [
+            ("time-limit", "time_limit"),
+            ("output-limit", "output_limit"),
+        ]
+        .into_iter()
+        .map(|(option, field)| (option.to_string(), field.to_string()))
+        .collect();
+        let session = policy::Server {
+            options: &self.options,
+            jail: ours,
+            may: &[],
+            bind_under: &[],
+            whose: "session",
+        };
+        policy::check(&client, &origins, &session, policy::Asked::Prepared(asked))?;
+        let output = asked
             .output_limit
             .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
-        match asked {
-            Some(size) if size.0 == 0 => Err(Error::input(
-                "output_limit: must be at least 1 byte; e.g. 1M",
-            )),
-            Some(size) if size.0 > ours => Err(Error::input(format!(
-                "output_limit {size}: looser than this session's {}; ask for at most that",
-                crate::units::Size(ours)
-            ))),
-            Some(size) => Ok(size.0),
-            None => Ok(ours),
-        }
+        Ok((asked.time_limit.map(|limit| limit.0), output))
     }
 
     /// The program of a command: the session's environment with the request's on top.
@@ -515,8 +537,7 @@ impl<'p> Session<'p> {
         peer: Peer,
         connection: &OwnedFd,
     ) -> Result<Value> {
-        let time_limit = self.time_limit(exec.time_limit)?;
-        let limit = self.output_limit(exec.output_limit)?;
+        let (time_limit, limit) = self.limits(exec.time_limit, exec.output_limit)?;
         let program = self.program(exec.command, exec.env, exec.chdir)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         let (stdout_read, stdout_write) = pipe("the session")?;
@@ -628,7 +649,10 @@ impl<'p> Session<'p> {
                 oom_kills,
             },
             &captured,
-            peer,
+            crate::verdict::Served {
+                peer,
+                argv: &program.argv,
+            },
             None,
         );
         Ok(json!({
@@ -652,7 +676,7 @@ impl<'p> Session<'p> {
         &mut self,
         end: ExecEnd,
         captured: &Captured,
-        peer: Peer,
+        served: crate::verdict::Served,
         language: Option<Language>,
     ) -> Value {
         let mut usage = self.jail.usage();
@@ -687,7 +711,7 @@ impl<'p> Session<'p> {
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
             let digest = crate::verdict::config_digest(self.plan());
-            sinks.deliver_json(&verdict, Some(digest), Some(peer));
+            sinks.deliver_json(&verdict, Some(digest), Some(served));
         }
         verdict
     }
@@ -794,8 +818,7 @@ impl<'p> Session<'p> {
         peer: Peer,
         connection: &OwnedFd,
     ) -> Result<Value> {
-        let time_limit = self.time_limit(time_limit)?;
-        let limit = self.output_limit(output_limit)?;
+        let (time_limit, limit) = self.limits(time_limit, output_limit)?;
         self.absorb_events();
         let oom_before = self.oom_kills();
         let interpreter = self.interpreter(language)?;
@@ -926,7 +949,9 @@ impl<'p> Session<'p> {
             ended,
             oom_kills,
         };
-        let verdict = self.verdict(end, &captured, peer, Some(language));
+        let argv = [language_name(language).to_string(), code.to_string()];
+        let served = crate::verdict::Served { peer, argv: &argv };
+        let verdict = self.verdict(end, &captured, served, Some(language));
         let error = error.or_else(|| {
             state_lost.then(|| {
                 json!({

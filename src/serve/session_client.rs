@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::exit::ExitStatus;
 use crate::options::JailOptions;
 use crate::units::{Size, Span};
-use crate::verdict::Sinks;
+use crate::verdict::{Sinks, printable};
 use base64::Engine;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -186,29 +186,6 @@ pub fn run(command: SessionCommand) -> Result<i32> {
     }
 }
 
-/// Text from the server that may hold names chosen by code in a jail (a file name, a
-/// path echoed in an error), made safe for a terminal: control characters (escape
-/// sequences, newlines, C1 codes) and backslashes are escaped, as Rust escapes a string;
-/// other characters, non-ASCII included, are kept. The server sends names with invalid
-/// UTF-8 replaced (U+FFFD).
-fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() && (c as u32) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// One request, one reply; a server's error reply is this side's error.
 pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
     message["brig"] = json!(protocol::VERSION);
@@ -336,10 +313,12 @@ fn exec(args: ExecArgs) -> Result<i32> {
     {
         let _ = stderr.write_all(traceback.as_bytes());
     } else if let Some(message) = reply["error"]["message"].as_str() {
+        // The jail's interpreter names the error: escaped, as names from a jail are.
         let _ = writeln!(
             stderr,
-            "{}: {message}",
-            reply["error"]["type"].as_str().unwrap_or("Error")
+            "{}: {}",
+            printable(reply["error"]["type"].as_str().unwrap_or("Error")),
+            printable(message)
         );
     }
     let verdict = &reply["verdict"];
@@ -413,7 +392,7 @@ mod tests {
     #[test]
     fn printable_escapes_control_characters_only() {
         assert_eq!(
-            super::printable("a\x1b]0;pwned\x07b\nc\\d\u{9b}é"),
+            crate::verdict::printable("a\x1b]0;pwned\x07b\nc\\d\u{9b}é"),
             "a\\x1b]0;pwned\\x07b\\nc\\\\d\\u{9b}é"
         );
     }
