@@ -40,7 +40,7 @@ pub enum Syscall {
     /// Blocked outside any system call (a page fault, a stop).
     Blocked,
     /// Blocked in system call `number`, whose first argument is `first`.
-    In { number: i64, first: u64 },
+    In { number: libc::c_long, first: u64 },
 }
 
 /// The main thread's state; the error (with the path) when the file cannot be read, as
@@ -52,7 +52,7 @@ pub fn syscall(pid: u32) -> Result<Syscall, String> {
     match words.next() {
         Some("running") => Ok(Syscall::Running),
         Some(number) => {
-            let number: i64 = number
+            let number: libc::c_long = number
                 .parse()
                 .map_err(|_| format!("{path}: unexpected {text:?}"))?;
             if number < 0 {
@@ -70,21 +70,17 @@ pub fn syscall(pid: u32) -> Result<Syscall, String> {
 
 /// Whether `number` is a system call that reads a socket (as Python's driver does,
 /// blocked on its control socket).
-pub fn is_receive(number: i64) -> bool {
-    [libc::SYS_read, libc::SYS_recvfrom, libc::SYS_recvmsg]
-        .iter()
-        .any(|call| *call as i64 == number)
+pub fn is_receive(number: libc::c_long) -> bool {
+    [libc::SYS_read, libc::SYS_recvfrom, libc::SYS_recvmsg].contains(&number)
 }
 
 /// Whether `number` is an epoll wait (as Node's event loop is, idle).
-pub fn is_epoll_wait(number: i64) -> bool {
+pub fn is_epoll_wait(number: libc::c_long) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if number == libc::SYS_epoll_wait as i64 {
+    if number == libc::SYS_epoll_wait {
         return true;
     }
-    [libc::SYS_epoll_pwait, libc::SYS_epoll_pwait2]
-        .iter()
-        .any(|call| *call as i64 == number)
+    [libc::SYS_epoll_pwait, libc::SYS_epoll_pwait2].contains(&number)
 }
 
 /// The CPU time `pid` has used so far, its own and that of the children it reaped (user,
