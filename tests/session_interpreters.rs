@@ -339,6 +339,14 @@ fn python_result_is_the_final_expression_repr() {
     assert_eq!(py.ok("None"), Value::Null);
     assert_eq!(py.ok("for i in range(3):\n    pass"), Value::Null);
     assert_eq!(py.ok("z = [1]\nz + [2]"), json!("[1, 2]"));
+    // A result too large for one reply line is cut, and says so; the interpreter goes on.
+    let large = py.ok("'x' * 3_000_000");
+    assert!(text(&large).ends_with("... [2960002 more characters]"));
+    assert_eq!(
+        text(&large).len(),
+        40_000 + "... [2960002 more characters]".len()
+    );
+    assert_eq!(py.ok("1 + 1"), json!("2"));
 }
 
 #[test]
@@ -518,6 +526,11 @@ fn node_result_is_the_inspected_completion_value() {
     assert_eq!(node.ok("undefined"), Value::Null);
     assert_eq!(node.ok("null"), json!("null"));
     assert_eq!(node.ok("({ a: [1, 2] })"), json!("{ a: [ 1, 2 ] }"));
+    // A result too large for one reply line is cut, and says so; the interpreter goes on.
+    let large = node.ok("Array.from({ length: 100 }, () => 'x'.repeat(9000))");
+    assert!(text(&large).ends_with(" more characters]"));
+    assert!(text(&large).len() < 40_100);
+    assert_eq!(node.ok("1 + 1"), json!("2"));
     // A promise is awaited.
     assert_eq!(
         node.ok("new Promise((resolve) => setTimeout(() => resolve(8), 10))"),

@@ -248,7 +248,14 @@
   control.on('error', () => exit(0));
 
   // Lone surrogates are not UTF-8: written out as \udXXX text rather than breaking the reply.
+  // The most characters of a result, message or stack a reply carries: a reply must stay
+  // one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+  const MAX_TEXT = 40000;
+
   function clean(text) {
+    if (typeof text === 'string' && text.length > MAX_TEXT) {
+      text = `${text.slice(0, MAX_TEXT)}... [${text.length - MAX_TEXT} more characters]`;
+    }
     return typeof text === 'string'
       ? text.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`)
       : text;

@@ -153,10 +153,19 @@ def describe(error):
     return {"type": type(error).__name__, "message": message, "traceback": text}
 
 
+# The most characters of a result, message or traceback a reply carries: a reply must
+# stay one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+MAX_TEXT = 40_000
+
+
 def clean(text):
     # Lone surrogates (from surrogateescape'd bytes, say) are not UTF-8: written out as
     # \udcXX text rather than breaking the reply.
-    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if text is None:
+        return None
+    if len(text) > MAX_TEXT:
+        text = f"{text[:MAX_TEXT]}... [{len(text) - MAX_TEXT} more characters]"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def send(control, message):
