@@ -37,6 +37,7 @@ both_modes!(
     names_from_the_jail_are_escaped_on_the_terminal,
     a_forged_reply_does_not_end_a_running_cell,
     replies_that_break_the_protocol_cost_the_interpreter,
+    an_undumpable_interpreter_cannot_hide_from_brig,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -1011,5 +1012,36 @@ fn replies_that_break_the_protocol_cost_the_interpreter(mode: Mode) {
     assert_eq!(next["state_lost"], true, "{next}");
     let reason = next["state_lost_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("while no cell ran"), "{next}");
+    close(&server, &id);
+}
+
+/// A cell makes its interpreter undumpable (PR_SET_DUMPABLE 0), which may take away brig's
+/// right to read its /proc/PID/syscall: as root brig still reads it; rootless, where it
+/// cannot, the reply is not taken (fail closed: the interpreter is replaced, and says
+/// why). Either way a forged reply followed by a spin is still not answered `ok`.
+fn an_undumpable_interpreter_cannot_hide_from_brig(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let hidden = cell(
+        &server,
+        &id,
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)",
+    );
+    match hidden["state_lost"].as_bool() {
+        Some(false) => assert_eq!(hidden["result"], "0", "{hidden}"),
+        _ => {
+            let reason = hidden["state_lost_reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("/syscall: Permission denied"), "{hidden}");
+            assert_eq!(hidden["error"]["type"], "ProtocolError", "{hidden}");
+        }
+    }
+    let hide_and_forge = format!(
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{FORGE_PY}while True:\n    pass"
+    );
+    let forged = cell_with(&server, &id, &hide_and_forge, json!({"time_limit": "1s"}));
+    assert_ne!(forged["verdict"]["status"], "ok", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    assert_eq!(cell(&server, &id, "1 + 1")["result"], "2");
     close(&server, &id);
 }
