@@ -953,6 +953,18 @@ fn a_forged_reply_does_not_end_a_running_cell(mode: Mode) {
     let after = cell(&server, &id, "('kept' in globals(), 1 + 1)");
     assert_eq!(after["result"], "(False, 2)", "{after}");
     assert_eq!(after["state_lost"], false, "{after}");
+    // The cell moves the socket away, forges the reply on it, and blocks its main thread
+    // in a read of descriptor 3, now a pipe, which a thread of its own fills a moment
+    // later: the main thread then spins. Descriptor 3 is no longer the socket: no reply.
+    let swap = FORGE_PY.replace("os.write(3,", "os.write(socket,");
+    let swapped = format!(
+        "import os, threading\nsocket = os.dup(3)\nos.close(3)\nr, w = os.pipe()\nassert r == 3\n{swap}threading.Timer(0.2, os.write, (w, b'x')).start()\nos.read(3, 1)\nwhile True:\n    pass"
+    );
+    let forged = cell_with(&server, &id, &swapped, json!({"time_limit": "2s"}));
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    assert_eq!(cell(&server, &id, "1 + 1")["result"], "2");
     // Node: the first cell of a fresh interpreter has id 1.
     let node = json!({"language": "node", "time_limit": "1s"});
     let forge_js = "require('fs').writeSync(3, JSON.stringify({id: 1, result: \"'forged'\", error: null}) + '\\n'); while (true) {}";

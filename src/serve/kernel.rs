@@ -68,6 +68,15 @@ pub fn syscall(pid: u32) -> Result<Syscall, String> {
     }
 }
 
+/// What descriptor `fd` of `pid` is (the link /proc/PID/fd/FD: `socket:[INODE]`,
+/// `pipe:[INODE]`, a path); the error (with the path) when it cannot be read.
+pub fn descriptor(pid: u32, fd: u32) -> Result<String, String> {
+    let path = format!("/proc/{pid}/fd/{fd}");
+    std::fs::read_link(&path)
+        .map(|target| target.to_string_lossy().into_owned())
+        .map_err(|err| format!("{path}: {err}"))
+}
+
 /// Whether `number` is a system call that reads a socket (as Python's driver does,
 /// blocked on its control socket).
 pub fn is_receive(number: libc::c_long) -> bool {

@@ -149,7 +149,9 @@ struct Interpreter {
 /// brig learns when the interpreter is ready (a cell's own loop, as execSync's, has another).
 #[derive(Clone, Copy, PartialEq)]
 enum Idle {
-    Receive,
+    /// In a read of descriptor 3, which must still be its end of the socket pair (this
+    /// inode): not a pipe a cell put in its place.
+    Receive(u64),
     Epoll(Option<u64>),
 }
 
@@ -782,6 +784,9 @@ impl<'p> Session<'p> {
                 theirs.as_fd(),
             ],
         )?;
+        let socket_inode = nix::sys::stat::fstat(&theirs)
+            .map(|stat| stat.st_ino)
+            .map_err(|err| Error::setup(format!("fstat the interpreter's socket: {err}")))?;
         drop((null, stdout_write, stderr_write, theirs));
         nonblocking(&stdout_read);
         nonblocking(&stderr_read);
@@ -789,7 +794,7 @@ impl<'p> Session<'p> {
             id,
             pid: None,
             idle: match language {
-                Language::Python => Idle::Receive,
+                Language::Python => Idle::Receive(socket_inode),
                 Language::Node => Idle::Epoll(None),
             },
             control: ours,
@@ -870,7 +875,9 @@ impl<'p> Session<'p> {
         loop {
             if let Syscall::In { number, first } = kernel::syscall(pid)? {
                 match interpreter.idle {
-                    Idle::Receive if kernel::is_receive(number) && first == 3 => return Ok(()),
+                    Idle::Receive(inode) if interpreter.reads_socket(number, first, inode)? => {
+                        return Ok(());
+                    }
                     Idle::Epoll(None) if kernel::is_epoll_wait(number) => {
                         interpreter.idle = Idle::Epoll(Some(first));
                         return Ok(());
@@ -1196,13 +1203,28 @@ struct CommandExec {
 }
 
 impl Interpreter {
+    /// Whether system call `number` on descriptor `first` is a read of descriptor 3, and
+    /// descriptor 3 still the interpreter's end of its socket pair (`inode`).
+    fn reads_socket(
+        &self,
+        number: libc::c_long,
+        first: u64,
+        inode: u64,
+    ) -> std::result::Result<bool, String> {
+        if !kernel::is_receive(number) || first != 3 {
+            return Ok(false);
+        }
+        let pid = self.pid.ok_or("its pid is unknown")?;
+        Ok(kernel::descriptor(pid, 3)? == format!("socket:[{inode}]"))
+    }
+
     /// Whether the kernel shows the interpreter's main thread blocked where it waits for
     /// its next request; an error when brig cannot read that.
     fn waiting(&self) -> std::result::Result<bool, String> {
         let pid = self.pid.ok_or("its pid is unknown")?;
         Ok(match (kernel::syscall(pid)?, self.idle) {
-            (Syscall::In { number, first }, Idle::Receive) => {
-                kernel::is_receive(number) && first == 3
+            (Syscall::In { number, first }, Idle::Receive(inode)) => {
+                self.reads_socket(number, first, inode)?
             }
             (Syscall::In { number, first }, Idle::Epoll(Some(fd))) => {
                 kernel::is_epoll_wait(number) && first == fd
