@@ -974,6 +974,16 @@ fn a_forged_reply_does_not_end_a_running_cell(mode: Mode) {
     assert_eq!(forged["state_lost"], true, "{forged}");
     let after = cell_with(&server, &id, "1 + 1", json!({"language": "node"}));
     assert_eq!(after["result"], "2", "{after}");
+    // Forged, then the main thread waits in an event loop of the cell's own (execSync's):
+    // not the interpreter's, whose loop watches the control socket.
+    let forge_exec = "require('fs').writeSync(3, JSON.stringify({id: 2, result: \"'forged'\", error: null}) + '\\n'); require('child_process').execSync('sleep 30')";
+    let node = json!({"language": "node", "time_limit": "1s"});
+    let forged = cell_with(&server, &id, forge_exec, node);
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let after = cell_with(&server, &id, "1 + 1", json!({"language": "node"}));
+    assert_eq!(after["result"], "2", "{after}");
     close(&server, &id);
 }
 

@@ -77,6 +77,17 @@ pub fn descriptor(pid: u32, fd: u32) -> Result<String, String> {
         .map_err(|err| format!("{path}: {err}"))
 }
 
+/// Whether epoll descriptor `epoll` of `pid` watches the file of inode `inode` (its
+/// /proc/PID/fdinfo: a `tfd:` line per watched descriptor, with `ino:` in hex).
+pub fn epoll_watches(pid: u32, epoll: u64, inode: u64) -> Result<bool, String> {
+    let path = format!("/proc/{pid}/fdinfo/{epoll}");
+    let info = std::fs::read_to_string(&path).map_err(|err| format!("{path}: {err}"))?;
+    let wanted = format!("ino:{inode:x}");
+    Ok(info
+        .lines()
+        .any(|line| line.starts_with("tfd:") && line.split_whitespace().any(|word| word == wanted)))
+}
+
 /// Whether `number` is a system call that reads a socket (as Python's driver does,
 /// blocked on its control socket).
 pub fn is_receive(number: libc::c_long) -> bool {

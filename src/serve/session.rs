@@ -152,7 +152,9 @@ enum Idle {
     /// In a read of descriptor 3, which must still be its end of the socket pair (this
     /// inode): not a pipe a cell put in its place.
     Receive(u64),
-    Epoll(Option<u64>),
+    /// In an epoll wait on this descriptor, which must watch the socket (this inode): the
+    /// event loop's, not one a cell made (as execSync's).
+    Epoll(Option<u64>, u64),
 }
 
 /// An interpreter's reply to a cell: data only (its result and error). Anything else on
@@ -795,7 +797,7 @@ impl<'p> Session<'p> {
             pid: None,
             idle: match language {
                 Language::Python => Idle::Receive(socket_inode),
-                Language::Node => Idle::Epoll(None),
+                Language::Node => Idle::Epoll(None, socket_inode),
             },
             control: ours,
             lines: Vec::new(),
@@ -878,8 +880,11 @@ impl<'p> Session<'p> {
                     Idle::Receive(inode) if interpreter.reads_socket(number, first, inode)? => {
                         return Ok(());
                     }
-                    Idle::Epoll(None) if kernel::is_epoll_wait(number) => {
-                        interpreter.idle = Idle::Epoll(Some(first));
+                    Idle::Epoll(None, inode)
+                        if kernel::is_epoll_wait(number)
+                            && kernel::epoll_watches(pid, first, inode)? =>
+                    {
+                        interpreter.idle = Idle::Epoll(Some(first), inode);
                         return Ok(());
                     }
                     _ => {}
@@ -1226,8 +1231,10 @@ impl Interpreter {
             (Syscall::In { number, first }, Idle::Receive(inode)) => {
                 self.reads_socket(number, first, inode)?
             }
-            (Syscall::In { number, first }, Idle::Epoll(Some(fd))) => {
-                kernel::is_epoll_wait(number) && first == fd
+            (Syscall::In { number, first }, Idle::Epoll(Some(fd), inode)) => {
+                kernel::is_epoll_wait(number)
+                    && first == fd
+                    && kernel::epoll_watches(pid, fd, inode)?
             }
             _ => false,
         })
