@@ -147,7 +147,7 @@ with Sandbox(socket=socket, options={"env": ["BRIG_CLIENT_TEST=1"]}, session_tim
     first = sb.run_code("x = 41")
     show(first.ok, first.result, first.error is None)
     ex = sb.run_code("print('hello'); x + 1", language="python", timeout="10s")
-    show(ex.ok, ex.stdout, ex.result, ex.verdict["status"], ex.state_lost)
+    show(ex.ok, ex.stdout, ex.result, ex.verdict["status"], ex.state_lost, ex.state_lost_reason)
     ex = sb.run_code("1 / 0")
     show(ex.ok, ex.error.type, ex.error.message, "Traceback" in ex.error.traceback, ex.verdict["status"])
     show(sb.files.write("data/in.csv", "a,b\n1,2\n"), sb.files.read("data/in.csv"))
@@ -162,6 +162,8 @@ with Sandbox(socket=socket, options={"env": ["BRIG_CLIENT_TEST=1"]}, session_tim
     show(r.exit_code, r.stdout)
     again = Sandbox.connect(sb.session_id, socket=socket)
     show(again.run_code("x").result, sb.session_id in [s["session"] for s in brig_client.list_sessions(socket)])
+    died = sb.run_code("import os; os._exit(3)")
+    show(died.state_lost, died.state_lost_reason)
     sb.close()
     try:
         again.run_code("x")
@@ -200,7 +202,7 @@ fn python_client_sessions(mode: Mode) {
         &output_of(command),
         &[
             r#"[true, null, true]"#,
-            r#"[true, "hello\n", "42", "ok", false]"#,
+            r#"[true, "hello\n", "42", "ok", false, null]"#,
             r#"[false, "ZeroDivisionError", "division by zero", true, "nonzero_exit"]"#,
             r#"[8, "a,b\n1,2\n"]"#,
             r#"[716800, true]"#,
@@ -209,6 +211,7 @@ fn python_client_sessions(mode: Mode) {
             r#"[3, "hi\n", "nonzero_exit"]"#,
             r#"[0, "in\nv\n"]"#,
             r#"["41", true]"#,
+            r#"[true, "the python interpreter died (exit status 3)"]"#,
             r#"["closed", 125, true]"#,
         ],
     );
@@ -225,7 +228,7 @@ const node = { language: "node" };
   let ex = await sb.runCode("x = 41", node);
   show(ex.ok, ex.error);
   ex = await sb.runCode("console.log('hello'); x + 1", { language: "node", timeout: "10s" });
-  show(ex.ok, ex.stdout, ex.result, ex.verdict.status, ex.stateLost);
+  show(ex.ok, ex.stdout, ex.result, ex.verdict.status, ex.stateLost, ex.stateLostReason);
   ex = await sb.runCode("null.x", node);
   show(ex.ok, ex.error.type, ex.error.message.includes("null"), ex.verdict.status);
   show(await sb.files.write("data/in.csv", "a,b\n1,2\n"), await sb.files.read("data/in.csv"));
@@ -240,6 +243,8 @@ const node = { language: "node" };
   show(r.exitCode, r.stdout);
   const again = await brig.Sandbox.connect(sb.sessionId, { socket });
   show((await again.runCode("x", node)).result, (await brig.listSessions({ socket })).some((s) => s.session === sb.sessionId));
+  const died = await sb.runCode("process.exit(3)", node);
+  show(died.stateLost, died.stateLostReason);
   await sb.close();
   try {
     await again.runCode("x", node);
@@ -272,7 +277,7 @@ fn node_client_sessions(mode: Mode) {
         &output,
         &[
             r#"[true,null]"#,
-            r#"[true,"hello\n","42","ok",false]"#,
+            r#"[true,"hello\n","42","ok",false,null]"#,
             r#"[false,"TypeError",true,"nonzero_exit"]"#,
             r#"[8,"a,b\n1,2\n"]"#,
             r#"[716800,true]"#,
@@ -281,6 +286,7 @@ fn node_client_sessions(mode: Mode) {
             r#"[3,"hi\n","nonzero_exit"]"#,
             r#"[0,"in\nv\n"]"#,
             r#"["41",true]"#,
+            r#"[true,"the node interpreter died (exit status 3)"]"#,
             r#"["BrigError",125,true]"#,
         ],
     );

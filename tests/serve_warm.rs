@@ -21,6 +21,7 @@ both_modes!(
     a_warm_node_is_stopped_and_signaled_as_a_cold_one,
     warm_jails_outlive_the_servers_time_limit_while_idle,
     a_warm_jail_that_dies_idle_is_replaced,
+    a_warm_programs_own_usage_report_is_not_its_verdict,
 );
 
 const MAIN_PY: &str = r#"import os, sys, helper
@@ -503,4 +504,54 @@ fn a_warm_jail_that_dies_idle_is_replaced(mode: Mode) {
         ],
         "{log}"
     );
+}
+
+/// The attack of issue 21: a warm program writes its own usage report on the
+/// interpreter's descriptor 3 (where the bootstrap used to report the request's CPU time)
+/// and ends before the bootstrap can. The verdict's CPU time is the kernel's all the same:
+/// a program burning a second of CPU while claiming 0 ms is charged at least half a
+/// second; an idle one claiming 999 s is charged next to nothing. Python and Node.
+fn a_warm_programs_own_usage_report_is_not_its_verdict(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(
+        mode,
+        &["--pool", "0", "--warm-python", "1", "--warm-node", "1"],
+    );
+    let dir = TempDir::new("warm-forged-usage").writable_by_all();
+    let report = dir.path().join("v.json");
+    let report = report.to_str().unwrap();
+    let python_burn = "import os, time\nend = time.process_time() + 1\nwhile time.process_time() < end:\n    pass\nos.write(3, b'{\"cpu_user_ms\": 0, \"cpu_sys_ms\": 0}')\nos._exit(0)";
+    let python_idle =
+        "import os\nos.write(3, b'{\"cpu_user_ms\": 999999, \"cpu_sys_ms\": 999999}')\nos._exit(0)";
+    let node_burn = "const fs = require('fs'); const end = process.cpuUsage().user + 1e6; while (process.cpuUsage().user < end) {} fs.writeSync(3, '{\"cpu_user_ms\": 0, \"cpu_sys_ms\": 0}'); fs.closeSync(3)";
+    let node_idle = "const fs = require('fs'); fs.writeSync(3, '{\"cpu_user_ms\": 999999, \"cpu_sys_ms\": 999999}'); fs.closeSync(3)";
+    let cases = [
+        ("python3", "-c", python_burn, "warm_ready", true),
+        ("python3", "-c", python_idle, "warm_ready", false),
+        ("node", "-e", node_burn, "warm_node_ready", true),
+        ("node", "-e", node_idle, "warm_node_ready", false),
+    ];
+    for (interpreter, option, code_text, ready, burns) in cases {
+        let warm_ready = || server.status()[ready] == 1;
+        assert!(wait_until(std::time::Duration::from_secs(20), warm_ready));
+        let output = server.run(&["--report", report], &[interpreter, option, code_text]);
+        assert_eq!(code(&output), 0, "{}", describe(&output));
+        let verdict = parse_verdict(&std::fs::read_to_string(report).unwrap());
+        assert_eq!(verdict["warm"], true, "{verdict}");
+        let user = verdict["cpu_user_ms"].as_u64().expect("cpu_user_ms");
+        let sys = verdict["cpu_sys_ms"].as_u64().expect("cpu_sys_ms");
+        if burns {
+            assert!(
+                user + sys >= 500,
+                "{interpreter}: a second of CPU burnt, the verdict says {verdict}"
+            );
+        } else {
+            assert!(
+                user < 500 && sys < 500,
+                "{interpreter}: an idle program claimed 999999 ms, the verdict says {verdict}"
+            );
+        }
+    }
 }

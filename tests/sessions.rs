@@ -36,6 +36,9 @@ both_modes!(
     sigterm_ends_the_open_sessions,
     names_from_the_jail_are_escaped_on_the_terminal,
     a_session_and_its_execs_are_held_to_the_server_s_limits,
+    a_forged_reply_does_not_end_a_running_cell,
+    replies_that_break_the_protocol_cost_the_interpreter,
+    an_undumpable_interpreter_cannot_hide_from_brig,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -986,5 +989,149 @@ fn a_session_and_its_execs_are_held_to_the_server_s_limits(mode: Mode) {
         json!({"time_limit": "5s", "output_limit": "512K"}),
     );
     assert_eq!(served["verdict"]["status"], "ok", "{served}");
+}
+
+/// Python code for a cell that writes, on the interpreter's control descriptor, the reply
+/// its interpreter would write for it (the request's id found in the driver's frame).
+const FORGE_PY: &str = "import os, sys, json\nframe = sys._getframe()\nwhile 'requests' not in frame.f_locals:\n    frame = frame.f_back\nos.write(3, (json.dumps({'id': frame.f_locals['id'], 'result': \"'forged'\", 'error': None}) + '\\n').encode())\n";
+
+/// The attack of issue 21: a cell writes its interpreter's reply itself, then runs on. The
+/// client gets no `ok` while it runs: the kernel does not see the interpreter waiting for
+/// its next request, so the cell is stopped at its time limit, its interpreter (whose
+/// channel it wrote to) replaced; the session goes on. Python and Node.
+fn a_forged_reply_does_not_end_a_running_cell(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    cell(&server, &id, "kept = 'yes'");
+    let forged = cell_with(
+        &server,
+        &id,
+        &format!("{FORGE_PY}while True:\n    pass"),
+        json!({"time_limit": "1s"}),
+    );
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["verdict"]["brig_exit_code"], 124, "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let reason = forged["state_lost_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("did not go back to waiting"), "{forged}");
+    let after = cell(&server, &id, "('kept' in globals(), 1 + 1)");
+    assert_eq!(after["result"], "(False, 2)", "{after}");
+    assert_eq!(after["state_lost"], false, "{after}");
+    // The cell moves the socket away, forges the reply on it, and blocks its main thread
+    // in a read of descriptor 3, now a pipe, which a thread of its own fills a moment
+    // later: the main thread then spins. Descriptor 3 is no longer the socket: no reply.
+    let swap = FORGE_PY.replace("os.write(3,", "os.write(socket,");
+    let swapped = format!(
+        "import os, threading\nsocket = os.dup(3)\nos.close(3)\nr, w = os.pipe()\nassert r == 3\n{swap}threading.Timer(0.2, os.write, (w, b'x')).start()\nos.read(3, 1)\nwhile True:\n    pass"
+    );
+    let forged = cell_with(&server, &id, &swapped, json!({"time_limit": "2s"}));
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    assert_eq!(cell(&server, &id, "1 + 1")["result"], "2");
+    // Node: the first cell of a fresh interpreter has id 1.
+    let node = json!({"language": "node", "time_limit": "1s"});
+    let forge_js = "require('fs').writeSync(3, JSON.stringify({id: 1, result: \"'forged'\", error: null}) + '\\n'); while (true) {}";
+    let forged = cell_with(&server, &id, forge_js, node);
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let after = cell_with(&server, &id, "1 + 1", json!({"language": "node"}));
+    assert_eq!(after["result"], "2", "{after}");
+    // Forged, then the main thread waits in an event loop of the cell's own (execSync's):
+    // not the interpreter's, whose loop watches the control socket.
+    let forge_exec = "require('fs').writeSync(3, JSON.stringify({id: 2, result: \"'forged'\", error: null}) + '\\n'); require('child_process').execSync('sleep 30')";
+    let node = json!({"language": "node", "time_limit": "1s"});
+    let forged = cell_with(&server, &id, forge_exec, node);
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let after = cell_with(&server, &id, "1 + 1", json!({"language": "node"}));
+    assert_eq!(after["result"], "2", "{after}");
+    close(&server, &id);
+}
+
+/// Lines on the control descriptor that are not the interpreter's one reply to the cell
+/// that runs (not JSON, a wrong id, a second reply, a line while no cell runs) cost the
+/// interpreter: it is replaced, the answer says `state_lost` and why, and the next cell
+/// runs in the fresh one.
+fn replies_that_break_the_protocol_cost_the_interpreter(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let cases = [
+        (
+            "import os\nos.write(3, b'not a reply\\n')\n1",
+            "not a well-formed reply",
+        ),
+        (
+            "import os\nos.write(3, b'{\"id\": 999999, \"result\": null, \"error\": null}\\n')\n1",
+            "wrong id",
+        ),
+        (&format!("{FORGE_PY}1"), "second reply"),
+    ];
+    for (code_text, why) in cases {
+        cell(&server, &id, "kept = 'yes'");
+        let broken = cell(&server, &id, code_text);
+        assert_eq!(broken["state_lost"], true, "{why}: {broken}");
+        assert_eq!(broken["error"]["type"], "ProtocolError", "{why}: {broken}");
+        assert_ne!(broken["verdict"]["status"], "ok", "{why}: {broken}");
+        let reason = broken["state_lost_reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{why}: {broken}");
+        let after = cell(&server, &id, "('kept' in globals(), 1 + 1)");
+        assert_eq!(after["result"], "(False, 2)", "{why}: {after}");
+        assert_eq!(after["state_lost"], false, "{why}: {after}");
+    }
+    // A thread of a finished cell writes a line while no cell runs: the next cell is
+    // answered from a fresh interpreter, and says so.
+    cell(&server, &id, "kept = 'yes'");
+    let later = "import os, threading, time\ndef later():\n    while not os.path.exists('/tmp/go'):\n        time.sleep(0.02)\n    os.write(3, b'{\"id\": 1, \"result\": null, \"error\": null}\\n')\n    open('/tmp/written', 'w').close()\nthreading.Thread(target=later).start()";
+    let started = cell(&server, &id, later);
+    assert_eq!(started["verdict"]["status"], "ok", "{started}");
+    command(&server, &id, &["touch", "/tmp/go"], json!({}));
+    let written = || {
+        command(&server, &id, &["test", "-e", "/tmp/written"], json!({}))["verdict"]["exit_code"]
+            == 0
+    };
+    assert!(wait_until(Duration::from_secs(20), written));
+    let next = cell(&server, &id, "('kept' in globals(), 1 + 1)");
+    assert_eq!(next["result"], "(False, 2)", "{next}");
+    assert_eq!(next["state_lost"], true, "{next}");
+    let reason = next["state_lost_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("while no cell ran"), "{next}");
+    close(&server, &id);
+}
+
+/// A cell makes its interpreter undumpable (PR_SET_DUMPABLE 0), which may take away brig's
+/// right to read its /proc/PID/syscall: as root brig still reads it; rootless, where it
+/// cannot, the reply is not taken (fail closed: the interpreter is replaced, and says
+/// why). Either way a forged reply followed by a spin is still not answered `ok`.
+fn an_undumpable_interpreter_cannot_hide_from_brig(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let hidden = cell(
+        &server,
+        &id,
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)",
+    );
+    match hidden["state_lost"].as_bool() {
+        Some(false) => assert_eq!(hidden["result"], "0", "{hidden}"),
+        _ => {
+            let reason = hidden["state_lost_reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("/syscall: Permission denied"), "{hidden}");
+            assert_eq!(hidden["error"]["type"], "ProtocolError", "{hidden}");
+        }
+    }
+    let hide_and_forge = format!(
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n{FORGE_PY}while True:\n    pass"
+    );
+    let forged = cell_with(&server, &id, &hide_and_forge, json!({"time_limit": "1s"}));
+    assert_ne!(forged["verdict"]["status"], "ok", "{forged}");
+    assert_eq!(forged["result"], Value::Null, "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    assert_eq!(cell(&server, &id, "1 + 1")["result"], "2");
     close(&server, &id);
 }

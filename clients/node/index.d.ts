@@ -39,6 +39,8 @@ export interface Execution {
   verdict: Record<string, unknown>;
   /** The interpreter was restarted (time limit, out of memory): its globals are gone. */
   stateLost: boolean;
+  /** Why the state was lost (the interpreter died, or broke the protocol); null otherwise. */
+  stateLostReason: string | null;
   ok: boolean;
 }
 

@@ -238,7 +238,8 @@ class Sandbox {
 
   /**
    * Runs a cell in the session's interpreter of `language` (python or node); resolves to
-   * {stdout, stderr, result, error: null | {type, message, traceback}, verdict, stateLost, ok}.
+   * {stdout, stderr, result, error: null | {type, message, traceback}, verdict, stateLost,
+   * stateLostReason, ok}.
    */
   async runCode(code, { language = "python", timeout, outputLimit } = {}) {
     const reply = await this._request({
@@ -257,6 +258,7 @@ class Sandbox {
       error,
       verdict,
       stateLost: Boolean(reply.state_lost),
+      stateLostReason: reply.state_lost_reason ?? null,
       ok: error === null && verdict.status === "ok",
     };
   }

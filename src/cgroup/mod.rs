@@ -367,6 +367,22 @@ pub struct Usage {
     pub cpu_sys_usec: Option<u64>,
 }
 
+/// Reads a [`JailCgroup`]'s counters (while the cgroup exists).
+#[derive(Clone, Debug)]
+pub struct UsageProbe {
+    version: Version,
+    dirs: Vec<PathBuf>,
+}
+
+impl UsageProbe {
+    pub fn usage(&self) -> Usage {
+        match self.version {
+            Version::V2 => v2::usage(&self.dirs[0]),
+            Version::V1 => v1::usage(&self.dirs),
+        }
+    }
+}
+
 impl JailCgroup {
     /// Creates the jail's cgroup with its limits; nothing runs in it yet.
     pub fn create(placement: &Placement, limits: &Limits) -> Result<JailCgroup> {
@@ -473,9 +489,14 @@ impl JailCgroup {
     }
 
     pub fn usage(&self) -> Usage {
-        match self.version {
-            Version::V2 => v2::usage(&self.dirs[0]),
-            Version::V1 => v1::usage(&self.dirs),
+        self.probe().usage()
+    }
+
+    /// A reader of the cgroup's counters that another thread can keep.
+    pub fn probe(&self) -> UsageProbe {
+        UsageProbe {
+            version: self.version,
+            dirs: self.dirs.clone(),
         }
     }
 

@@ -290,6 +290,11 @@ impl<'p> Jail<'p> {
         (self.host.uid, self.host.gid)
     }
 
+    /// A reader of the jail cgroup's counters for another thread; None without a cgroup.
+    pub fn cgroup_probe(&self) -> Option<crate::cgroup::UsageProbe> {
+        self.cgroup.as_ref().map(crate::cgroup::JailCgroup::probe)
+    }
+
     /// Gives the run a wall-clock limit other than the plan's (a server's request).
     pub fn limit_time(&mut self, limit: Option<Span>) {
         self.time_limit = limit;

@@ -14,6 +14,7 @@
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
 pub mod client;
+mod kernel;
 pub mod policy;
 pub mod protocol;
 mod runner;

@@ -7,6 +7,7 @@
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
 use super::policy;
+use super::kernel::{self, Syscall};
 use super::protocol::{self, FrameReader, Language, Reply, Request};
 use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
@@ -38,6 +39,10 @@ const STARTUP: Duration = Duration::from_secs(30);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell has to come back before its interpreter is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// How often brig looks, at first and at most, whether an interpreter that replied is
+/// back waiting for its next request (doubling in between).
+const CONFIRM_FIRST: Duration = Duration::from_micros(100);
+const CONFIRM_MOST: Duration = Duration::from_millis(10);
 
 const PYTHON_SCRIPT: &str = include_str!("session_python.py");
 const PYTHON_LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-session>', 'exec'))";
@@ -126,12 +131,64 @@ pub fn for_create(
 /// A running interpreter: its program's id in the jail, its socket and output pipes.
 struct Interpreter {
     id: u32,
+    /// Its pid as this runner sees it: the sender of its "ready", as the kernel said.
+    pid: Option<u32>,
+    /// What its main thread is blocked in while it waits for its next request.
+    idle: Idle,
     control: UnixStream,
     /// What arrived on `control` beyond the last whole line.
     lines: Vec<u8>,
+    /// Another process wrote to `control` (a cell's child holding the descriptor): its pid.
+    stranger: Option<u32>,
     stdout: OwnedFd,
     stderr: OwnedFd,
     cells: u64,
+}
+
+/// The system call an interpreter's main thread waits for a request in: Python reads its
+/// control socket (descriptor 3); Node's event loop waits on its epoll descriptor, which
+/// brig learns when the interpreter is ready (a cell's own loop, as execSync's, has another).
+#[derive(Clone, Copy, PartialEq)]
+enum Idle {
+    /// In a read of descriptor 3, which must still be its end of the socket pair (this
+    /// inode): not a pipe a cell put in its place.
+    Receive(u64),
+    /// In an epoll wait on this descriptor, which must watch the socket (this inode): the
+    /// event loop's, not one a cell made (as execSync's).
+    Epoll(Option<u64>, u64),
+}
+
+/// An interpreter's reply to a cell: data only (its result and error). Anything else on
+/// the control descriptor breaks the protocol.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CellReply {
+    id: u64,
+    result: Option<String>,
+    error: Option<CellError>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct CellError {
+    #[serde(rename = "type")]
+    kind: String,
+    message: String,
+    traceback: String,
+}
+
+/// The reply to cell `cell` in `line`, or why the line is not one.
+fn cell_reply(line: &Value, cell: u64) -> std::result::Result<CellReply, String> {
+    let reply: CellReply = serde_json::from_value(line.clone()).map_err(|_| {
+        "a line on its control descriptor that is not a well-formed reply".to_string()
+    })?;
+    if reply.id != cell {
+        return Err(format!(
+            "a reply with the wrong id ({} where the cell's is {cell})",
+            reply.id
+        ));
+    }
+    Ok(reply)
 }
 
 struct Session<'p> {
@@ -737,6 +794,10 @@ impl<'p> Session<'p> {
         };
         let program = self.program(argv, Vec::new(), None)?;
         let (ours, theirs) = UnixStream::pair()
+            .and_then(|(ours, theirs)| {
+                kernel::pass_credentials(&ours)?;
+                Ok((ours, theirs))
+            })
             .map_err(|err| Error::setup(format!("a socket pair for the interpreter: {err}")))?;
         let (stdout_read, stdout_write) = pipe("the session")?;
         let (stderr_read, stderr_write) = pipe("the session")?;
@@ -750,13 +811,22 @@ impl<'p> Session<'p> {
                 theirs.as_fd(),
             ],
         )?;
+        let socket_inode = nix::sys::stat::fstat(&theirs)
+            .map(|stat| stat.st_ino)
+            .map_err(|err| Error::setup(format!("fstat the interpreter's socket: {err}")))?;
         drop((null, stdout_write, stderr_write, theirs));
         nonblocking(&stdout_read);
         nonblocking(&stderr_read);
         let mut interpreter = Interpreter {
             id,
+            pid: None,
+            idle: match language {
+                Language::Python => Idle::Receive(socket_inode),
+                Language::Node => Idle::Epoll(None, socket_inode),
+            },
             control: ours,
             lines: Vec::new(),
+            stranger: None,
             stdout: stdout_read,
             stderr: stderr_read,
             cells: 0,
@@ -774,8 +844,19 @@ impl<'p> Session<'p> {
             let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
             captured.drain(1, interpreter.stderr.as_fd());
             if let Some(line) = interpreter.next_line() {
-                if line.get("ready") == Some(&Value::Bool(true)) {
-                    return Ok(interpreter);
+                if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
+                    return match self.learn_idle(&mut interpreter, deadline) {
+                        Ok(()) => Ok(interpreter),
+                        Err(why) => {
+                            let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                            Err(Error::setup(format!(
+                                "the session's {} interpreter cannot be watched: {why}; brig reads \
+                                 it to tell the interpreter's replies from a cell's (see \
+                                 docs/protocol.md, the trust boundary)",
+                                language_name(language)
+                            )))
+                        }
+                    };
                 }
                 continue;
             }
@@ -809,6 +890,63 @@ impl<'p> Session<'p> {
         }
     }
 
+    /// The kernel's word that a ready interpreter waits for its first request, in what
+    /// (Node: on which epoll descriptor); an error when brig cannot read it (fail closed).
+    fn learn_idle(
+        &mut self,
+        interpreter: &mut Interpreter,
+        deadline: Instant,
+    ) -> std::result::Result<(), String> {
+        let pid = interpreter.pid.ok_or("its pid is unknown")?;
+        let mut pause = CONFIRM_FIRST;
+        loop {
+            if let Syscall::In { number, first } = kernel::syscall(pid)? {
+                match interpreter.idle {
+                    Idle::Receive(inode) if interpreter.reads_socket(number, first, inode)? => {
+                        return Ok(());
+                    }
+                    Idle::Epoll(None, inode)
+                        if kernel::is_epoll_wait(number)
+                            && kernel::epoll_watches(pid, first, inode)? =>
+                    {
+                        interpreter.idle = Idle::Epoll(Some(first), inode);
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "it did not wait for a request within {}s",
+                    STARTUP.as_secs()
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(CONFIRM_MOST);
+        }
+    }
+
+    /// Before a cell: a line that came from the interpreter while no cell ran means its
+    /// channel is not its own (a thread of an earlier cell wrote to it): it is killed (the
+    /// next cell starts a fresh one), and the reason is returned.
+    fn check_idle_interpreter(&mut self, language: Language) -> Option<String> {
+        let interpreter = self.interpreters.get_mut(&language)?;
+        let line = interpreter.next_line();
+        let why = match interpreter.stranger {
+            Some(pid) => format!(
+                "a line on its control descriptor written by another process of the jail (pid {pid})"
+            ),
+            None if line.is_some() || !interpreter.lines.is_empty() => {
+                "a line on its control descriptor while no cell ran".to_string()
+            }
+            None => return None,
+        };
+        let id = interpreter.id;
+        self.interpreters.remove(&language);
+        let _ = self.jail.signal(id, Signal::SIGKILL, true);
+        Some(why)
+    }
+
     fn run_code(
         &mut self,
         code: &str,
@@ -820,11 +958,14 @@ impl<'p> Session<'p> {
     ) -> Result<Value> {
         let (time_limit, limit) = self.limits(time_limit, output_limit)?;
         self.absorb_events();
+        let lost_before = self.check_idle_interpreter(language);
         let oom_before = self.oom_kills();
         let interpreter = self.interpreter(language)?;
         interpreter.cells += 1;
         let cell = interpreter.cells;
         let id = interpreter.id;
+        let pid = interpreter.pid;
+        let cpu_before = pid.and_then(kernel::cpu_time).unwrap_or_default();
         let mut line = serde_json::to_vec(&json!({"id": cell, "code": code})).expect("JSON");
         line.push(b'\n');
         let started = Instant::now();
@@ -837,7 +978,15 @@ impl<'p> Session<'p> {
         let mut captured = Captured::new(limit);
         let mut deadline = time_limit.map(|limit| started + limit);
         let mut cut = None;
-        let mut answer: Option<Value> = None;
+        // The reply as it came, until the kernel shows the interpreter waiting again.
+        let mut reply: Option<CellReply> = None;
+        let mut answer: Option<CellReply> = None;
+        let mut cpu_after = None;
+        let mut broken: Option<String> = None;
+        let mut unconfirmed: Option<Cut> = None;
+        let mut pause = CONFIRM_FIRST;
+        // Once brig has sent SIGKILL, nothing the interpreter says counts.
+        let mut killed = false;
         let mut died: Option<Ended> = None;
         loop {
             let interpreter = self.interpreters.get_mut(&language).expect("running");
@@ -849,7 +998,12 @@ impl<'p> Session<'p> {
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
                 PollFd::new(connection.as_fd(), PollFlags::POLLIN),
             ];
-            let _ = nix::poll::poll(&mut fds, poll_timeout(deadline));
+            let soon = Instant::now() + pause;
+            let wake = match reply.is_some() && !killed {
+                true => Some(deadline.map_or(soon, |at| at.min(soon))),
+                false => deadline,
+            };
+            let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
             let ready = fds.map(|fd| fd.any().unwrap_or(false));
             if ready[4] {
                 return Err(Error::setup(format!("session {}: its jail ended", self.id)));
@@ -858,13 +1012,45 @@ impl<'p> Session<'p> {
             for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
                 over |= !captured.drain(index, pipe.as_fd());
             }
-            while let Some(reply) = interpreter.next_line() {
-                if reply.get("id") == Some(&json!(cell)) {
-                    answer = Some(reply);
+            if !killed {
+                while let Some(line) = interpreter.next_line() {
+                    match (&reply, cell_reply(&line, cell)) {
+                        (None, Ok(received)) => reply = Some(received),
+                        (Some(_), _) => broken = Some("a second reply to one cell".into()),
+                        (None, Err(why)) => broken = Some(why),
+                    }
+                    if broken.is_some() {
+                        break;
+                    }
                 }
-            }
-            if answer.is_some() {
-                break;
+                if let Some(stranger) = interpreter.stranger {
+                    broken = Some(format!(
+                        "a line on its control descriptor written by another process of the jail (pid {stranger})"
+                    ));
+                }
+                // The reply ends the cell once the kernel shows the interpreter back
+                // waiting for its next request: a cell that wrote it is still running.
+                if broken.is_none() && reply.is_some() {
+                    match interpreter.waiting() {
+                        Ok(true) => {
+                            cpu_after = pid.and_then(kernel::cpu_time);
+                            answer = reply.take();
+                            break;
+                        }
+                        Ok(false) => pause = (pause * 2).min(CONFIRM_MOST),
+                        Err(why) => {
+                            broken = Some(format!(
+                                "brig could not see whether it was waiting for its next request ({why})"
+                            ))
+                        }
+                    }
+                }
+                if broken.is_some() {
+                    // Its channel is no longer its own: it goes, and its state with it.
+                    self.jail.signal(id, Signal::SIGKILL, true)?;
+                    killed = true;
+                    deadline = None;
+                }
             }
             for event in self.jail.events() {
                 if let Event::Ended { id: of, end } = event {
@@ -878,6 +1064,9 @@ impl<'p> Session<'p> {
             if died.is_some() {
                 break;
             }
+            if broken.is_some() {
+                continue;
+            }
             let now = Instant::now();
             let client_left = ready[5] && client_gone(connection);
             let why = if over {
@@ -890,50 +1079,78 @@ impl<'p> Session<'p> {
                 None
             };
             match (cut, why) {
+                // A reply came, but the interpreter is not back waiting: whatever wrote it,
+                // the cell still runs, and the channel cannot be trusted any more.
+                (None, Some(why)) if reply.is_some() => {
+                    cut = Some(why);
+                    unconfirmed = Some(why);
+                    self.jail.signal(id, Signal::SIGKILL, true)?;
+                    killed = true;
+                    deadline = None;
+                }
                 // First: interrupt the cell, end what it started, give it a grace period.
                 (None, Some(why)) => {
                     cut = Some(why);
                     self.jail.signal(id, Signal::SIGINT, false)?;
                     self.jail.sweep(&[id])?;
-                    deadline = Some(now + INTERRUPT_GRACE);
+                    // From the end of the sweep, which may take a while (a fork bomb's).
+                    deadline = Some(Instant::now() + INTERRUPT_GRACE);
                 }
-                // It did not come back: the interpreter goes, and its state with it.
-                (Some(_), _) if deadline.is_some_and(|at| now >= at) => {
+                // It did not come back (or came back without the kernel's word): the
+                // interpreter goes, and its state with it.
+                (Some(why), _) if deadline.is_some_and(|at| now >= at) => {
+                    if reply.is_some() {
+                        unconfirmed = Some(why);
+                    }
                     self.jail.signal(id, Signal::SIGKILL, true)?;
                     self.jail.sweep(&[])?;
+                    killed = true;
                     deadline = None;
                 }
                 _ => {}
             }
         }
         let wall = started.elapsed();
-        if cut.is_some() {
+        if cut.is_some() || broken.is_some() {
             // What the cell started, and what it forks while it is interrupted.
-            let keep: Vec<u32> = self.interpreters.values().map(|i| i.id).collect();
+            let keep: Vec<u32> = self
+                .interpreters
+                .values()
+                .map(|i| i.id)
+                .filter(|of| died.is_none() || *of != id)
+                .collect();
             self.jail.sweep(&keep)?;
         }
         let interpreter = self.interpreters.get_mut(&language).expect("running");
         captured.drain(0, interpreter.stdout.as_fd());
         captured.drain(1, interpreter.stderr.as_fd());
         let oom = self.oom_kills().saturating_sub(oom_before);
-        let state_lost = died.is_some();
-        let ended = match (&died, &answer) {
-            (Some(end), _) => *end,
-            (None, Some(answer)) => Ended {
+        // CPU time as the kernel counts it: the interpreter's, across the cell (a dead
+        // one's from its rusage, less what it had used before the cell).
+        let since =
+            |total_us: u64, before: Duration| total_us.saturating_sub(before.as_micros() as u64);
+        let ended = match (&died, cpu_after) {
+            (Some(end), _) => Ended {
+                cpu_user_us: since(end.cpu_user_us, cpu_before.0),
+                cpu_sys_us: since(end.cpu_sys_us, cpu_before.1),
+                ..*end
+            },
+            (None, Some((user, sys))) => Ended {
                 code: Some(0),
-                cpu_user_us: answer["cpu_user_ms"].as_u64().unwrap_or(0) * 1000,
-                cpu_sys_us: answer["cpu_sys_ms"].as_u64().unwrap_or(0) * 1000,
+                cpu_user_us: since(user.as_micros() as u64, cpu_before.0),
+                cpu_sys_us: since(sys.as_micros() as u64, cpu_before.1),
                 ..Ended::default()
             },
             (None, None) => Ended::default(),
         };
-        if state_lost {
+        if died.is_some() {
             self.interpreters.remove(&language);
         }
+        let state_lost = died.is_some() || lost_before.is_some();
         let error = answer
             .as_ref()
-            .map(|answer| answer["error"].clone())
-            .filter(|error| !error.is_null());
+            .and_then(|answer| answer.error.as_ref())
+            .map(|error| serde_json::to_value(error).unwrap_or_default());
         let outcome = match (cut, &died) {
             (Some(Cut::OutputLimit), _) => Outcome::OutputLimit,
             (Some(_), _) => Outcome::TimedOut,
@@ -949,17 +1166,36 @@ impl<'p> Session<'p> {
             ended,
             oom_kills,
         };
-        let argv = [language_name(language).to_string(), code.to_string()];
+        let name = language_name(language);
+        let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
         let verdict = self.verdict(end, &captured, served, Some(language));
+        let lost_why = match (&broken, unconfirmed, &died) {
+            (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
+            (None, Some(cut), _) => Some(format!(
+                "a reply came on its control descriptor, but the interpreter did not go back to \
+                 waiting for its next request before {} (the cell wrote it?)",
+                match cut {
+                    Cut::TimeLimit => "the time limit",
+                    Cut::OutputLimit => "the output limit",
+                    Cut::ClientGone => "its client left",
+                }
+            )),
+            (None, None, Some(end)) => Some(format!(
+                "the {name} interpreter died ({})",
+                describe_end(end, oom > 0)
+            )),
+            (None, None, None) => lost_before
+                .as_ref()
+                .map(|why| format!("before this cell, its {name} interpreter saw {why}")),
+        };
         let error = error.or_else(|| {
-            state_lost.then(|| {
+            died.is_some().then(|| {
                 json!({
-                    "type": "InterpreterDied",
+                    "type": if broken.is_some() { "ProtocolError" } else { "InterpreterDied" },
                     "message": format!(
-                        "the {} interpreter died ({}); its state is lost and the next cell starts a fresh one",
-                        language_name(language),
-                        describe_end(&ended, oom > 0)
+                        "{}; its state is lost and the next cell starts a fresh one",
+                        lost_why.as_deref().unwrap_or("the interpreter died")
                     ),
                     "traceback": "",
                 })
@@ -970,9 +1206,10 @@ impl<'p> Session<'p> {
             "verdict": verdict,
             "stdout": captured.text(0),
             "stderr": captured.text(1),
-            "result": answer.as_ref().map_or(Value::Null, |answer| answer["result"].clone()),
+            "result": answer.as_ref().and_then(|answer| answer.result.clone()),
             "error": error.unwrap_or(Value::Null),
             "state_lost": state_lost,
+            "state_lost_reason": lost_why.filter(|_| state_lost),
         }))
     }
 }
@@ -997,6 +1234,38 @@ struct CommandExec {
 }
 
 impl Interpreter {
+    /// Whether system call `number` on descriptor `first` is a read of descriptor 3, and
+    /// descriptor 3 still the interpreter's end of its socket pair (`inode`).
+    fn reads_socket(
+        &self,
+        number: libc::c_long,
+        first: u64,
+        inode: u64,
+    ) -> std::result::Result<bool, String> {
+        if !kernel::is_receive(number) || first != 3 {
+            return Ok(false);
+        }
+        let pid = self.pid.ok_or("its pid is unknown")?;
+        Ok(kernel::descriptor(pid, 3)? == format!("socket:[{inode}]"))
+    }
+
+    /// Whether the kernel shows the interpreter's main thread blocked where it waits for
+    /// its next request; an error when brig cannot read that.
+    fn waiting(&self) -> std::result::Result<bool, String> {
+        let pid = self.pid.ok_or("its pid is unknown")?;
+        Ok(match (kernel::syscall(pid)?, self.idle) {
+            (Syscall::In { number, first }, Idle::Receive(inode)) => {
+                self.reads_socket(number, first, inode)?
+            }
+            (Syscall::In { number, first }, Idle::Epoll(Some(fd), inode)) => {
+                kernel::is_epoll_wait(number)
+                    && first == fd
+                    && kernel::epoll_watches(pid, fd, inode)?
+            }
+            _ => false,
+        })
+    }
+
     /// The next whole line the interpreter sent, as JSON; None when none is there yet.
     fn next_line(&mut self) -> Option<Value> {
         loop {
@@ -1007,13 +1276,22 @@ impl Interpreter {
             // Without waiting, but only this read: a cell is written to the same socket,
             // which must block while the interpreter takes a large one in.
             let mut chunk = [0u8; 64 * 1024];
-            let received = nix::sys::socket::recv(
-                std::os::fd::AsRawFd::as_raw_fd(&self.control),
+            let received = kernel::receive(
+                self.control.as_fd(),
                 &mut chunk,
                 nix::sys::socket::MsgFlags::MSG_DONTWAIT,
             );
             match received {
-                Ok(count @ 1..) => self.lines.extend_from_slice(&chunk[..count]),
+                Ok((count @ 1.., sender)) => {
+                    self.lines.extend_from_slice(&chunk[..count]);
+                    // The first writer is the interpreter, saying it is ready; another
+                    // process writing later is noted (the kernel names it).
+                    match (self.pid, sender) {
+                        (None, Some(sender)) => self.pid = Some(sender),
+                        (Some(pid), Some(sender)) if sender != pid => self.stranger = Some(sender),
+                        _ => {}
+                    }
+                }
                 _ => return None,
             }
             // A cell's output goes to its pipes: a runaway line here is the program's

@@ -10,9 +10,11 @@
 //
 // Request: {"id": N, "code": "..."}. Reply (after the cell's stdout and stderr are flushed):
 // {"id": N, "result": "util.inspect" | null, "error": null | {"type", "message",
-//  "traceback"}, "cpu_user_ms": int, "cpu_sys_ms": int}. A line that is not such a request
-// gets an error of type ProtocolError. EOF on descriptor 3 ends the interpreter with
-// status 0 (after the requests already received).
+//  "traceback"}}, data only. A line that is not such a request gets an error of type
+// ProtocolError. EOF on descriptor 3 ends the interpreter with status 0 (after the requests
+// already received). A cell can write to descriptor 3 too: brig takes a reply as the
+// cell's end only once the kernel shows the main thread back in the event loop's wait,
+// and the CPU time from the kernel (see docs/protocol.md, the trust boundary).
 //
 // SIGINT interrupts a running cell (error type "Interrupted"): its synchronous part through
 // the script's breakOnSigint, a pending promise by no longer waiting for it (the async work
@@ -29,7 +31,6 @@
   const CONTROL_FD = 3;
   // Captured now: a cell may replace them on the shared objects.
   const exit = process.exit.bind(process);
-  const cpuUsage = process.cpuUsage.bind(process);
   const streams = [process.stdout, process.stderr].map((stream) => [stream, stream.write]);
   const errorOutput = (text) => streams[1][1].call(process.stderr, text);
 
@@ -247,7 +248,14 @@
   control.on('error', () => exit(0));
 
   // Lone surrogates are not UTF-8: written out as \udXXX text rather than breaking the reply.
+  // The most characters of a result, message or stack a reply carries: a reply must stay
+  // one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+  const MAX_TEXT = 40000;
+
   function clean(text) {
+    if (typeof text === 'string' && text.length > MAX_TEXT) {
+      text = `${text.slice(0, MAX_TEXT)}... [${text.length - MAX_TEXT} more characters]`;
+    }
     return typeof text === 'string'
       ? text.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`)
       : text;
@@ -257,14 +265,11 @@
     return new Promise((resolve) => control.write(`${JSON.stringify(message)}\n`, () => resolve()));
   }
 
-  function reply(id, result, error, before) {
-    const used = cpuUsage(before);
+  function reply(id, result, error) {
     return send({
       id: id === undefined ? null : id,
       result: clean(result),
       error: error && { type: clean(error.type), message: clean(error.message), traceback: clean(error.traceback) },
-      cpu_user_ms: Math.floor(used.user / 1000),
-      cpu_sys_ms: Math.floor(used.system / 1000),
     });
   }
 
@@ -273,16 +278,15 @@
   }
 
   async function handle(line) {
-    const before = cpuUsage();
     let request;
     try {
       request = JSON.parse(line);
     } catch (error) {
-      return reply(null, null, protocolError(`not a JSON line: ${error.message}`), before);
+      return reply(null, null, protocolError(`not a JSON line: ${error.message}`));
     }
     if (request === null || typeof request !== 'object' || Array.isArray(request) || typeof request.code !== 'string') {
       const id = request !== null && typeof request === 'object' && !Array.isArray(request) ? request.id : null;
-      return reply(id, null, protocolError('expected {"id": N, "code": "..."}'), before);
+      return reply(id, null, protocolError('expected {"id": N, "code": "..."}'));
     }
     let result = null;
     let error = null;
@@ -297,7 +301,7 @@
     }
     rearmWatchdog();
     await flush();
-    return reply(request.id, result, error, before);
+    return reply(request.id, result, error);
   }
 
   // Requests are run one at a time, in order; EOF is acted on after those already read.

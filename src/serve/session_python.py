@@ -9,9 +9,12 @@
 # session starts.
 #
 # Request: {"id": N, "code": "..."}. Reply (after the cell's stdout and stderr are flushed):
-# {"id": N, "result": "repr" | null, "error": null | {"type", "message", "traceback"},
-#  "cpu_user_ms": int, "cpu_sys_ms": int}. A line that is not such a request gets an error
-# of type ProtocolError. EOF on descriptor 3 ends the interpreter with status 0.
+# {"id": N, "result": "repr" | null, "error": null | {"type", "message", "traceback"}},
+# data only. A line that is not such a request gets an error of type ProtocolError. EOF on
+# descriptor 3 ends the interpreter with status 0. The cell runs in this process and can
+# write to descriptor 3 too: brig takes a reply as the cell's end only once the kernel
+# shows this process's main thread back in its read of descriptor 3 (`serve` below), and
+# its CPU time from the kernel (see docs/protocol.md, the trust boundary).
 import ast, builtins, io, json, linecache, os, signal, socket, sys, traceback, types
 
 # What cells commonly import, imported once here so that a cell's `import` finds them in
@@ -150,10 +153,19 @@ def describe(error):
     return {"type": type(error).__name__, "message": message, "traceback": text}
 
 
+# The most characters of a result, message or traceback a reply carries: a reply must
+# stay one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+MAX_TEXT = 40_000
+
+
 def clean(text):
     # Lone surrogates (from surrogateescape'd bytes, say) are not UTF-8: written out as
     # \udcXX text rather than breaking the reply.
-    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if text is None:
+        return None
+    if len(text) > MAX_TEXT:
+        text = f"{text[:MAX_TEXT]}... [{len(text) - MAX_TEXT} more characters]"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def send(control, message):
@@ -165,14 +177,11 @@ def send(control, message):
         os._exit(0)
 
 
-def reply(control, id, result, error, before):
-    after = os.times()
+def reply(control, id, result, error):
     send(control, {
         "id": id,
         "result": clean(result),
         "error": error and {key: clean(value) for key, value in error.items()},
-        "cpu_user_ms": int((after.user - before.user) * 1000),
-        "cpu_sys_ms": int((after.system - before.system) * 1000),
     })
 
 
@@ -194,8 +203,7 @@ def rehearse():
     scratch = {"__builtins__": builtins, "__name__": "__main__"}
     for code in ("x = 1\nx + 1", "1 / 0", "x ="):
         execute(code, scratch)
-    json.dumps({"id": 0, "result": "2", "error": None, "cpu_user_ms": 0, "cpu_sys_ms": 0})
-    os.times()
+    json.dumps({"id": 0, "result": "2", "error": None})
     for name in [name for name in linecache.cache if name.startswith("<cell-")]:
         del linecache.cache[name]
     State.cells = 0
@@ -218,16 +226,15 @@ def serve():
         line = requests.readline()
         if not line:
             break
-        before = os.times()
         id, code = parse(line)
         if isinstance(code, dict):
-            reply(control, id, None, code, before)
+            reply(control, id, None, code)
             continue
         if State.interrupted:
             reap_children()
         result, error = execute(code, namespace)
         State.interrupted = bool(error) and error.get("type") == "KeyboardInterrupt"
-        reply(control, id, result, error, before)
+        reply(control, id, result, error)
     # EOF: the session is over. Threads a cell started are not waited for.
     flush()
     os._exit(0)

@@ -4,10 +4,15 @@
 //! and has done its startup. A request for `python3 -c CODE`, `python3 SCRIPT` or
 //! `python3 -` (`node -e CODE`, `node SCRIPT`, `node -`) is handed to it over descriptor
 //! 3 (`warm_python.py`, `warm_node.js` do the rest), and the verdict reports `warm: true`
-//! with the wall and CPU time of the request alone. Python is given the client's streams
+//! with the wall and CPU time of the request alone. That CPU time is the kernel's, never
+//! the interpreter's word (the program runs in it and could write anything to descriptor
+//! 3): the jail cgroup's CPU counters, or without a cgroup the interpreter's own
+//! (/proc/PID/stat, then its rusage when init reaps it), read before the request is
+//! handed over and subtracted from what the run's report counts. Python is given the client's streams
 //! (SCM_RIGHTS); Node cannot take descriptors, so its streams are pipes this runner
 //! relays to the client's.
 
+use super::kernel;
 use super::protocol;
 use super::runner::{self, Job, Report};
 use crate::error::Error;
@@ -16,7 +21,7 @@ use crate::plan::Plan;
 use crate::sys;
 use crate::verdict::Verdict;
 use nix::sys::signal::Signal;
-use serde::Deserialize;
+use nix::sys::socket::MsgFlags;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -97,14 +102,13 @@ impl Warm {
     }
 }
 
-/// The most of the warm Python's report the runner keeps.
-const MAX_REPORT: usize = 4096;
-
-/// What the warm Python reports when it is done: the CPU time of the request.
-#[derive(Default, Deserialize)]
-struct Usage {
-    cpu_user_ms: u64,
-    cpu_sys_ms: u64,
+/// The CPU time the jail had used when the request was handed over, as the kernel counts
+/// it: the cgroup's (all its processes), and the interpreter's (its own and its reaped
+/// children's), in microseconds (user, system).
+#[derive(Clone, Copy, Default)]
+struct CpuBefore {
+    cgroup: Option<(u64, u64)>,
+    interpreter: Option<(u64, u64)>,
 }
 
 /// The warm runner's life: assemble, start the interpreter, wait for a job, run it,
@@ -120,7 +124,13 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         Ok(clock) => clock,
         Err(err) => return runner::report_failed(control, &err),
     };
-    let (ours, interpreter_end) = match UnixStream::pair() {
+    // The kernel names the process that writes the interpreter's "ready": its pid, whose
+    // CPU time is read when the request is handed over.
+    let pair = UnixStream::pair().and_then(|(ours, theirs)| {
+        kernel::pass_credentials(&ours)?;
+        Ok((ours, theirs))
+    });
+    let (ours, interpreter_end) = match pair {
         Ok(pair) => pair,
         Err(err) => {
             return runner::report_failed(
@@ -147,6 +157,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         Err(_) => return 1,
     };
     let output_limit = plan.limits.output_limit;
+    let cgroup = jail.cgroup_probe();
     let handler = std::thread::spawn(move || {
         hand_over(
             &handed_control,
@@ -156,6 +167,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
             clock,
             output_limit,
             warm,
+            cgroup,
         )
     });
     // Answered as soon as the interpreter has ended (its report is with the handler by
@@ -239,13 +251,24 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
         Ok(mut report) => {
             report.time_limit = handed.job.time_limit;
             report.wall = handed.started.elapsed();
+            // The report counts from the jail's start (the cgroup's counters when there
+            // is a cgroup, else what init reaped): less what was used before the request.
+            let from_cgroup = report
+                .cgroup_usage
+                .is_some_and(|usage| usage.cpu_user_usec.is_some());
+            let before = match from_cgroup {
+                true => handed.before.cgroup,
+                false => handed.before.interpreter,
+            };
+            let (user, sys) = before.unwrap_or_default();
+            let since = |total: std::time::Duration, before: u64| {
+                total.saturating_sub(std::time::Duration::from_micros(before))
+            };
+            report.cpu_user = since(report.cpu_user, user);
+            report.cpu_sys = since(report.cpu_sys, sys);
             let mut verdict = Verdict::of_run(plan, &report);
             verdict.warm = true;
             verdict.wall_ms = report.wall.as_millis() as u64;
-            if let Some(usage) = &handed.usage {
-                verdict.cpu_user_ms = usage.cpu_user_ms;
-                verdict.cpu_sys_ms = usage.cpu_sys_ms;
-            }
             verdict
         }
         Err(err) => Verdict::of_setup_error(Some(plan), &err),
@@ -269,7 +292,7 @@ struct Handed {
     connection: OwnedFd,
     capture: Option<runner::Capture>,
     started: Instant,
-    usage: Option<Usage>,
+    before: CpuBefore,
 }
 
 /// The runner's ends of a warm Node's standard streams.
@@ -316,8 +339,9 @@ fn relay(from: OwnedFd, to: OwnedFd) -> std::thread::JoinHandle<()> {
 
 /// Waits for the interpreter to be ready, tells the server, waits for the job and gives
 /// it to the interpreter (with the client's streams, or relaying them), starting the
-/// job's time limit; then collects the interpreter's report. Without a job (the server
-/// went away, or the interpreter died), it ends the jail.
+/// job's time limit; then waits until the interpreter is done (its socket closed).
+/// Without a job (the server went away, or the interpreter died), it ends the jail.
+#[allow(clippy::too_many_arguments)]
 fn hand_over(
     control: &OwnedFd,
     mut interpreter: UnixStream,
@@ -326,6 +350,7 @@ fn hand_over(
     clock: RequestClock,
     output_limit: Option<crate::units::Size>,
     warm: Warm,
+    cgroup: Option<crate::cgroup::UsageProbe>,
 ) -> HandOver {
     let end_jail = || {
         if let Some(init) = &init {
@@ -333,7 +358,18 @@ fn hand_over(
         }
     };
     let mut ready = [0u8; 1];
-    if interpreter.read_exact(&mut ready).is_err() || ready != *b"R" {
+    let received = loop {
+        match kernel::receive(interpreter.as_fd(), &mut ready, MsgFlags::empty()) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    };
+    // Written before any request: by the interpreter itself.
+    let pid = match received {
+        Ok((1, pid)) if ready == *b"R" => pid,
+        _ => None,
+    };
+    if pid.is_none() {
         let message = match warm {
             Warm::Python => "the warm Python did not start (see `brig run -- python3 -c pass`)",
             Warm::Node => "the warm Node did not start (see `brig run -- node -e 0`)",
@@ -373,6 +409,15 @@ fn hand_over(
         return HandOver::Nothing;
     };
     let mut request = serde_json::to_vec(&job.program).expect("a program serializes");
+    let micros = |(user, sys): (std::time::Duration, std::time::Duration)| {
+        (user.as_micros() as u64, sys.as_micros() as u64)
+    };
+    let before = CpuBefore {
+        cgroup: cgroup
+            .map(|probe| probe.usage())
+            .and_then(|usage| Some((usage.cpu_user_usec?, usage.cpu_sys_usec.unwrap_or(0)))),
+        interpreter: pid.and_then(kernel::cpu_time).map(micros),
+    };
     let started = Instant::now();
     clock.start(job.time_limit);
     let mut relays = Vec::new();
@@ -410,7 +455,7 @@ fn hand_over(
         return HandOver::Nothing;
     }
     watcher.watch(&connection);
-    let usage = read_usage(&mut interpreter);
+    wait_until_closed(&mut interpreter);
     let _ = interpreter.flush();
     // Everything the program wrote has reached the client before it is answered.
     for relay in relays {
@@ -421,7 +466,7 @@ fn hand_over(
         connection,
         capture,
         started,
-        usage,
+        before,
     }))
 }
 
@@ -449,20 +494,17 @@ fn job_comes_first(control: &OwnedFd, interpreter: &UnixStream) -> bool {
     }
 }
 
-/// Reads the interpreter's usage report until it closes its socket (the program is
-/// done, or the jail was ended: at the time limit, by the supervisor).
-fn read_usage(interpreter: &mut UnixStream) -> Option<Usage> {
-    let mut report = Vec::new();
+/// Waits until the interpreter closes its socket (the program is done, or the jail was
+/// ended: at the time limit, by the supervisor). What arrives is dropped: the interpreter
+/// says nothing after its "ready", and nothing the program writes there is brig's to use.
+fn wait_until_closed(interpreter: &mut UnixStream) {
     let mut chunk = [0u8; 512];
     loop {
         match interpreter.read(&mut chunk) {
             Ok(0) => break,
-            // The program could write to descriptor 3 too: keep what a report needs.
-            Ok(count) if report.len() < MAX_REPORT => report.extend_from_slice(&chunk[..count]),
             Ok(_) => {}
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
     }
-    serde_json::from_slice(&report).ok()
 }

@@ -5,8 +5,9 @@
 // (CommonJS or ES module, as `node` decides), `-` or nothing (the script on stdin);
 // process.argv, require.main, the exit status, uncaught errors printed and status 1. Its
 // standard streams are pipes to brig's runner, which relays them to the client's (Node
-// cannot take descriptors over a socket). At exit it writes the request's CPU time to
-// descriptor 3. It serves one request; the jail goes with it.
+// cannot take descriptors over a socket). It says nothing on descriptor 3 after its "R"
+// (brig takes the request's CPU time from the kernel, not from the process the program
+// runs in). It serves one request; the jail goes with it.
 'use strict';
 (() => {
   const fs = require('fs');
@@ -44,12 +45,6 @@
     }
     process.chdir(request.chdir);
     process.execArgv = [];
-    const started = process.cpuUsage();
-    process.on('exit', () => {
-      const used = process.cpuUsage(started);
-      const report = { cpu_user_ms: Math.floor(used.user / 1000), cpu_sys_ms: Math.floor(used.system / 1000) };
-      try { fs.writeSync(3, JSON.stringify(report)); } catch (_) { /* the runner went away */ }
-    });
     const args = request.argv.slice(1);
     if (args[0] === '-e') {
       process.argv = [process.execPath, ...args.slice(2)];

@@ -235,7 +235,8 @@ class ExecutionError:
 class Execution(_Verdicted):
     """One cell: what it printed, the representation of its final expression (`result`,
     None after a statement), the exception it raised (`error`), the verdict, and
-    `state_lost` when the interpreter was restarted (time limit, out of memory)."""
+    `state_lost` when the interpreter was restarted (time limit, out of memory, a broken
+    protocol), and why (`state_lost_reason`)."""
 
     stdout: str
     stderr: str
@@ -243,6 +244,7 @@ class Execution(_Verdicted):
     error: Optional[ExecutionError]
     verdict: Dict[str, Any]
     state_lost: bool = False
+    state_lost_reason: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -432,6 +434,7 @@ class Sandbox:
             if error else None,
             verdict=reply.get("verdict") or {},
             state_lost=bool(reply.get("state_lost", False)),
+            state_lost_reason=reply.get("state_lost_reason"),
         )
 
     def close(self) -> None:
