@@ -147,8 +147,16 @@ fn lock_directory() -> Result<OwnedFd> {
         path.file_name().unwrap_or_default(),
     );
     let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-    let parent_fd = open(parent, flags, Mode::empty())
-        .context(|| format!("open {} for brig's host-uid locks", parent.display()))?;
+    let parent_fd = open(parent, flags, Mode::empty()).map_err(|errno| {
+        Error::os(
+            format!("open {} for brig's host-uid locks", parent.display()),
+            errno,
+        )
+        .hint(format!(
+            "brig keeps the locks of its per-jail host uids in {HOST_UID_LOCKS}: give this host (or container) a {}, or pass --host-uid-range off (weaker: jails share root's per-user counters)",
+            parent.display()
+        ))
+    })?;
     match mkdirat(&parent_fd, name, Mode::from_bits_truncate(0o700)) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
         Err(errno) => {
