@@ -147,8 +147,16 @@ fn lock_directory() -> Result<OwnedFd> {
         path.file_name().unwrap_or_default(),
     );
     let flags = OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY;
-    let parent_fd = open(parent, flags, Mode::empty())
-        .context(|| format!("open {} for brig's host-uid locks", parent.display()))?;
+    let parent_fd = open(parent, flags, Mode::empty()).map_err(|errno| {
+        Error::os(
+            format!("open {} for brig's host-uid locks", parent.display()),
+            errno,
+        )
+        .hint(format!(
+            "brig keeps the locks of its per-jail host uids in {HOST_UID_LOCKS}: give this host (or container) a {}, or pass --host-uid-range off (weaker: jails share root's per-user counters)",
+            parent.display()
+        ))
+    })?;
     match mkdirat(&parent_fd, name, Mode::from_bits_truncate(0o700)) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
         Err(errno) => {
@@ -447,13 +455,17 @@ pub const NAMESPACE_LIMITS: &[(&str, u64)] = &[
 /// Writes [`NAMESPACE_LIMITS`] in the jail's user namespace, through a /proc of brig's or
 /// the jail's: the kernel gives each user namespace its own `/proc/sys/user`, writable
 /// with CAP_SYS_RESOURCE in it, which the jail's first process still has. A limit this
-/// kernel does not have is skipped.
-pub fn bound_user_namespace() -> Result<()> {
+/// kernel does not have is skipped; with `read_only_is_fine` (brig's own /proc, under
+/// `--proc host`), so are they all where that /proc/sys is read-only (a container's).
+pub fn bound_user_namespace(read_only_is_fine: bool) -> Result<()> {
     for (name, value) in NAMESPACE_LIMITS {
         let path = format!("/proc/sys/user/{name}");
         match std::fs::write(&path, format!("{value}\n")) {
             Ok(()) => {}
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) if read_only_is_fine && err.raw_os_error() == Some(libc::EROFS) => {
+                return Ok(());
+            }
             Err(err) => {
                 return Err(Error::setup(format!(
                     "write {value} to {path} in the jail's user namespace: {err}"

@@ -108,7 +108,7 @@ impl Plan {
             ));
         }
         if options.proc == Some(ProcMode::Host) {
-            warnings.push("--proc host: the jail sees brig's own /proc, read-only: the processes of brig's PID namespace, not only its own".into());
+            warnings.push("--proc host: the jail sees brig's own /proc, read-only: the processes of brig's PID namespace, not only its own; and where brig's /proc/sys is read-only (a container's), the jail's user namespace keeps no limits of its own on inotify and namespaces".into());
         }
         if net == NetMode::Host {
             warnings.push("--net host: the jail shares the host's network namespace".into());

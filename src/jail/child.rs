@@ -159,18 +159,19 @@ fn assemble_jail(
     }
     // The jail's own bounds on per-user counters, while this process still holds
     // CAP_SYS_RESOURCE in the jail's user namespace: through the jail's fresh /proc once
-    // it is mounted, or else (`--proc host`, read-only there) through brig's, now.
+    // it is mounted, or else (`--proc host`, read-only there) through brig's, now, where
+    // it is writable (not in a container that makes /proc/sys read-only: reported).
     let fresh_proc = plan
         .mounts
         .iter()
         .any(|op| matches!(op, mount::MountOp::Proc { .. }));
     if !fresh_proc {
-        identity::bound_user_namespace().at(Stage::Isolation)?;
+        identity::bound_user_namespace(true).at(Stage::Isolation)?;
     }
     // Mounts, then pivot_root into the new root.
     mount::build_root(&plan.mounts).at(Stage::Mounts)?;
     if fresh_proc {
-        identity::bound_user_namespace().at(Stage::Isolation)?;
+        identity::bound_user_namespace(false).at(Stage::Isolation)?;
     }
     // The jail needs no capability it does not already hold: empty the bounding set
     // here, once, for both init and the program.

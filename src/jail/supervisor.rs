@@ -186,19 +186,18 @@ impl<'p> Jail<'p> {
         // A per-jail host uid creates the jail's user namespace: the kernel charges what
         // the jail uses of its per-user counters (inotify, pending signals, message
         // queues, namespaces) to the namespace's creator at the host's level. brig does it
-        // here, as the parent, switching only its effective ids around the clone (the
-        // child could not: once in its own user namespace it can no longer choose who owns
-        // it), then writes the id maps as root again. The child starts with the per-jail
-        // effective uid; the v1 cgroup files it writes to were opened by root.
+        // here, as the parent, switching only its effective ids around the clone and the
+        // id maps (the child could not: once in its own user namespace it can no longer
+        // choose who owns it). The maps are written as the namespace's owner, which holds
+        // every capability in it (root in a container may lack CAP_SYS_ADMIN, which
+        // writing them as anyone else takes); the switch ends before anything else. The
+        // child starts with the per-jail effective uid; the v1 cgroup files it writes to
+        // were opened by root.
         let creator = match host.creator {
             true => Some(identity::AsNamespaceCreator::switch(&host).at(Stage::Namespaces)?),
             false => None,
         };
-        let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd);
-        if !matches!(cloned, Ok(Cloned::Child)) {
-            drop(creator);
-        }
-        let cloned = cloned.map_err(|errno| {
+        let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
             let err = Error::os("create the jail's namespaces (clone3)", errno);
             // Inside a container its settings are the cause (named by the caller).
             let err = if errno == Errno::EPERM && crate::doctor::in_container().is_some() {
@@ -249,13 +248,15 @@ impl<'p> Jail<'p> {
             reaped: false,
             host,
         };
+        let mapped = identity::write_id_maps(pid, &plan.identity, &jail.host);
+        drop(creator);
+        mapped.at(Stage::IdMaps)?;
         if let Some(cgroup) = &jail.cgroup
             && !in_cgroup
             && cgroup.entry().is_none()
         {
             cgroup.add_process(pid).at(Stage::Cgroup)?;
         }
-        identity::write_id_maps(pid, &plan.identity, &jail.host).at(Stage::IdMaps)?;
         jail.channel
             .say_go()
             .context(|| "tell the jail to start".into())
