@@ -456,7 +456,7 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
         let Some(pid) = owner.and_then(|pid| pid.parse::<u32>().ok()) else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if !alive(pid) {
             if name.starts_with("jail-") {
                 kill_all(version, &entry.path());
                 remove(&entry.path());
@@ -466,6 +466,28 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
             }
         }
     }
+}
+
+/// Whether brig process `pid` lives on: not gone, not a zombie, and not dying (a SIGKILL
+/// pending: a runner its server's death has just killed, whose jail goes with it).
+fn alive(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let state = field("State:");
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    let pending = ["SigPnd:", "ShdPnd:"]
+        .iter()
+        .any(|key| u64::from_str_radix(&field(key), 16).is_ok_and(|mask| mask & sigkill != 0));
+    !(state.starts_with('Z') || state.starts_with('X') || pending)
 }
 
 /// Kills every process still in the cgroup.

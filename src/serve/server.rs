@@ -196,6 +196,11 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         .context(|| "create a signalfd".into())?;
     let session_plan = session_plan(defaults.clone())?;
     raise_nofile()?;
+    // The jails of a server that was killed (SIGKILL) are gone before this one serves.
+    let placement = pool_plan.limits.placement.clone();
+    if let Some(placement) = &placement {
+        placement.remove_leftover_jails();
+    }
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
@@ -232,6 +237,10 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         server.args.max_jails
     );
     let result = server.run();
+    // Runners killed past the drain's grace could not remove their jails' cgroups.
+    if let Some(placement) = &placement {
+        placement.remove_leftover_jails();
+    }
     let _ = std::fs::remove_file(&server.args.socket);
     drop(leaf);
     result.map(|()| 0)
@@ -1260,8 +1269,18 @@ impl Server {
             Spawn::ForJob(..) => (false, None, false),
             Spawn::ForSession(..) => (false, None, true),
         };
+        let server = nix::unistd::getpid();
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
+                // The server gone, its runner goes at once, and with it its jail (whose
+                // init dies with the runner, and every process of the jail with init, PID
+                // 1 of its namespace). SIGKILL: a runner blocks the signals it forwards to
+                // a program. Had the server died before this was set, the runner is
+                // already an orphan.
+                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+                if nix::unistd::getppid() != server {
+                    sys::exit_now(1);
+                }
                 // The runner: nothing of the server's but its own ends.
                 let mut keep = vec![runner_end.as_raw_fd()];
                 match &what {
@@ -1271,8 +1290,6 @@ impl Server {
                 }
                 let _ = crate::fds::close_inherited(&keep);
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-                // The server gone, a running program is told to stop (and the jail ends).
-                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
                 let audit_log = self.defaults.audit_log.clone();
                 let start = match what {
                     Spawn::Pooled { warm: None } => Start::Pooled(&self.pool_plan),
