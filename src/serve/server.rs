@@ -1057,6 +1057,7 @@ impl Server {
             owner: peer,
             session_timeout_ms: session_timeout.as_millis() as u64,
             idle_timeout_ms: idle_timeout.as_millis() as u64,
+            drain_grace_ms: self.args.drain_grace.0.as_millis() as u64,
         };
         let connection = OwnedFd::from(
             stream
