@@ -8,7 +8,7 @@ use super::ServeArgs;
 use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, SessionStart, Start};
-use super::session::{Opening, ToSession};
+use super::session::{DRAINING, Opening, ToSession};
 use super::warm::Warm;
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
@@ -36,6 +36,11 @@ const BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Requests waiting for a slot at most; more are refused at once.
 const MAX_QUEUE: usize = 1024;
+/// Past the drain's grace, how long runners have to end their jails and answer their
+/// clients before they are killed (their cgroups are then removed by the server).
+const DRAIN_KILL_AFTER: Duration = Duration::from_millis(300);
+/// How often a draining server looks at its deadlines.
+const DRAIN_TICK: u16 = 25;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RunnerState {
@@ -523,7 +528,9 @@ impl Server {
             || !self.queue.is_empty()
             || self.drain_deadline.is_some()
             || self.refill_after.is_some();
-        let timeout = if waiting {
+        let timeout = if self.drain_deadline.is_some() {
+            nix::poll::PollTimeout::from(DRAIN_TICK)
+        } else if waiting {
             nix::poll::PollTimeout::from(100u16)
         } else {
             nix::poll::PollTimeout::NONE
@@ -584,13 +591,18 @@ impl Server {
         self.drain_deadline = Some(Instant::now() + self.args.drain_grace.0);
         self.listener = None;
         let _ = std::fs::remove_file(&self.args.socket);
+        // Every waiting client is answered: queued requests and those still arriving now,
+        // running ones when their jails end (sessions' runners answer theirs).
+        let draining = Error::setup(format!(
+            "brig serve: {DRAINING}; the request was not run; retry with another server"
+        ));
         for pending in std::mem::take(&mut self.queue) {
-            refuse(
-                &pending.fds[0],
-                &Error::setup("brig serve: the server is shutting down; retry with another"),
-            );
+            refuse(&pending.fds[0], &draining);
         }
-        self.incoming.clear();
+        self.status.queued = 0;
+        for incoming in std::mem::take(&mut self.incoming) {
+            refuse(&incoming.stream, &draining);
+        }
         // An idle runner sees its control socket shut and exits, dropping its jail; a
         // session's runner ends its session. The server waits for every runner, so that
         // nothing of it is left once it has exited.
@@ -1434,17 +1446,21 @@ impl Server {
         }
         self.status.queued = self.queue.len();
         self.dispatch_queued();
-        if let Some(deadline) = self.drain_deadline {
-            let signal = if now >= deadline + Duration::from_secs(5) {
-                Some(Signal::SIGKILL)
-            } else if now >= deadline {
-                Some(Signal::SIGTERM)
-            } else {
-                None
-            };
-            if let Some(signal) = signal {
-                for runner in &self.runners {
-                    let _ = nix::sys::signal::kill(runner.pid, signal);
+        // Past the grace, every runner is told to end its jail (its control socket shut:
+        // it kills the jail and answers its client that the server is draining); one
+        // that has not ended a moment later is killed, its jail with it.
+        if let Some(deadline) = self.drain_deadline
+            && now >= deadline
+        {
+            let kill = now >= deadline + DRAIN_KILL_AFTER;
+            for runner in &mut self.runners {
+                let _ = nix::sys::socket::shutdown(
+                    runner.control.as_raw_fd(),
+                    nix::sys::socket::Shutdown::Both,
+                );
+                runner.silent = true;
+                if kill {
+                    let _ = nix::sys::signal::kill(runner.pid, Signal::SIGKILL);
                 }
             }
         }

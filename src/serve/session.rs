@@ -238,18 +238,20 @@ fn poll_timeout(deadline: Option<Instant>) -> PollTimeout {
     }
 }
 
-/// POLLRDHUP, which nix does not name: the peer shut its end down.
+/// What to poll the server's control socket for: nothing it sends (a request may wait
+/// there), only its hang-up, which poll always reports (POLLHUP: the server shut the
+/// socket down both ways, draining, or closed it).
 fn hang_up() -> PollFlags {
-    PollFlags::from_bits_retain(libc::POLLRDHUP)
+    PollFlags::empty()
 }
 
 /// Whether the peer of `socket` shut it down or closed it (the server, draining or gone).
 fn hung_up(socket: &OwnedFd) -> bool {
     let mut fds = [PollFd::new(socket.as_fd(), hang_up())];
     let _ = nix::poll::poll(&mut fds, PollTimeout::ZERO);
-    fds[0].revents().is_some_and(|events| {
-        events.intersects(hang_up() | PollFlags::POLLHUP | PollFlags::POLLERR)
-    })
+    fds[0]
+        .revents()
+        .is_some_and(|events| events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 /// The sooner of two deadlines.
@@ -412,7 +414,9 @@ impl<'p> Session<'p> {
             // long, and never past the session's end.
             let now = Instant::now();
             let give_up = sooner(Some(now + REPLY_TIMEOUT), self.end_by()).expect("some");
-            let wait = give_up.saturating_duration_since(now).max(Duration::from_millis(1));
+            let wait = give_up
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
             let _ = nix::sys::socket::setsockopt(
                 &connection,
                 nix::sys::socket::sockopt::SendTimeout,
