@@ -579,6 +579,40 @@ mod tests {
 
     const LIMITS: &[&str] = &["memory", "pids"];
 
+    /// A child that has exited and is not reaped yet: a zombie.
+    fn zombie() -> std::process::Child {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let exited = (0..1000).any(|_| {
+            std::thread::sleep(Duration::from_millis(5));
+            fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                .is_ok_and(|stat| stat.contains(") Z "))
+        });
+        assert!(exited, "`true` did not exit");
+        child
+    }
+
+    /// The jail cgroups of a brig that is gone are removed at once, even while it is a
+    /// zombie (a runner its SIGKILLed server left unreaped); a live brig's, and what is
+    /// not brig's, are kept.
+    #[test]
+    fn leftover_jails_of_gone_brigs_are_removed() {
+        let fixture = Fixture::new("leftovers");
+        let mut gone = zombie();
+        let live = format!("jail-{}-0", std::process::id());
+        let dead = format!("jail-{}-3", gone.id());
+        for name in [live.as_str(), dead.as_str(), "something-else"] {
+            fs::create_dir_all(fixture.path(name)).unwrap();
+        }
+        assert!(alive(std::process::id()));
+        assert!(!alive(gone.id()));
+        remove_stale_jails(Version::V1, &fixture.0);
+        assert!(fixture.path(&live).exists());
+        assert!(!fixture.path(&dead).exists());
+        assert!(fixture.path("something-else").exists());
+        gone.wait().unwrap();
+        assert!(!alive(gone.id()));
+    }
+
     fn pure_v2(name: &str) -> (Fixture, String) {
         let tree = Fixture::new(name);
         tree.file("unified/cgroup.controllers", "cpuset cpu io memory pids\n")
