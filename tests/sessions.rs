@@ -1045,22 +1045,25 @@ fn the_session_timeout_ends_an_endless_cell_its_client_waits_for(mode: Mode) {
 }
 
 /// session_timeout holds against a client that never reads: a cell's large answer does
-/// not keep the session (and its jail) past its end, nor does an endless cell.
+/// not keep the session (and its jail) past its end, nor does an endless cell; nor past
+/// its idle_timeout.
 fn the_session_timeout_holds_against_a_client_that_never_reads(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let mut clients = Vec::new();
     let mut markers = Vec::new();
     let started = std::time::Instant::now();
-    for code in [
-        // An answer of 1 MiB, more than the socket holds: its write would block.
-        "import sys\nsys.stdout.write('x' * (4 << 20))",
-        "while True:\n    pass",
+    // An answer of 1 MiB, more than the socket holds: its write would block.
+    let large = "import sys\nsys.stdout.write('x' * (4 << 20))";
+    for (code, timeout) in [
+        (large, json!({"session_timeout": "3s"})),
+        ("while True:\n    pass", json!({"session_timeout": "3s"})),
+        // Nor does it keep the session past its idle_timeout.
+        (large, json!({"idle_timeout": "3s"})),
     ] {
         let marker = marker("unread");
-        let id = create(
-            &server,
-            json!({"session_timeout": "3s", "options": {"env": [marker]}}),
-        );
+        let mut ask = timeout;
+        ask["options"] = json!({"env": [marker]});
+        let id = create(&server, ask);
         clients.push(send_request(
             &server,
             json!({"type": "session_exec", "session": id, "code": code}),

@@ -411,9 +411,9 @@ impl<'p> Session<'p> {
             }
             let reply = self.handle(request, peer, &connection);
             // A client that does not read its reply cannot hold the session: not for
-            // long, and never past the session's end.
+            // long (nor longer than its idle_timeout), and never past the session's end.
             let now = Instant::now();
-            let give_up = sooner(Some(now + REPLY_TIMEOUT), self.end_by()).expect("some");
+            let give_up = sooner(Some(now + REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
             let wait = give_up
                 .saturating_duration_since(now)
                 .max(Duration::from_millis(1));
