@@ -39,6 +39,9 @@ both_modes!(
     a_forged_reply_does_not_end_a_running_cell,
     replies_that_break_the_protocol_cost_the_interpreter,
     an_undumpable_interpreter_cannot_hide_from_brig,
+    the_session_timeout_ends_an_endless_cell_its_client_waits_for,
+    the_session_timeout_holds_against_a_client_that_never_reads,
+    a_drain_answers_every_client_within_its_grace,
 );
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
@@ -576,35 +579,122 @@ fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
     }
 }
 
+/// A cell that leaves a daemon behind: setsid and a double fork, the grandchild (named
+/// `name`, reparented to the jail's init) sleeping on.
+fn daemon_cell(name: &str) -> String {
+    format!(
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('sleep', ['{name}', '300'])\n    os._exit(0)\nos.wait()\n"
+    )
+}
+
+/// Whether `pid` is a live process (a zombie waiting to be reaped is not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// Every process below `pid` now: the children of each of its threads, recursively.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(pid) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+        for task in tasks.into_iter().flatten().flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children
+                .split_whitespace()
+                .filter_map(|child| child.parse().ok())
+            {
+                found.push(child);
+                todo.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Sends a session request on a connection of its own and leaves it open.
+fn send_request(server: &Server, mut message: Value) -> std::os::unix::net::UnixStream {
+    message["brig"] = json!(1);
+    let stream = std::os::unix::net::UnixStream::connect(&server.socket).unwrap();
+    common::serve::send_frame(&stream, message.to_string().as_bytes(), &[]);
+    stream
+}
+
+/// The reply on `stream`, if one comes within `timeout`.
+fn reply_within(stream: &std::os::unix::net::UnixStream, timeout: Duration) -> Option<Value> {
+    use std::io::Read;
+    let mut stream = stream;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// SIGKILL while a cell runs: the runner, the jail's init, the interpreter, the cell's
+/// command and a daemon it left (setsid, double fork) all die with the server at once,
+/// and the next server removes the jail's cgroups before it answers.
 fn a_killed_server_leaves_no_session_behind(mode: Mode) {
     let mut server = Server::start(mode, &["--pool", "0"]);
     let marker = marker("killed");
+    let daemon = unique("brig-test-daemon");
     let id = create(&server, json!({"options": {"env": [marker]}}));
-    cell(&server, &id, "x = 1");
+    cell(&server, &id, &daemon_cell(&daemon));
     command(&server, &id, &["sh", "-c", "sleep 300 &"], json!({}));
-    let runners = runners(&server);
-    assert!(!processes_with_environ(&marker).is_empty());
-    let socket: PathBuf = server.socket.clone();
-    let process = server.running.take().expect("running");
-    kill(process.pid(), libc::SIGKILL);
-    let _ = process.wait();
     assert!(
-        wait_until(Duration::from_secs(10), || processes_with_environ(&marker)
-            .is_empty()),
-        "the session's processes outlived the server"
+        wait_until(Duration::from_secs(5), || processes_named(&daemon).len()
+            == 1),
+        "the daemon does not run"
     );
+    // A cell that runs on, its client waiting for it.
+    let waiting = send_request(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "while True:\n    pass"}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let tree = descendants(server.pid());
+    // The runner, init, the interpreter, the daemon and the command's sleep at least.
+    assert!(tree.len() >= 5, "{tree:?}");
+    assert!(tree.contains(&processes_named(&daemon)[0]), "{tree:?}");
+    let cgroups: Vec<PathBuf> = tree.iter().flat_map(|pid| jail_cgroups_of(*pid)).collect();
+    // Root has cgroups here (rootless on a hybrid host has none).
+    assert!(mode == Mode::Rootless || !cgroups.is_empty(), "{tree:?}");
+    let socket: PathBuf = server.socket.clone();
+    let mut process = server.running.take().expect("running");
+    kill(process.pid(), libc::SIGKILL);
+    // Its status only: its stderr stays open as long as anything of it lives.
+    let _ = process.child.wait();
+    let left = || {
+        tree.iter()
+            .copied()
+            .filter(|pid| alive(*pid))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || left().is_empty()),
+        "processes of the killed server live on: {:?}",
+        left()
+    );
+    assert!(processes_with_environ(&marker).is_empty());
+    assert!(processes_named(&daemon).is_empty());
+    // The cell's client is not left waiting: its connection closed.
+    assert!(reply_within(&waiting, Duration::from_secs(5)).is_none());
     let again = Server::start_at(mode, &socket, &["--pool", "0"]);
+    // Removed before the new server listened: at once, not eventually.
+    let left: Vec<&PathBuf> = cgroups.iter().filter(|dir| dir.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "the killed server's cgroups are left: {left:?}"
+    );
     assert_error(&cell_or_error(&again, &id), "no session");
-    // The next start removed what the killed runner could not.
     let fresh = create(&again, json!({}));
     close(&again, &fresh);
-    for runner in runners {
-        assert!(
-            wait_until(Duration::from_secs(5), || jail_cgroups_of(runner)
-                .is_empty()),
-            "cgroups of the killed session's runner {runner} are left"
-        );
-    }
 }
 
 fn the_command_line_drives_a_session(mode: Mode) {
@@ -1134,4 +1224,162 @@ fn an_undumpable_interpreter_cannot_hide_from_brig(mode: Mode) {
     assert_eq!(forged["state_lost"], true, "{forged}");
     assert_eq!(cell(&server, &id, "1 + 1")["result"], "2");
     close(&server, &id);
+}
+
+/// session_timeout holds during a cell whose client waits for it: at 3 s the cell is
+/// ended with its session, its client answered with the session's end, nothing left.
+fn the_session_timeout_ends_an_endless_cell_its_client_waits_for(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let marker = marker("endless");
+    let started = std::time::Instant::now();
+    let id = create(
+        &server,
+        json!({"session_timeout": "3s", "options": {"env": [marker]}}),
+    );
+    let runner = runners(&server);
+    let waiting = send_request(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "while True:\n    pass"}),
+    );
+    // 3 s, and a margin for a loaded machine (the end is answered before the teardown).
+    let reply = reply_within(&waiting, Duration::from_secs(10)).expect("an answer by 13 s");
+    assert_error(&reply, "it reached its session_timeout");
+    assert!(started.elapsed() >= Duration::from_millis(2900), "{reply}");
+    assert!(
+        wait_until(Duration::from_secs(5), || processes_with_environ(&marker)
+            .is_empty()),
+        "the session's processes outlived it"
+    );
+    for runner in runner {
+        assert!(
+            wait_until(Duration::from_secs(5), || jail_cgroups_of(runner)
+                .is_empty()),
+            "cgroups left by {runner}"
+        );
+    }
+    assert_error(&cell_or_error(&server, &id), "");
+}
+
+/// session_timeout holds against a client that never reads: a cell's large answer does
+/// not keep the session (and its jail) past its end, nor does an endless cell; nor past
+/// its idle_timeout.
+fn the_session_timeout_holds_against_a_client_that_never_reads(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let mut clients = Vec::new();
+    let mut markers = Vec::new();
+    let started = std::time::Instant::now();
+    // An answer of 1 MiB, more than the socket holds: its write would block.
+    let large = "import sys\nsys.stdout.write('x' * (4 << 20))";
+    for (code, timeout) in [
+        (large, json!({"session_timeout": "3s"})),
+        ("while True:\n    pass", json!({"session_timeout": "3s"})),
+        // Nor does it keep the session past its idle_timeout.
+        (large, json!({"idle_timeout": "3s"})),
+    ] {
+        let marker = marker("unread");
+        let mut ask = timeout;
+        ask["options"] = json!({"env": [marker]});
+        let id = create(&server, ask);
+        clients.push(send_request(
+            &server,
+            json!({"type": "session_exec", "session": id, "code": code}),
+        ));
+        markers.push(marker);
+    }
+    // 3 s, and a margin for a loaded machine; far less than the 30 s a client has to
+    // take its answer.
+    for marker in &markers {
+        assert!(
+            wait_until(Duration::from_secs(10), || processes_with_environ(marker)
+                .is_empty()),
+            "a session outlived its session_timeout by 10 s: its client does not read"
+        );
+    }
+    assert!(started.elapsed() >= Duration::from_millis(2900));
+    let closed = || server.status()["sessions"] == 0;
+    assert!(
+        wait_until(Duration::from_secs(5), closed),
+        "{}",
+        server.status()
+    );
+    drop(clients);
+}
+
+/// SIGTERM with --drain-grace 2s while an endless one-shot run, an endless session cell
+/// and a queued run wait: each client is answered (the queued one at once, the others
+/// when the grace has passed), the server exits within the grace and 0.5 s, and nothing
+/// of it is left.
+fn a_drain_answers_every_client_within_its_grace(mode: Mode) {
+    let mut server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--max-jails",
+            "1",
+            "--queue-timeout",
+            "60s",
+            "--drain-grace",
+            "2s",
+        ],
+    );
+    let marker = marker("drain");
+    let run = |program: &[&str]| {
+        let mut options = json!({"command": program, "env": [marker]});
+        options["quiet-limits"] = json!(true);
+        send_request(
+            &server,
+            json!({"type": "run", "stdio": "capture", "options": options}),
+        )
+    };
+    // Deaf to SIGTERM: only the end of its jail stops it.
+    let endless = run(&["sh", "-c", "trap '' TERM; while :; do :; done"]);
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || server.status()["running"] == 1
+    ));
+    let queued = run(&["true"]);
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["queued"] == 1
+    ));
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    let cell = send_request(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "while True:\n    pass"}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let tree: Vec<u32> = descendants(server.pid());
+    assert!(!processes_with_environ(&marker).is_empty());
+    let process = server.running.take().expect("running");
+    let sent = std::time::Instant::now();
+    kill(process.pid(), libc::SIGTERM);
+    let answer = |stream: &std::os::unix::net::UnixStream, what: &str| {
+        reply_within(stream, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no answer to the {what}"))
+    };
+    let queued = answer(&queued, "queued run");
+    assert_error(&queued, "draining");
+    assert!(sent.elapsed() < Duration::from_secs(1), "{queued}");
+    for (stream, what) in [(&endless, "endless run"), (&cell, "endless cell")] {
+        let reply = answer(stream, what);
+        assert_error(&reply, "draining");
+        assert!(sent.elapsed() >= Duration::from_millis(1500), "{reply}");
+    }
+    let output = process.wait();
+    let took = sent.elapsed();
+    assert!(output.status.success(), "{}", describe(&output));
+    // The grace, its 0.5 s, and 0.5 s for a machine loaded by other tests: the server
+    // polls its deadline every 50 ms and the jails' teardowns share two CPUs.
+    assert!(
+        took <= Duration::from_millis(3000),
+        "the drain took {took:?} with --drain-grace 2s"
+    );
+    assert!(processes_with_environ(&marker).is_empty());
+    let left: Vec<u32> = tree.iter().copied().filter(|pid| alive(*pid)).collect();
+    assert!(left.is_empty(), "processes outlived the server: {left:?}");
+    for pid in tree {
+        assert!(jail_cgroups_of(pid).is_empty(), "cgroups left by {pid}");
+    }
+    assert!(!server.socket.exists());
 }

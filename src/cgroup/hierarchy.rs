@@ -456,7 +456,7 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
         let Some(pid) = owner.and_then(|pid| pid.parse::<u32>().ok()) else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if !alive(pid) {
             if name.starts_with("jail-") {
                 kill_all(version, &entry.path());
                 remove(&entry.path());
@@ -466,6 +466,28 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
             }
         }
     }
+}
+
+/// Whether brig process `pid` lives on: not gone, not a zombie, and not dying (a SIGKILL
+/// pending: a runner its server's death has just killed, whose jail goes with it).
+fn alive(pid: u32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(key))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let state = field("State:");
+    let sigkill = 1u64 << (libc::SIGKILL - 1);
+    let pending = ["SigPnd:", "ShdPnd:"]
+        .iter()
+        .any(|key| u64::from_str_radix(&field(key), 16).is_ok_and(|mask| mask & sigkill != 0));
+    !(state.starts_with('Z') || state.starts_with('X') || pending)
 }
 
 /// Kills every process still in the cgroup.
@@ -556,6 +578,40 @@ mod tests {
     }
 
     const LIMITS: &[&str] = &["memory", "pids"];
+
+    /// A child that has exited and is not reaped yet: a zombie.
+    fn zombie() -> std::process::Child {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let exited = (0..1000).any(|_| {
+            std::thread::sleep(Duration::from_millis(5));
+            fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                .is_ok_and(|stat| stat.contains(") Z "))
+        });
+        assert!(exited, "`true` did not exit");
+        child
+    }
+
+    /// The jail cgroups of a brig that is gone are removed at once, even while it is a
+    /// zombie (a runner its SIGKILLed server left unreaped); a live brig's, and what is
+    /// not brig's, are kept.
+    #[test]
+    fn leftover_jails_of_gone_brigs_are_removed() {
+        let fixture = Fixture::new("leftovers");
+        let mut gone = zombie();
+        let live = format!("jail-{}-0", std::process::id());
+        let dead = format!("jail-{}-3", gone.id());
+        for name in [live.as_str(), dead.as_str(), "something-else"] {
+            fs::create_dir_all(fixture.path(name)).unwrap();
+        }
+        assert!(alive(std::process::id()));
+        assert!(!alive(gone.id()));
+        remove_stale_jails(Version::V1, &fixture.0);
+        assert!(fixture.path(&live).exists());
+        assert!(!fixture.path(&dead).exists());
+        assert!(fixture.path("something-else").exists());
+        gone.wait().unwrap();
+        assert!(!alive(gone.id()));
+    }
 
     fn pure_v2(name: &str) -> (Fixture, String) {
         let tree = Fixture::new(name);

@@ -264,6 +264,16 @@ pub fn layout() -> Result<Layout> {
 }
 
 impl Placement {
+    /// Removes the jail cgroups a brig process that is gone left under this placement's
+    /// parents (only brig's own: `jail-PID-N`, PID no longer alive), killing what is left
+    /// inside first. `brig serve` does this before it listens, so that the jails of a
+    /// server that was killed are gone before the next one serves, and again as it exits.
+    pub fn remove_leftover_jails(&self) {
+        for parent in &self.parents {
+            hierarchy::remove_stale_jails(self.version, parent);
+        }
+    }
+
     /// For `brig serve`, rootless in a cgroup v2 delegated to it (a unit with
     /// Delegate=yes): the server moves into a leaf of its own (`brig-PID`), once, so that
     /// the delegated cgroup holds no process and can hand controllers down; its jails'

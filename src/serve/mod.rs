@@ -81,7 +81,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub queue_timeout: Span,
 
-    /// On SIGTERM, how long running jails may finish before they are killed.
+    /// On SIGTERM, how long running jails (and session requests) may finish before they
+    /// are ended and their clients told that the server is draining.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub drain_grace: Span,
 

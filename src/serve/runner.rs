@@ -18,8 +18,9 @@ use crate::verdict::{Peer, Sinks, Verdict};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// What the server sends a runner with a request (and, as SCM_RIGHTS, the client's
 /// connection, then its stdin, stdout and stderr in `fds` mode).
@@ -74,8 +75,15 @@ pub struct SessionStart {
     pub connection: OwnedFd,
 }
 
+/// The runner's control socket, which the watcher of a running job polls: the server
+/// shuts it when its drain's grace is over.
+static CONTROL: AtomicI32 = AtomicI32::new(-1);
+/// Set when the drain's grace ended the job: its client is told so, not given a verdict.
+static DRAINED: AtomicBool = AtomicBool::new(false);
+
 /// The runner's life; ends the process.
 pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
+    CONTROL.store(control.as_raw_fd(), Ordering::Relaxed);
     let code = match start {
         Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
         Start::Warm(plan, warm) => {
@@ -288,11 +296,17 @@ pub(super) fn answer(
         };
         sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(served));
     }
-    let reply = Reply::Done {
-        verdict,
-        config_digest: job.config_digest.clone(),
-        stdout,
-        stderr,
+    let reply = match DRAINED.load(Ordering::Relaxed) {
+        true => Reply::error(&Error::setup(format!(
+            "brig serve: {}; the run was stopped at the end of its --drain-grace",
+            super::session::DRAINING
+        ))),
+        false => Reply::Done {
+            verdict,
+            config_digest: job.config_digest.clone(),
+            stdout,
+            stderr,
+        },
     };
     let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
     let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
@@ -321,7 +335,35 @@ impl ClientWatcher {
                     }
                 };
                 let mut reader = FrameReader::default();
+                let control = CONTROL.load(Ordering::Relaxed);
+                // Polled for nothing but its hang-up (POLLHUP: the server shut it down
+                // both ways), which poll always reports.
+                let hang_up = nix::poll::PollFlags::POLLHUP | nix::poll::PollFlags::POLLERR;
                 loop {
+                    // The server drained past its grace: the jail ends, the client is
+                    // told why.
+                    let mut fds = vec![nix::poll::PollFd::new(
+                        connection.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    )];
+                    if control >= 0 {
+                        let nothing = nix::poll::PollFlags::empty();
+                        fds.push(nix::poll::PollFd::new(sys::borrow_fd(control), nothing));
+                    }
+                    if nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).is_err() {
+                        continue;
+                    }
+                    let drained = fds
+                        .get(1)
+                        .and_then(|fd| fd.revents())
+                        .is_some_and(|events| events.intersects(hang_up));
+                    if drained {
+                        DRAINED.store(true, Ordering::Relaxed);
+                        return end_jail();
+                    }
+                    if !fds[0].any().unwrap_or(false) {
+                        continue;
+                    }
                     match reader.read_blocking(&connection) {
                         Ok(Some((body, _))) => {
                             if let Ok(Request::Signal { signal }) = protocol::parse_request(&body)

@@ -8,7 +8,7 @@ use super::ServeArgs;
 use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, SessionStart, Start};
-use super::session::{Opening, ToSession};
+use super::session::{DRAINING, Opening, ToSession};
 use super::warm::Warm;
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
@@ -36,6 +36,11 @@ const BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Requests waiting for a slot at most; more are refused at once.
 const MAX_QUEUE: usize = 1024;
+/// Past the drain's grace, how long runners have to end their jails and answer their
+/// clients before they are killed (their cgroups are then removed by the server).
+const DRAIN_KILL_AFTER: Duration = Duration::from_millis(300);
+/// How often a draining server looks at its deadlines.
+const DRAIN_TICK: u16 = 25;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RunnerState {
@@ -196,6 +201,11 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         .context(|| "create a signalfd".into())?;
     let session_plan = session_plan(defaults.clone())?;
     raise_nofile()?;
+    // The jails of a server that was killed (SIGKILL) are gone before this one serves.
+    let placement = pool_plan.limits.placement.clone();
+    if let Some(placement) = &placement {
+        placement.remove_leftover_jails();
+    }
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
     let mut server = Server {
@@ -232,6 +242,10 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         server.args.max_jails
     );
     let result = server.run();
+    // Runners killed past the drain's grace could not remove their jails' cgroups.
+    if let Some(placement) = &placement {
+        placement.remove_leftover_jails();
+    }
     let _ = std::fs::remove_file(&server.args.socket);
     drop(leaf);
     result.map(|()| 0)
@@ -514,7 +528,9 @@ impl Server {
             || !self.queue.is_empty()
             || self.drain_deadline.is_some()
             || self.refill_after.is_some();
-        let timeout = if waiting {
+        let timeout = if self.drain_deadline.is_some() {
+            nix::poll::PollTimeout::from(DRAIN_TICK)
+        } else if waiting {
             nix::poll::PollTimeout::from(100u16)
         } else {
             nix::poll::PollTimeout::NONE
@@ -575,13 +591,18 @@ impl Server {
         self.drain_deadline = Some(Instant::now() + self.args.drain_grace.0);
         self.listener = None;
         let _ = std::fs::remove_file(&self.args.socket);
+        // Every waiting client is answered: queued requests and those still arriving now,
+        // running ones when their jails end (sessions' runners answer theirs).
+        let draining = Error::setup(format!(
+            "brig serve: {DRAINING}; the request was not run; retry with another server"
+        ));
         for pending in std::mem::take(&mut self.queue) {
-            refuse(
-                &pending.fds[0],
-                &Error::setup("brig serve: the server is shutting down; retry with another"),
-            );
+            refuse(&pending.fds[0], &draining);
         }
-        self.incoming.clear();
+        self.status.queued = 0;
+        for incoming in std::mem::take(&mut self.incoming) {
+            refuse(&incoming.stream, &draining);
+        }
         // An idle runner sees its control socket shut and exits, dropping its jail; a
         // session's runner ends its session. The server waits for every runner, so that
         // nothing of it is left once it has exited.
@@ -1062,6 +1083,7 @@ impl Server {
             owner: peer,
             session_timeout_ms: session_timeout.as_millis() as u64,
             idle_timeout_ms: idle_timeout.as_millis() as u64,
+            drain_grace_ms: self.args.drain_grace.0.as_millis() as u64,
         };
         let connection = OwnedFd::from(
             stream
@@ -1271,8 +1293,18 @@ impl Server {
             Spawn::ForJob(..) => (false, None, false),
             Spawn::ForSession(..) => (false, None, true),
         };
+        let server = nix::unistd::getpid();
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
+                // The server gone, its runner goes at once, and with it its jail (whose
+                // init dies with the runner, and every process of the jail with init, PID
+                // 1 of its namespace). SIGKILL: a runner blocks the signals it forwards to
+                // a program. Had the server died before this was set, the runner is
+                // already an orphan.
+                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+                if nix::unistd::getppid() != server {
+                    sys::exit_now(1);
+                }
                 // The runner: nothing of the server's but its own ends.
                 let mut keep = vec![runner_end.as_raw_fd()];
                 match &what {
@@ -1282,8 +1314,6 @@ impl Server {
                 }
                 let _ = crate::fds::close_inherited(&keep);
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-                // The server gone, a running program is told to stop (and the jail ends).
-                let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
                 let audit_log = self.defaults.audit_log.clone();
                 let start = match what {
                     Spawn::Pooled { warm: None } => Start::Pooled(&self.pool_plan),
@@ -1427,17 +1457,21 @@ impl Server {
         }
         self.status.queued = self.queue.len();
         self.dispatch_queued();
-        if let Some(deadline) = self.drain_deadline {
-            let signal = if now >= deadline + Duration::from_secs(5) {
-                Some(Signal::SIGKILL)
-            } else if now >= deadline {
-                Some(Signal::SIGTERM)
-            } else {
-                None
-            };
-            if let Some(signal) = signal {
-                for runner in &self.runners {
-                    let _ = nix::sys::signal::kill(runner.pid, signal);
+        // Past the grace, every runner is told to end its jail (its control socket shut:
+        // it kills the jail and answers its client that the server is draining); one
+        // that has not ended a moment later is killed, its jail with it.
+        if let Some(deadline) = self.drain_deadline
+            && now >= deadline
+        {
+            let kill = now >= deadline + DRAIN_KILL_AFTER;
+            for runner in &mut self.runners {
+                let _ = nix::sys::socket::shutdown(
+                    runner.control.as_raw_fd(),
+                    nix::sys::socket::Shutdown::Both,
+                );
+                runner.silent = true;
+                if kill {
+                    let _ = nix::sys::signal::kill(runner.pid, Signal::SIGKILL);
                 }
             }
         }

@@ -6,8 +6,8 @@
 //! ends the session on `session_close`, after `idle_timeout` without a request, at
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
-use super::policy;
 use super::kernel::{self, Syscall};
+use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
 use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
@@ -55,7 +55,15 @@ pub struct Opening {
     pub owner: Peer,
     pub session_timeout_ms: u64,
     pub idle_timeout_ms: u64,
+    /// The server's --drain-grace: a request running when the server drains may take
+    /// this long, then the session ends.
+    #[serde(default)]
+    pub drain_grace_ms: u64,
 }
+
+/// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients
+/// are told.
+pub const DRAINING: &str = "the server is draining";
 
 /// What the server sends a session's runner, with the client's connection.
 #[derive(Debug, Deserialize, Serialize)]
@@ -197,6 +205,17 @@ struct Session<'p> {
     audit_log: Option<PathBuf>,
     id: String,
     interpreters: HashMap<Language, Interpreter>,
+    /// Every timeout holds by brig's clock, whatever runs and whatever the client does:
+    /// the session's end (session_timeout), ...
+    ends_at: Option<Instant>,
+    /// ... the server's control socket, which the server shuts when it drains (watched
+    /// during a request too), ...
+    control: Option<OwnedFd>,
+    drain_grace: Duration,
+    /// ... and then the end of the drain's grace.
+    drain_by: Option<Instant>,
+    /// Why the session ended while it served a request.
+    ended: Option<&'static str>,
 }
 
 /// Output kept of one exec, per stream, up to a limit.
@@ -277,6 +296,30 @@ fn poll_timeout(deadline: Option<Instant>) -> PollTimeout {
     }
 }
 
+/// What to poll the server's control socket for: nothing it sends (a request may wait
+/// there), only its hang-up, which poll always reports (POLLHUP: the server shut the
+/// socket down both ways, draining, or closed it).
+fn hang_up() -> PollFlags {
+    PollFlags::empty()
+}
+
+/// Whether the peer of `socket` shut it down or closed it (the server, draining or gone).
+fn hung_up(socket: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(socket.as_fd(), hang_up())];
+    let _ = nix::poll::poll(&mut fds, PollTimeout::ZERO);
+    fds[0]
+        .revents()
+        .is_some_and(|events| events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+}
+
+/// The sooner of two deadlines.
+fn sooner(one: Option<Instant>, other: Option<Instant>) -> Option<Instant> {
+    match (one, other) {
+        (Some(one), Some(other)) => Some(one.min(other)),
+        (one, other) => one.or(other),
+    }
+}
+
 /// Whether the client hung up (or sent something, which a session request never does).
 fn client_gone(connection: &OwnedFd) -> bool {
     let mut fds = [PollFd::new(connection.as_fd(), PollFlags::POLLIN)];
@@ -291,7 +334,52 @@ impl<'p> Session<'p> {
             audit_log,
             id: String::new(),
             interpreters: HashMap::new(),
+            ends_at: None,
+            control: None,
+            drain_grace: Duration::ZERO,
+            drain_by: None,
+            ended: None,
         }
+    }
+
+    /// When the session must end: its session_timeout, or the drain's grace.
+    fn end_by(&self) -> Option<Instant> {
+        sooner(self.ends_at, self.drain_by)
+    }
+
+    /// The control socket to poll for the server's drain, until it has begun.
+    fn watch_control(&self) -> Option<PollFd<'_>> {
+        self.control
+            .as_ref()
+            .filter(|_| self.drain_by.is_none())
+            .map(|control| PollFd::new(control.as_fd(), hang_up()))
+    }
+
+    /// Whether the session has come to its end while it serves a request (and why,
+    /// in `ended`): its session_timeout, or the drain's grace, which starts when the
+    /// server shuts the control socket.
+    fn over(&mut self) -> bool {
+        if self.drain_by.is_none() && self.control.as_ref().is_some_and(hung_up) {
+            self.drain_by = Some(Instant::now() + self.drain_grace);
+        }
+        let now = Instant::now();
+        if self.ended.is_none() {
+            if self.ends_at.is_some_and(|at| now >= at) {
+                self.ended = Some("it reached its session_timeout");
+            } else if self.drain_by.is_some_and(|at| now >= at) {
+                self.ended = Some(DRAINING);
+            }
+        }
+        self.ended.is_some()
+    }
+
+    /// The answer of a request the session's end cut short.
+    fn end_error(&self) -> Error {
+        Error::setup(format!(
+            "brig serve: session {} ended: {}",
+            self.id,
+            self.ended.unwrap_or(DRAINING)
+        ))
     }
 
     fn plan(&self) -> &'p Plan {
@@ -304,9 +392,20 @@ impl<'p> Session<'p> {
             id,
             session_timeout_ms,
             idle_timeout_ms,
+            drain_grace_ms,
             ..
         } = opening;
         self.id = id;
+        self.control = control.try_clone().ok();
+        self.drain_grace = Duration::from_millis(drain_grace_ms);
+        // Created while the server began to drain: the client is told so.
+        if hung_up(control) {
+            let err = Error::setup(format!(
+                "brig serve: {DRAINING}; the session was not created"
+            ));
+            let _ = protocol::write_frame(connection.as_fd(), &Reply::error(&err), &[]);
+            return self.end_jail();
+        }
         let reply = json!({
             "type": "session",
             "session": self.id,
@@ -315,6 +414,7 @@ impl<'p> Session<'p> {
         let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
         drop(connection);
         let ends_at = Instant::now() + Duration::from_millis(session_timeout_ms);
+        self.ends_at = Some(ends_at);
         let idle = Duration::from_millis(idle_timeout_ms);
         let mut last_request = Instant::now();
         let mut closed_by = None;
@@ -339,8 +439,9 @@ impl<'p> Session<'p> {
             if ready[2] {
                 self.absorb_events();
             }
-            if Instant::now() >= ends_at {
-                break "it reached its session_timeout";
+            // Between requests the drain ends the session at once.
+            if self.over() || self.drain_by.is_some() {
+                break self.ended.unwrap_or(DRAINING);
             }
             if Instant::now() >= last_request + idle {
                 break "it was idle for its idle_timeout";
@@ -367,13 +468,27 @@ impl<'p> Session<'p> {
                 break "it was closed";
             }
             let reply = self.handle(request, peer, &connection);
-            // A client that does not read its reply cannot hold the session.
+            // A client that does not read its reply cannot hold the session: not for
+            // long (nor longer than its idle_timeout), and never past the session's end.
+            let now = Instant::now();
+            let give_up = sooner(Some(now + REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
+            let wait = give_up
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
             let _ = nix::sys::socket::setsockopt(
                 &connection,
                 nix::sys::socket::sockopt::SendTimeout,
-                &nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as i64, 0),
+                &nix::sys::time::TimeVal::new(
+                    wait.as_secs() as i64,
+                    wait.subsec_micros() as nix::sys::time::suseconds_t,
+                ),
             );
             let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+            // Idle from the end of the request on.
+            last_request = Instant::now();
+            if let Some(why) = self.ended {
+                break why;
+            }
         };
         // No request may be lost in a socket nobody reads: the server's writes fail from
         // here on, and those already sent are answered.
@@ -634,11 +749,18 @@ impl<'p> Session<'p> {
             if let Some(write) = &stdin_write {
                 fds.push(PollFd::new(write.as_fd(), PollFlags::POLLOUT));
             }
-            let _ = nix::poll::poll(&mut fds, poll_timeout(deadline.filter(|_| cut.is_none())));
+            // The session's end (its timeout, the drain) holds during a command too.
+            let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
+            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
+            let until = sooner(deadline.filter(|_| cut.is_none()), self.end_by());
+            let _ = nix::poll::poll(&mut fds, poll_timeout(until));
             let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
             drop(fds);
             if ready[1] {
                 return Err(Error::setup(format!("session {}: its jail ended", self.id)));
+            }
+            if self.over() {
+                return Err(self.end_error());
             }
             for (index, pipe) in [(0, &stdout_read), (1, &stderr_read)] {
                 if ready[2 + index] && !captured.drain(index, pipe.as_fd()) && cut.is_none() {
@@ -836,12 +958,19 @@ impl<'p> Session<'p> {
         let mut captured = Captured::new(4096);
         let mut failure = None;
         loop {
-            let mut fds = [
+            let mut fds = vec![
                 PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
                 PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
             ];
-            let _ = nix::poll::poll(&mut fds, poll_timeout(Some(deadline)));
+            fds.extend(self.watch_control());
+            let until = sooner(Some(deadline), self.end_by());
+            let _ = nix::poll::poll(&mut fds, poll_timeout(until));
+            drop(fds);
+            if self.over() {
+                let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                return Err(self.end_error());
+            }
             captured.drain(1, interpreter.stderr.as_fd());
             if let Some(line) = interpreter.next_line() {
                 if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
@@ -989,8 +1118,9 @@ impl<'p> Session<'p> {
         let mut killed = false;
         let mut died: Option<Ended> = None;
         loop {
+            let until = sooner(deadline, self.end_by());
             let interpreter = self.interpreters.get_mut(&language).expect("running");
-            let mut fds = [
+            let mut fds = vec![
                 PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(interpreter.stdout.as_fd(), PollFlags::POLLIN),
                 PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
@@ -998,16 +1128,24 @@ impl<'p> Session<'p> {
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
                 PollFd::new(connection.as_fd(), PollFlags::POLLIN),
             ];
+            // The session's end (its timeout, the drain) holds during a cell too.
+            let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
+            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
             let soon = Instant::now() + pause;
             let wake = match reply.is_some() && !killed {
-                true => Some(deadline.map_or(soon, |at| at.min(soon))),
-                false => deadline,
+                true => Some(until.map_or(soon, |at| at.min(soon))),
+                false => until,
             };
             let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
-            let ready = fds.map(|fd| fd.any().unwrap_or(false));
+            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+            drop(fds);
             if ready[4] {
                 return Err(Error::setup(format!("session {}: its jail ended", self.id)));
             }
+            if self.over() {
+                return Err(self.end_error());
+            }
+            let interpreter = self.interpreters.get_mut(&language).expect("running");
             let mut over = false;
             for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
                 over |= !captured.drain(index, pipe.as_fd());
