@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 
 /// The policy the fuzz targets run under: a name on one port, a wildcard, an address rule
-/// on an odd port (its connects fail) and an IPv6 address rule; at most 8 flows at once.
+/// on port 81 (its connects fail) and an IPv6 address rule; at most 8 flows at once.
 pub fn policy() -> Policy {
     let rules = [
         "example.com:443",
@@ -62,23 +62,31 @@ pub fn join_packets(packets: &[Vec<u8>]) -> Vec<u8> {
 
 /// The jail writes `data` (packets, see [`split_packets`]) to its TUN device: each is
 /// classified, judged and fed to the relay, whose host requests are answered at once
-/// (every name resolves to 203.0.113.10 but `*.fail.example.org`, connects to an odd port
+/// (every name resolves to 203.0.113.10 but `*.fail.example.org`, connects to port 81
 /// fail, the others get one end of a Unix socket pair whose other end has sent an HTTP
 /// response), and the relay exchanges with smoltcp, 10 ms of its clock per packet.
 pub fn jail_packets(data: &[u8]) {
+    let _ = jail_packets_answered(data);
+}
+
+/// [`jail_packets`], returning what brig wrote back to the jail (the seeds use it to
+/// answer brig's SYN-ACKs: the relay's seed is fixed, so are its sequence numbers).
+pub fn jail_packets_answered(data: &[u8]) -> Vec<Vec<u8>> {
     let mut relay = Relay::<UnixStream>::new(policy(), 0x5eed, Instant::ZERO).expect("a relay");
     let mut hosts = Vec::new();
     let mut now = Instant::ZERO;
+    let mut answers = Vec::new();
     for packet in split_packets(data) {
         let _ = decide::classify(packet);
         relay.receive(packet.to_vec());
         answer_requests(&mut relay, &mut hosts);
         now += Duration::from_millis(10);
-        relay.exchange(now, &mut |_| {});
+        relay.exchange(now, &mut |packet| answers.push(packet.to_vec()));
         answer_requests(&mut relay, &mut hosts);
     }
     assert!(relay.flows() <= 8, "the flow table is capped");
     let _ = relay.finish();
+    answers
 }
 
 fn answer_requests(relay: &mut Relay<UnixStream>, hosts: &mut Vec<UnixStream>) {
@@ -90,7 +98,7 @@ fn answer_requests(relay: &mut Relay<UnixStream>, hosts: &mut Vec<UnixStream>) {
             Request::Resolve(name) => {
                 relay.resolved(&name, Ok(vec![IpAddr::from([203, 0, 113, 10])]))
             }
-            Request::Connect { flow, address } if address.port() % 2 == 1 => {
+            Request::Connect { flow, address } if address.port() == 81 => {
                 relay.connect_failed(flow, "Connection refused (os error 111)")
             }
             Request::Connect { flow, .. } => {

@@ -1038,44 +1038,57 @@ mod seeds {
     pub fn jail_packets() -> Vec<Vec<u8>> {
         let v6 = IpAddr::V6(JAIL_ADDRESS_V6);
         let v6_target: IpAddr = "2001:db8::7".parse().unwrap();
-        let query = dns::query(7, "example.com", TYPE::A).unwrap();
         let get = b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n";
         let hello = include_bytes!("../../../tests/data/client-hello-example.com.bin");
-        let conversation = |target: (IpAddr, u16), first: &[u8]| {
-            vec![
-                syn(40000, target),
-                tcp((JAIL, 40000), target, TcpControl::None, 1001, Some(1), b""),
-                tcp((JAIL, 40000), target, TcpControl::Psh, 1001, Some(1), first),
-                tcp(
-                    (JAIL, 40000),
-                    target,
-                    TcpControl::Fin,
-                    1001 + first.len() as i32,
-                    Some(1),
-                    b"",
-                ),
-            ]
+        let resolver = (IpAddr::V4(RESOLVER), 53);
+        let lookup = |name| {
+            udp(
+                (JAIL, 5353),
+                resolver,
+                &dns::query(7, name, TYPE::A).unwrap(),
+            )
         };
-        let single = |packets: Vec<Vec<u8>>| fuzzing::join_packets(&packets);
-        vec![
-            single(vec![udp((JAIL, 5353), (IpAddr::V4(RESOLVER), 53), &query)]),
-            single(conversation((ALLOWED, 80), get)),
-            single(conversation((EXAMPLE_COM, 443), hello)),
-            single(conversation((IpAddr::from([198, 18, 0, 3]), 80), get)),
-            single(vec![
-                udp((JAIL, 5353), (IpAddr::V4(RESOLVER), 53), &query),
+        // After `prelude`, a whole connection from port 40000: SYN, the ACK of brig's
+        // SYN-ACK (the fuzz relay's sequence numbers are fixed), `first`, FIN.
+        let conversation = |prelude: Vec<Vec<u8>>, target: (IpAddr, u16), first: &[u8]| {
+            let mut packets = prelude;
+            packets.push(syn(40000, target));
+            let answers = fuzzing::jail_packets_answered(&fuzzing::join_packets(&packets));
+            let syn_ack = segments(&answers)
+                .into_iter()
+                .find(|s| s.syn && s.to.port == 40000)
+                .unwrap_or_else(|| panic!("a SYN-ACK from {target:?}: {answers:02x?}"));
+            let (seq, ack) = (JAIL_SEQ + 1, Some(syn_ack.seq + 1));
+            let end = seq + first.len() as i32;
+            packets.push(tcp((JAIL, 40000), target, TcpControl::None, seq, ack, b""));
+            packets.push(tcp((JAIL, 40000), target, TcpControl::Psh, seq, ack, first));
+            packets.push(tcp((JAIL, 40000), target, TcpControl::Fin, end, ack, b""));
+            packets
+        };
+        let fronted = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+        [
+            vec![lookup("example.com")],
+            conversation(vec![], (ALLOWED, 80), get),
+            conversation(vec![], (EXAMPLE_COM, 443), hello),
+            conversation(
+                vec![lookup("a.example.org")],
+                (IpAddr::from([198, 18, 0, 3]), 80),
+                fronted,
+            ),
+            vec![
+                lookup("example.com"),
                 syn(40001, (EXAMPLE_COM, 443)),
                 syn(40002, (IpAddr::from([203, 0, 113, 7]), 81)),
-            ]),
-            single(vec![tcp(
+            ],
+            vec![tcp(
                 (v6, 40000),
                 (v6_target, 443),
                 TcpControl::Syn,
                 1000,
                 None,
                 b"",
-            )]),
-            single(vec![
+            )],
+            vec![
                 udp((JAIL, 5000), (ALLOWED, 443), b"quic"),
                 raw(JAIL, ALLOWED, 1, &[8, 0, 0xf7, 0xff, 0, 0, 0, 0]),
                 raw(
@@ -1085,9 +1098,12 @@ mod seeds {
                     &[133, 0, 0, 0, 0, 0, 0, 0],
                 ),
                 raw(JAIL, ALLOWED, 47, b"gre"),
-            ]),
-            single(vec![syn(40003, (IpAddr::from([127, 0, 0, 1]), 80))]),
+            ],
+            vec![syn(40003, (IpAddr::from([127, 0, 0, 1]), 80))],
         ]
+        .iter()
+        .map(|packets| fuzzing::join_packets(packets))
+        .collect()
     }
 
     pub fn first_bytes() -> Vec<Vec<u8>> {
