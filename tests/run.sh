@@ -59,6 +59,7 @@ fi
 chmod 0666 /dev/net/tun
 
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 cargo build --release
@@ -71,6 +72,12 @@ if ! file "$binary" | grep -q 'static-pie linked\|statically linked' ||
 fi
 echo "static binary: $(file -b "$binary" | cut -d, -f1-2), $(stat -c %s "$binary") bytes"
 
+# The fuzz targets (fuzz/run.sh: cargo-fuzz with nightly, 20 s each, all at once) run
+# while the tests do; a crash fails the run and prints its input.
+fuzz_log=$PWD/target/fuzz-run.log
+fuzz/run.sh 20 >"$fuzz_log" 2>&1 &
+fuzz_pid=$!
+
 # A test whose prerequisite is missing fails, unless BRIG_TEST_ALLOW_SKIP=1: then it
 # records the skip here (tests/common/mod.rs, `require`), and this lists them all.
 skips=$PWD/target/brig-test-skips
@@ -82,5 +89,12 @@ cargo test --workspace --all-targets --no-fail-fast || status=$?
 if [[ -d $skips ]] && skipped=$(cat "$skips"/* 2>/dev/null | sort) && [[ -n $skipped ]]; then
     echo "SKIPPED ($(wc -l <<<"$skipped")):"
     sed 's/^/  /' <<<"$skipped"
+fi
+if wait "$fuzz_pid"; then
+    grep '^fuzz ' "$fuzz_log"
+else
+    status=1
+    echo "FAIL: fuzz/run.sh (log: $fuzz_log):" >&2
+    grep -v '^ *\(Compiling\|Downloaded\|Downloading\)' "$fuzz_log" | tail -60 >&2
 fi
 exit "$status"

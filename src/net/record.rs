@@ -17,7 +17,8 @@ pub struct NetworkRecord {
     pub connections: Vec<Destination>,
     /// The names the jail asked brig's resolver for.
     pub lookups: Vec<Lookup>,
-    /// Packets dropped: UDP other than DNS to brig's resolver, ICMP, other protocols.
+    /// Packets dropped: UDP other than DNS to brig's resolver, ICMP, IPv4 fragments,
+    /// other protocols.
     pub dropped: Vec<Dropped>,
     /// Payload bytes the jail sent out and received, over every connection.
     pub bytes_sent: u64,
@@ -54,7 +55,7 @@ pub struct Lookup {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Dropped {
-    /// `udp`, `icmp` or the IP protocol number.
+    /// `udp`, `icmp`, `fragment` (an IPv4 fragment) or the IP protocol number.
     pub protocol: String,
     pub address: Option<IpAddr>,
     pub port: Option<u16>,

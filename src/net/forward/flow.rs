@@ -5,19 +5,37 @@
 
 use super::super::policy::Policy;
 use super::super::sniff::{self, SNIFF_LIMIT, Sniffed};
-use mio::net::TcpStream;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use smoltcp::wire::IpEndpoint;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown};
-use std::time::Instant;
+use std::os::unix::net::UnixStream;
 
 /// What the jail sent and brig has not relayed yet: smoltcp's receive window.
 pub const JAIL_TO_HOST_BUFFER: usize = 64 * 1024;
 /// What the host sent and the jail has not acknowledged yet: smoltcp's send buffer, the
 /// most brig has in flight towards the jail (large, for downloads).
 pub const HOST_TO_JAIL_BUFFER: usize = 1024 * 1024;
+
+/// The host side of a flow: brig's TCP connection (mio's), or in the unit tests and the
+/// fuzz targets one end of a Unix socket pair.
+pub trait Upstream: Read + Write {
+    /// Passes the jail's FIN on.
+    fn shutdown_write(&mut self);
+}
+
+impl Upstream for mio::net::TcpStream {
+    fn shutdown_write(&mut self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+impl Upstream for UnixStream {
+    fn shutdown_write(&mut self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -29,7 +47,7 @@ pub enum Phase {
     Open,
 }
 
-pub struct Flow {
+pub struct Flow<U> {
     /// The jail's end of the connection and the destination it asked for.
     pub jail: IpEndpoint,
     pub target: IpEndpoint,
@@ -43,9 +61,7 @@ pub struct Flow {
     /// The host address brig connects or connected to.
     pub address: Option<IpAddr>,
     pub socket: Option<SocketHandle>,
-    pub upstream: Option<TcpStream>,
-    /// The connect gives up at this moment.
-    pub deadline: Option<Instant>,
+    pub upstream: Option<U>,
     /// mio's edge-triggered readiness of the host socket, cleared on WouldBlock.
     pub readable: bool,
     pub writable: bool,
@@ -86,8 +102,13 @@ enum HostRead {
     Failed,
 }
 
-impl Flow {
-    pub fn new(jail: IpEndpoint, target: IpEndpoint, name: Option<String>, syn: Vec<u8>) -> Flow {
+impl<U: Upstream> Flow<U> {
+    pub fn new(
+        jail: IpEndpoint,
+        target: IpEndpoint,
+        name: Option<String>,
+        syn: Vec<u8>,
+    ) -> Flow<U> {
         Flow {
             jail,
             target,
@@ -98,7 +119,6 @@ impl Flow {
             address: None,
             socket: None,
             upstream: None,
-            deadline: None,
             readable: false,
             writable: false,
             sniffing: Some(Vec::new()),
@@ -234,7 +254,7 @@ impl Flow {
             && !socket.can_recv()
             && jail_finished_sending(socket)
         {
-            let _ = upstream.shutdown(Shutdown::Write);
+            upstream.shutdown_write();
             self.host_shut = true;
             relayed.changed = true;
         }
