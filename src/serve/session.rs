@@ -33,8 +33,6 @@ const EXEC_FORM: &str =
     "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")";
 /// How long an interpreter has to start and say it is ready.
 const STARTUP: Duration = Duration::from_secs(30);
-/// How long a client has to take its reply.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell has to come back before its interpreter is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
@@ -141,7 +139,8 @@ struct Session<'p> {
     interpreters: HashMap<Language, Interpreter>,
 }
 
-/// Output kept of one exec, per stream, up to a limit.
+/// Output kept of one exec: stdout and stderr together up to a limit (what is read past
+/// it is counted, not kept).
 struct Captured {
     kept: [Vec<u8>; 2],
     bytes: [u64; 2],
@@ -162,10 +161,15 @@ impl Captured {
         let mut chunk = [0u8; 64 * 1024];
         while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
             self.bytes[index] += count as u64;
-            let room = (self.limit as usize).saturating_sub(self.kept[index].len());
-            self.kept[index].extend_from_slice(&chunk[..count.min(room)]);
+            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
+            let room = self.limit.saturating_sub(kept).min(count as u64) as usize;
+            self.kept[index].extend_from_slice(&chunk[..room]);
         }
-        self.bytes[index] <= self.limit
+        self.total() <= self.limit
+    }
+
+    fn total(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
     }
 
     fn text(&self, index: usize) -> String {
@@ -176,7 +180,7 @@ impl Captured {
         crate::jail::OutputCounts {
             stdout_bytes: self.bytes[0],
             stderr_bytes: self.bytes[1],
-            truncated: self.bytes.iter().any(|bytes| *bytes > self.limit),
+            truncated: self.total() > self.limit,
             stderr_mid_line: false,
         }
     }
@@ -310,12 +314,7 @@ impl<'p> Session<'p> {
             }
             let reply = self.handle(request, peer, &connection);
             // A client that does not read its reply cannot hold the session.
-            let _ = nix::sys::socket::setsockopt(
-                &connection,
-                nix::sys::socket::sockopt::SendTimeout,
-                &nix::sys::time::TimeVal::new(REPLY_TIMEOUT.as_secs() as i64, 0),
-            );
-            let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+            let _ = protocol::write_reply(connection.as_fd(), &reply);
         };
         // No request may be lost in a socket nobody reads: the server's writes fail from
         // here on, and those already sent are answered.
@@ -472,11 +471,8 @@ impl<'p> Session<'p> {
     }
 
     fn output_limit(&self, asked: Option<crate::units::Size>) -> Result<u64> {
-        let ours = self
-            .plan()
-            .limits
-            .output_limit
-            .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
+        // Held in this runner until the reply: at most MAX_CAPTURE, whatever the jail's.
+        let ours = protocol::capture_limit(self.plan().limits.output_limit);
         match asked {
             Some(size) if size.0 == 0 => Err(Error::input(
                 "output_limit: must be at least 1 byte; e.g. 1M",

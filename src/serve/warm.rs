@@ -208,14 +208,20 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         }
         HandOver::Nothing => return 0,
     };
-    let verdict = warm_verdict(plan, result, &handed);
+    let mut handed = *handed;
+    let captured = handed.capture.take().map(runner::Capture::finish);
+    let mut result = result;
+    if let Some(captured) = &captured {
+        captured.amend(&mut result);
+    }
+    let mut verdict = warm_verdict(plan, result, &handed);
+    if let Some(captured) = &captured {
+        captured.amend_verdict(&mut verdict);
+    }
     let Handed {
-        job,
-        connection,
-        capture,
-        ..
-    } = *handed;
-    runner::answer(control, &connection, &verdict, &job, capture, audit_log);
+        job, connection, ..
+    } = handed;
+    runner::answer(control, &connection, &verdict, &job, captured, audit_log);
     0
 }
 
@@ -368,7 +374,10 @@ fn hand_over(
         end_jail();
         return HandOver::Nothing;
     };
-    let Ok((connection, streams, capture)) = runner::client_streams(&job, fds, output_limit) else {
+    let init_for_capture = init.as_ref().and_then(|init| init.try_clone().ok());
+    let Ok((connection, streams, capture)) =
+        runner::client_streams(&job, fds, output_limit, init_for_capture)
+    else {
         end_jail();
         return HandOver::Nothing;
     };
