@@ -538,13 +538,17 @@ impl Server {
         if let Some(listener) = &self.listener {
             fds.push(nix::poll::PollFd::new(listener.as_fd(), read));
         }
-        // Raw descriptors, to look the sources up again after poll borrowed them.
-        let runner_fds: Vec<i32> = self
+        // Raw descriptors, to look the sources up again after poll borrowed them; a
+        // runner by its pid too: handling one event may reap a runner and spawn another
+        // whose control socket gets the same number, and must not be read (blocking) for
+        // the first one's end.
+        let runners: Vec<(Pid, i32)> = self
             .runners
             .iter()
             .filter(|runner| !runner.silent)
-            .map(|runner| runner.control.as_raw_fd())
+            .map(|runner| (runner.pid, runner.control.as_raw_fd()))
             .collect();
+        let runner_fds: Vec<i32> = runners.iter().map(|(_, fd)| *fd).collect();
         let incoming_fds: Vec<i32> = self
             .incoming
             .iter()
@@ -582,9 +586,9 @@ impl Server {
             }
             index += 1;
         }
-        for fd in runner_fds {
+        for (pid, _) in runners {
             if ready[index] {
-                self.handle_runner(fd);
+                self.handle_runner(pid);
             }
             index += 1;
         }
@@ -651,10 +655,7 @@ impl Server {
             let Some(pid) = status.pid() else { continue };
             // What it said last (a pooled jail that failed) may still be unread: a
             // runner's exit and its last report arrive together.
-            if let Some(runner) = self.runners.iter().find(|runner| runner.pid == pid) {
-                let fd = runner.control.as_raw_fd();
-                while self.handle_runner(fd) {}
-            }
+            while self.handle_runner(pid) {}
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
                 match runner.state {
@@ -1397,12 +1398,12 @@ impl Server {
         }
     }
 
-    /// Reads what the runner on `fd` says; whether it was a whole frame (more may follow).
-    fn handle_runner(&mut self, fd: i32) -> bool {
+    /// Reads what runner `pid` says; whether it was a whole frame (more may follow).
+    fn handle_runner(&mut self, pid: Pid) -> bool {
         let Some(at) = self
             .runners
             .iter()
-            .position(|runner| runner.control.as_raw_fd() == fd && !runner.silent)
+            .position(|runner| runner.pid == pid && !runner.silent)
         else {
             return false;
         };
