@@ -20,6 +20,7 @@ both_modes!(
     captured_output_is_bounded_before_it_is_buffered,
     warm_captured_output_is_bounded_before_it_is_buffered,
     a_client_that_does_not_read_loses_its_answer_not_the_slot,
+    a_warm_node_client_that_does_not_read_its_stdout_loses_it_not_the_slot,
     idle_connections_are_capped_per_uid,
     a_half_sent_request_is_answered_with_an_error,
     a_uid_at_its_share_of_jails_waits_while_another_is_served,
@@ -244,6 +245,54 @@ fn a_client_that_does_not_read_loses_its_answer_not_the_slot(mode: Mode) {
         received.len() < 4 + length,
         "the whole reply of {length} bytes came"
     );
+}
+
+/// A warm Node's output is relayed by its runner into the client's stdout: a client that
+/// never reads it loses the output, not the slot (the run ends at its time limit, and
+/// another request is served).
+fn a_warm_node_client_that_does_not_read_its_stdout_loses_it_not_the_slot(mode: Mode) {
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--warm-node",
+            "1",
+            "--max-jails",
+            "1",
+            "--queue-timeout",
+            "120s",
+        ],
+    );
+    assert!(wait_until(Duration::from_secs(60), || {
+        server.status()["warm_node_ready"] == 1
+    }));
+    let flood = "const s = 'a'.repeat(65536); setInterval(() => process.stdout.write(s), 1)";
+    let mut client = command(
+        mode,
+        &[
+            "run",
+            "--server",
+            server.socket(),
+            "--time-limit",
+            "2s",
+            "--",
+            "node",
+            "-e",
+            flood,
+        ],
+    );
+    client.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut client = client.spawn().expect("start the client");
+    // Held open, never read.
+    let _unread = client.stdout.take();
+    assert!(wait_until(Duration::from_secs(30), || {
+        server.status()["warm_runs"] == 1
+    }));
+    let served = server.run(&[], &["echo", "served"]);
+    assert_eq!(stdout(&served), "served\n", "{}", describe(&served));
+    let _ = client.kill();
+    let _ = client.wait();
 }
 
 /// Holds `count` connections to `socket` as `mode`'s uid, sending nothing, reopening
