@@ -21,6 +21,7 @@ both_modes!(
     warm_captured_output_is_bounded_before_it_is_buffered,
     a_client_that_does_not_read_loses_its_answer_not_the_slot,
     a_warm_node_client_that_does_not_read_its_stdout_loses_it_not_the_slot,
+    a_relayed_client_that_does_not_read_its_stdout_loses_it_not_the_slot,
     idle_connections_are_capped_per_uid,
     a_half_sent_request_is_answered_with_an_error,
     a_uid_at_its_share_of_jails_waits_while_another_is_served,
@@ -293,6 +294,52 @@ fn a_warm_node_client_that_does_not_read_its_stdout_loses_it_not_the_slot(mode: 
     assert_eq!(stdout(&served), "served\n", "{}", describe(&served));
     let _ = client.kill();
     let _ = client.wait();
+}
+
+/// With the server's --output-limit a run's output goes through brig's relay into the
+/// client's own stdout: a client that never reads it loses the output, not the slot:
+/// the run ends at its time limit (status 124) and another request is served.
+fn a_relayed_client_that_does_not_read_its_stdout_loses_it_not_the_slot(mode: Mode) {
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "1",
+            "--output-limit",
+            "1G",
+            "--max-jails",
+            "1",
+            "--queue-timeout",
+            "120s",
+        ],
+    );
+    let mut client = command(
+        mode,
+        &[
+            "run",
+            "--server",
+            server.socket(),
+            "--time-limit",
+            "2s",
+            "--",
+            "yes",
+        ],
+    );
+    client.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut client = client.spawn().expect("start the client");
+    // Held open, never read.
+    let _unread = client.stdout.take();
+    assert!(wait_until(Duration::from_secs(30), || {
+        server.status()["runs"] == 1
+    }));
+    let served = server.run(&[], &["echo", "served"]);
+    assert_eq!(stdout(&served), "served\n", "{}", describe(&served));
+    let mut status = None;
+    assert!(wait_until(Duration::from_secs(60), || {
+        status = client.try_wait().ok().flatten();
+        status.is_some()
+    }));
+    assert_eq!(status.and_then(|status| status.code()), Some(124));
 }
 
 /// Holds `count` connections to `socket` as `mode`'s uid, sending nothing, reopening
