@@ -36,7 +36,7 @@ pub enum Command {
                       restart fails the same way: a systemd unit names it in \
                       RestartPreventExitStatus=125."
     )]
-    Serve(brig::serve::ServeArgs),
+    Serve(Box<brig::serve::ServeArgs>),
     /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
     /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
     #[command(subcommand)]

@@ -58,7 +58,7 @@ fn dispatch(command: Command) -> Result<i32> {
             brig::serve::client::run(&socket, options, origins)
         }
         Command::Run(args) => Ok(run(args)),
-        Command::Serve(args) => brig::serve::serve(args),
+        Command::Serve(args) => brig::serve::serve(*args),
         Command::Session(command) => brig::serve::session_client::run(command),
         Command::Check(args) => {
             let plan = resolve(args)?;

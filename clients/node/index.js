@@ -10,8 +10,8 @@ const net = require("net");
 const PROTOCOL_VERSION = 1;
 const DEFAULT_SOCKET = "/run/brig/brig.sock";
 const MAX_FRAME = 1 << 20;
-// A reply may be larger than a request: captured output is up to 1 MiB per stream, and
-// JSON escapes it. The bound only guards against a peer that is not brig.
+// A reply may be larger than a request: captured output is up to 8 MiB (stdout and stderr
+// together), and JSON escapes it. The bound only guards against a peer that is not brig.
 const MAX_REPLY = 64 << 20;
 
 class BrigError extends Error {

@@ -36,7 +36,14 @@ struct Stream {
     target: i32,
     /// Where the output goes instead of `target` (a server's client's stream).
     given: Option<OwnedFd>,
+    /// The client did not take its output within [`CLIENT_PATIENCE`]: what follows is
+    /// counted, not forwarded, so that brig's supervisor (and the time limit it keeps)
+    /// never waits on a client that does not read.
+    given_stalled: bool,
 }
+
+/// How long brig waits for a server's client to take output it relays.
+const CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Relay {
     pub fn new(limit: u64) -> Result<(Relay, JailEnds), Errno> {
@@ -52,11 +59,13 @@ impl Relay {
                     pipe: Some(stdout_read),
                     target: 1,
                     given: None,
+                    given_stalled: false,
                 },
                 Stream {
                     pipe: Some(stderr_read),
                     target: 2,
                     given: None,
+                    given_stalled: false,
                 },
             ],
             limit,
@@ -110,12 +119,17 @@ impl Relay {
                 self.counts.stderr_bytes += count as u64;
             }
             let allowed = self.limit.saturating_sub(self.forwarded).min(count as u64) as usize;
-            let stream = &self.streams[index];
-            let target = match &stream.given {
-                Some(fd) => fd.as_fd(),
-                None => crate::sys::borrow_fd(stream.target),
-            };
-            forward(target, &self.buffer[..allowed]);
+            let stream = &mut self.streams[index];
+            match &stream.given {
+                Some(_) if stream.given_stalled => {}
+                Some(fd) => {
+                    stream.given_stalled = !forward_within(fd.as_fd(), &self.buffer[..allowed]);
+                }
+                None => forward(
+                    crate::sys::borrow_fd(stream.target),
+                    &self.buffer[..allowed],
+                ),
+            }
             if index == 1 && allowed > 0 {
                 self.counts.stderr_mid_line = self.buffer[allowed - 1] != b'\n';
             }
@@ -141,6 +155,35 @@ impl Relay {
             }
         }
     }
+}
+
+/// Writes to a server's client's stream without blocking longer than [`CLIENT_PATIENCE`]
+/// for room (whatever its blocking mode, which is the client's): at most PIPE_BUF bytes
+/// at a time once poll says it is writable. False when the client did not take it.
+fn forward_within(fd: BorrowedFd, mut bytes: &[u8]) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let deadline = std::time::Instant::now() + CLIENT_PATIENCE;
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let millis = left.as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) => return false,
+            Err(Errno::EINTR) => continue,
+            Err(_) => return true,
+            Ok(_) => {}
+        }
+        let chunk = bytes.len().min(libc::PIPE_BUF);
+        match write(fd, &bytes[..chunk]) {
+            Ok(written) => bytes = &bytes[written..],
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
+            Err(_) => return true,
+        }
+    }
+    true
 }
 
 /// Writes where the output goes; a reader that went away is not brig's failure.

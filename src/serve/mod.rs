@@ -65,6 +65,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_sessions: usize,
 
+    /// Sessions one uid may have open at once; more of its `session_create` requests are
+    /// refused while other uids' are served. Default: half of --max-sessions (rounded
+    /// up); 0 for no cap of its own.
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_uid: Option<usize>,
+
     /// A session's total life, by default and at most (a client may ask for less).
     #[arg(long, value_name = "DURATION", default_value = "1h")]
     pub session_timeout: Span,
@@ -76,6 +82,18 @@ pub struct ServeArgs {
     /// Jails running at once; more requests wait (--queue-timeout).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub max_jails: usize,
+
+    /// Jails one uid may run at once; its further requests wait (--queue-timeout) while
+    /// other uids' are served. Default: half of --max-jails (rounded up); 0 for no cap
+    /// of its own.
+    #[arg(long, value_name = "N")]
+    pub max_jails_per_uid: Option<usize>,
+
+    /// Connections one uid may hold open with requests not yet running (being sent, or
+    /// waiting for a slot); more are refused at once. A request must arrive whole
+    /// within 5s of connecting. 0 for no cap.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_connections_per_uid: usize,
 
     /// How long a request waits for a free slot before it fails.
     #[arg(long, value_name = "DURATION", default_value = "10s")]

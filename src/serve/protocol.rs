@@ -12,8 +12,24 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 pub const VERSION: u64 = 1;
 /// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 1 << 20;
-/// What `capture` keeps of each stream without an `output-limit`.
+/// What `capture` (and a session's exec) keeps of stdout and stderr together without an
+/// `output-limit`.
 pub const DEFAULT_CAPTURE: u64 = 1 << 20;
+/// The most captured output a reply carries, stdout and stderr together, whatever the
+/// output limit: escaped as JSON (at most 6 bytes a byte) it stays within [`MAX_REPLY`].
+pub const MAX_CAPTURE: u64 = 8 << 20;
+/// How long a client has to take its whole reply, by brig's clock; past it the reply is
+/// dropped and the connection closed (the slot is not held for a client that does not
+/// read).
+pub const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The output limit of a captured run or exec: the one asked for (or 1 MiB), at most
+/// [`MAX_CAPTURE`].
+pub fn capture_limit(output_limit: Option<Size>) -> u64 {
+    output_limit
+        .map_or(DEFAULT_CAPTURE, |size| size.0)
+        .min(MAX_CAPTURE)
+}
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -209,6 +225,97 @@ pub fn write_frame(socket: BorrowedFd, message: &impl Serialize, fds: &[Borrowed
         sent += sys::send_with_fds(socket, &frame[sent..], &[]).map_err(what)?;
     }
     Ok(())
+}
+
+/// Writes one reply frame to a client, encoded straight into the socket (no copy of a
+/// large reply is held) within [`REPLY_TIMEOUT`] by brig's clock: a client that does not
+/// read loses its answer, and whoever waits on the writer goes on.
+pub fn write_reply(socket: BorrowedFd, message: &impl Serialize) -> Result<()> {
+    write_reply_by(socket, message, std::time::Instant::now() + REPLY_TIMEOUT)
+}
+
+/// [`write_reply`] with its deadline.
+pub fn write_reply_by(
+    socket: BorrowedFd,
+    message: &impl Serialize,
+    deadline: std::time::Instant,
+) -> Result<()> {
+    use std::io::Write;
+    let encode = |err: serde_json::Error| Error::setup(format!("encode a reply: {err}"));
+    let mut length = Counter(0);
+    serde_json::to_writer(&mut length, message).map_err(encode)?;
+    let mut writer = std::io::BufWriter::with_capacity(64 << 10, ByDeadline { socket, deadline });
+    let written = writer
+        .write_all(&(length.0 as u32).to_be_bytes())
+        .map_err(serde_json::Error::io)
+        .and_then(|()| serde_json::to_writer(&mut writer, message))
+        .and_then(|()| writer.flush().map_err(serde_json::Error::io));
+    written.map_err(|err| match err.io_error_kind() {
+        Some(std::io::ErrorKind::TimedOut) => Error::setup(format!(
+            "brig serve: the client did not take its reply within {}s; it was dropped",
+            REPLY_TIMEOUT.as_secs()
+        )),
+        _ => Error::setup(format!("write a reply: {err}")),
+    })
+}
+
+/// Counts what is written to it.
+struct Counter(usize);
+
+impl std::io::Write for Counter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A socket written without blocking past a deadline.
+struct ByDeadline<'a> {
+    socket: BorrowedFd<'a>,
+    deadline: std::time::Instant,
+}
+
+impl std::io::Write for ByDeadline<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        use nix::errno::Errno;
+        use nix::sys::socket::MsgFlags;
+        loop {
+            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+            match nix::sys::socket::send(
+                std::os::fd::AsRawFd::as_raw_fd(&self.socket),
+                bytes,
+                flags,
+            ) {
+                Ok(count) => return Ok(count),
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    let left = self
+                        .deadline
+                        .saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(std::io::ErrorKind::TimedOut.into());
+                    }
+                    let millis = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+                    let mut fds = [nix::poll::PollFd::new(
+                        self.socket,
+                        nix::poll::PollFlags::POLLOUT,
+                    )];
+                    let timeout = nix::poll::PollTimeout::try_from(millis)
+                        .unwrap_or(nix::poll::PollTimeout::MAX);
+                    let _ = nix::poll::poll(&mut fds, timeout);
+                }
+                Err(errno) => return Err(errno.into()),
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A client frame's JSON: the version checked and removed.

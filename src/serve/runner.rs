@@ -194,7 +194,7 @@ pub(super) fn report_failed(control: &OwnedFd, err: &Error) -> i32 {
 
 pub(super) fn answer_error(fds: &[OwnedFd], err: &Error) -> i32 {
     if let Some(connection) = fds.first() {
-        let _ = protocol::write_frame(connection.as_fd(), &Reply::error(err), &[]);
+        let _ = protocol::write_reply(connection.as_fd(), &Reply::error(err));
     }
     1
 }
@@ -210,10 +210,12 @@ fn run_job(
     control: &OwnedFd,
     watcher: ClientWatcher,
 ) -> i32 {
-    let (connection, stdio, capture) = match client_streams(&job, fds, plan.limits.output_limit) {
-        Ok(streams) => streams,
-        Err(code) => return code,
-    };
+    let init = jail.init_pidfd().try_clone_to_owned().ok();
+    let (connection, stdio, capture) =
+        match client_streams(&job, fds, plan.limits.output_limit, init) {
+            Ok(streams) => streams,
+            Err(code) => return code,
+        };
     jail.limit_time(job.time_limit);
     watcher.watch(&connection);
     // The client is answered as soon as its program has ended, the jail's teardown
@@ -228,21 +230,31 @@ fn run_job(
         }
     });
     if !answered {
-        let verdict = match result {
+        let captured = capture.map(Capture::finish);
+        let mut result = result;
+        if let Some(captured) = &captured {
+            captured.amend(&mut result);
+        }
+        let mut verdict = match result {
             Ok(report) => Verdict::of_run(plan, &report),
             Err(err) => Verdict::of_setup_error(Some(plan), &err),
         };
-        answer(control, &connection, &verdict, &job, capture, audit_log);
+        if let Some(captured) = &captured {
+            captured.amend_verdict(&mut verdict);
+        }
+        answer(control, &connection, &verdict, &job, captured, audit_log);
     }
     0
 }
 
 /// The client's connection, the program's streams (the client's, or pipes this runner
-/// captures), and the capture; Err with the exit status after answering the client.
+/// captures), and the capture (which kills `init` past its limit); Err with the exit
+/// status after answering the client.
 pub(super) fn client_streams(
     job: &Job,
     mut fds: Vec<OwnedFd>,
     output_limit: Option<crate::units::Size>,
+    init: Option<OwnedFd>,
 ) -> std::result::Result<(OwnedFd, Vec<OwnedFd>, Option<Capture>), i32> {
     if fds.is_empty() {
         return Err(1);
@@ -255,8 +267,8 @@ pub(super) fn client_streams(
             &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
         )),
         StdioMode::Capture => {
-            let limit = output_limit.map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
-            match Capture::start(job.stdin.clone().unwrap_or_default(), limit) {
+            let limit = protocol::capture_limit(output_limit);
+            match Capture::start(job.stdin.clone().unwrap_or_default(), limit, init) {
                 Ok((stdio, capture)) => Ok((connection, stdio, Some(capture))),
                 Err(err) => Err(answer_error(&[connection], &err)),
             }
@@ -272,14 +284,11 @@ pub(super) fn answer(
     connection: &OwnedFd,
     verdict: &Verdict,
     job: &Job,
-    capture: Option<Capture>,
+    captured: Option<Captured>,
     audit_log: Option<&PathBuf>,
 ) {
-    let (stdout, stderr) = match capture {
-        Some(capture) => {
-            let (stdout, stderr) = capture.finish();
-            (Some(stdout), Some(stderr))
-        }
+    let (stdout, stderr) = match captured {
+        Some(captured) => (Some(captured.stdout), Some(captured.stderr)),
         None => (None, None),
     };
     let mut verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
@@ -308,7 +317,9 @@ pub(super) fn answer(
             stderr,
         },
     };
-    let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+    // Within REPLY_TIMEOUT: a client that does not read loses its answer, and the slot
+    // is free once the jail is torn down.
+    let _ = protocol::write_reply(connection.as_fd(), &reply);
     let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
 }
 
@@ -393,13 +404,42 @@ impl ClientWatcher {
 }
 
 /// `capture` mode: pipes for the program's streams, a thread feeding stdin and one
-/// draining each of stdout and stderr (keeping at most `limit` bytes of each).
+/// draining each of stdout and stderr. Together they keep at most `limit` bytes (the
+/// run's output limit, at most [`protocol::MAX_CAPTURE`]) and never read more than a
+/// chunk past it: past the limit the jail is killed, as `--output-limit` does, and
+/// what the program writes after that is never read. The output is held here, in the
+/// runner, outside the jail's cgroup: the bound is what keeps it small.
 pub(super) struct Capture {
     threads: Vec<std::thread::JoinHandle<Vec<u8>>>,
+    shared: std::sync::Arc<Tally>,
+    limit: u64,
+}
+
+/// What the draining threads share.
+#[derive(Default)]
+struct Tally {
+    /// Bytes read of stdout and stderr together, and of each.
+    total: std::sync::atomic::AtomicU64,
+    each: [std::sync::atomic::AtomicU64; 2],
+    cut: std::sync::atomic::AtomicBool,
+}
+
+/// A finished capture: the output, and what it counted.
+pub(super) struct Captured {
+    pub stdout: String,
+    pub stderr: String,
+    pub counts: crate::jail::OutputCounts,
+    pub limit: u64,
 }
 
 impl Capture {
-    pub(super) fn start(stdin: String, limit: u64) -> Result<(Vec<OwnedFd>, Capture)> {
+    /// `init`: the jail's init, killed when the output passes the limit.
+    pub(super) fn start(
+        stdin: String,
+        limit: u64,
+        init: Option<OwnedFd>,
+    ) -> Result<(Vec<OwnedFd>, Capture)> {
+        use std::sync::atomic::Ordering;
         let (in_read, in_write) = pipe("the program")?;
         let (out_read, out_write) = pipe("the program")?;
         let (err_read, err_write) = pipe("the program")?;
@@ -407,31 +447,103 @@ impl Capture {
             let _ = std::fs::File::from(in_write).write_all(stdin.as_bytes());
             Vec::new()
         });
-        let drain = |read: OwnedFd| {
+        let shared = std::sync::Arc::new(Tally::default());
+        let init = std::sync::Arc::new(init);
+        let drain = |index: usize, read: OwnedFd| {
+            let (shared, init) = (shared.clone(), init.clone());
             std::thread::spawn(move || {
                 let mut kept = Vec::new();
                 let mut file = std::fs::File::from(read);
                 let mut chunk = [0u8; 64 * 1024];
-                while let Ok(count @ 1..) = file.read(&mut chunk) {
-                    let room = (limit as usize).saturating_sub(kept.len());
-                    kept.extend_from_slice(&chunk[..count.min(room)]);
+                loop {
+                    let count = match file.read(&mut chunk) {
+                        Ok(0) => break,
+                        Ok(count) => count,
+                        Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    };
+                    shared.each[index].fetch_add(count as u64, Ordering::SeqCst);
+                    let before = shared.total.fetch_add(count as u64, Ordering::SeqCst);
+                    let room = limit.saturating_sub(before).min(count as u64) as usize;
+                    kept.extend_from_slice(&chunk[..room]);
+                    if room < count {
+                        // The cut: the jail ends, and this pipe is read no more.
+                        shared.cut.store(true, Ordering::SeqCst);
+                        if let Some(init) = init.as_ref() {
+                            let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
+                        }
+                        break;
+                    }
                 }
                 kept
             })
         };
-        let threads = vec![feed, drain(out_read), drain(err_read)];
-        Ok((vec![in_read, out_write, err_write], Capture { threads }))
+        let threads = vec![feed, drain(0, out_read), drain(1, err_read)];
+        let capture = Capture {
+            threads,
+            shared,
+            limit,
+        };
+        Ok((vec![in_read, out_write, err_write], capture))
     }
 
-    pub(super) fn finish(self) -> (String, String) {
+    /// Waits for the pipes to end (the jail has ended: nothing holds them open).
+    pub(super) fn finish(self) -> Captured {
+        use std::sync::atomic::Ordering;
         let mut outputs = self
             .threads
             .into_iter()
             .map(|thread| thread.join().unwrap_or_default());
         let _stdin = outputs.next();
+        // Moved, not copied, when it is UTF-8.
         let text = |bytes: Option<Vec<u8>>| {
-            String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
+            String::from_utf8(bytes.unwrap_or_default())
+                .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
         };
-        (text(outputs.next()), text(outputs.next()))
+        let (stdout, stderr) = (text(outputs.next()), text(outputs.next()));
+        Captured {
+            stdout,
+            stderr,
+            counts: crate::jail::OutputCounts {
+                stdout_bytes: self.shared.each[0].load(Ordering::SeqCst),
+                stderr_bytes: self.shared.each[1].load(Ordering::SeqCst),
+                truncated: self.shared.cut.load(Ordering::SeqCst),
+                stderr_mid_line: false,
+            },
+            limit: self.limit,
+        }
+    }
+}
+
+impl Captured {
+    /// The run's report as the capture saw it: its counts, and the output limit as the
+    /// end of a run the capture cut.
+    pub(super) fn amend(&self, report: &mut crate::error::Result<crate::jail::RunReport>) {
+        if let Ok(report) = report {
+            if report.output.is_none() || self.counts.truncated {
+                report.output = Some(self.counts);
+            }
+            if self.counts.truncated {
+                report.outcome = crate::jail::Outcome::OutputLimit;
+            }
+        }
+    }
+
+    /// The verdict of a captured run says its output limit (the one the capture kept),
+    /// and why it ended when the capture cut it.
+    pub(super) fn amend_verdict(&self, verdict: &mut Verdict) {
+        let limit = crate::units::Size(self.limit);
+        if let Some(limits) = verdict.limits.as_mut() {
+            limits.output_limit_bytes = Some(
+                limits
+                    .output_limit_bytes
+                    .map_or(self.limit, |ours| ours.min(self.limit)),
+            );
+        }
+        if self.counts.truncated {
+            verdict.explanation = Some(format!(
+                "output limit of {limit} reached; the output was cut and the jail killed"
+            ));
+        }
     }
 }

@@ -27,7 +27,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// How long a client has to send its whole request.
+/// How long a client has to send its whole request; then it is answered with an error
+/// and the connection closed (an idle or half-sent connection holds a descriptor).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// After a pooled jail fails to assemble this many times in a row, the pool waits
 /// BACKOFF, twice as long after each further failure, up to MAX_BACKOFF.
@@ -84,6 +85,8 @@ struct Runner {
     silent: bool,
     /// Busy with a run whose client has no answer yet: the pool's refill waits for it.
     answering: bool,
+    /// Whose run or session it serves (its client's uid), for the per-uid shares.
+    uid: Option<u32>,
 }
 
 impl Runner {
@@ -151,6 +154,43 @@ struct Server {
     refill_after: Option<Instant>,
     /// Who may connect besides root and the server's own uid.
     group: Option<nix::unistd::Gid>,
+    /// One uid's share of the jails and of the sessions (`share`).
+    jails_per_uid: usize,
+    sessions_per_uid: usize,
+}
+
+/// A uid's share of `global` slots: as asked (0: no cap of its own), else half of them,
+/// rounded up; never more than all.
+fn share(asked: Option<usize>, global: usize) -> usize {
+    match asked {
+        Some(0) => global,
+        Some(asked) => asked.min(global),
+        None => global.div_ceil(2),
+    }
+}
+
+/// Which cap a request meets: all slots taken, or its uid's share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Full {
+    All,
+    Uid,
+}
+
+/// Whether one more slot (a running jail, an open session) may be taken: `in_use` of
+/// `max` in all, `of_uid` of `per_uid` by the asking uid.
+fn full(in_use: usize, of_uid: usize, max: usize, per_uid: usize) -> Option<Full> {
+    if in_use >= max {
+        Some(Full::All)
+    } else if of_uid >= per_uid {
+        Some(Full::Uid)
+    } else {
+        None
+    }
+}
+
+/// Whether a uid holding `open` connections may open one more (`cap` 0: no cap).
+fn may_connect(open: usize, cap: usize) -> bool {
+    cap == 0 || open < cap
 }
 
 /// `brig serve`: serves until SIGTERM or SIGINT, then drains. The exit status.
@@ -208,6 +248,8 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
     }
     let listener = listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
+    let jails_per_uid = share(args.max_jails_per_uid, args.max_jails);
+    let sessions_per_uid = share(args.max_sessions_per_uid, args.max_sessions);
     let mut server = Server {
         status: Status {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -234,12 +276,15 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         failures_in_a_row: 0,
         refill_after: None,
         group,
+        jails_per_uid,
+        sessions_per_uid,
     };
     eprintln!(
-        "brig serve: listening on {} (pool {}, max jails {})",
+        "brig serve: listening on {} (pool {}, max jails {}, {} per uid)",
         server.args.socket.display(),
         server.args.pool,
-        server.args.max_jails
+        server.args.max_jails,
+        server.jails_per_uid
     );
     let result = server.run();
     // Runners killed past the drain's grace could not remove their jails' cgroups.
@@ -507,13 +552,17 @@ impl Server {
         if let Some(listener) = &self.listener {
             fds.push(nix::poll::PollFd::new(listener.as_fd(), read));
         }
-        // Raw descriptors, to look the sources up again after poll borrowed them.
-        let runner_fds: Vec<i32> = self
+        // Raw descriptors, to look the sources up again after poll borrowed them; a
+        // runner by its pid too: handling one event may reap a runner and spawn another
+        // whose control socket gets the same number, and must not be read (blocking) for
+        // the first one's end.
+        let runners: Vec<(Pid, i32)> = self
             .runners
             .iter()
             .filter(|runner| !runner.silent)
-            .map(|runner| runner.control.as_raw_fd())
+            .map(|runner| (runner.pid, runner.control.as_raw_fd()))
             .collect();
+        let runner_fds: Vec<i32> = runners.iter().map(|(_, fd)| *fd).collect();
         let incoming_fds: Vec<i32> = self
             .incoming
             .iter()
@@ -553,9 +602,9 @@ impl Server {
             }
             index += 1;
         }
-        for fd in runner_fds {
+        for (pid, _) in runners {
             if ready[index] {
-                self.handle_runner(fd);
+                self.handle_runner(pid);
             }
             index += 1;
         }
@@ -627,10 +676,7 @@ impl Server {
             let Some(pid) = status.pid() else { continue };
             // What it said last (a pooled jail that failed) may still be unread: a
             // runner's exit and its last report arrive together.
-            if let Some(runner) = self.runners.iter().find(|runner| runner.pid == pid) {
-                let fd = runner.control.as_raw_fd();
-                while self.handle_runner(fd) {}
-            }
+            while self.handle_runner(pid) {}
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
                 match runner.state {
@@ -658,7 +704,18 @@ impl Server {
                 gid: credentials.gid(),
                 pid: credentials.pid(),
             };
-            if let Err(err) = self.admit(&peer) {
+            let admitted = self.admit(&peer).and_then(|()| {
+                let open = self.connections_of(peer.uid);
+                let cap = self.args.max_connections_per_uid;
+                match may_connect(open, cap) {
+                    true => Ok(()),
+                    false => Err(Error::setup(format!(
+                        "brig serve: uid {} has {open} connections waiting already (--max-connections-per-uid {cap}); close some or retry later",
+                        peer.uid
+                    ))),
+                }
+            });
+            if let Err(err) = admitted {
                 self.status.refused += 1;
                 let _ = stream.set_nonblocking(false);
                 refuse(&stream, &err);
@@ -845,6 +902,15 @@ impl Server {
                 "brig serve: the descriptors must be files, pipes, sockets or terminals",
             ));
         }
+        if stdio == StdioMode::Capture
+            && let Some(size) = client.output_limit
+            && size.0 > protocol::MAX_CAPTURE
+        {
+            let most = crate::units::Size(protocol::MAX_CAPTURE);
+            return Err(Error::input(format!(
+                "output-limit {size}: captured output is at most {most} (stdio \"capture\"); ask for at most {most}, or send the program's streams (stdio \"fds\")"
+            )));
+        }
         // Where the verdict goes is the client's business.
         client.report = None;
         client.report_fd = None;
@@ -955,7 +1021,7 @@ impl Server {
     }
 
     fn dispatch(&mut self, pending: Pending) {
-        if self.status.running >= self.args.max_jails || self.should_wait_for_pool(&pending) {
+        if !self.may_start(&pending) {
             if self.queue.len() >= MAX_QUEUE {
                 return refuse(
                     &pending.fds[0],
@@ -981,6 +1047,7 @@ impl Server {
                 runner.state = RunnerState::Busy;
                 runner.pooled = false;
                 runner.answering = true;
+                runner.uid = Some(pending.job.peer.uid);
                 if protocol::write_frame(runner.control.as_fd(), &pending.job, &fds).is_err() {
                     refuse(
                         &pending.fds[0],
@@ -1022,11 +1089,27 @@ impl Server {
             idle_timeout,
             workspace_size,
         } = asked;
-        if self.status.sessions >= self.args.max_sessions {
-            return Err(Error::setup(format!(
-                "brig serve: {} sessions are open (--max-sessions); close one or retry later",
-                self.status.sessions
-            )));
+        let of_uid = self
+            .runners
+            .iter()
+            .filter_map(|runner| runner.session.as_ref())
+            .filter(|session| session.owner.uid == peer.uid)
+            .count();
+        let (max, per_uid) = (self.args.max_sessions, self.sessions_per_uid);
+        match full(self.status.sessions, of_uid, max, per_uid) {
+            Some(Full::All) => {
+                return Err(Error::setup(format!(
+                    "brig serve: {} sessions are open (--max-sessions); close one or retry later",
+                    self.status.sessions
+                )));
+            }
+            Some(Full::Uid) => {
+                return Err(Error::setup(format!(
+                    "brig serve: uid {} has {of_uid} sessions open, its share (--max-sessions-per-uid {per_uid}); close one or retry later",
+                    peer.uid
+                )));
+            }
+            None => {}
         }
         let within = |field: &str, asked: Option<crate::units::Span>, ours: crate::units::Span| {
             match asked {
@@ -1326,6 +1409,11 @@ impl Server {
             }
             Some(pid) => {
                 let answering = matches!(what, Spawn::ForJob(..));
+                let uid = match &what {
+                    Spawn::ForJob(job, _) => Some(job.peer.uid),
+                    Spawn::ForSession(start) => Some(start.opening.owner.uid),
+                    _ => None,
+                };
                 let (state, session) = match what {
                     _ if pooled => (RunnerState::Assembling, None),
                     Spawn::ForSession(start) => {
@@ -1344,18 +1432,19 @@ impl Server {
                     session,
                     silent: false,
                     answering,
+                    uid,
                 });
                 Ok(())
             }
         }
     }
 
-    /// Reads what the runner on `fd` says; whether it was a whole frame (more may follow).
-    fn handle_runner(&mut self, fd: i32) -> bool {
+    /// Reads what runner `pid` says; whether it was a whole frame (more may follow).
+    fn handle_runner(&mut self, pid: Pid) -> bool {
         let Some(at) = self
             .runners
             .iter()
-            .position(|runner| runner.control.as_raw_fd() == fd && !runner.silent)
+            .position(|runner| runner.pid == pid && !runner.silent)
         else {
             return false;
         };
@@ -1421,39 +1510,93 @@ impl Server {
         true
     }
 
+    /// Starts the queued requests that may start now, oldest first; a request whose uid
+    /// is at its share lets those of other uids by.
     fn dispatch_queued(&mut self) {
-        while self.status.running < self.args.max_jails
-            && self
-                .queue
-                .front()
-                .is_some_and(|pending| !self.should_wait_for_pool(pending))
+        while let Some(at) = self
+            .queue
+            .iter()
+            .position(|pending| self.may_start(pending))
         {
-            let pending = self.queue.pop_front().expect("checked");
+            let pending = self.queue.remove(at).expect("found");
             self.dispatch(pending);
         }
         self.status.queued = self.queue.len();
     }
 
+    /// Whether a run of `uid` meets a cap now.
+    fn full_for(&self, uid: u32) -> Option<Full> {
+        let of_uid = self
+            .runners
+            .iter()
+            .filter(|runner| runner.state == RunnerState::Busy && runner.uid == Some(uid))
+            .count();
+        full(
+            self.status.running,
+            of_uid,
+            self.args.max_jails,
+            self.jails_per_uid,
+        )
+    }
+
+    /// Whether `pending` may start now: a slot free for its uid, and no pooled jail of
+    /// its kind about to be ready.
+    fn may_start(&self, pending: &Pending) -> bool {
+        self.full_for(pending.job.peer.uid).is_none() && !self.should_wait_for_pool(pending)
+    }
+
+    /// The connections of `uid` the server holds: requests being sent or waiting.
+    fn connections_of(&self, uid: u32) -> usize {
+        let incoming = self
+            .incoming
+            .iter()
+            .filter(|incoming| incoming.peer.uid == uid)
+            .count();
+        let queued = self
+            .queue
+            .iter()
+            .filter(|pending| pending.job.peer.uid == uid)
+            .count();
+        incoming + queued
+    }
+
     /// Times out slow requests and queued ones; past the drain deadline, stops runners.
     fn expire(&mut self) {
         let now = Instant::now();
-        self.incoming
-            .retain(|incoming| now.duration_since(incoming.since) < REQUEST_TIMEOUT);
-        let max_jails = self.args.max_jails;
-        let waited = self.args.queue_timeout;
-        while self
-            .queue
-            .front()
-            .is_some_and(|pending| pending.deadline <= now)
-        {
-            let pending = self.queue.pop_front().expect("checked");
+        let (late, on_time): (Vec<Incoming>, Vec<Incoming>) = std::mem::take(&mut self.incoming)
+            .into_iter()
+            .partition(|incoming| now.duration_since(incoming.since) >= REQUEST_TIMEOUT);
+        self.incoming = on_time;
+        for incoming in late {
             self.status.refused += 1;
             refuse(
-                &pending.fds[0],
-                &Error::setup(format!(
-                    "brig serve: all {max_jails} jails are busy (--max-jails); waited {waited} (--queue-timeout); retry later"
+                &incoming.stream,
+                &Error::input(format!(
+                    "brig serve: the request did not arrive whole within {}s of connecting; send it at once",
+                    REQUEST_TIMEOUT.as_secs()
                 )),
             );
+        }
+        let max_jails = self.args.max_jails;
+        let per_uid = self.jails_per_uid;
+        let waited = self.args.queue_timeout;
+        while let Some(at) = self
+            .queue
+            .iter()
+            .position(|pending| pending.deadline <= now)
+        {
+            let pending = self.queue.remove(at).expect("found");
+            self.status.refused += 1;
+            let uid = pending.job.peer.uid;
+            let message = match self.full_for(uid) {
+                Some(Full::Uid) => format!(
+                    "brig serve: uid {uid} runs {per_uid} jails already, its share (--max-jails-per-uid); waited {waited} (--queue-timeout); retry later"
+                ),
+                _ => format!(
+                    "brig serve: all {max_jails} jails are busy (--max-jails); waited {waited} (--queue-timeout); retry later"
+                ),
+            };
+            refuse(&pending.fds[0], &Error::setup(message));
         }
         self.status.queued = self.queue.len();
         self.dispatch_queued();
@@ -1558,5 +1701,63 @@ fn print_status(socket: &Path) -> Result<i32> {
         _ => Err(Error::setup(
             "brig serve --status: an answer that is not a status",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_gets_its_share_of_the_slots() {
+        // (asked, global) -> share
+        for (asked, global, expected) in [
+            (None, 64, 32),
+            (None, 32, 16),
+            (None, 1, 1),
+            (None, 3, 2),
+            (Some(0), 64, 64),
+            (Some(5), 64, 5),
+            (Some(100), 64, 64),
+            (Some(64), 64, 64),
+        ] {
+            assert_eq!(share(asked, global), expected, "{asked:?} of {global}");
+        }
+    }
+
+    #[test]
+    fn a_slot_is_taken_within_the_global_cap_and_the_uids_share() {
+        // (in use, of the uid, max, per uid) -> which cap is met
+        for (in_use, of_uid, max, per_uid, expected) in [
+            (0, 0, 64, 32, None),
+            (31, 31, 64, 32, None),
+            (32, 32, 64, 32, Some(Full::Uid)),
+            (40, 2, 64, 32, None),
+            (64, 2, 64, 32, Some(Full::All)),
+            (64, 32, 64, 32, Some(Full::All)),
+            (0, 0, 1, 1, None),
+            (1, 1, 1, 1, Some(Full::All)),
+            (1, 0, 2, 1, None),
+            (1, 1, 2, 1, Some(Full::Uid)),
+        ] {
+            assert_eq!(
+                full(in_use, of_uid, max, per_uid),
+                expected,
+                "{in_use} in use, {of_uid} of the uid, max {max}, {per_uid} per uid"
+            );
+        }
+    }
+
+    #[test]
+    fn connections_are_capped_per_uid() {
+        for (open, cap, expected) in [
+            (0, 64, true),
+            (63, 64, true),
+            (64, 64, false),
+            (1000, 64, false),
+            (1000, 0, true),
+        ] {
+            assert_eq!(may_connect(open, cap), expected, "{open} open, cap {cap}");
+        }
     }
 }

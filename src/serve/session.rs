@@ -35,8 +35,6 @@ const EXEC_FORM: &str =
     "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")";
 /// How long an interpreter has to start and say it is ready.
 const STARTUP: Duration = Duration::from_secs(30);
-/// How long a client has to take its reply.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an interrupted cell has to come back before its interpreter is killed.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 /// How often brig looks, at first and at most, whether an interpreter that replied is
@@ -218,7 +216,8 @@ struct Session<'p> {
     ended: Option<&'static str>,
 }
 
-/// Output kept of one exec, per stream, up to a limit.
+/// Output kept of one exec: stdout and stderr together up to a limit (what is read past
+/// it is counted, not kept).
 struct Captured {
     kept: [Vec<u8>; 2],
     bytes: [u64; 2],
@@ -239,10 +238,15 @@ impl Captured {
         let mut chunk = [0u8; 64 * 1024];
         while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
             self.bytes[index] += count as u64;
-            let room = (self.limit as usize).saturating_sub(self.kept[index].len());
-            self.kept[index].extend_from_slice(&chunk[..count.min(room)]);
+            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
+            let room = self.limit.saturating_sub(kept).min(count as u64) as usize;
+            self.kept[index].extend_from_slice(&chunk[..room]);
         }
-        self.bytes[index] <= self.limit
+        self.total() <= self.limit
+    }
+
+    fn total(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
     }
 
     fn text(&self, index: usize) -> String {
@@ -253,7 +257,7 @@ impl Captured {
         crate::jail::OutputCounts {
             stdout_bytes: self.bytes[0],
             stderr_bytes: self.bytes[1],
-            truncated: self.bytes.iter().any(|bytes| *bytes > self.limit),
+            truncated: self.total() > self.limit,
             stderr_mid_line: false,
         }
     }
@@ -471,19 +475,9 @@ impl<'p> Session<'p> {
             // A client that does not read its reply cannot hold the session: not for
             // long (nor longer than its idle_timeout), and never past the session's end.
             let now = Instant::now();
-            let give_up = sooner(Some(now + REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
-            let wait = give_up
-                .saturating_duration_since(now)
-                .max(Duration::from_millis(1));
-            let _ = nix::sys::socket::setsockopt(
-                &connection,
-                nix::sys::socket::sockopt::SendTimeout,
-                &nix::sys::time::TimeVal::new(
-                    wait.as_secs() as i64,
-                    wait.subsec_micros() as nix::sys::time::suseconds_t,
-                ),
-            );
-            let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
+            let give_up =
+                sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
+            let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
             // Idle from the end of the request on.
             last_request = Instant::now();
             if let Some(why) = self.ended {
@@ -646,11 +640,10 @@ impl<'p> Session<'p> {
         }
         let plan = self.plan();
         let ours = policy::Jail {
-            output_limit: Some(
-                plan.limits
-                    .output_limit
-                    .unwrap_or(crate::units::Size(protocol::DEFAULT_CAPTURE)),
-            ),
+            // Held in this runner until the reply: at most MAX_CAPTURE, whatever the jail's.
+            output_limit: Some(crate::units::Size(protocol::capture_limit(
+                plan.limits.output_limit,
+            ))),
             ..policy::Jail::of(plan)
         };
         let asked = policy::Jail {
@@ -680,7 +673,7 @@ impl<'p> Session<'p> {
         policy::check(&client, &origins, &session, policy::Asked::Prepared(asked))?;
         let output = asked
             .output_limit
-            .map_or(protocol::DEFAULT_CAPTURE, |size| size.0);
+            .map_or(protocol::capture_limit(None), |size| size.0);
         Ok((asked.time_limit.map(|limit| limit.0), output))
     }
 

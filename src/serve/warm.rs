@@ -220,14 +220,20 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         }
         HandOver::Nothing => return 0,
     };
-    let verdict = warm_verdict(plan, result, &handed);
+    let mut handed = *handed;
+    let captured = handed.capture.take().map(runner::Capture::finish);
+    let mut result = result;
+    if let Some(captured) = &captured {
+        captured.amend(&mut result);
+    }
+    let mut verdict = warm_verdict(plan, result, &handed);
+    if let Some(captured) = &captured {
+        captured.amend_verdict(&mut verdict);
+    }
     let Handed {
-        job,
-        connection,
-        capture,
-        ..
-    } = *handed;
-    runner::answer(control, &connection, &verdict, &job, capture, audit_log);
+        job, connection, ..
+    } = handed;
+    runner::answer(control, &connection, &verdict, &job, captured, audit_log);
     0
 }
 
@@ -330,10 +336,18 @@ fn relay_pipes() -> crate::error::Result<(Vec<OwnedFd>, RelayPipes)> {
     Ok((vec![stdin_read, stdout_write, stderr_write], ours))
 }
 
-/// Copies `from` into `to` until `from` ends or `to` is gone (splice(2) where it can).
-fn relay(from: OwnedFd, to: OwnedFd) -> std::thread::JoinHandle<()> {
+/// Copies `from` into `to` until `from` ends or `to` is gone (splice(2) where it can),
+/// then says so on `done`.
+fn relay(
+    from: OwnedFd,
+    to: OwnedFd,
+    done: Option<std::sync::mpsc::Sender<()>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::fs::File::from(from), &mut std::fs::File::from(to));
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
     })
 }
 
@@ -404,7 +418,10 @@ fn hand_over(
         end_jail();
         return HandOver::Nothing;
     };
-    let Ok((connection, streams, capture)) = runner::client_streams(&job, fds, output_limit) else {
+    let init_for_capture = init.as_ref().and_then(|init| init.try_clone().ok());
+    let Ok((connection, streams, capture)) =
+        runner::client_streams(&job, fds, output_limit, init_for_capture)
+    else {
         end_jail();
         return HandOver::Nothing;
     };
@@ -421,6 +438,7 @@ fn hand_over(
     let started = Instant::now();
     clock.start(job.time_limit);
     let mut relays = Vec::new();
+    let (done, relayed) = std::sync::mpsc::channel::<()>();
     let sent = match pipes {
         None => {
             let borrowed: Vec<_> = streams.iter().map(AsFd::as_fd).collect();
@@ -437,9 +455,9 @@ fn hand_over(
             };
             // The client's stdin is read only as the program asks for it; nobody waits
             // for that copy (a terminal may never end).
-            drop(relay(stdin, pipes.stdin));
-            relays.push(relay(pipes.stdout, stdout));
-            relays.push(relay(pipes.stderr, stderr));
+            drop(relay(stdin, pipes.stdin, None));
+            relays.push(relay(pipes.stdout, stdout, Some(done.clone())));
+            relays.push(relay(pipes.stderr, stderr, Some(done.clone())));
             interpreter
                 .write_all(&request)
                 .map_err(|_| nix::errno::Errno::EPIPE)
@@ -457,10 +475,17 @@ fn hand_over(
     watcher.watch(&connection);
     wait_until_closed(&mut interpreter);
     let _ = interpreter.flush();
-    // Everything the program wrote has reached the client before it is answered.
-    for relay in relays {
-        let _ = relay.join();
+    // Everything the program wrote has reached the client before it is answered, unless
+    // the client does not read its streams: then the relays are left behind (they end
+    // with this runner) after REPLY_TIMEOUT, and the client is answered all the same.
+    let deadline = Instant::now() + protocol::REPLY_TIMEOUT;
+    for _ in 0..relays.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if relayed.recv_timeout(left).is_err() {
+            break;
+        }
     }
+    drop(relays);
     HandOver::Handed(Box::new(Handed {
         job,
         connection,
