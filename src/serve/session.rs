@@ -35,8 +35,10 @@ const EXEC_FORM: &str =
     "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")";
 /// How long an interpreter has to start and say it is ready.
 const STARTUP: Duration = Duration::from_secs(30);
-/// How long an interrupted cell has to come back before its interpreter is killed.
-const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+/// How long an interrupted cell has to come back (from the end of the sweep) before its
+/// interpreter is killed: long enough for a machine under load, short for a cell that
+/// swallows the interrupt.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// How often brig looks, at first and at most, whether an interpreter that replied is
 /// back waiting for its next request (doubling in between).
 const CONFIRM_FIRST: Duration = Duration::from_micros(100);
