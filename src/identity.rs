@@ -368,6 +368,10 @@ pub struct AsNamespaceCreator {
     euid: Uid,
     egid: Gid,
     dumpable: bool,
+    /// brig's parent-death signal (a server's runner has SIGKILL), which the kernel
+    /// clears at any change of the effective ids, and its parent then.
+    parent_death: Option<nix::sys::signal::Signal>,
+    parent: nix::unistd::Pid,
 }
 
 impl AsNamespaceCreator {
@@ -379,6 +383,8 @@ impl AsNamespaceCreator {
             euid: uids.effective,
             egid: gids.effective,
             dumpable: nix::sys::prctl::get_dumpable().unwrap_or(true),
+            parent_death: nix::sys::prctl::get_pdeathsig().ok().flatten(),
+            parent: nix::unistd::getppid(),
         };
         setresgid(gids.real, Gid::from_raw(lease.gid), gids.saved)
             .context(|| format!("make {} brig's effective gid", lease.gid))?;
@@ -404,6 +410,14 @@ impl Drop for AsNamespaceCreator {
             // brig must never go on as a jail's uid.
             eprintln!("brig: could not become root again after creating a jail; stopping");
             std::process::abort();
+        }
+        // The id changes cleared the parent-death signal: set again, and sent now if the
+        // parent died meanwhile (a runner must not outlive its server).
+        if let Some(signal) = self.parent_death {
+            let _ = nix::sys::prctl::set_pdeathsig(signal);
+            if nix::unistd::getppid() != self.parent {
+                let _ = nix::sys::signal::raise(signal);
+            }
         }
     }
 }
