@@ -48,7 +48,9 @@ fn main() {
 }
 
 /// `BRIG_COMMIT` for `brig --version`: the commit brig is built from (with `-dirty` when
-/// the work tree has changes), or `unknown` outside a git checkout.
+/// the work tree had changes when that commit was last built), or `unknown` outside a git
+/// checkout. Only a new commit reruns this: watching the index as well rebuilt the whole
+/// crate after every `git status`, which refreshes the index.
 fn record_commit() {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -67,14 +69,16 @@ fn record_commit() {
         None => "unknown".into(),
     };
     println!("cargo:rustc-env=BRIG_COMMIT={commit}");
-    // A new commit moves HEAD or the branch it names.
+    // A new commit moves HEAD or the branch it names (a worktree has its own HEAD; the
+    // branches live in the common directory).
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
-        let dir = Path::new(&dir);
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", dir.join(branch).display());
-        }
-        println!("cargo:rerun-if-changed={}", dir.join("index").display());
+        println!("cargo:rerun-if-changed={}", Path::new(&dir).join("HEAD").display());
+    }
+    if let (Some(common), Some(branch)) = (
+        git(&["rev-parse", "--git-common-dir"]),
+        git(&["symbolic-ref", "-q", "HEAD"]),
+    ) {
+        println!("cargo:rerun-if-changed={}", Path::new(&common).join(branch).display());
     }
 }
 
