@@ -72,13 +72,19 @@ fn record_commit() {
     // A new commit moves HEAD or the branch it names (a worktree has its own HEAD; the
     // branches live in the common directory).
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
-        println!("cargo:rerun-if-changed={}", Path::new(&dir).join("HEAD").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            Path::new(&dir).join("HEAD").display()
+        );
     }
     if let (Some(common), Some(branch)) = (
         git(&["rev-parse", "--git-common-dir"]),
         git(&["symbolic-ref", "-q", "HEAD"]),
     ) {
-        println!("cargo:rerun-if-changed={}", Path::new(&common).join(branch).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            Path::new(&common).join(branch).display()
+        );
     }
 }
 

@@ -172,8 +172,11 @@ const FAKE_LISTENER: &str = r#"
 import array, os, socket, struct, sys
 os.umask(0)
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-server.bind(sys.argv[1])
+# Bound under another name and moved into place once listening: a client that sees the
+# path can connect (seen: ECONNREFUSED between bind and listen on a loaded machine).
+server.bind(sys.argv[1] + ".binding")
 server.listen()
+os.rename(sys.argv[1] + ".binding", sys.argv[1])
 connection, _ = server.accept()
 data, fds = b"", array.array("i")
 while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
