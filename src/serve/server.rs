@@ -9,8 +9,8 @@ use super::policy;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode};
 use super::runner::{self, Job, Report, SessionStart, Start};
 use super::session::{DRAINING, Opening, ToSession};
-use super::{session_meta, session_network};
 use super::warm::Warm;
+use super::{session_meta, session_network};
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
 use crate::options::JailOptions;
@@ -1304,15 +1304,20 @@ impl Server {
         let id = request.session().unwrap_or_default();
         // Another uid's session: route_to_session refuses it, before these checks say
         // anything about the server's policy.
-        let owned = self.runners.iter().any(|runner| {
-            runner.session.as_ref().is_some_and(|session| {
-                session.id == id && (session.owner.uid == peer.uid || peer.uid == 0)
-            })
-        });
-        if !owned {
+        let owned = self
+            .runners
+            .iter()
+            .filter_map(|runner| runner.session.as_ref())
+            .find(|session| session.id == id && (session.owner.uid == peer.uid || peer.uid == 0));
+        let Some(session) = owned else {
             return Ok(());
-        }
+        };
         match request {
+            Request::SessionNetwork { .. }
+                if session.limits.net != crate::options::NetMode::Filtered =>
+            {
+                Err(session_network::fixed(id, session.limits.net))
+            }
             Request::SessionNetwork {
                 allow_net,
                 add_host,
@@ -1344,8 +1349,7 @@ impl Server {
                 // session has no idle deadline running.
                 let idle_since = session_meta::unix_ms(session.last_request)
                     .max(last_done.map_or(0, session_meta::wall_ms));
-                let idle_deadline = (!busy)
-                    .then(|| idle_since + session.limits.idle_timeout_ms);
+                let idle_deadline = (!busy).then(|| idle_since + session.limits.idle_timeout_ms);
                 serde_json::json!({
                     "session": session.id,
                     "uid": session.owner.uid,

@@ -485,10 +485,11 @@ impl<'p> Session<'p> {
             let now = Instant::now();
             let give_up =
                 sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
-            let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
             // Emptied, the request's memfd tells the server (which keeps a copy) that the
-            // session is idle again (`session_list`'s state), and since when (its mtime).
+            // request is done (`session_list`'s state), and since when (its mtime): before
+            // the reply, so that a client listing once it has its reply sees it so.
             let _ = nix::unistd::ftruncate(&fds[0], 0);
+            let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
             // Idle from the end of the request on.
             last_request = Instant::now();
             if let Some(why) = self.ended {

@@ -4,6 +4,7 @@
 //! unit tests call them directly.
 
 use crate::error::{Error, Result};
+use crate::options::NetMode;
 use crate::plan::Plan;
 use crate::units::Span;
 use serde::Serialize;
@@ -90,6 +91,8 @@ pub struct Limits {
     /// The workspace's size (the jail's `--home-size`), bytes.
     pub workspace_size: u64,
     pub idle_timeout_ms: u64,
+    /// The session's network: only a `filtered` one can change (`session_network`).
+    pub net: NetMode,
 }
 
 impl Limits {
@@ -101,6 +104,7 @@ impl Limits {
             cpus: cgroup.cpus,
             workspace_size: plan.limits.home_size.0,
             idle_timeout_ms: idle_timeout.as_millis() as u64,
+            net: plan.net,
         }
     }
 }
@@ -124,16 +128,17 @@ impl Activity {
     /// the last of them was answered (the memfd's mtime, set by the truncate).
     fn settle(&mut self) {
         let mut last_done = self.last_done;
-        self.in_flight.retain(|memfd| match nix::sys::stat::fstat(memfd) {
-            Ok(stat) if stat.st_size == 0 => {
-                let at = UNIX_EPOCH
-                    + Duration::new(stat.st_mtime.max(0) as u64, stat.st_mtime_nsec as u32);
-                last_done = last_done.max(Some(at));
-                false
-            }
-            Ok(_) => true,
-            Err(_) => false,
-        });
+        self.in_flight
+            .retain(|memfd| match nix::sys::stat::fstat(memfd) {
+                Ok(stat) if stat.st_size == 0 => {
+                    let at = UNIX_EPOCH
+                        + Duration::new(stat.st_mtime.max(0) as u64, stat.st_mtime_nsec as u32);
+                    last_done = last_done.max(Some(at));
+                    false
+                }
+                Ok(_) => true,
+                Err(_) => false,
+            });
         self.last_done = last_done;
     }
 
@@ -156,7 +161,9 @@ pub fn unix_ms(at: Instant) -> u64 {
 }
 
 pub fn wall_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
 #[cfg(test)]
@@ -179,7 +186,10 @@ mod tests {
             (labels(&[]), None),
             (labels(&[("user", "ada"), ("purpose", "ci")]), None),
             (labels(&[(&"k".repeat(64), &"v".repeat(512))]), None),
-            (many, Some("metadata: 33 keys, at most 32; keep fewer labels")),
+            (
+                many,
+                Some("metadata: 33 keys, at most 32; keep fewer labels"),
+            ),
             (
                 labels(&[("", "x")]),
                 Some("metadata: an empty key; name each label"),
@@ -206,7 +216,10 @@ mod tests {
         assert!(matches(&session, &labels(&[("user", "ada")])));
         assert!(matches(&session, &session.clone()));
         assert!(!matches(&session, &labels(&[("user", "bob")])));
-        assert!(!matches(&session, &labels(&[("user", "ada"), ("team", "x")])));
+        assert!(!matches(
+            &session,
+            &labels(&[("user", "ada"), ("team", "x")])
+        ));
     }
 
     #[test]

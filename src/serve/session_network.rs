@@ -47,6 +47,17 @@ pub fn check(client: &JailOptions, server: &policy::Server, planned: JailOptions
     .map(|_| ())
 }
 
+/// The answer for a session created with `--net none` or `host`.
+pub fn fixed(session: &str, net: NetMode) -> Error {
+    let mode = match net {
+        NetMode::Host => "host",
+        _ => "none",
+    };
+    Error::input(format!(
+        "session_network: session {session} was created with --net {mode}, whose network cannot change; create it with --net filtered (an empty allow-net list is allowed) to change its rules later"
+    ))
+}
+
 /// A policy's rules and pins as the client wrote them.
 #[derive(Serialize)]
 struct Rules {
@@ -78,13 +89,7 @@ pub fn apply(
     audit_log: Option<&Path>,
 ) -> Result<Value> {
     let Some(old) = jail.network().cloned() else {
-        let mode = match jail.plan().net {
-            NetMode::Host => "host",
-            _ => "none",
-        };
-        return Err(Error::input(format!(
-            "session_network: session {session} was created with --net {mode}, whose network cannot change; create it with --net filtered (an empty allow-net list is allowed) to change its rules later"
-        )));
+        return Err(fixed(session, jail.plan().net));
     };
     let new = Policy::plan(
         allow_net,
@@ -107,7 +112,14 @@ pub fn apply(
 }
 
 /// One line in the server's `--audit-log` (the same file and locking as the runs' lines).
-fn audit(path: &Path, session: &str, peer: Peer, old: &Rules, new: &Rules, cut: usize) -> Result<()> {
+fn audit(
+    path: &Path,
+    session: &str,
+    peer: Peer,
+    old: &Rules,
+    new: &Rules,
+    cut: usize,
+) -> Result<()> {
     let line = json!({
         "time": crate::verdict::rfc3339_now(),
         "uid": peer.uid,
