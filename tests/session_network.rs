@@ -25,6 +25,8 @@ both_modes!(
     the_list_tells_a_busy_session_from_an_idle_one,
     another_uid_cannot_change_another_s_session,
     the_command_line_lists_sets_the_network_and_the_timeout,
+    the_python_client_sets_the_network_and_the_timeout_and_lists,
+    the_node_client_sets_the_network_and_the_timeout_and_lists,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1).
@@ -528,4 +530,159 @@ fn the_command_line_lists_sets_the_network_and_the_timeout(mode: Mode) {
     let bad = session(&["create", "--metadata", "no-equals-sign"]);
     assert_one_line_error(&bad, &["--metadata no-equals-sign", "KEY=VALUE"]);
     assert_success(&session(&["close", "--session", &id]));
+}
+
+/// A copy of the checkout's client `name` (clients/NAME) that uid 65534 can read.
+fn client_copy(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("client-{name}"));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(name);
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&source)
+        .arg(dir.path().join(name))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let readable = std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
+    assert!(readable.success());
+    dir
+}
+
+/// The server the client tests use: `--net filtered` with one rule, the clients' sessions
+/// start under it.
+fn filtered_server(mode: Mode) -> Server {
+    Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--net",
+            "filtered",
+            "--allow-net",
+            "web.test:80",
+            "--session-timeout",
+            "10m",
+        ],
+    )
+}
+
+/// The lines a client script prints, against `expected`.
+fn assert_lines(output: &std::process::Output, expected: &[&str]) {
+    let out = assert_success(output);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, expected, "{}", describe(output));
+}
+
+const PYTHON_SCRIPT: &str = r#"
+import json, sys
+import brig_client
+from brig_client import BrigError, Sandbox
+socket = sys.argv[1]
+def show(*values):
+    print(json.dumps(values), flush=True)
+with Sandbox(socket=socket, metadata={"user": "ada", "purpose": "ci"}, session_timeout="1m") as sb:
+    mine = brig_client.list_sessions(socket, metadata={"user": "ada"})
+    show([s["session"] == sb.session_id for s in mine], mine[0]["metadata"], mine[0]["state"])
+    show(brig_client.list_sessions(socket, metadata={"user": "bob"}))
+    show(sb.set_network(allow_net=[]), sb.set_network(allow_net=["web.test:80"]))
+    try:
+        sb.set_network(allow_net=["example.com:443"])
+    except BrigError as error:
+        show(error.kind, error.exit_code, "--client-may allow-net" in error.message)
+    before = brig_client.list_sessions(socket)[0]["ends_at_ms"]
+    sb.set_timeout(300)
+    show(brig_client.list_sessions(socket)[0]["ends_at_ms"] - before > 200000)
+    try:
+        sb.set_timeout("11m")
+    except BrigError as error:
+        show(error.kind, "--session-timeout" in error.message)
+"#;
+
+fn the_python_client_sets_the_network_and_the_timeout_and_lists(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let server = filtered_server(mode);
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", PYTHON_SCRIPT, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(
+        &output_of(command),
+        &[
+            r#"[[true], {"purpose": "ci", "user": "ada"}, "idle"]"#,
+            r#"[[]]"#,
+            r#"[0, 0]"#,
+            r#"["bad_input", 125, true]"#,
+            r#"[true]"#,
+            r#"["bad_input", true]"#,
+        ],
+    );
+}
+
+const NODE_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+const show = (...values) => console.log(JSON.stringify(values));
+(async () => {
+  const sb = await brig.Sandbox.create({ socket, metadata: { user: "ada", purpose: "ci" }, sessionTimeout: "1m" });
+  const mine = await brig.listSessions({ socket, metadata: { user: "ada" } });
+  show(mine.map((s) => s.session === sb.sessionId), mine[0].metadata, mine[0].state);
+  show(await brig.listSessions({ socket, metadata: { user: "bob" } }));
+  show(await sb.setNetwork({ allowNet: [] }), await sb.setNetwork({ allowNet: ["web.test:80"] }));
+  try {
+    await sb.setNetwork({ allowNet: ["example.com:443"] });
+  } catch (error) {
+    show(error.kind, error.exitCode, error.message.includes("--client-may allow-net"));
+  }
+  const before = (await brig.listSessions({ socket }))[0].ends_at_ms;
+  await sb.setTimeout(300);
+  show((await brig.listSessions({ socket }))[0].ends_at_ms - before > 200000);
+  try {
+    await sb.setTimeout("11m");
+  } catch (error) {
+    show(error.kind, error.message.includes("--session-timeout"));
+  }
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn the_node_client_sets_the_network_and_the_timeout_and_lists(mode: Mode) {
+    if !require_tun(mode) || !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = filtered_server(mode);
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    let output = output_of(command_as(
+        mode,
+        interpreter("node"),
+        &[
+            "-e",
+            NODE_SCRIPT,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ],
+    ));
+    assert_lines(
+        &output,
+        &[
+            r#"[[true],{"purpose":"ci","user":"ada"},"idle"]"#,
+            r#"[[]]"#,
+            r#"[0,0]"#,
+            r#"["bad_input",125,true]"#,
+            r#"[true]"#,
+            r#"["bad_input",true]"#,
+        ],
+    );
 }
