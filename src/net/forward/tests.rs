@@ -1156,6 +1156,15 @@ fn ipv6_connections_are_relayed_like_ipv4_ones() {
 
 // ---- a session's policy replaced while it runs (`session_network`) ----
 
+/// A held flow (name, claimed name, host address, port) and what a new policy says of it.
+type Rejudged = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<IpAddr>,
+    u16,
+    Result<(), &'static str>,
+);
+
 #[test]
 fn flows_are_judged_again_by_a_replaced_policy() {
     let policy = plan(
@@ -1165,13 +1174,7 @@ fn flows_are_judged_again_by_a_replaced_policy() {
         None,
     );
     let loopback = Some(IpAddr::from([127, 0, 0, 1]));
-    let cases: [(
-        Option<&str>,
-        Option<&str>,
-        Option<IpAddr>,
-        u16,
-        Result<(), &str>,
-    ); 8] = [
+    let cases: [Rejudged; 8] = [
         (None, None, Some(ALLOWED), 80, Ok(())),
         (None, Some("anything.test"), Some(ALLOWED), 80, Ok(())),
         (
