@@ -415,7 +415,12 @@ fn the_list_tells_a_busy_session_from_an_idle_one(mode: Mode) {
     assert_eq!(list(&server, json!({}))[0]["state"], "idle");
     // A command that runs until the test kills it from the host (a session serves one
     // request at a time: nothing sent to the session could end it).
-    let marker = format!("{}", 3000 + std::process::id() % 1000);
+    // Unique to this test process and mode (the root and rootless cases run at once).
+    let marker = format!(
+        "{}.{}",
+        100_000 + std::process::id(),
+        if mode == Mode::Root { 1 } else { 2 }
+    );
     let socket = server.socket.clone();
     let waiting = {
         let (id, marker) = (id.clone(), marker.clone());
