@@ -7,12 +7,10 @@
 #[macro_use]
 mod common;
 
-use common::net::Servers;
-use common::serve::{Server, exchange};
+use common::net::{Servers, require_tun};
+use common::serve::{Server, client_copy, exchange, run_node_client};
 use common::*;
 use serde_json::{Value, json};
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::Duration;
 
 both_modes!(
@@ -31,22 +29,6 @@ both_modes!(
 
 /// The name the tests give the servers (pinned to 127.0.0.1).
 const WEB: &str = "web.test";
-
-/// Rootless, brig creates the TUN device as uid 65534: `/dev/net/tun` must be 0666.
-fn require_tun(mode: Mode) -> bool {
-    let tun = Path::new("/dev/net/tun");
-    let usable = match mode {
-        Mode::Root => tun.exists(),
-        Mode::Rootless => tun
-            .metadata()
-            .is_ok_and(|meta| meta.permissions().mode() & 0o006 == 0o006),
-    };
-    require(
-        "a /dev/net/tun that this user may open",
-        "modprobe tun; chmod 0666 /dev/net/tun (the distributions' default)",
-        usable,
-    )
-}
 
 fn ask(server: &Server, mut message: Value) -> Value {
     message["brig"] = json!(1);
@@ -215,17 +197,7 @@ fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
     if !require_tun(mode) {
         return;
     }
-    let server = Server::start(
-        mode,
-        &[
-            "--pool",
-            "0",
-            "--net",
-            "filtered",
-            "--allow-net",
-            "web.test:80",
-        ],
-    );
+    let server = filtered_server(mode);
     let id = create(&server, json!({}));
     let refused = network(&server, &id, &["example.com:443".into()], &[]);
     assert_error(
@@ -537,28 +509,6 @@ fn the_command_line_lists_sets_the_network_and_the_timeout(mode: Mode) {
     assert_success(&session(&["close", "--session", &id]));
 }
 
-/// A copy of the checkout's client `name` (clients/NAME) that uid 65534 can read.
-fn client_copy(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("client-{name}"));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name);
-    let copied = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(dir.path().join(name))
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let readable = std::process::Command::new("chmod")
-        .args(["-R", "a+rX"])
-        .arg(dir.path())
-        .status()
-        .expect("chmod");
-    assert!(readable.success());
-    dir
-}
-
 /// The server the client tests use: `--net filtered` with one rule, the clients' sessions
 /// start under it.
 fn filtered_server(mode: Mode) -> Server {
@@ -666,19 +616,7 @@ fn the_node_client_sets_the_network_and_the_timeout_and_lists(mode: Mode) {
         return;
     }
     let server = filtered_server(mode);
-    let client = client_copy("node");
-    let module = client.path().join("node");
-    let output = output_of(command_as(
-        mode,
-        interpreter("node"),
-        &[
-            "-e",
-            NODE_SCRIPT,
-            "--",
-            module.to_str().unwrap(),
-            server.socket(),
-        ],
-    ));
+    let output = run_node_client(mode, NODE_SCRIPT, server.socket());
     assert_lines(
         &output,
         &[
