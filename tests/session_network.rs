@@ -87,10 +87,19 @@ fn list(server: &Server, filter: Value) -> Vec<Value> {
 
 /// What a connection from the jail to `web.test:PORT` gets: `ok` or the errno's name.
 fn connect_code(port: u16) -> String {
+    connect_to(WEB, port)
+}
+
+/// What a connection from the jail to `host:port` gets: `ok`, the errno's name, or
+/// `EAI_NONAME` when the name does not resolve.
+fn connect_to(host: &str, port: u16) -> String {
     format!(
-        "import errno, socket\ntry:\n    socket.create_connection(({WEB:?}, {port}), timeout=10).close()\n    print('ok')\nexcept OSError as e:\n    print(errno.errorcode.get(e.errno, e))\n"
+        "import errno, socket\ntry:\n    socket.create_connection(({host:?}, {port}), timeout=10).close()\n    print('ok')\nexcept socket.gaierror as e:\n    print('EAI_NONAME' if e.errno == socket.EAI_NONAME else e)\nexcept OSError as e:\n    print(errno.errorcode.get(e.errno, e))\n"
     )
 }
+
+/// A second name for the servers, which the session starts without.
+const OTHER: &str = "other.test";
 
 fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: Mode) {
     if !require_tun(mode) {
@@ -102,6 +111,9 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
     let log = dir.path().join("audit.log");
     let pin = format!("{WEB}:127.0.0.1");
     let (http_rule, echo_rule) = (format!("{WEB}:{http}"), format!("{WEB}:{echo}"));
+    let (other_pin, other_rule) = (format!("{OTHER}:127.0.0.1"), format!("{OTHER}:{http}"));
+    // other.test is not on the server's list: a session may have it by the server's
+    // consent (--client-may allow-net), and starts without it (nor in its /etc/hosts).
     let server = Server::start(
         mode,
         &[
@@ -115,11 +127,14 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
             &http_rule,
             "--allow-net",
             &echo_rule,
+            "--client-may",
+            "allow-net",
             "--audit-log",
             log.to_str().unwrap(),
         ],
     );
     let id = create(&server, json!({}));
+    assert_eq!(cell(&server, &id, &connect_to(OTHER, http)), "EAI_NONAME\n");
     // Two live connections: the echo server's (to be refused) and the web server's (kept).
     let opened = cell(
         &server,
@@ -157,16 +172,18 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
         "{fetched:?}"
     );
 
-    // Reopened: the echo server is reachable again, at once.
+    // Reopened: the echo server is reachable again, at once, and a name the session did
+    // not have resolves (brig's resolver answers from the new rules).
     let reopened = network(
         &server,
         &id,
-        &[http_rule.clone(), echo_rule.clone()],
-        &[&pin],
+        &[http_rule.clone(), echo_rule.clone(), other_rule.clone()],
+        &[&pin, &other_pin],
     );
     assert_eq!(reopened["type"], "network", "{reopened}");
     assert_eq!(reopened["cut"], 0, "{reopened}");
     assert_eq!(cell(&server, &id, &connect_code(echo)), "ok\n");
+    assert_eq!(cell(&server, &id, &connect_to(OTHER, http)), "ok\n");
 
     // Locked entirely (an empty list: the pin goes too): nothing gets out.
     let sealed = network(&server, &id, &[], &[]);
@@ -506,6 +523,24 @@ fn the_command_line_lists_sets_the_network_and_the_timeout(mode: Mode) {
     assert_eq!(code(&refused), 125);
     let bad = session(&["create", "--metadata", "no-equals-sign"]);
     assert_one_line_error(&bad, &["--metadata no-equals-sign", "KEY=VALUE"]);
+    assert_success(&session(&["close", "--session", &id]));
+    if !require_tun(mode) {
+        return;
+    }
+    let filtered = filtered_server(mode);
+    let session = |args: &[&str]| {
+        let mut all = vec!["session", args[0], "--server", filtered.socket()];
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    let id = assert_success(&session(&["create"])).trim().to_string();
+    let locked = assert_success(&session(&["net", "--session", &id]));
+    assert_eq!(locked, "connections cut: 0\n");
+    let looser = session(&["net", "--session", &id, "--allow-net", "example.com:443"]);
+    assert_one_line_error(
+        &looser,
+        &["--allow-net example.com:443", "--client-may allow-net"],
+    );
     assert_success(&session(&["close", "--session", &id]));
 }
 
