@@ -99,8 +99,12 @@ pub fn apply(
     )?;
     let cut = jail.replace_network(new.clone())?;
     let (before, after) = (Rules::of(&old), Rules::of(&new));
-    if let Some(path) = audit_log {
-        audit(path, session, peer, &before, &after, cut)?;
+    // The change is in force: a log that cannot be written is said on the server's
+    // stderr (as a run's audit line is), not answered as if the change had failed.
+    if let Some(path) = audit_log
+        && let Err(err) = audit(path, session, peer, &before, &after, cut)
+    {
+        eprintln!("brig: {err}");
     }
     Ok(json!({
         "type": "network",
