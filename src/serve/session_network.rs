@@ -147,3 +147,85 @@ fn audit(
         .write_all(format!("{line}\n").as_bytes())
         .context(what)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Plan;
+    use crate::serve::Loosening;
+
+    /// The server's check of a new network, as `admit_to_session` makes it, against a
+    /// server of `server` YAML that lets clients loosen `may`.
+    fn judged(
+        server: &str,
+        may: &[Loosening],
+        allow_net: &[&str],
+        add_host: &[&str],
+    ) -> Result<()> {
+        let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut defaults: JailOptions = crate::config::parse(server, "test").unwrap();
+        defaults.command = vec!["true".into()];
+        let pool = Plan::resolve(defaults.clone()).unwrap();
+        let server = policy::Server {
+            options: &defaults,
+            jail: policy::Jail::of(&pool),
+            may,
+            bind_under: &[],
+            whose: "server",
+        };
+        let client = asked_options(&owned(allow_net), &owned(add_host));
+        check(&client, &server, defaults.clone().overlay(client.clone()))
+    }
+
+    #[test]
+    fn a_new_network_is_no_looser_than_the_server_s() {
+        let server = "net: filtered\nallow-net: [web.test:80, '*.pypi.org']\nadd-host: ['web.test:10.0.0.5']";
+        let may = [Loosening::AllowNet];
+        let cases: [(&[&str], &[&str], &[Loosening], Option<&str>); 9] = [
+            (&[], &[], &[], None),
+            (&["web.test:80"], &["web.test:10.0.0.5"], &[], None),
+            (&["*.pypi.org"], &[], &[], None),
+            (
+                &["example.com:443"],
+                &[],
+                &[],
+                Some(
+                    "--allow-net example.com:443: this server does not let clients ask for it (its own: web.test:80, *.pypi.org); start it with --client-may allow-net to allow it",
+                ),
+            ),
+            // Another port of a listed name is another rule.
+            (&["web.test:81"], &[], &[], Some("--allow-net web.test:81")),
+            (
+                &[],
+                &["db.test:10.0.0.6"],
+                &[],
+                Some(
+                    "--add-host db.test:10.0.0.6: this server does not let clients ask for it (its own: web.test:10.0.0.5)",
+                ),
+            ),
+            // The server's own pins stay in the check: a listed name cannot move.
+            (
+                &[],
+                &["web.test:10.0.0.6"],
+                &may,
+                Some("web.test is already pinned to 10.0.0.5"),
+            ),
+            (&["example.com:443"], &["db.test:10.0.0.7"], &may, None),
+            (&["web.test:notaport"], &[], &may, Some("web.test:notaport")),
+        ];
+        for (allow_net, add_host, may, expected) in cases {
+            let got = judged(server, may, allow_net, add_host);
+            match (expected, got) {
+                (None, Ok(())) => {}
+                (Some(needle), Err(err)) => assert!(
+                    err.to_string().contains(needle),
+                    "{allow_net:?} {add_host:?}: {err}"
+                ),
+                (expected, got) => panic!("{allow_net:?} {add_host:?}: {got:?}, not {expected:?}"),
+            }
+        }
+        // A server without a filtered network: the consent it needs.
+        let refused = judged("net: none", &[], &[], &[]).unwrap_err().to_string();
+        assert!(refused.contains("--net filtered"), "{refused}");
+    }
+}
