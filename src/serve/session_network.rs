@@ -177,11 +177,20 @@ mod tests {
         check(&client, &server, defaults.clone().overlay(client.clone()))
     }
 
+    /// The rules and pins asked for, the server's consents, and a refusal's words (None:
+    /// allowed).
+    type Case = (
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [Loosening],
+        Option<&'static str>,
+    );
+
     #[test]
     fn a_new_network_is_no_looser_than_the_server_s() {
         let server = "net: filtered\nallow-net: [web.test:80, '*.pypi.org']\nadd-host: ['web.test:10.0.0.5']";
-        let may = [Loosening::AllowNet];
-        let cases: [(&[&str], &[&str], &[Loosening], Option<&str>); 9] = [
+        const MAY: &[Loosening] = &[Loosening::AllowNet];
+        let cases: [Case; 9] = [
             (&[], &[], &[], None),
             (&["web.test:80"], &["web.test:10.0.0.5"], &[], None),
             (&["*.pypi.org"], &[], &[], None),
@@ -207,11 +216,11 @@ mod tests {
             (
                 &[],
                 &["web.test:10.0.0.6"],
-                &may,
+                MAY,
                 Some("web.test is already pinned to 10.0.0.5"),
             ),
-            (&["example.com:443"], &["db.test:10.0.0.7"], &may, None),
-            (&["web.test:notaport"], &[], &may, Some("web.test:notaport")),
+            (&["example.com:443"], &["db.test:10.0.0.7"], MAY, None),
+            (&["web.test:notaport"], &[], MAY, Some("web.test:notaport")),
         ];
         for (allow_net, add_host, may, expected) in cases {
             let got = judged(server, may, allow_net, add_host);
