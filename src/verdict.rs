@@ -662,7 +662,7 @@ pub fn config_digest(plan: &Plan) -> String {
 }
 
 /// UTC time as RFC 3339 with milliseconds, without a date crate.
-fn rfc3339_now() -> String {
+pub(crate) fn rfc3339_now() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

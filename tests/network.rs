@@ -9,11 +9,10 @@
 mod common;
 
 use common::limits::{Done, jail_with_verdict};
-use common::net::Servers;
+use common::net::{Servers, require_tun};
 use common::*;
 use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
@@ -42,23 +41,6 @@ both_modes!(
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
 const WEB: &str = "web.test";
-
-/// Rootless, brig creates the TUN device as uid 65534: `/dev/net/tun` must be 0666, the
-/// distributions' default (tests/run.sh and .ci/run make it so on hosts that differ).
-fn require_tun(mode: Mode) -> bool {
-    let tun = Path::new("/dev/net/tun");
-    let usable = match mode {
-        Mode::Root => tun.exists(),
-        Mode::Rootless => tun
-            .metadata()
-            .is_ok_and(|meta| meta.permissions().mode() & 0o006 == 0o006),
-    };
-    require(
-        "a /dev/net/tun that this user may open",
-        "modprobe tun; chmod 0666 /dev/net/tun (the distributions' default)",
-        usable,
-    )
-}
 
 /// `--allow-net web.test:PORT --add-host web.test:127.0.0.1` for each port.
 fn web_rules(ports: &[u16]) -> Vec<String> {

@@ -7,7 +7,7 @@
 #[macro_use]
 mod common;
 
-use common::serve::{Server, fake_listener};
+use common::serve::{Server, client_copy, fake_listener, readable_copy, run_node_client};
 use common::*;
 use std::path::Path;
 
@@ -19,32 +19,6 @@ both_modes!(
     deploy_agent_tool_example_runs,
     python_client_checks_the_listener,
 );
-
-/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
-fn client_copy(name: &str) -> TempDir {
-    readable_copy(&Path::new("clients").join(name))
-}
-
-/// A copy of the checkout's `PATH` (a file or a directory), as `DIR/NAME` in the
-/// directory returned, that uid 65534 can read.
-fn readable_copy(path: &Path) -> TempDir {
-    let name = path.file_name().unwrap();
-    let dir = TempDir::new(&format!("client-{}", name.to_str().unwrap()));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    let copied = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(dir.path().join(name))
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    std::process::Command::new("chmod")
-        .args(["-R", "a+rX"])
-        .arg(dir.path())
-        .status()
-        .expect("chmod");
-    dir
-}
 
 const PYTHON_SCRIPT: &str = r#"
 import io, json, os, sys, tempfile
@@ -109,19 +83,7 @@ fn node_client_runs_and_reports(mode: Mode) {
         return;
     }
     let server = Server::start(mode, &["--pool", "1"]);
-    let client = client_copy("node");
-    let module = client.path().join("node");
-    let output = output_of(command_as(
-        mode,
-        interpreter("node"),
-        &[
-            "-e",
-            NODE_SCRIPT,
-            "--",
-            module.to_str().unwrap(),
-            server.socket(),
-        ],
-    ));
+    let output = run_node_client(mode, NODE_SCRIPT, server.socket());
     let out = assert_success(&output);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
@@ -260,19 +222,7 @@ fn node_client_sessions(mode: Mode) {
         return;
     }
     let server = Server::start(mode, &[]);
-    let client = client_copy("node");
-    let module = client.path().join("node");
-    let output = output_of(command_as(
-        mode,
-        interpreter("node"),
-        &[
-            "-e",
-            NODE_SESSION_SCRIPT,
-            "--",
-            module.to_str().unwrap(),
-            server.socket(),
-        ],
-    ));
+    let output = run_node_client(mode, NODE_SESSION_SCRIPT, server.socket());
     assert_lines(
         &output,
         &[

@@ -62,9 +62,24 @@ export interface EntryInfo {
 export interface SessionInfo {
   session: string;
   uid: number;
+  metadata: Record<string, string>;
+  state: "idle" | "busy";
+  /** Milliseconds since the Unix epoch. */
+  created_at_ms: number;
+  ends_at_ms: number;
+  /** null while busy. */
+  idle_deadline_ms: number | null;
+  limits: {
+    memory: number | null;
+    pids: number | null;
+    cpus: number | null;
+    workspace_size: number;
+    idle_timeout_ms: number;
+    net: "none" | "host" | "filtered";
+  };
   age_ms: number;
   idle_ms: number;
-  execs: number;
+  requests: number;
 }
 
 export interface Files {
@@ -99,6 +114,7 @@ export class Sandbox {
     sessionTimeout?: Duration;
     idleTimeout?: Duration;
     workspaceSize?: string;
+    metadata?: Record<string, string>;
     timeoutMs?: number;
   }): Promise<Sandbox>;
   static connect(sessionId: string, options?: { socket?: string; timeoutMs?: number }): Promise<Sandbox>;
@@ -106,7 +122,15 @@ export class Sandbox {
     code: string,
     options?: { language?: "python" | "node"; timeout?: Duration; outputLimit?: string },
   ): Promise<Execution>;
+  /** Replaces a `--net filtered` session's rules; resolves to the connections cut. */
+  setNetwork(options?: { allowNet?: string[]; addHost?: string[] }): Promise<number>;
+  /** The session ends `timeout` from now (at most the server's --session-timeout). */
+  setTimeout(timeout: Duration): Promise<void>;
   close(): Promise<void>;
 }
 
-export function listSessions(options?: { socket?: string; timeoutMs?: number }): Promise<SessionInfo[]>;
+export function listSessions(options?: {
+  socket?: string;
+  metadata?: Record<string, string>;
+  timeoutMs?: number;
+}): Promise<SessionInfo[]>;

@@ -220,13 +220,14 @@ class Sandbox {
   }
 
   /** Creates a session; `options` are `brig run`'s by their YAML names. */
-  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, timeoutMs } = {}) {
+  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, metadata, timeoutMs } = {}) {
     const reply = await request(socketOf({ socket }), {
       type: "session_create",
       options,
       session_timeout: duration(sessionTimeout),
       idle_timeout: duration(idleTimeout),
       workspace_size: workspaceSize,
+      metadata,
     }, "session", timeoutMs);
     return new Sandbox(reply.session, { socket, timeoutMs, workspace: reply.workspace });
   }
@@ -263,6 +264,21 @@ class Sandbox {
     };
   }
 
+  /**
+   * Replaces the session's `allow-net` rules and `add-host` pins (a session created with
+   * `--net filtered` only; an empty list lets nothing out). New connections are judged by
+   * them at once; open ones they refuse are cut. Resolves to how many were cut.
+   */
+  async setNetwork({ allowNet = [], addHost = [] } = {}) {
+    const reply = await this._request({ type: "session_network", allow_net: allowNet, add_host: addHost }, "network");
+    return reply.cut ?? 0;
+  }
+
+  /** Sets the session's end to now + `timeout` (seconds or "10m"), at most the server's --session-timeout. */
+  async setTimeout(timeout) {
+    await this._request({ type: "session_set_timeout", timeout: duration(timeout) }, "timeout");
+  }
+
   /** Destroys the session: its processes and its workspace. A second call does nothing. */
   async close() {
     if (this._closed) return;
@@ -275,9 +291,13 @@ class Sandbox {
   }
 }
 
-/** This uid's sessions (all of them for root): [{session, uid, age_ms, idle_ms, execs}]. */
-async function listSessions({ socket, timeoutMs } = {}) {
-  const reply = await request(socketOf({ socket }), { type: "session_list" }, "sessions", timeoutMs);
+/**
+ * This uid's sessions (all of them for root), those whose metadata hold every pair of
+ * `metadata`: [{session, uid, metadata, state ("idle" | "busy"), created_at_ms, ends_at_ms,
+ * idle_deadline_ms, limits, age_ms, idle_ms, requests}].
+ */
+async function listSessions({ socket, metadata = {}, timeoutMs } = {}) {
+  const reply = await request(socketOf({ socket }), { type: "session_list", metadata }, "sessions", timeoutMs);
   return reply.sessions || [];
 }
 

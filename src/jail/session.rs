@@ -11,6 +11,7 @@ use super::supervisor::Jail;
 use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::error::{AtStage, Context, Result, Stage};
 use crate::net::forward::Forwarder;
+use crate::net::policy::Policy;
 use crate::plan::Plan;
 use nix::sys::signal::Signal;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -34,8 +35,10 @@ pub struct SessionJail<'p> {
     /// Events read while waiting for a sweep to finish.
     queued: Vec<Event>,
     next_id: u32,
-    /// `--net filtered`: relaying for the session's whole life.
+    /// `--net filtered`: relaying for the session's whole life, ...
     forwarder: Option<Forwarder>,
+    /// ... under this policy (the plan's, until a client replaces it).
+    network: Option<Policy>,
 }
 
 impl<'p> SessionJail<'p> {
@@ -59,12 +62,34 @@ impl<'p> SessionJail<'p> {
             pending: Vec::new(),
             queued: Vec::new(),
             next_id: 1,
+            network: forwarder.as_ref().and(plan.network.clone()),
             forwarder,
         })
     }
 
     pub fn plan(&self) -> &'p Plan {
         self.jail.plan
+    }
+
+    /// The network policy the session relays under now; None: not `--net filtered`.
+    pub fn network(&self) -> Option<&Policy> {
+        self.network.as_ref()
+    }
+
+    /// Replaces the session's network policy (`--net filtered` only): new connections are
+    /// judged by `policy` once this returns, and open ones it would refuse are cut. How
+    /// many were cut.
+    pub fn replace_network(&mut self, policy: Policy) -> Result<usize> {
+        let forwarder = self.forwarder.as_ref().ok_or_else(|| {
+            crate::error::Error::input(
+                "the session has no filtered network to change; create it with --net filtered (an empty --allow-net list is allowed)",
+            )
+        })?;
+        let ended = forwarder
+            .replace_policy(policy.clone())
+            .context(|| "hand the new network policy to the session's relay".into())?;
+        self.network = Some(policy);
+        Ok(ended)
     }
 
     /// The host uid and gid the jail's user maps to.

@@ -21,6 +21,8 @@ mod runner;
 mod server;
 mod session;
 pub mod session_client;
+mod session_meta;
+mod session_network;
 mod warm;
 mod workspace;
 

@@ -62,6 +62,10 @@ pub enum Request {
         idle_timeout: Option<Span>,
         #[serde(default)]
         workspace_size: Option<Size>,
+        /// The client's labels for the session (`session_list` shows and filters by
+        /// them); bounded by `session_meta::check_metadata`.
+        #[serde(default)]
+        metadata: std::collections::BTreeMap<String, String>,
     },
     /// Runs a command (`command`) or a code cell (`code`) in the session.
     SessionExec {
@@ -107,7 +111,27 @@ pub enum Request {
     SessionClose {
         session: String,
     },
-    SessionList,
+    /// The sessions the client may see, those whose metadata hold every pair of
+    /// `metadata`.
+    SessionList {
+        #[serde(default)]
+        metadata: std::collections::BTreeMap<String, String>,
+    },
+    /// Replaces a `--net filtered` session's `allow-net` rules and `add-host` pins
+    /// (`session_network.rs`).
+    SessionNetwork {
+        session: String,
+        #[serde(default)]
+        allow_net: Vec<String>,
+        #[serde(default)]
+        add_host: Vec<String>,
+    },
+    /// Sets the session's end to now + `timeout` (at most the server's
+    /// `--session-timeout`).
+    SessionSetTimeout {
+        session: String,
+        timeout: Span,
+    },
 }
 
 fn here() -> String {
@@ -131,7 +155,9 @@ impl Request {
             | Request::SessionPut { session, .. }
             | Request::SessionGet { session, .. }
             | Request::SessionLs { session, .. }
-            | Request::SessionClose { session } => Some(session),
+            | Request::SessionClose { session }
+            | Request::SessionNetwork { session, .. }
+            | Request::SessionSetTimeout { session, .. } => Some(session),
             _ => None,
         }
     }

@@ -10,6 +10,7 @@ use super::protocol::{self, FrameReader, Read, Reply, Request, Status, StdioMode
 use super::runner::{self, Job, Report, SessionStart, Start};
 use super::session::{DRAINING, Opening, ToSession};
 use super::warm::Warm;
+use super::{session_meta, session_network};
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
 use crate::options::JailOptions;
@@ -57,8 +58,14 @@ struct SessionEntry {
     id: String,
     owner: Peer,
     created: Instant,
+    created_at: std::time::SystemTime,
     last_request: Instant,
     requests: u64,
+    /// The session's end (its runner ends it then), moved by session_set_timeout.
+    ends_at: Instant,
+    metadata: session_meta::Metadata,
+    limits: session_meta::Limits,
+    activity: session_meta::Activity,
 }
 
 /// A kind of pooled jail: cold or with a warm interpreter, or a session's.
@@ -815,28 +822,35 @@ impl Server {
                 session_timeout,
                 idle_timeout,
                 workspace_size,
+                metadata,
             } => {
                 let asked = SessionAsk {
                     options: *options,
                     session_timeout,
                     idle_timeout,
                     workspace_size,
+                    metadata,
                 };
                 if let Err(err) = self.create_session(&stream, asked, incoming.peer) {
                     self.status.refused += 1;
                     refuse(&stream, &err);
                 }
             }
-            Request::SessionList => {
-                let reply = self.list_sessions(&incoming.peer);
+            Request::SessionList { metadata } => {
+                let reply = self.list_sessions(&incoming.peer, &metadata);
                 let _ = protocol::write_frame(stream.as_fd(), &reply, &[]);
             }
             request @ (Request::SessionExec { .. }
             | Request::SessionPut { .. }
             | Request::SessionGet { .. }
             | Request::SessionLs { .. }
+            | Request::SessionNetwork { .. }
+            | Request::SessionSetTimeout { .. }
             | Request::SessionClose { .. }) => {
-                if let Err(err) = self.route_to_session(&stream, &request, body, incoming.peer) {
+                if let Err(err) = self
+                    .admit_to_session(&request, &incoming.peer)
+                    .and_then(|()| self.route_to_session(&stream, &request, body, incoming.peer))
+                {
                     self.status.refused += 1;
                     refuse(&stream, &err);
                 }
@@ -1088,7 +1102,9 @@ impl Server {
             session_timeout,
             idle_timeout,
             workspace_size,
+            metadata,
         } = asked;
+        session_meta::check_metadata(&metadata)?;
         let of_uid = self
             .runners
             .iter()
@@ -1161,12 +1177,14 @@ impl Server {
         )
         .context(|| "read /dev/urandom".into())?;
         let id: String = id_bytes.iter().map(|byte| format!("{byte:02x}")).collect();
-        let opening = Opening {
+        let mut opening = Opening {
             id,
             owner: peer,
             session_timeout_ms: session_timeout.as_millis() as u64,
             idle_timeout_ms: idle_timeout.as_millis() as u64,
             drain_grace_ms: self.args.drain_grace.0.as_millis() as u64,
+            metadata,
+            limits: session_meta::Limits::default(),
         };
         let connection = OwnedFd::from(
             stream
@@ -1179,6 +1197,7 @@ impl Server {
             .position(|runner| runner.ready_in(SESSIONS));
         match ready {
             Some(at) if pooled => {
+                opening.limits = session_meta::Limits::of(&self.session_plan, idle_timeout);
                 let runner = &mut self.runners[at];
                 let entry = SessionEntry::of(&opening);
                 let open = ToSession::Open(opening);
@@ -1194,6 +1213,7 @@ impl Server {
                     None => Plan::resolve(with_placeholder(options.clone()))?,
                 };
                 plan.limits.cgroup.oom_kills_one = true;
+                opening.limits = session_meta::Limits::of(&plan, idle_timeout);
                 let start = SessionStart {
                     plan,
                     options,
@@ -1270,21 +1290,75 @@ impl Server {
         })?;
         session.last_request = Instant::now();
         session.requests += 1;
+        if let Request::SessionSetTimeout { timeout, .. } = request {
+            session.ends_at = Instant::now() + timeout.0;
+        }
+        session.activity.routed(memfd);
         Ok(())
     }
 
-    /// The peer's sessions (all of them for root and the server's own uid).
-    fn list_sessions(&self, peer: &Peer) -> serde_json::Value {
-        let own = nix::unistd::geteuid().as_raw();
-        let sessions: Vec<serde_json::Value> = self
+    /// What the server checks of a session request before its runner sees it, beyond
+    /// its owner (`route_to_session`): a new network by the server's policy, a new end
+    /// against its --session-timeout.
+    fn admit_to_session(&self, request: &Request, peer: &Peer) -> Result<()> {
+        let id = request.session().unwrap_or_default();
+        // Another uid's session: route_to_session refuses it, before these checks say
+        // anything about the server's policy.
+        let owned = self
             .runners
             .iter()
             .filter_map(|runner| runner.session.as_ref())
+            .find(|session| session.id == id && (session.owner.uid == peer.uid || peer.uid == 0));
+        let Some(session) = owned else {
+            return Ok(());
+        };
+        match request {
+            Request::SessionNetwork { .. }
+                if session.limits.net != crate::options::NetMode::Filtered =>
+            {
+                Err(session_network::fixed(id, session.limits.net))
+            }
+            Request::SessionNetwork {
+                allow_net,
+                add_host,
+                ..
+            } => {
+                let client = session_network::asked_options(allow_net, add_host);
+                let planned = with_placeholder(self.defaults.clone().overlay(client.clone()));
+                session_network::check(&client, &self.policy(), planned)
+            }
+            Request::SessionSetTimeout { timeout, .. } => {
+                session_meta::check_timeout(*timeout, self.args.session_timeout).map(|_| ())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The peer's sessions (all of them for root and the server's own uid).
+    fn list_sessions(&mut self, peer: &Peer, filter: &session_meta::Metadata) -> serde_json::Value {
+        let own = nix::unistd::geteuid().as_raw();
+        let sessions: Vec<serde_json::Value> = self
+            .runners
+            .iter_mut()
+            .filter_map(|runner| runner.session.as_mut())
             .filter(|session| peer.uid == 0 || peer.uid == own || peer.uid == session.owner.uid)
+            .filter(|session| session_meta::matches(&session.metadata, filter))
             .map(|session| {
+                let (busy, last_done) = session.activity.state();
+                // Idle since its last request was answered (or routed, if later); a busy
+                // session has no idle deadline running.
+                let idle_since = session_meta::unix_ms(session.last_request)
+                    .max(last_done.map_or(0, session_meta::wall_ms));
+                let idle_deadline = (!busy).then(|| idle_since + session.limits.idle_timeout_ms);
                 serde_json::json!({
                     "session": session.id,
                     "uid": session.owner.uid,
+                    "metadata": session.metadata,
+                    "state": if busy { "busy" } else { "idle" },
+                    "created_at_ms": session_meta::wall_ms(session.created_at),
+                    "ends_at_ms": session_meta::unix_ms(session.ends_at),
+                    "idle_deadline_ms": idle_deadline,
+                    "limits": session.limits,
                     "age_ms": session.created.elapsed().as_millis() as u64,
                     "idle_ms": session.last_request.elapsed().as_millis() as u64,
                     "requests": session.requests,
@@ -1627,6 +1701,7 @@ struct SessionAsk {
     session_timeout: Option<crate::units::Span>,
     idle_timeout: Option<crate::units::Span>,
     workspace_size: Option<crate::units::Size>,
+    metadata: session_meta::Metadata,
 }
 
 impl SessionEntry {
@@ -1635,8 +1710,13 @@ impl SessionEntry {
             id: opening.id.clone(),
             owner: opening.owner,
             created: Instant::now(),
+            created_at: std::time::SystemTime::now(),
             last_request: Instant::now(),
             requests: 0,
+            ends_at: Instant::now() + Duration::from_millis(opening.session_timeout_ms),
+            metadata: opening.metadata.clone(),
+            limits: opening.limits.clone(),
+            activity: session_meta::Activity::default(),
         }
     }
 }

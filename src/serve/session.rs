@@ -59,6 +59,11 @@ pub struct Opening {
     /// this long, then the session ends.
     #[serde(default)]
     pub drain_grace_ms: u64,
+    /// The server's own (`session_list`), not sent to the runner.
+    #[serde(skip)]
+    pub metadata: super::session_meta::Metadata,
+    #[serde(skip)]
+    pub limits: super::session_meta::Limits,
 }
 
 /// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients
@@ -426,7 +431,8 @@ impl<'p> Session<'p> {
         let mut closed_by = None;
         let mut reader = FrameReader::default();
         let why = loop {
-            let deadline = ends_at.min(last_request + idle);
+            // session_set_timeout moves the session's end.
+            let deadline = self.ends_at.unwrap_or(ends_at).min(last_request + idle);
             let mut fds = [
                 PollFd::new(control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
@@ -479,6 +485,10 @@ impl<'p> Session<'p> {
             let now = Instant::now();
             let give_up =
                 sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
+            // Emptied, the request's memfd tells the server (which keeps a copy) that the
+            // request is done (`session_list`'s state), and since when (its mtime): before
+            // the reply, so that a client listing once it has its reply sees it so.
+            let _ = nix::unistd::ftruncate(&fds[0], 0);
             let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
             // Idle from the end of the request on.
             last_request = Instant::now();
@@ -586,6 +596,23 @@ impl<'p> Session<'p> {
                         "data": base64::engine::general_purpose::STANDARD.encode(data),
                     })
                 }),
+            Request::SessionNetwork {
+                allow_net,
+                add_host,
+                ..
+            } => super::session_network::apply(
+                &mut self.jail,
+                &self.id,
+                peer,
+                &allow_net,
+                &add_host,
+                self.audit_log.as_deref(),
+            ),
+            // Checked by the server against its --session-timeout.
+            Request::SessionSetTimeout { timeout, .. } => {
+                self.ends_at = Some(Instant::now() + timeout.0);
+                Ok(json!({"type": "timeout", "session": self.id, "timeout_ms": timeout.0.as_millis() as u64}))
+            }
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)

@@ -62,6 +62,29 @@ pub enum SessionCommand {
         /// The server's socket.
         #[arg(long, value_name = "SOCKET", env = "BRIG_SERVER")]
         server: PathBuf,
+        /// Only the sessions with this label (repeatable: all must hold).
+        #[arg(long, value_name = "KEY=VALUE")]
+        metadata: Vec<String>,
+    },
+    /// Replace a `--net filtered` session's network rules while it runs: new
+    /// connections are judged by them at once; open ones they refuse are cut.
+    Net {
+        #[command(flatten)]
+        at: At,
+        /// The new rules, replacing all the old ones (repeatable; none: nothing gets out).
+        #[arg(long, value_name = "HOST[:PORT]")]
+        allow_net: Vec<String>,
+        /// The new pins, replacing the old ones (repeatable).
+        #[arg(long, value_name = "NAME:IP")]
+        add_host: Vec<String>,
+    },
+    /// Set the session's end to now + DURATION (at most the server's --session-timeout).
+    Timeout {
+        #[command(flatten)]
+        at: At,
+        /// How long the session may live from now.
+        #[arg(value_name = "DURATION")]
+        timeout: Span,
     },
 }
 
@@ -91,6 +114,10 @@ pub struct CreateArgs {
     /// The size of the session's workspace, its home directory [default: --tmpfs-size].
     #[arg(long, value_name = "SIZE")]
     pub workspace_size: Option<Size>,
+    /// A label for the session, shown and filtered by `brig session list` (repeatable;
+    /// at most 32, keys up to 64 bytes, values up to 512).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub metadata: Vec<String>,
     /// Read the session's options from a YAML file (as `brig run --config`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -170,18 +197,32 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             )?;
             Ok(0)
         }
-        SessionCommand::List { server } => {
-            let reply = request(&server, json!({"type": "session_list"}))?;
+        SessionCommand::List { server, metadata } => {
+            let filter = labels(&metadata)?;
+            let reply = request(&server, json!({"type": "session_list", "metadata": filter}))?;
             for session in reply["sessions"].as_array().into_iter().flatten() {
-                println!(
-                    "{} uid={} age={}ms idle={}ms requests={}",
-                    session["session"].as_str().unwrap_or("?"),
-                    session["uid"],
-                    session["age_ms"],
-                    session["idle_ms"],
-                    session["requests"]
-                );
+                println!("{}", list_line(session));
             }
+            Ok(0)
+        }
+        SessionCommand::Net {
+            at,
+            allow_net,
+            add_host,
+        } => {
+            let reply = request(
+                &at.server,
+                json!({"type": "session_network", "session": at.session, "allow_net": allow_net, "add_host": add_host}),
+            )?;
+            println!("connections cut: {}", reply["cut"]);
+            Ok(0)
+        }
+        SessionCommand::Timeout { at, timeout } => {
+            request(
+                &at.server,
+                json!({"type": "session_set_timeout", "session": at.session, "timeout": timeout}),
+            )?;
+            println!("session {} ends in {timeout}", at.session);
             Ok(0)
         }
     }
@@ -235,9 +276,61 @@ fn create(args: CreateArgs) -> Result<i32> {
     if let Some(size) = args.workspace_size {
         message["workspace_size"] = json!(size);
     }
+    if !args.metadata.is_empty() {
+        message["metadata"] = json!(labels(&args.metadata)?);
+    }
     let reply = request(&args.server, message)?;
     println!("{}", reply["session"].as_str().unwrap_or_default());
     Ok(0)
+}
+
+/// `--metadata KEY=VALUE` flags as a map (the server checks the bounds).
+fn labels(flags: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    flags
+        .iter()
+        .map(|flag| {
+            flag.split_once('=')
+                .map(|(key, value)| (key.to_string(), value.to_string()))
+                .ok_or_else(|| {
+                    Error::input(format!(
+                        "--metadata {flag}: give KEY=VALUE, e.g. --metadata user=ada"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// One session of `brig session list`: id, owner, state, times (seconds from now),
+/// labels; what the jail's side chose (the labels) escaped for the terminal.
+fn list_line(session: &Value) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as i64;
+    let from_now = |key: &str| {
+        session[key]
+            .as_i64()
+            .map_or("-".to_string(), |at| format!("{}s", (at - now) / 1000))
+    };
+    let labels: Vec<String> = session["metadata"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(key, value)| printable(&format!("{key}={}", value.as_str().unwrap_or_default())))
+        .collect();
+    format!(
+        "{} uid={} state={} age={}ms ends_in={} idle_ends_in={} requests={} {}",
+        session["session"].as_str().unwrap_or("?"),
+        session["uid"],
+        session["state"].as_str().unwrap_or("?"),
+        session["age_ms"],
+        from_now("ends_at_ms"),
+        from_now("idle_deadline_ms"),
+        session["requests"],
+        labels.join(",")
+    )
+    .trim_end()
+    .to_string()
 }
 
 fn read_local(path: &Path) -> Result<Vec<u8>> {

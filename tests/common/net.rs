@@ -163,3 +163,20 @@ impl Drop for Servers {
         }
     }
 }
+
+/// Rootless, brig creates the TUN device as uid 65534: `/dev/net/tun` must be 0666, the
+/// distributions' default (tests/run.sh and .ci/run make it so on hosts that differ).
+pub fn require_tun(mode: Mode) -> bool {
+    let tun = Path::new("/dev/net/tun");
+    let usable = match mode {
+        Mode::Root => tun.exists(),
+        Mode::Rootless => tun
+            .metadata()
+            .is_ok_and(|meta| meta.permissions().mode() & 0o006 == 0o006),
+    };
+    require(
+        "a /dev/net/tun that this user may open",
+        "modprobe tun; chmod 0666 /dev/net/tun (the distributions' default)",
+        usable,
+    )
+}

@@ -210,3 +210,41 @@ pub fn fake_listener(dir: &TempDir, name: &str) -> (Running, PathBuf) {
     );
     (running, socket)
 }
+
+/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
+pub fn client_copy(name: &str) -> TempDir {
+    readable_copy(&Path::new("clients").join(name))
+}
+
+/// A copy of the checkout's `PATH` (a file or a directory), as `DIR/NAME` in the
+/// directory returned, that uid 65534 can read.
+pub fn readable_copy(path: &Path) -> TempDir {
+    let name = path.file_name().unwrap();
+    let dir = TempDir::new(&format!("client-{}", name.to_str().unwrap()));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&source)
+        .arg(dir.path().join(name))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
+    dir
+}
+
+/// Node running `script` with a readable copy of clients/node as `process.argv[1]` and
+/// `socket` as `process.argv[2]`, as the mode's user.
+pub fn run_node_client(mode: Mode, script: &str, socket: &str) -> Output {
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    output_of(command_as(
+        mode,
+        interpreter("node"),
+        &["-e", script, "--", module.to_str().unwrap(), socket],
+    ))
+}

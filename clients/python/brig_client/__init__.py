@@ -381,6 +381,7 @@ class Sandbox:
         idle_timeout: Any = None,
         workspace_size: Optional[str] = None,
         *,
+        metadata: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
         _session: Optional[str] = None,
     ):
@@ -395,7 +396,8 @@ class Sandbox:
         request: Dict[str, Any] = {"type": "session_create", "options": dict(options or {})}
         for key, value in (("session_timeout", _duration(session_timeout)),
                            ("idle_timeout", _duration(idle_timeout)),
-                           ("workspace_size", workspace_size)):
+                           ("workspace_size", workspace_size),
+                           ("metadata", dict(metadata) if metadata else None)):
             if value is not None:
                 request[key] = value
         reply = _request(self._client, request, "session")
@@ -437,6 +439,19 @@ class Sandbox:
             state_lost_reason=reply.get("state_lost_reason"),
         )
 
+    def set_network(self, allow_net: Sequence[str] = (), add_host: Sequence[str] = ()) -> int:
+        """Replaces the session's `allow-net` rules and `add-host` pins (a session created
+        with `--net filtered` only; an empty list lets nothing out). New connections are
+        judged by them at once; open ones they refuse are cut. How many were cut."""
+        reply = self._request({"type": "session_network", "allow_net": list(allow_net),
+                               "add_host": list(add_host)}, "network")
+        return int(reply.get("cut", 0))
+
+    def set_timeout(self, timeout: Any) -> None:
+        """Sets the session's end to now + `timeout` (seconds, or a string such as "10m"),
+        at most the server's --session-timeout."""
+        self._request({"type": "session_set_timeout", "timeout": _duration(timeout)}, "timeout")
+
     def close(self) -> None:
         """Destroys the session: its processes and its workspace. A second call does nothing."""
         if not self._closed:
@@ -460,7 +475,10 @@ class Sandbox:
         return f"Sandbox(session_id={self.session_id!r}, socket={self.socket!r})"
 
 
-def list_sessions(socket: Optional[str] = None) -> List[Dict[str, Any]]:
-    """This uid's sessions (all of them for root): session, uid, age_ms, idle_ms, execs."""
+def list_sessions(socket: Optional[str] = None, metadata: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+    """This uid's sessions (all of them for root), those whose metadata hold every pair of
+    `metadata`: session, uid, metadata, state (idle, busy), created_at_ms, ends_at_ms,
+    idle_deadline_ms, limits, age_ms, idle_ms, requests."""
     client = Client(socket) if socket else Client()
-    return list(_request(client, {"type": "session_list"}, "sessions").get("sessions", []))
+    request = {"type": "session_list", "metadata": dict(metadata or {})}
+    return list(_request(client, request, "sessions").get("sessions", []))

@@ -123,6 +123,40 @@ pub fn open(policy: &Policy, names: &Names, target: IpEndpoint) -> Opening {
     }
 }
 
+/// Whether a flow brig already holds would be let through by `policy` were it opening
+/// now (a session's policy was replaced): its name (the one the jail resolved, and the
+/// one its first bytes claimed) on its port, the host address brig connected to checked
+/// as after a lookup; an address rule's flow, its address. `Err`: why not.
+pub fn still_allowed(
+    policy: &Policy,
+    name: Option<&str>,
+    claimed: Option<&str>,
+    address: Option<IpAddr>,
+    port: u16,
+) -> Result<(), String> {
+    let Some(name) = name else {
+        return match address {
+            Some(address) if policy.ip_allowed(address, port) => Ok(()),
+            Some(address) => Err(format!("{address} port {port} is not on the list")),
+            None => Err("not on the list".into()),
+        };
+    };
+    if !policy.name_allowed(name, port) {
+        return Err(format!("{name} port {port} is not on the list"));
+    }
+    if let Some(claimed) = claimed
+        && claimed != name
+        && claimed.parse::<IpAddr>().is_err()
+        && !policy.name_allowed(claimed, port)
+    {
+        return Err(format!("{claimed} port {port} is not on the list"));
+    }
+    match address.and_then(|address| policy.address_refusal(address, Some(name), port)) {
+        Some(range) => Err(format!("{name} is at a {range} address")),
+        None => Ok(()),
+    }
+}
+
 /// What the forwarder needs of a packet's IP header.
 struct IpHeader {
     source: IpAddr,

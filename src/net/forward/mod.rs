@@ -50,7 +50,17 @@ pub struct Forwarder {
     thread: JoinHandle<NetworkRecord>,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
+    /// New policies for the thread, each with where to say it took it.
+    policies: mpsc::Sender<NewPolicy>,
 }
+
+/// A policy to take in place of the current one, and where to answer how many flows the
+/// new one ended.
+type NewPolicy = (Policy, mpsc::SyncSender<usize>);
+
+/// How long [`Forwarder::replace_policy`] waits for the thread to take the new policy (it
+/// does between two rounds of its loop; a round never blocks).
+const POLICY_WAIT: Duration = Duration::from_secs(5);
 
 impl Forwarder {
     /// Starts relaying for the jail whose TUN device is `tun`, under `policy`.
@@ -58,7 +68,8 @@ impl Forwarder {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut stack = Stack::new(poll, tun, policy.clone(), Arc::clone(&waker))?;
+        let (policies, new_policies) = mpsc::channel();
+        let mut stack = Stack::new(poll, tun, policy.clone(), Arc::clone(&waker), new_policies)?;
         let thread = std::thread::Builder::new().name("brig-net".into()).spawn({
             let stop = Arc::clone(&stop);
             move || stack.run(&stop)
@@ -67,6 +78,24 @@ impl Forwarder {
             thread,
             stop,
             waker,
+            policies,
+        })
+    }
+
+    /// Replaces the policy the thread judges by: once this returns, every new connection
+    /// and lookup is judged by `policy`, and the flows it would not allow are ended (see
+    /// `Relay::replace_policy`). How many were ended.
+    pub fn replace_policy(&self, policy: Policy) -> io::Result<usize> {
+        let (done, taken) = mpsc::sync_channel(1);
+        self.policies
+            .send((policy, done))
+            .map_err(|_| io::Error::other("the network relay has stopped"))?;
+        self.waker.wake()?;
+        taken.recv_timeout(POLICY_WAIT).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the network relay did not take the new policy within 5 s",
+            )
         })
     }
 
@@ -107,10 +136,17 @@ struct Stack {
     waker: Arc<Waker>,
     resolved_tx: mpsc::Sender<Resolved>,
     resolved_rx: mpsc::Receiver<Resolved>,
+    new_policies: mpsc::Receiver<NewPolicy>,
 }
 
 impl Stack {
-    fn new(poll: Poll, tun: OwnedFd, policy: Policy, waker: Arc<Waker>) -> io::Result<Stack> {
+    fn new(
+        poll: Poll,
+        tun: OwnedFd,
+        policy: Policy,
+        waker: Arc<Waker>,
+        new_policies: mpsc::Receiver<NewPolicy>,
+    ) -> io::Result<Stack> {
         poll.registry()
             .register(&mut SourceFd(&tun.as_raw_fd()), TUN, Interest::READABLE)?;
         let relay = Relay::new(policy, random_seed(), SmolInstant::now())?;
@@ -124,6 +160,7 @@ impl Stack {
             waker,
             resolved_tx,
             resolved_rx,
+            new_policies,
         })
     }
 
@@ -135,6 +172,12 @@ impl Stack {
                 && err.kind() != io::ErrorKind::Interrupted
             {
                 break;
+            }
+            // Before any packet of this round: what the jail sends after the new policy
+            // was handed in is judged by it.
+            while let Ok((policy, done)) = self.new_policies.try_recv() {
+                let ended = self.relay.replace_policy(policy);
+                let _ = done.try_send(ended);
             }
             let mut tun_readable = false;
             for event in events.iter() {

@@ -202,6 +202,47 @@ impl<U: Upstream> Relay<U> {
         }
     }
 
+    /// Takes `policy` in place of the one the relay has (a session's `session_network`):
+    /// new connections and lookups are judged by it from now on, and every flow brig holds
+    /// is judged again as if it were opening now. Those it refuses are ended: an open one
+    /// is reset on both sides (the program sees ECONNRESET), a held one gets its SYN reset
+    /// (ECONNREFUSED); those it allows go on untouched. Synthetic addresses already given
+    /// out keep their names (a name allowed again reaches the same address). The number
+    /// of flows ended.
+    pub fn replace_policy(&mut self, policy: Policy) -> usize {
+        self.policy = policy;
+        let refused: Vec<(usize, String)> = self
+            .flows
+            .iter()
+            .filter_map(|(id, flow)| {
+                decide::still_allowed(
+                    &self.policy,
+                    flow.name.as_deref(),
+                    flow.claimed.as_deref(),
+                    flow.address,
+                    flow.target.port,
+                )
+                .err()
+                .map(|why| (*id, why))
+            })
+            .collect();
+        let ended = refused.len();
+        for (id, why) in refused {
+            let reason = format!("the session's network policy changed: {why}");
+            let open = self.flows.get(&id).and_then(|flow| flow.socket);
+            match open {
+                Some(handle) => {
+                    if let Some(flow) = self.flows.get_mut(&id) {
+                        flow.cut(&reason);
+                    }
+                    self.sockets.get_mut::<tcp::Socket>(handle).abort();
+                }
+                None => self.refuse(id, reason, None),
+            }
+        }
+        ended
+    }
+
     /// Refuses a new connection when a cap is reached, and records which.
     fn over_limit(&mut self) -> Option<String> {
         if self.policy.max_bytes.is_some_and(|cap| self.relayed >= cap) {

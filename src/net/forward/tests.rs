@@ -1153,3 +1153,168 @@ fn ipv6_connections_are_relayed_like_ipv4_ones() {
     assert!(syn_ack.syn && syn_ack.ack);
     assert_eq!(syn_ack.to, IpEndpoint::new(v6.into(), 40018));
 }
+
+// ---- a session's policy replaced while it runs (`session_network`) ----
+
+/// A held flow (name, claimed name, host address, port) and what a new policy says of it.
+type Rejudged = (
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<IpAddr>,
+    u16,
+    Result<(), &'static str>,
+);
+
+#[test]
+fn flows_are_judged_again_by_a_replaced_policy() {
+    let policy = plan(
+        &["example.com:443", "203.0.113.8:80"],
+        &["db.test:127.0.0.1"],
+        None,
+        None,
+    );
+    let loopback = Some(IpAddr::from([127, 0, 0, 1]));
+    let cases: [Rejudged; 8] = [
+        (None, None, Some(ALLOWED), 80, Ok(())),
+        (None, Some("anything.test"), Some(ALLOWED), 80, Ok(())),
+        (
+            None,
+            None,
+            Some(ALLOWED),
+            81,
+            Err("203.0.113.8 port 81 is not on the list"),
+        ),
+        (Some("example.com"), None, Some(RESOLVED), 443, Ok(())),
+        (
+            Some("example.com"),
+            None,
+            Some(RESOLVED),
+            80,
+            Err("example.com port 80 is not on the list"),
+        ),
+        (
+            Some("example.com"),
+            Some("other.test"),
+            Some(RESOLVED),
+            443,
+            Err("other.test port 443 is not on the list"),
+        ),
+        // A pin makes a name resolve, not reachable: it needs a rule too.
+        (
+            Some("db.test"),
+            None,
+            loopback,
+            5432,
+            Err("db.test port 5432 is not on the list"),
+        ),
+        // Resolved to loopback with no pin of its own: DNS rebinding, as at opening.
+        (
+            Some("example.com"),
+            None,
+            loopback,
+            443,
+            Err("example.com is at a loopback address"),
+        ),
+    ];
+    for (name, claimed, address, port, expected) in cases {
+        assert_eq!(
+            decide::still_allowed(&policy, name, claimed, address, port),
+            expected.map_err(String::from),
+            "{name:?} {claimed:?} {address:?} {port}"
+        );
+    }
+}
+
+#[test]
+fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
+    let mut jail = Jail::new(plan(&["203.0.113.7:81", "203.0.113.8:80"], &[], None, None));
+    let kept = (IpAddr::from([203, 0, 113, 7]), 81);
+    jail.send([syn(40020, (ALLOWED, 80)), syn(40021, kept)]);
+    assert_eq!(jail.requests().len(), 2);
+    let out = jail.accept(0);
+    jail.complete_handshake(&out, 40020, (ALLOWED, 80));
+    let out = jail.accept(1);
+    jail.complete_handshake(&out, 40021, kept);
+    assert_eq!(
+        jail.relay
+            .replace_policy(plan(&["203.0.113.7:81"], &[], None, None)),
+        1
+    );
+    let out = jail.exchange();
+    let resets: Vec<u16> = segments(&out)
+        .iter()
+        .filter(|s| s.rst)
+        .map(|s| s.to.port)
+        .collect();
+    assert_eq!(resets, [40020], "only the refused flow is reset: {out:?}");
+    assert_eq!(jail.host_reads(0), None, "its host side is closed");
+    assert_eq!(jail.host_reads(1), Some(Vec::new()), "the other stays open");
+    // The kept flow still relays.
+    let out = jail.host_sends(1, b"still here");
+    assert!(segments(&out).iter().any(|s| s.payload == b"still here"));
+    // A new connection to the address the policy no longer allows is refused.
+    assert_reset(&jail.send([syn(40022, (ALLOWED, 80))]), 40022);
+    assert!(jail.requests().is_empty());
+    let record = jail.finish();
+    let reasons: Vec<Option<String>> = record
+        .connections
+        .iter()
+        .filter(|c| c.address == Some(ALLOWED))
+        .map(|c| c.reason.clone())
+        .collect();
+    assert!(
+        reasons.iter().any(|reason| reason.as_deref()
+            == Some(
+                "the session's network policy changed: 203.0.113.8 port 80 is not on the list"
+            )),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        record.rules,
+        ["203.0.113.7:81"],
+        "the record has the policy in force"
+    );
+}
+
+#[test]
+fn a_held_connection_the_new_policy_refuses_is_reset() {
+    let mut jail = Jail::fuzz_policy();
+    jail.send([syn(40023, (EXAMPLE_COM, 443))]);
+    assert_eq!(jail.requests(), [Request::Resolve("example.com".into())]);
+    assert_eq!(jail.relay.replace_policy(plan(&[], &[], None, None)), 1);
+    assert_reset(&jail.exchange(), 40023);
+    // The lookup's answer comes after all: nothing is waiting for it.
+    jail.relay.resolved("example.com", Ok(vec![RESOLVED]));
+    assert!(jail.requests().is_empty());
+    assert_eq!(jail.relay.flows(), 0);
+}
+
+#[test]
+fn an_opened_policy_lets_new_names_and_addresses_through() {
+    let mut jail = Jail::new(plan(&[], &[], None, None));
+    assert_eq!(ask(&mut jail, "example.com"), (RCODE::NameError, None));
+    assert_reset(&jail.send([syn(40024, (ALLOWED, 80))]), 40024);
+    assert_eq!(
+        jail.relay.replace_policy(plan(
+            &["example.com:443", "203.0.113.8:80"],
+            &[],
+            None,
+            None
+        )),
+        0
+    );
+    let (rcode, address) = ask(&mut jail, "example.com");
+    assert_eq!(rcode, RCODE::NoError);
+    let address = IpAddr::V4(address.expect("a synthetic address"));
+    jail.send([syn(40025, (address, 443)), syn(40026, (ALLOWED, 80))]);
+    assert_eq!(
+        jail.requests(),
+        [
+            Request::Resolve("example.com".into()),
+            Request::Connect {
+                flow: 1,
+                address: SocketAddr::new(ALLOWED, 80)
+            }
+        ]
+    );
+}

@@ -1,0 +1,240 @@
+//! `session_network`: a `--net filtered` session's `allow-net` rules and `add-host` pins
+//! replaced while it runs ("install the dependencies, then lock the network").
+//!
+//! The server checks the new rules as it checks a `session_create` asking for them (the
+//! one policy check, `policy::check`: no rule or pin the server's own list lacks unless
+//! it was started with `--client-may allow-net`). The session's runner then hands the new
+//! policy to its relay (`Forwarder::replace_policy`), which judges every new connection
+//! and lookup by it once the reply is sent, and judges again every connection it holds:
+//! those the new policy would refuse are cut (the program sees ECONNRESET, or
+//! ECONNREFUSED for one still being connected), the others go on. The caps the session
+//! was created with (`--net-bytes`, `--net-connections`) stay. Each change is a line in
+//! the server's `--audit-log`: who, the session, the rules and pins before and after, and
+//! how many connections were cut.
+
+use super::policy::{self, Origins};
+use crate::error::{Context, Error, Result};
+use crate::jail::SessionJail;
+use crate::net::policy::Policy;
+use crate::options::{JailOptions, NetMode};
+use crate::verdict::Peer;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::Path;
+
+/// The options a client asks for when it asks for this network: what the server's
+/// policy judges.
+pub fn asked_options(allow_net: &[String], add_host: &[String]) -> JailOptions {
+    JailOptions {
+        net: Some(NetMode::Filtered),
+        allow_net: allow_net.to_vec(),
+        add_host: add_host.to_vec(),
+        ..JailOptions::default()
+    }
+}
+
+/// The server's check of a new network: `planned` is the server's options overlaid with
+/// [`asked_options`] (with a placeholder command), judged exactly as a session created
+/// with them would be.
+pub fn check(client: &JailOptions, server: &policy::Server, planned: JailOptions) -> Result<()> {
+    policy::check(
+        client,
+        &Origins::new(),
+        server,
+        policy::Asked::Built(Box::new(planned)),
+    )
+    .map(|_| ())
+}
+
+/// The answer for a session created with `--net none` or `host`.
+pub fn fixed(session: &str, net: NetMode) -> Error {
+    let mode = match net {
+        NetMode::Host => "host",
+        _ => "none",
+    };
+    Error::input(format!(
+        "session_network: session {session} was created with --net {mode}, whose network cannot change; create it with --net filtered (an empty allow-net list is allowed) to change its rules later"
+    ))
+}
+
+/// A policy's rules and pins as the client wrote them.
+#[derive(Serialize)]
+struct Rules {
+    allow_net: Vec<String>,
+    add_host: Vec<String>,
+}
+
+impl Rules {
+    fn of(policy: &Policy) -> Rules {
+        Rules {
+            allow_net: policy.rules.iter().map(|rule| rule.text.clone()).collect(),
+            add_host: policy
+                .pins
+                .iter()
+                .map(|pin| format!("{}:{}", pin.name, pin.ip))
+                .collect(),
+        }
+    }
+}
+
+/// The runner's half: parses the new rules (with the session's caps), hands them to the
+/// relay, writes the audit line; the reply.
+pub fn apply(
+    jail: &mut SessionJail,
+    session: &str,
+    peer: Peer,
+    allow_net: &[String],
+    add_host: &[String],
+    audit_log: Option<&Path>,
+) -> Result<Value> {
+    let Some(old) = jail.network().cloned() else {
+        return Err(fixed(session, jail.plan().net));
+    };
+    let new = Policy::plan(
+        allow_net,
+        add_host,
+        old.max_bytes.map(crate::units::Size),
+        Some(old.max_connections),
+    )?;
+    let cut = jail.replace_network(new.clone())?;
+    let (before, after) = (Rules::of(&old), Rules::of(&new));
+    // The change is in force: a log that cannot be written is said on the server's
+    // stderr (as a run's audit line is), not answered as if the change had failed.
+    if let Some(path) = audit_log
+        && let Err(err) = audit(path, session, peer, &before, &after, cut)
+    {
+        eprintln!("brig: {err}");
+    }
+    Ok(json!({
+        "type": "network",
+        "session": session,
+        "allow_net": after.allow_net,
+        "add_host": after.add_host,
+        "cut": cut,
+    }))
+}
+
+/// One line in the server's `--audit-log` (the same file and locking as the runs' lines).
+fn audit(
+    path: &Path,
+    session: &str,
+    peer: Peer,
+    old: &Rules,
+    new: &Rules,
+    cut: usize,
+) -> Result<()> {
+    let line = json!({
+        "time": crate::verdict::rfc3339_now(),
+        "uid": peer.uid,
+        "pid": peer.pid,
+        "peer": peer,
+        "event": "session_network",
+        "session": session,
+        "old": old,
+        "new": new,
+        "cut": cut,
+    });
+    let what = || format!("--audit-log {}: append the network change", path.display());
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .context(what)?;
+    let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| Error::os(what(), errno))?;
+    (&*locked)
+        .write_all(format!("{line}\n").as_bytes())
+        .context(what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Plan;
+    use crate::serve::Loosening;
+
+    /// The server's check of a new network, as `admit_to_session` makes it, against a
+    /// server of `server` YAML that lets clients loosen `may`.
+    fn judged(
+        server: &str,
+        may: &[Loosening],
+        allow_net: &[&str],
+        add_host: &[&str],
+    ) -> Result<()> {
+        let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut defaults: JailOptions = crate::config::parse(server, "test").unwrap();
+        defaults.command = vec!["true".into()];
+        let pool = Plan::resolve(defaults.clone()).unwrap();
+        let server = policy::Server {
+            options: &defaults,
+            jail: policy::Jail::of(&pool),
+            may,
+            bind_under: &[],
+            whose: "server",
+        };
+        let client = asked_options(&owned(allow_net), &owned(add_host));
+        check(&client, &server, defaults.clone().overlay(client.clone()))
+    }
+
+    /// The rules and pins asked for, the server's consents, and a refusal's words (None:
+    /// allowed).
+    type Case = (
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [Loosening],
+        Option<&'static str>,
+    );
+
+    #[test]
+    fn a_new_network_is_no_looser_than_the_server_s() {
+        let server = "net: filtered\nallow-net: [web.test:80, '*.pypi.org']\nadd-host: ['web.test:10.0.0.5']";
+        const MAY: &[Loosening] = &[Loosening::AllowNet];
+        let cases: [Case; 9] = [
+            (&[], &[], &[], None),
+            (&["web.test:80"], &["web.test:10.0.0.5"], &[], None),
+            (&["*.pypi.org"], &[], &[], None),
+            (
+                &["example.com:443"],
+                &[],
+                &[],
+                Some(
+                    "--allow-net example.com:443: this server does not let clients ask for it (its own: web.test:80, *.pypi.org); start it with --client-may allow-net to allow it",
+                ),
+            ),
+            // Another port of a listed name is another rule.
+            (&["web.test:81"], &[], &[], Some("--allow-net web.test:81")),
+            (
+                &[],
+                &["db.test:10.0.0.6"],
+                &[],
+                Some(
+                    "--add-host db.test:10.0.0.6: this server does not let clients ask for it (its own: web.test:10.0.0.5)",
+                ),
+            ),
+            // The server's own pins stay in the check: a listed name cannot move.
+            (
+                &[],
+                &["web.test:10.0.0.6"],
+                MAY,
+                Some("web.test is already pinned to 10.0.0.5"),
+            ),
+            (&["example.com:443"], &["db.test:10.0.0.7"], MAY, None),
+            (&["web.test:notaport"], &[], MAY, Some("web.test:notaport")),
+        ];
+        for (allow_net, add_host, may, expected) in cases {
+            let got = judged(server, may, allow_net, add_host);
+            match (expected, got) {
+                (None, Ok(())) => {}
+                (Some(needle), Err(err)) => assert!(
+                    err.to_string().contains(needle),
+                    "{allow_net:?} {add_host:?}: {err}"
+                ),
+                (expected, got) => panic!("{allow_net:?} {add_host:?}: {got:?}, not {expected:?}"),
+            }
+        }
+        // A server without a filtered network: the consent it needs.
+        let refused = judged("net: none", &[], &[], &[]).unwrap_err().to_string();
+        assert!(refused.contains("--net filtered"), "{refused}");
+    }
+}
