@@ -14,6 +14,7 @@
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
 pub mod client;
+mod files;
 mod kernel;
 pub mod policy;
 pub mod protocol;
@@ -22,6 +23,7 @@ mod server;
 mod session;
 pub mod session_client;
 mod warm;
+mod watch;
 mod workspace;
 
 use crate::options::JailOptions;

@@ -835,6 +835,16 @@ impl Server {
             | Request::SessionPut { .. }
             | Request::SessionGet { .. }
             | Request::SessionLs { .. }
+            | Request::SessionStat { .. }
+            | Request::SessionExists { .. }
+            | Request::SessionMkdir { .. }
+            | Request::SessionRename { .. }
+            | Request::SessionRemove { .. }
+            | Request::SessionWrite { .. }
+            | Request::SessionRead { .. }
+            | Request::SessionWatch { .. }
+            | Request::SessionWatchEvents { .. }
+            | Request::SessionUnwatch { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self.route_to_session(&stream, &request, body, incoming.peer) {
                     self.status.refused += 1;

@@ -216,6 +216,8 @@ struct Session<'p> {
     drain_by: Option<Instant>,
     /// Why the session ended while it served a request.
     ended: Option<&'static str>,
+    /// Its directory watchers (`watch.rs`).
+    watches: super::watch::Watches,
 }
 
 /// Output kept of one exec: stdout and stderr together up to a limit (what is read past
@@ -345,6 +347,7 @@ impl<'p> Session<'p> {
             drain_grace: Duration::ZERO,
             drain_by: None,
             ended: None,
+            watches: Default::default(),
         }
     }
 
@@ -479,7 +482,10 @@ impl<'p> Session<'p> {
             let now = Instant::now();
             let give_up =
                 sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
-            let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
+            // Null: the answer went out already (a streamed read).
+            if !reply.is_null() {
+                let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
+            }
             // Idle from the end of the request on.
             last_request = Instant::now();
             if let Some(why) = self.ended {
@@ -586,6 +592,27 @@ impl<'p> Session<'p> {
                         "data": base64::engine::general_purpose::STANDARD.encode(data),
                     })
                 }),
+            Request::SessionLs {
+                path,
+                depth: Some(depth),
+                ..
+            } => self
+                .workspace()
+                .list_deep(&path, depth)
+                .map(|(entries, truncated)| {
+                    json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
+                }),
+            request if super::files::answers(&request) => {
+                let end_by = self.end_by();
+                super::files::handle(
+                    &workspace_of(&self.jail),
+                    &mut self.watches,
+                    request,
+                    connection,
+                    end_by,
+                )
+                .map(Option::unwrap_or_default)
+            }
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
@@ -600,12 +627,7 @@ impl<'p> Session<'p> {
     }
 
     fn workspace(&self) -> Workspace<'_> {
-        let plan = self.plan();
-        Workspace {
-            dir: self.jail.workspace(),
-            owner: self.jail.host_ids(),
-            size: plan.limits.home_size,
-        }
+        workspace_of(&self.jail)
     }
 
     /// Events that came between requests: an interpreter that died is forgotten (the
@@ -1454,6 +1476,16 @@ fn describe_end(end: &Ended, oom: bool) -> String {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(signal)) => format!("killed by signal {signal}"),
         (None, None) => "killed".into(),
+    }
+}
+
+fn workspace_of<'a>(jail: &'a SessionJail) -> Workspace<'a> {
+    let plan = jail.plan();
+    Workspace {
+        dir: jail.workspace(),
+        owner: jail.host_ids(),
+        jail_ids: (plan.identity.uid, plan.identity.gid),
+        size: plan.limits.home_size,
     }
 }
 
