@@ -588,6 +588,38 @@ fn watchers_report_changes_in_order(mode: Mode) {
             ("write", "top.txt")
         ])
     );
+    // A tree made at once: what was in a new directory before brig watched it is
+    // reported as created, and from then on it is watched.
+    sh(&server, &id, "mkdir -p t/u/v && printf x > t/u/f");
+    assert_eq!(
+        events(&server, &id, &all),
+        (
+            pairs(&[
+                ("create", "t"),
+                ("create", "t/u"),
+                ("create", "t/u/f"),
+                ("create", "t/u/v")
+            ])
+            .into_iter()
+            .collect::<Vec<_>>(),
+            false
+        )
+    );
+    sh(&server, &id, "printf y > t/u/v/g && rm -r t");
+    let (got, _) = events(&server, &id, &all);
+    assert_eq!(
+        got[..2],
+        pairs(&[("create", "t/u/v/g"), ("write", "t/u/v/g")]),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("remove".to_string(), "t/u/f".to_string())),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&("remove".to_string(), "t".to_string())),
+        "{got:?}"
+    );
     // A second watcher, on the new directory only.
     let only_sub = op(&server, &id, "session_watch", json!({"path": "sub"}));
     let only_sub = only_sub["watcher"].as_str().unwrap().to_string();

@@ -98,7 +98,7 @@ impl Watches {
             },
         );
         let added = match recursive {
-            true => self.watch_tree(workspace, &id, &root, 0),
+            true => self.watch_tree(workspace, &id, &root, 0, &mut Vec::new()),
             false => self.watch_directory(workspace, &id, &root).map(|_| ()),
         };
         if let Err(err) = added {
@@ -153,6 +153,7 @@ impl Watches {
         id: &str,
         path: &str,
         level: u32,
+        found: &mut Vec<String>,
     ) -> Result<()> {
         let dir = self.watch_directory(workspace, id, path)?;
         if level >= super::files::MAX_DEPTH {
@@ -163,21 +164,25 @@ impl Watches {
                 .map_err(|err| Error::setup(format!("dup: {err}")))?,
         )
         .map_err(|errno| Error::os(format!("session_watch: list {path:?}"), errno))?;
-        let subdirectories: Vec<String> = listing
-            .into_iter()
-            .flatten()
-            .filter(|entry| entry.file_type() == Some(nix::dir::Type::Directory))
-            .map(|entry| entry.file_name().to_string_lossy().into_owned())
-            .filter(|name| name != "." && name != "..")
-            .collect();
-        drop(dir);
-        for name in subdirectories {
+        let mut subdirectories = Vec::new();
+        for entry in listing.into_iter().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
             let child = if path.is_empty() {
                 name
             } else {
                 format!("{path}/{name}")
             };
-            match self.watch_tree(workspace, id, &child, level + 1) {
+            if entry.file_type() == Some(nix::dir::Type::Directory) {
+                subdirectories.push(child.clone());
+            }
+            found.push(child);
+        }
+        drop(dir);
+        for child in subdirectories {
+            match self.watch_tree(workspace, id, &child, level + 1, found) {
                 // Gone meanwhile (or swapped for a symlink leading out): not watched.
                 Ok(()) => {}
                 Err(err) if err.to_string().contains("watches") => return Err(err),
@@ -275,13 +280,24 @@ impl Watches {
                 } else {
                     watcher.queue.push_back(event);
                 }
-                if new_directory
-                    && watcher.recursive
-                    && self.watch_tree(workspace, &id, &path, 0).is_err()
-                {
-                    // Not followed (the cap, or gone already): its events are lost.
-                    if let Some(watcher) = self.watchers.get_mut(&id) {
-                        watcher.overflow = true;
+                if !(new_directory && watcher.recursive) {
+                    continue;
+                }
+                // What was made in the new directory before brig watched it is reported
+                // as made; if it cannot be followed (the cap, or gone already), its
+                // events are lost, and the watcher says so.
+                let mut found = Vec::new();
+                let followed = self.watch_tree(workspace, &id, &path, 0, &mut found);
+                found.sort();
+                let watcher = self.watchers.get_mut(&id).expect("looked up above");
+                watcher.overflow |= followed.is_err();
+                for path in found {
+                    match watcher.queue.len() < MAX_QUEUED {
+                        true => watcher.queue.push_back(Event {
+                            kind: "create",
+                            path,
+                        }),
+                        false => watcher.overflow = true,
                     }
                 }
             }
