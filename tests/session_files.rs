@@ -21,6 +21,8 @@ both_modes!(
     no_files_request_leads_out_of_the_workspace,
     watchers_report_changes_in_order,
     watchers_are_bounded,
+    python_client_files,
+    node_client_files,
 );
 
 fn ask(server: &Server, mut message: Value) -> Value {
@@ -786,5 +788,197 @@ fn watchers_are_bounded(mode: Mode) {
             .is_empty()),
         "runners left: {:?}",
         runners(&server)
+    );
+}
+
+/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
+fn client_copy(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("files-client-{name}"));
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(name);
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&source)
+        .arg(dir.path().join(name))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let chmod = std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
+    assert!(chmod.success());
+    dir
+}
+
+fn assert_lines(output: &std::process::Output, expected: &[&str]) {
+    let out = assert_success(output);
+    let lines: Vec<&str> = out.lines().collect();
+    for (index, want) in expected.iter().enumerate() {
+        assert_eq!(
+            lines.get(index).copied(),
+            Some(*want),
+            "line {}: {}",
+            index + 1,
+            describe(output)
+        );
+    }
+    assert_eq!(lines.len(), expected.len(), "{}", describe(output));
+}
+
+/// The files API through the Python client: streamed writes (bytes, a file object by
+/// sendfile) and reads (bytes, text, a stream of chunks), stat, exists, make_dir,
+/// rename, remove, deep listings, a watcher, and a refused escape.
+const PYTHON_FILES_SCRIPT: &str = r#"
+import hashlib, json, sys, tempfile
+from brig_client import BrigError, Sandbox
+def show(*values):
+    print(json.dumps(values), flush=True)
+with Sandbox(socket=sys.argv[1]) as sb:
+    big = bytes(range(256)) * (12 << 12) + b"tail"
+    show(sb.files.write("d/big.bin", big), sb.files.read("d/big.bin", format="bytes") == big)
+    with tempfile.TemporaryFile() as source:
+        source.write(b"from a file\n" * 1000)
+        source.seek(0)
+        show(sb.files.write("d/f.txt", source))
+    chunks = list(sb.files.read("d/big.bin", format="stream"))
+    show(hashlib.sha256(b"".join(chunks)).hexdigest() == hashlib.sha256(big).hexdigest(), max(map(len, chunks)) <= 1 << 20)
+    show(sb.files.read("d/f.txt").count("from a file"))
+    info = sb.files.get_info("d/big.bin")
+    show(info.name, info.path, info.type, info.size, info.modified_time > 0)
+    show(sb.files.exists("d/f.txt"), sb.files.exists("nope"))
+    show(sb.files.make_dir("x/y"), sb.files.make_dir("x/y"))
+    moved = sb.files.rename("d/f.txt", "x/y/g.txt")
+    show(moved.path, moved.type, sb.files.exists("d/f.txt"))
+    show([(e.path, e.type) for e in sb.files.list("x", depth=2)])
+    watcher = sb.files.watch_dir("x", recursive=True)
+    sb.files.write("x/y/new.txt", "n")
+    sb.files.remove("x/y/g.txt")
+    show([(e.type, e.name) for e in watcher.get_new_events()], watcher.overflowed)
+    watcher.stop()
+    sb.files.remove("x")
+    show(sb.files.exists("x"), [e.name for e in sb.files.list(".")])
+    for call in (lambda: sb.files.read("../etc/passwd"), lambda: sb.files.write("/etc/x", b"x"),
+                 lambda: sb.files.watch_dir("/"), lambda: sb.files.remove("..")):
+        try:
+            call()
+            show("not refused")
+        except BrigError as error:
+            show(error.kind, error.exit_code)
+"#;
+
+fn python_client_files(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", PYTHON_FILES_SCRIPT, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(
+        &output_of(command),
+        &[
+            "[12582916, true]",
+            "[12000]",
+            "[true, true]",
+            "[1000]",
+            r#"["big.bin", "d/big.bin", "file", 12582916, true]"#,
+            "[true, false]",
+            "[true, false]",
+            r#"["x/y/g.txt", "file", false]"#,
+            r#"[[["x/y", "dir"], ["x/y/g.txt", "file"]]]"#,
+            r#"[[["create", "x/y/new.txt"], ["write", "x/y/new.txt"], ["remove", "x/y/g.txt"]], false]"#,
+            r#"[false, ["d"]]"#,
+            r#"["bad_input", 125]"#,
+            r#"["bad_input", 125]"#,
+            r#"["bad_input", 125]"#,
+            r#"["bad_input", 125]"#,
+        ],
+    );
+}
+
+/// The same through the Node client.
+const NODE_FILES_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const crypto = require("crypto");
+const show = (...values) => console.log(JSON.stringify(values));
+(async () => {
+  const sb = await brig.Sandbox.create({ socket: process.argv[2] });
+  const big = Buffer.concat([Buffer.alloc(256 * (12 << 12)).map((_, i) => i % 256), Buffer.from("tail")]);
+  show(await sb.files.write("d/big.bin", big), (await sb.files.read("d/big.bin", { format: "bytes" })).equals(big));
+  async function* pieces() { for (let i = 0; i < 1000; i++) yield Buffer.from("from a file\n"); }
+  show(await sb.files.write("d/f.txt", pieces(), { size: 12000 }));
+  const hash = crypto.createHash("sha256");
+  let most = 0;
+  for await (const chunk of await sb.files.read("d/big.bin", { format: "stream" })) { hash.update(chunk); most = Math.max(most, chunk.length); }
+  show(hash.digest("hex") === crypto.createHash("sha256").update(big).digest("hex"));
+  show((await sb.files.read("d/f.txt")).split("from a file").length - 1);
+  const info = await sb.files.getInfo("d/big.bin");
+  show(info.name, info.path, info.type, info.size, info.modifiedTime > 0);
+  show(await sb.files.exists("d/f.txt"), await sb.files.exists("nope"));
+  show(await sb.files.makeDir("x/y"), await sb.files.makeDir("x/y"));
+  const moved = await sb.files.rename("d/f.txt", "x/y/g.txt");
+  show(moved.path, moved.type, await sb.files.exists("d/f.txt"));
+  show((await sb.files.list("x", { depth: 2 })).map((e) => [e.path, e.type]));
+  const watcher = await sb.files.watchDir("x", { recursive: true });
+  await sb.files.write("x/y/new.txt", "n");
+  await sb.files.remove("x/y/g.txt");
+  show((await watcher.getNewEvents()).map((e) => [e.type, e.name]), watcher.overflowed);
+  await watcher.stop();
+  await sb.files.remove("x");
+  show(await sb.files.exists("x"), (await sb.files.list(".")).map((e) => e.name));
+  for (const call of [() => sb.files.read("../etc/passwd"), () => sb.files.write("/etc/x", "x"),
+                      () => sb.files.watchDir("/"), () => sb.files.remove("..")]) {
+    try {
+      await call();
+      show("not refused");
+    } catch (error) {
+      show(error.kind, error.exitCode);
+    }
+  }
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn node_client_files(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    let output = output_of(command_as(
+        mode,
+        interpreter("node"),
+        &[
+            "-e",
+            NODE_FILES_SCRIPT,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ],
+    ));
+    assert_lines(
+        &output,
+        &[
+            "[12582916,true]",
+            "[12000]",
+            "[true]",
+            "[1000]",
+            r#"["big.bin","d/big.bin","file",12582916,true]"#,
+            "[true,false]",
+            "[true,false]",
+            r#"["x/y/g.txt","file",false]"#,
+            r#"[[["x/y","dir"],["x/y/g.txt","file"]]]"#,
+            r#"[[["create","x/y/new.txt"],["write","x/y/new.txt"],["remove","x/y/g.txt"]],false]"#,
+            r#"[false,["d"]]"#,
+            r#"["bad_input",125]"#,
+            r#"["bad_input",125]"#,
+            r#"["bad_input",125]"#,
+            r#"["bad_input",125]"#,
+        ],
     );
 }
