@@ -23,6 +23,7 @@ both_modes!(
     watchers_are_bounded,
     python_client_files,
     node_client_files,
+    the_command_line_streams_and_manages_files,
 );
 
 fn ask(server: &Server, mut message: Value) -> Value {
@@ -981,4 +982,65 @@ fn node_client_files(mode: Mode) {
             r#"["bad_input",125]"#,
         ],
     );
+}
+
+fn the_command_line_streams_and_manages_files(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0", "--home-size", "100M"]);
+    let dir = TempDir::new("files-cli").writable_by_all();
+    let created = run(
+        mode,
+        &[
+            "session",
+            "create",
+            "--server",
+            server.socket(),
+            "--workspace-size",
+            "100M",
+        ],
+    );
+    let id = assert_success(&created).trim().to_string();
+    let at = |args: &[&str]| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(&args[..1]);
+        all.extend_from_slice(&["--server", server.socket(), "--session", &id]);
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    // 20 MiB of binary through put and get, one request each.
+    let data = noise(20 << 20);
+    let local = dir.path().join("in.bin");
+    std::fs::write(&local, &data).unwrap();
+    set_mode(&local, 0o644);
+    assert_success(&at(&["put", local.to_str().unwrap(), "a/in.bin"]));
+    let back = dir.path().join("back.bin");
+    assert_success(&at(&["get", "a/in.bin", back.to_str().unwrap()]));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "get gave other bytes"
+    );
+    let output = at(&["stat", "a/in.bin"]);
+    let line = assert_success(&output);
+    assert!(
+        line.starts_with("file    0644   20971520 uid=") && line.trim_end().ends_with(" a/in.bin"),
+        "{line}"
+    );
+    assert_success(&at(&["mkdir", "b/c"]));
+    assert_success(&at(&["mv", "a/in.bin", "b/c/moved.bin"]));
+    let output = at(&["ls", "--depth", "3", "."]);
+    let listing = assert_success(&output);
+    assert!(listing.contains(" b/c/moved.bin\n"), "{listing}");
+    assert_success(&at(&["rm", "b"]));
+    let output = at(&["ls", "."]);
+    assert_eq!(
+        assert_success(&output).lines().count(),
+        1,
+        "{}",
+        describe(&output)
+    );
+    let output = at(&["rm", "../x"]);
+    assert_one_line_error(&output, &["`..`"]);
+    assert_eq!(code(&output), 125);
+    let output = at(&["get", "gone.bin"]);
+    assert_one_line_error(&output, &["no such file"]);
+    assert_success(&at(&["close"]));
 }

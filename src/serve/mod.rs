@@ -15,6 +15,7 @@
 
 pub mod client;
 mod files;
+mod files_client;
 mod kernel;
 pub mod policy;
 pub mod protocol;
