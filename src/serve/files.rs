@@ -10,7 +10,7 @@ use super::watch::Watches;
 use super::workspace::{self, AsJailUser, Workspace};
 use crate::error::{Error, Result};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag};
+use nix::fcntl::{AtFlags, OFlag, SpliceFFlags};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
@@ -21,7 +21,8 @@ use std::time::Instant;
 /// How deep a listing goes at most (`depth`), and a removal: a tree deeper than this is
 /// refused rather than walked with one descriptor a level.
 pub const MAX_DEPTH: u32 = 64;
-/// The buffer a streamed write goes through: the runner's memory for a file of any size.
+/// The pipe a streamed write is spliced through (and the most one splice moves): what the
+/// runner holds of a file of any size.
 const STREAM_BUFFER: usize = 256 << 10;
 /// What one sendfile(2) moves at most, so that the stall clock is looked at between.
 const SEND_CHUNK: usize = 1 << 20;
@@ -368,8 +369,9 @@ impl Workspace<'_> {
     }
 
     /// Writes `size` bytes the client streams on the connection to `path` (replacing
-    /// it, creating its directories), through a buffer of [`STREAM_BUFFER`]. The client
-    /// is told `ready` first, then sends the bytes raw. A write that fails leaves no file.
+    /// it, creating its directories), spliced through a pipe of [`STREAM_BUFFER`]. The
+    /// client is told `ready` first, then sends the bytes raw. A write that fails leaves
+    /// no file.
     pub fn write_stream(&self, path: &str, size: u64, stream: &Stream) -> Result<u64> {
         let _as_jail_user = AsJailUser::new(self.owner);
         let mut parts = workspace::components(path)?;
@@ -416,11 +418,27 @@ impl Workspace<'_> {
         )
         .map_err(|err| fail(err))?;
         let what = format!("session_write {path:?}");
-        let mut buffer = vec![0u8; STREAM_BUFFER.min(size as usize).max(1)];
+        // socket -> pipe -> file by splice(2): the bytes are copied once (into the
+        // file's pages), never through the runner's memory; the pipe holds at most
+        // STREAM_BUFFER.
+        let (from_socket, into_pipe) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|errno| fail(Error::os(format!("{what}: pipe"), errno)))?;
+        let _ = nix::fcntl::fcntl(
+            &into_pipe,
+            nix::fcntl::FcntlArg::F_SETPIPE_SZ(STREAM_BUFFER as i32),
+        );
+        let moving = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
         let mut done = 0u64;
         while done < size {
-            let want = buffer.len().min((size - done) as usize);
-            let count = match nix::unistd::read(stream.connection, &mut buffer[..want]) {
+            let want = STREAM_BUFFER.min((size - done) as usize);
+            let count = match nix::fcntl::splice(
+                stream.connection,
+                None,
+                &into_pipe,
+                None,
+                want,
+                moving,
+            ) {
                 Ok(0) => {
                     return Err(fail(Error::input(format!(
                         "{what}: the client closed the connection after {done} of {size} bytes; nothing was kept"
@@ -441,7 +459,7 @@ impl Workspace<'_> {
             };
             let mut written = 0;
             while written < count {
-                match nix::unistd::write(&file, &buffer[written..count]) {
+                match nix::fcntl::splice(&from_socket, None, &file, None, count - written, moving) {
                     Ok(n) => written += n,
                     Err(Errno::EINTR) => {}
                     Err(Errno::ENOSPC | Errno::EDQUOT | Errno::EFBIG) => {
