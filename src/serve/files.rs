@@ -406,7 +406,7 @@ impl Workspace<'_> {
             err
         };
         let free = nix::sys::statvfs::fstatvfs(&dir)
-            .map(|vfs| vfs.blocks_available() as u64 * vfs.fragment_size() as u64)
+            .map(|vfs| vfs.blocks_available().saturating_mul(vfs.fragment_size()))
             .unwrap_or(u64::MAX);
         if size > free {
             return Err(fail(self.full(path)));
@@ -416,7 +416,7 @@ impl Workspace<'_> {
             &json!({"type": "ready", "path": path, "size": size}),
             &[],
         )
-        .map_err(|err| fail(err))?;
+        .map_err(&fail)?;
         let what = format!("session_write {path:?}");
         // socket -> pipe -> file by splice(2): the bytes are copied once (into the
         // file's pages), never through the runner's memory; the pipe holds at most
