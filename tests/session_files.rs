@@ -24,6 +24,7 @@ both_modes!(
     python_client_files,
     node_client_files,
     the_command_line_streams_and_manages_files,
+    a_stalled_or_drained_transfer_is_cut,
 );
 
 fn ask(server: &Server, mut message: Value) -> Value {
@@ -1043,4 +1044,40 @@ fn the_command_line_streams_and_manages_files(mode: Mode) {
     let output = at(&["get", "gone.bin"]);
     assert_one_line_error(&output, &["no such file"]);
     assert_success(&at(&["close"]));
+}
+
+/// A transfer whose client stops sending holds the session for the stall time at most
+/// (10 s), and a draining server's grace holds for it as for any request.
+fn a_stalled_or_drained_transfer_is_cut(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "0", "--drain-grace", "1s"]);
+    let id = create(&server, json!({}));
+    let begin = |path: &str| {
+        let mut stream = connect(
+            &server,
+            json!({"type": "session_write", "session": id, "path": path, "size": 1 << 20}),
+        );
+        assert_eq!(read_reply(&stream).unwrap()["type"], "ready");
+        stream.write_all(&[1u8; 1000]).unwrap();
+        stream
+    };
+    // The client keeps its connection open and sends nothing more.
+    let stalled = begin("stalled.bin");
+    assert_error(
+        &read_reply(&stalled).expect("an answer"),
+        "session_write \"stalled.bin\": the client moved no data for 10 s; the transfer is cut",
+    );
+    drop(stalled);
+    let there = op(&server, &id, "session_exists", json!({"path": "stalled.bin"}));
+    assert_eq!(there["exists"], false, "{there}");
+    // The server drains while a client holds a transfer: cut at the grace, the server
+    // exits, nothing is kept.
+    let held = begin("held.bin");
+    let process = server.running.take().expect("running");
+    kill(process.pid(), libc::SIGTERM);
+    assert_error(
+        &read_reply(&held).expect("an answer"),
+        "session_write \"held.bin\": the server is draining; the transfer is cut",
+    );
+    let output = process.wait();
+    assert!(output.status.success(), "{}", describe(&output));
 }

@@ -51,7 +51,7 @@ pub fn handle(
     watches: &mut Watches,
     request: Request,
     connection: &OwnedFd,
-    end_by: Option<Instant>,
+    (end_by, drain): (Option<Instant>, Option<Drain>),
 ) -> Result<Option<Value>> {
     let reply = match request {
         Request::SessionStat { path, .. } => {
@@ -77,7 +77,7 @@ pub fn handle(
             json!({"type": "removed", "path": path, "removed": removed})
         }
         Request::SessionWrite { path, size, .. } => {
-            let stream = Stream::new(connection, end_by);
+            let stream = Stream::new(connection, end_by, drain);
             let size = workspace.write_stream(&path, size, &stream)?;
             json!({"type": "written", "path": path, "size": size})
         }
@@ -87,7 +87,7 @@ pub fn handle(
             length,
             ..
         } => {
-            let stream = Stream::new(connection, end_by);
+            let stream = Stream::new(connection, end_by, drain);
             workspace.read_stream(&path, offset, length, &stream)?;
             return Ok(None);
         }
@@ -142,42 +142,80 @@ fn kind_of(stat: &FileStat) -> &'static str {
     }
 }
 
+/// The server's control socket, whose hang-up starts the drain, and the drain's grace.
+pub type Drain<'a> = (BorrowedFd<'a>, std::time::Duration);
+
 /// The client's connection, on which a stream's bytes go, each step within the stall
-/// time ([`protocol::REPLY_TIMEOUT`]) and never past the session's end.
+/// time ([`protocol::REPLY_TIMEOUT`]) and never past the session's end, nor past the
+/// drain's grace once the server drains.
 pub struct Stream<'a> {
     connection: BorrowedFd<'a>,
-    end_by: Option<Instant>,
+    end_by: std::cell::Cell<Option<Instant>>,
+    drain: std::cell::Cell<Option<Drain<'a>>>,
+    /// Whether the server began to drain during the transfer.
+    drained: std::cell::Cell<bool>,
 }
 
 impl<'a> Stream<'a> {
-    fn new(connection: &'a OwnedFd, end_by: Option<Instant>) -> Stream<'a> {
+    fn new(
+        connection: &'a OwnedFd,
+        end_by: Option<Instant>,
+        drain: Option<Drain<'a>>,
+    ) -> Stream<'a> {
         // Non-blocking: every wait is a poll with a timeout.
         let _ = nix::fcntl::fcntl(connection, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
         Stream {
             connection: connection.as_fd(),
-            end_by,
+            end_by: end_by.into(),
+            drain: drain.into(),
+            drained: false.into(),
         }
     }
 
-    /// Waits until the connection is ready for `flags`; an error when the client stalls.
+    /// Waits until the connection is ready for `flags`; an error when the client stalls,
+    /// the session ends or the drain's grace is over.
     fn wait(&self, flags: PollFlags, what: &str) -> Result<()> {
-        let mut until = Instant::now() + protocol::REPLY_TIMEOUT;
-        if let Some(end) = self.end_by {
-            until = until.min(end);
-        }
+        let stall_until = Instant::now() + protocol::REPLY_TIMEOUT;
         loop {
+            let end = self.end_by.get();
+            let until = end.map_or(stall_until, |end| end.min(stall_until));
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::input(format!(
-                    "{what}: the client moved no data for {} s (or the session ended); the transfer is cut",
-                    protocol::REPLY_TIMEOUT.as_secs()
-                )));
+                let why = match (
+                    self.drained.get(),
+                    end.is_some_and(|end| end <= stall_until),
+                ) {
+                    (true, _) => "the server is draining".to_string(),
+                    (false, true) => "the session ended".to_string(),
+                    (false, false) => format!(
+                        "the client moved no data for {} s",
+                        protocol::REPLY_TIMEOUT.as_secs()
+                    ),
+                };
+                return Err(Error::input(format!("{what}: {why}; the transfer is cut")));
             }
             let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(self.connection, flags)];
+            // The control socket is polled for its hang-up only (poll always reports it).
+            let mut fds = vec![PollFd::new(self.connection, flags)];
+            if let Some((control, _)) = self.drain.get() {
+                fds.push(PollFd::new(control, PollFlags::empty()));
+            }
             match nix::poll::poll(&mut fds, timeout) {
                 Ok(0) | Err(Errno::EINTR) => {}
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    let hung_up = fds.get(1).and_then(PollFd::revents).is_some_and(|events| {
+                        events.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)
+                    });
+                    if hung_up && let Some((_, grace)) = self.drain.take() {
+                        let drain_by = Instant::now() + grace;
+                        self.end_by
+                            .set(Some(end.map_or(drain_by, |end| end.min(drain_by))));
+                        self.drained.set(true);
+                    }
+                    if fds[0].any().unwrap_or(false) {
+                        return Ok(());
+                    }
+                }
                 Err(errno) => return Err(Error::os(format!("{what}: poll"), errno)),
             }
         }
@@ -237,10 +275,20 @@ impl Workspace<'_> {
     /// Whether `path` names something (a dangling symlink does); a path that leads out
     /// is still an error.
     pub fn exists(&self, path: &str) -> Result<bool> {
-        match self.stat(path) {
+        let _as_jail_user = AsJailUser::new(self.owner);
+        let parts = workspace::components(path)?;
+        if parts.is_empty() {
+            return Ok(true);
+        }
+        // O_PATH with O_NOFOLLOW: the name itself, a symlink included, opened beneath the
+        // workspace like any path (a component leading out is refused, not "missing").
+        let how = nix::fcntl::OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(workspace::resolve());
+        match nix::fcntl::openat2(self.dir, parts.join("/").as_str(), how) {
             Ok(_) => Ok(true),
-            Err(err) if is_missing(&err) => Ok(false),
-            Err(err) => Err(err),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
+            Err(errno) => Err(workspace::resolve_error(path, "look up", errno)),
         }
     }
 
@@ -527,13 +575,6 @@ impl Workspace<'_> {
         }
         Ok(())
     }
-}
-
-fn is_missing(err: &Error) -> bool {
-    let message = err.to_string();
-    // The two answers `resolve_error` gives for a name that is not there.
-    message.contains("no such file in the workspace")
-        || message.contains("a part of it is not a directory")
 }
 
 fn join(prefix: &str, name: &str) -> String {

@@ -604,12 +604,15 @@ impl<'p> Session<'p> {
                 }),
             request if super::files::answers(&request) => {
                 let end_by = self.end_by();
+                let drain = (self.control.as_ref())
+                    .filter(|_| self.drain_by.is_none())
+                    .map(|control| (control.as_fd(), self.drain_grace));
                 super::files::handle(
                     &workspace_of(&self.jail),
                     &mut self.watches,
                     request,
                     connection,
-                    end_by,
+                    (end_by, drain),
                 )
                 .map(Option::unwrap_or_default)
             }

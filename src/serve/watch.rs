@@ -53,6 +53,9 @@ pub struct Watches {
     /// Each kernel watch: the watchers it serves, and the directory's path in the
     /// workspace.
     directories: HashMap<WatchDescriptor, (Vec<String>, String)>,
+    /// The last watch refused for a bound (the session's cap, the host's inotify
+    /// watches), not because its directory went: a tree being walked stops there.
+    at_bound: bool,
 }
 
 fn mask() -> AddWatchFlags {
@@ -97,6 +100,7 @@ impl Watches {
                 watching: Vec::new(),
             },
         );
+        self.at_bound = false;
         let added = match recursive {
             true => self.watch_tree(workspace, &id, &root, 0, &mut Vec::new()),
             false => self.watch_directory(workspace, &id, &root).map(|_| ()),
@@ -115,20 +119,24 @@ impl Watches {
         let shown = if path.is_empty() { "." } else { path };
         let dir = workspace.directory(&parts, false, shown)?;
         let inotify = self.inotify.as_ref().expect("made before any watch");
-        let known = |wd: &WatchDescriptor| self.directories.contains_key(wd);
         // The kernel resolved the directory beneath the workspace; the watch goes on the
         // inode it found, named by the descriptor, not by the path again.
         let by_descriptor = format!("/proc/self/fd/{}", dir.as_raw_fd());
-        let wd = inotify
-            .add_watch(by_descriptor.as_str(), mask())
-            .map_err(|errno| match errno {
-                Errno::ENOSPC => Error::input(
+        let wd = match inotify.add_watch(by_descriptor.as_str(), mask()) {
+            Ok(wd) => wd,
+            Err(Errno::ENOSPC) => {
+                self.at_bound = true;
+                return Err(Error::input(
                     "session_watch: the host's inotify watches are used up (fs.inotify.max_user_watches); remove watchers",
-                ),
-                errno => Error::os(format!("session_watch: watch {shown:?}"), errno),
-            })?;
-        if !known(&wd) && self.directories.len() >= MAX_WATCHES {
+                ));
+            }
+            Err(errno) => {
+                return Err(Error::os(format!("session_watch: watch {shown:?}"), errno));
+            }
+        };
+        if !self.directories.contains_key(&wd) && self.directories.len() >= MAX_WATCHES {
             let _ = inotify.rm_watch(wd);
+            self.at_bound = true;
             return Err(Error::input(format!(
                 "session_watch: the session watches {MAX_WATCHES} directories already; watch fewer (a recursive watcher takes one a directory)"
             )));
@@ -185,7 +193,7 @@ impl Watches {
             match self.watch_tree(workspace, id, &child, level + 1, found) {
                 // Gone meanwhile (or swapped for a symlink leading out): not watched.
                 Ok(()) => {}
-                Err(err) if err.to_string().contains("watches") => return Err(err),
+                Err(err) if self.at_bound => return Err(err),
                 Err(_) => {}
             }
         }
@@ -287,6 +295,7 @@ impl Watches {
                 // as made; if it cannot be followed (the cap, or gone already), its
                 // events are lost, and the watcher says so.
                 let mut found = Vec::new();
+                self.at_bound = false;
                 let followed = self.watch_tree(workspace, &id, &path, 0, &mut found);
                 found.sort();
                 let watcher = self.watchers.get_mut(&id).expect("looked up above");
