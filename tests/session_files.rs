@@ -1067,7 +1067,12 @@ fn a_stalled_or_drained_transfer_is_cut(mode: Mode) {
         "session_write \"stalled.bin\": the client moved no data for 10 s; the transfer is cut",
     );
     drop(stalled);
-    let there = op(&server, &id, "session_exists", json!({"path": "stalled.bin"}));
+    let there = op(
+        &server,
+        &id,
+        "session_exists",
+        json!({"path": "stalled.bin"}),
+    );
     assert_eq!(there["exists"], false, "{there}");
     // The server drains while a client holds a transfer: cut at the grace, the server
     // exits, nothing is kept.

@@ -389,7 +389,7 @@ impl Workspace<'_> {
         entries: &mut Vec<Stat>,
         truncated: &mut bool,
     ) -> Result<()> {
-        for name in names(&dir, prefix)? {
+        for name in workspace::names(&dir, prefix)? {
             if entries.len() >= workspace::MAX_ENTRIES {
                 *truncated = true;
                 return Ok(());
@@ -537,19 +537,7 @@ impl Workspace<'_> {
         stream: &Stream,
     ) -> Result<()> {
         let _as_jail_user = AsJailUser::new(self.owner);
-        let parts = workspace::components(path)?;
-        if parts.is_empty() {
-            return Err(Error::input(format!(
-                "path {path:?}: names the workspace itself; give a file's path"
-            )));
-        }
-        let file = self.open_at(
-            self.dir,
-            &parts.join("/"),
-            OFlag::O_RDONLY | OFlag::O_NONBLOCK,
-            path,
-        )?;
-        let size = workspace::regular_file(&file, path)?;
+        let (file, size) = self.open_regular(path)?;
         let count = length.unwrap_or(u64::MAX).min(size.saturating_sub(offset));
         protocol::write_frame(
             stream.connection,
@@ -593,21 +581,6 @@ fn open_child_dir(dir: BorrowedFd, name: &str) -> nix::Result<OwnedFd> {
     nix::fcntl::openat2(dir, name, how)
 }
 
-/// The names in `dir` but `.` and `..`.
-fn names(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
-    let listing = nix::dir::Dir::from_fd(
-        dir.try_clone()
-            .map_err(|err| Error::setup(format!("dup: {err}")))?,
-    )
-    .map_err(|errno| Error::os(format!("list {path:?} in the workspace"), errno))?;
-    Ok(listing
-        .into_iter()
-        .flatten()
-        .map(|entry| entry.file_name().to_string_lossy().into_owned())
-        .filter(|name| name != "." && name != "..")
-        .collect())
-}
-
 /// Removes `name` in `dir`, and if it is a directory (not a symlink to one), what is in
 /// it first, each level opened from the one above with O_NOFOLLOW; the count removed.
 fn remove_entry(dir: BorrowedFd, name: &str, path: &str, level: u32) -> Result<u64> {
@@ -626,7 +599,7 @@ fn remove_entry(dir: BorrowedFd, name: &str, path: &str, level: u32) -> Result<u
     let child = open_child_dir(dir, name)
         .map_err(|errno| workspace::resolve_error(path, "remove", errno))?;
     let mut removed = 0;
-    for entry in names(&child, path)? {
+    for entry in workspace::names(&child, path)? {
         removed += remove_entry(child.as_fd(), &entry, &join(path, &entry), level + 1)?;
     }
     nix::unistd::unlinkat(dir, name, UnlinkatFlags::RemoveDir).map_err(|errno| match errno {

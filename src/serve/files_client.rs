@@ -3,7 +3,7 @@
 //! `session_read`): any size, through a fixed buffer, nothing held whole.
 
 use super::protocol;
-use super::session_client::{At, request};
+use super::session_client::{At, checked, request};
 use crate::error::{Error, Result};
 use crate::verdict::printable;
 use serde_json::{Value, json};
@@ -30,21 +30,7 @@ fn reply_on(mut stream: &UnixStream, socket: &Path) -> Result<Value> {
     }
     let mut body = vec![0u8; length];
     stream.read_exact(&mut body).map_err(gone)?;
-    let reply: Value = serde_json::from_slice(&body).map_err(|err| {
-        Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
-    })?;
-    if reply["type"] == "error" {
-        let message = printable(
-            reply["message"]
-                .as_str()
-                .unwrap_or("brig serve refused the request"),
-        );
-        return Err(match reply["kind"].as_str() {
-            Some("bad_input") => Error::input(message),
-            _ => Error::setup(message),
-        });
-    }
-    Ok(reply)
+    checked(&body)
 }
 
 fn open_request(at: &At, mut message: Value) -> Result<UnixStream> {

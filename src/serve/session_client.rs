@@ -256,7 +256,12 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
                 socket.display()
             ))
         })?;
-    let reply: Value = serde_json::from_slice(&body).map_err(|err| {
+    checked(&body)
+}
+
+/// A reply's JSON, or this side's error for an error reply.
+pub fn checked(body: &[u8]) -> Result<Value> {
+    let reply: Value = serde_json::from_slice(body).map_err(|err| {
         Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
     })?;
     if reply["type"] == "error" {

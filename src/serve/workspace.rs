@@ -213,10 +213,9 @@ impl Workspace<'_> {
         Ok(stat.st_size as u64)
     }
 
-    /// Up to `length` bytes (at most [`MAX_CHUNK`]) of the regular file `path` from
-    /// `offset`, and the file's whole size.
-    pub fn get(&self, path: &str, offset: u64, length: Option<u64>) -> Result<(Vec<u8>, u64)> {
-        let _as_jail_user = AsJailUser::new(self.owner);
+    /// The regular file `path` opened for reading (non-blocking: a FIFO the jail planted
+    /// cannot hold brig), and its size. The caller is the jail user already.
+    pub(super) fn open_regular(&self, path: &str) -> Result<(OwnedFd, u64)> {
         let parts = components(path)?;
         if parts.is_empty() {
             return Err(Error::input(format!(
@@ -230,6 +229,14 @@ impl Workspace<'_> {
             path,
         )?;
         let size = regular_file(&file, path)?;
+        Ok((file, size))
+    }
+
+    /// Up to `length` bytes (at most [`MAX_CHUNK`]) of the regular file `path` from
+    /// `offset`, and the file's whole size.
+    pub fn get(&self, path: &str, offset: u64, length: Option<u64>) -> Result<(Vec<u8>, u64)> {
+        let _as_jail_user = AsJailUser::new(self.owner);
+        let (file, size) = self.open_regular(path)?;
         let wanted = length.unwrap_or(MAX_CHUNK).min(MAX_CHUNK);
         let mut data = vec![0u8; wanted.min(size.saturating_sub(offset)) as usize];
         let mut read = 0;
@@ -257,17 +264,8 @@ impl Workspace<'_> {
             components(path)?
         };
         let dir = self.directory(&parts, false, path)?;
-        let listing = nix::dir::Dir::from_fd(
-            dir.try_clone()
-                .map_err(|err| Error::setup(format!("dup: {err}")))?,
-        )
-        .map_err(|errno| Error::os(format!("list {path:?} in the workspace"), errno))?;
         let mut entries = Vec::new();
-        for entry in listing.into_iter().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name == "." || name == ".." {
-                continue;
-            }
+        for name in names(&dir, path)? {
             let Ok(stat) = nix::sys::stat::fstatat(
                 &dir,
                 name.as_str(),
@@ -297,6 +295,21 @@ impl Workspace<'_> {
         entries.truncate(MAX_ENTRIES);
         Ok((entries, truncated))
     }
+}
+
+/// The names in directory `dir` (the workspace's `path`) but `.` and `..`.
+pub(super) fn names(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
+    let listing = nix::dir::Dir::from_fd(
+        dir.try_clone()
+            .map_err(|err| Error::setup(format!("dup: {err}")))?,
+    )
+    .map_err(|errno| Error::os(format!("list {path:?} in the workspace"), errno))?;
+    Ok(listing
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "." && name != "..")
+        .collect())
 }
 
 #[cfg(test)]
