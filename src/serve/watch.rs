@@ -86,7 +86,12 @@ impl Watches {
         let root = workspace::components(path)?.join("/");
         if self.inotify.is_none() {
             let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-                .map_err(|errno| Error::os("session_watch: inotify_init1", errno))?;
+                .map_err(|errno| match errno {
+                    Errno::EMFILE => Error::setup(
+                        "session_watch: the server's inotify instances are used up (fs.inotify.max_user_instances, one a session that watches); retry once other sessions stop watching, or raise it",
+                    ),
+                    errno => Error::os("session_watch: inotify_init1", errno),
+                })?;
             self.inotify = Some(inotify);
         }
         self.made += 1;
