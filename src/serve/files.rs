@@ -610,3 +610,80 @@ fn remove_entry(dir: BorrowedFd, name: &str, path: &str, level: u32) -> Result<u
     })?;
     Ok(removed + 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::Size;
+    use std::path::Path;
+
+    fn workspace_fd(dir: &Path) -> OwnedFd {
+        nix::fcntl::open(dir, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty()).unwrap()
+    }
+
+    #[test]
+    fn trees_are_walked_by_descriptor_and_never_through_a_symlink() {
+        let root = std::env::temp_dir().join(format!("brig-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let home = root.join("home");
+        std::fs::create_dir_all(home.join("a/b/c")).unwrap();
+        std::fs::create_dir_all(root.join("outside/deep")).unwrap();
+        std::fs::write(root.join("outside/deep/keep"), "host").unwrap();
+        std::fs::write(home.join("a/b/c/f"), "12345").unwrap();
+        std::os::unix::fs::symlink(root.join("outside"), home.join("a/b/out")).unwrap();
+        std::os::unix::fs::symlink("../..", home.join("a/up")).unwrap();
+        let fd = workspace_fd(&home);
+        let ids = (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
+        let workspace = Workspace {
+            dir: fd.as_fd(),
+            owner: ids,
+            jail_ids: (1000, 1000),
+            size: Size(1 << 20),
+        };
+
+        let (entries, truncated) = workspace.list_deep(".", 10).unwrap();
+        let paths: Vec<_> = entries.iter().map(|e| (e.path.as_str(), e.kind)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("a", "dir"),
+                ("a/b", "dir"),
+                ("a/b/c", "dir"),
+                ("a/b/c/f", "file"),
+                ("a/b/out", "symlink"),
+                ("a/up", "symlink"),
+            ]
+        );
+        assert!(!truncated);
+        // The owner's files are the jail user's, as the jail sees them.
+        assert_eq!((entries[3].uid, entries[3].size), (1000, 5));
+        let link = workspace.stat("a/up").unwrap();
+        assert_eq!(link.symlink_target.as_deref(), Some("../.."));
+        assert!(workspace.exists("a/b/out").unwrap());
+        assert!(!workspace.exists("a/nothing/here").unwrap());
+        let err = workspace.exists("a/b/out/deep").unwrap_err().to_string();
+        assert!(err.contains("leads out"), "{err}");
+        let err = workspace.remove("a/up/outside").unwrap_err().to_string();
+        assert!(err.contains("leads out"), "{err}");
+        assert!(workspace.make_dir("x/y", true).unwrap());
+        assert!(!workspace.make_dir("x/y", true).unwrap());
+        workspace.rename("a/b/c/f", "x/y/g").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(home.join("x/y/g")).unwrap(),
+            "12345"
+        );
+        // The whole tree, the links in it as links: the outside is untouched.
+        assert_eq!(workspace.remove("a").unwrap(), 5);
+        assert!(!home.join("a").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.join("outside/deep/keep")).unwrap(),
+            "host"
+        );
+        let err = workspace.list_deep(".", 0).unwrap_err().to_string();
+        assert!(err.contains("\"depth\" 0"), "{err}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
