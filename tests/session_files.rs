@@ -418,7 +418,7 @@ fn a_broken_or_oversized_write_leaves_nothing(mode: Mode) {
     // More than the workspace holds: refused before a byte moves.
     let reply = write_file(&server, &small, "too/big.bin", &vec![7u8; 2 << 20]);
     assert_error(&reply, "the workspace is full (workspace_size 1M)");
-    // Fits the check, but another file fills the workspace meanwhile: ENOSPC mid-way.
+    // More than is left once another file is there: refused too, the other file kept.
     let reply = write_file(&server, &small, "half.bin", &vec![7u8; 600 << 10]);
     assert_eq!(reply["type"], "written", "{reply}");
     let reply = write_file(&server, &small, "other.bin", &vec![7u8; 500 << 10]);
