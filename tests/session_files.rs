@@ -431,6 +431,39 @@ fn a_broken_or_oversized_write_leaves_nothing(mode: Mode) {
     );
     assert_eq!(names(&listing, "path"), ["half.bin", "too"], "{listing}");
 
+    // The workspace fills while the bytes come (a process of the jail writes): the write
+    // is cut with the workspace_size error, its partial file removed, the other kept.
+    let filling = create(&server, json!({"workspace_size": "4M"}));
+    let marker = format!("BRIG_TEST_MARKER={}", unique("fill"));
+    let reply = ask(
+        &server,
+        json!({"type": "session_exec", "session": filling, "env": [marker],
+            "command": ["sh", "-c", "(while [ \"$(stat -c %s big 2>/dev/null || echo 0)\" -lt 1048576 ]; do sleep 0.01; done; head -c 3000000 /dev/zero > fill; touch filled; sleep 600) > /dev/null 2>&1 &"]}),
+    );
+    assert_eq!(reply["verdict"]["exit_code"], 0, "{reply}");
+    let mut stream = connect(
+        &server,
+        json!({"type": "session_write", "session": filling, "path": "big", "size": 3 << 20}),
+    );
+    assert_eq!(read_reply(&stream).unwrap()["type"], "ready");
+    stream.write_all(&[9u8; 1 << 20]).unwrap();
+    let filled = wait_until(std::time::Duration::from_secs(30), || {
+        processes_with_environ(&marker).iter().any(|pid| {
+            std::path::Path::new(&format!("/proc/{pid}/root/home/sandbox/filled")).exists()
+        })
+    });
+    assert!(filled, "the jail's process did not fill the workspace");
+    let _ = stream.write_all(&[9u8; 2 << 20]);
+    assert_error(
+        &read_reply(&stream).unwrap(),
+        "the workspace is full (workspace_size 4M)",
+    );
+    let there = op(&server, &filling, "session_exists", json!({"path": "big"}));
+    assert_eq!(there["exists"], false, "{there}");
+    let kept = op(&server, &filling, "session_stat", json!({"path": "fill"}));
+    assert_eq!(kept["entry"]["size"], 3_000_000, "{kept}");
+    close(&server, &filling);
+
     // A client that goes away mid-way: the partial file is removed, the session goes on.
     let id = create(&server, json!({}));
     let mut stream = connect(
