@@ -724,14 +724,25 @@ fn watchers_report_changes_in_order(mode: Mode) {
         &op(&server, &id, "session_watch", json!({"path": "plain"})),
         "not a directory",
     );
-    // Another user cannot read a session's watcher (root may, and made this one).
+    // Another user can use neither a session's watcher nor its files, streamed or not
+    // (root may, and made this one).
     if mode == Mode::Root {
         let group_server = Server::start(mode, &["--pool", "0", "--socket-group", "65534"]);
         let id = create(&group_server, json!({}));
         let made = op(&group_server, &id, "session_watch", json!({"path": "."}));
+        assert_eq!(
+            write_file(&group_server, &id, "secret", b"mine")["type"],
+            "written"
+        );
+        op(
+            &group_server,
+            &id,
+            "session_watch_events",
+            json!({"watcher": made["watcher"]}),
+        );
         let watcher = made["watcher"].as_str().unwrap();
         let script = format!(
-            "import json,socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\nb=json.dumps({{'brig':1,'type':'session_watch_events','session':{:?},'watcher':{:?}}}).encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
+            "import json,socket,struct\nfor m in ({{'type':'session_watch_events','watcher':{2:?}}},{{'type':'session_read','path':'secret'}},{{'type':'session_write','path':'planted','size':1}},{{'type':'session_remove','path':'secret'}}):\n s=socket.socket(socket.AF_UNIX)\n s.connect({0:?})\n b=json.dumps(dict(m,brig=1,session={1:?})).encode()\n s.sendall(struct.pack('>I',len(b))+b)\n n=struct.unpack('>I',s.recv(4))[0]\n print(json.loads(s.recv(n))['message'])",
             group_server.socket(),
             id,
             watcher
@@ -740,12 +751,18 @@ fn watchers_report_changes_in_order(mode: Mode) {
         foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
         foreign.arg(interpreter("python3")).args(["-c", &script]);
         let output = output_of(foreign);
-        assert!(
-            stdout(&output).contains("belongs to another user"),
+        let lines = assert_success(&output);
+        assert_eq!(
+            lines
+                .lines()
+                .filter(|line| line.contains("belongs to another user"))
+                .count(),
+            4,
             "{}",
             describe(&output)
         );
-        // The control: its owner reads it.
+        // The control: its owner reads them, and nothing changed.
+        assert_eq!(read_file(&group_server, &id, "secret").unwrap(), b"mine");
         assert_eq!(events(&group_server, &id, watcher), (vec![], false));
     }
     close(&server, &id);
