@@ -27,11 +27,12 @@ const STREAM_BUFFER: usize = 256 << 10;
 /// What one sendfile(2) moves at most, so that the stall clock is looked at between.
 const SEND_CHUNK: usize = 1 << 20;
 
-/// Whether `request` is one this module answers.
+/// Whether `request` is one this module answers (`session_ls` with a depth too).
 pub fn answers(request: &Request) -> bool {
     matches!(
         request,
-        Request::SessionStat { .. }
+        Request::SessionLs { depth: Some(_), .. }
+            | Request::SessionStat { .. }
             | Request::SessionExists { .. }
             | Request::SessionMkdir { .. }
             | Request::SessionRename { .. }
@@ -54,6 +55,14 @@ pub fn handle(
     (end_by, drain): (Option<Instant>, Option<Drain>),
 ) -> Result<Option<Value>> {
     let reply = match request {
+        Request::SessionLs {
+            path,
+            depth: Some(depth),
+            ..
+        } => {
+            let (entries, truncated) = workspace.list_deep(&path, depth)?;
+            json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
+        }
         Request::SessionStat { path, .. } => {
             json!({"type": "stat", "entry": workspace.stat(&path)?})
         }

@@ -592,16 +592,6 @@ impl<'p> Session<'p> {
                         "data": base64::engine::general_purpose::STANDARD.encode(data),
                     })
                 }),
-            Request::SessionLs {
-                path,
-                depth: Some(depth),
-                ..
-            } => self
-                .workspace()
-                .list_deep(&path, depth)
-                .map(|(entries, truncated)| {
-                    json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
-                }),
             request if super::files::answers(&request) => {
                 let end_by = self.end_by();
                 let drain = (self.control.as_ref())
