@@ -6,6 +6,7 @@
 //! second with 1 and 2 workers (median window), and brig's peak RSS. The ratios
 //! brig/bwrap are the numbers the performance goals are stated in.
 
+mod files;
 mod net;
 mod serve;
 mod sessions;
@@ -36,6 +37,9 @@ struct Options {
     /// The sessions section: measured unless `--no-sessions`; alone with `--sessions-only`.
     sessions: bool,
     sessions_only: bool,
+    /// The session files section: measured unless `--no-files`; alone with `--files-only`.
+    files: bool,
+    files_only: bool,
 }
 
 fn parse_options() -> Options {
@@ -57,6 +61,8 @@ fn parse_options() -> Options {
         serve_only: false,
         sessions: true,
         sessions_only: false,
+        files: true,
+        files_only: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -80,6 +86,8 @@ fn parse_options() -> Options {
             "--serve-only" => options.serve_only = true,
             "--no-sessions" => options.sessions = false,
             "--sessions-only" => options.sessions_only = true,
+            "--no-files" => options.files = false,
+            "--files-only" => options.files_only = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown option {other}")),
         }
@@ -92,7 +100,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--no-sessions | --sessions-only] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--no-sessions | --sessions-only] [--no-files | --files-only] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -267,6 +275,9 @@ struct Report {
     /// Sessions of `brig serve` against bwrap and a bare Python.
     #[serde(skip_serializing_if = "Option::is_none")]
     sessions: Option<sessions::SessionsReport>,
+    /// A session's streamed files against base64 put/get and a host `cat`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files: Option<files::FilesReport>,
 }
 
 fn main() {
@@ -300,11 +311,18 @@ fn main() {
         network: None,
         serve: None,
         sessions: None,
+        files: None,
     };
     let bwrap = tools
         .iter()
         .find(|tool| tool.name == "bwrap")
         .map(|tool| tool.prefix.clone());
+    if options.files_only {
+        let measured = files::measure(&options.brig, options.rounds);
+        files::print(&measured);
+        report.files = Some(measured);
+        return write_json(&options, &report);
+    }
     if options.sessions_only {
         let measured = sessions::measure(&options.brig, bwrap, options.rounds);
         sessions::print(&measured);
@@ -399,6 +417,11 @@ fn main() {
         let measured = sessions::measure(&options.brig, bwrap.clone(), options.rounds);
         sessions::print(&measured);
         report.sessions = Some(measured);
+    }
+    if options.files {
+        let measured = files::measure(&options.brig, options.rounds);
+        files::print(&measured);
+        report.files = Some(measured);
     }
     if options.net {
         let network = net::measure(&options.brig, options.rounds);

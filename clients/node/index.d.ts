@@ -54,9 +54,17 @@ export interface CommandResult {
 
 export interface EntryInfo {
   name: string;
+  /** Relative to the workspace. */
+  path: string;
   type: "file" | "dir" | "symlink" | "other";
   size: number;
   mode: number;
+  /** As the jail sees them. */
+  uid: number;
+  gid: number;
+  /** Seconds since the epoch. */
+  modifiedTime: number;
+  symlinkTarget?: string;
 }
 
 export interface SessionInfo {
@@ -82,11 +90,34 @@ export interface SessionInfo {
   requests: number;
 }
 
+export interface FilesystemEvent {
+  /** Relative to the workspace. */
+  name: string;
+  type: "create" | "write" | "remove" | "rename" | "chmod";
+}
+
+export interface WatchHandle {
+  readonly watcher: string;
+  /** Whether the last getNewEvents() lost events (more than the server holds between calls). */
+  readonly overflowed: boolean;
+  getNewEvents(): Promise<FilesystemEvent[]>;
+  stop(): Promise<void>;
+}
+
 export interface Files {
-  write(path: string, data: string | Uint8Array): Promise<number>;
+  write(path: string, data: string | Uint8Array | ArrayBuffer): Promise<number>;
+  write(path: string, data: AsyncIterable<Uint8Array> | Iterable<Uint8Array>, options?: { size?: number }): Promise<number>;
   read(path: string, options?: { format?: "text" }): Promise<string>;
   read(path: string, options: { format: "bytes" }): Promise<Buffer>;
-  list(path?: string): Promise<EntryInfo[]>;
+  read(path: string, options: { format: "stream" }): Promise<AsyncIterable<Buffer>>;
+  list(path?: string, options?: { depth?: number }): Promise<EntryInfo[]>;
+  getInfo(path: string): Promise<EntryInfo>;
+  stat(path: string): Promise<EntryInfo>;
+  exists(path: string): Promise<boolean>;
+  makeDir(path: string, options?: { parents?: boolean }): Promise<boolean>;
+  rename(oldPath: string, newPath: string): Promise<EntryInfo>;
+  remove(path: string): Promise<void>;
+  watchDir(path: string, options?: { recursive?: boolean }): Promise<WatchHandle>;
 }
 
 export interface Commands {

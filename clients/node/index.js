@@ -105,8 +105,6 @@ async function status({ socket, timeoutMs } = {}) {
 
 // Sessions (docs/protocol.md): a jail that lives between requests.
 
-const CHUNK = 512 << 10; // the most data one session_put or session_get carries
-
 /** A duration for the server: strings as given ("5s", "10m"), numbers as seconds. */
 function duration(value) {
   if (value === undefined || value === null || typeof value === "string") return value ?? undefined;
@@ -121,9 +119,151 @@ function duration(value) {
 async function request(socketPath, body, expected, timeoutMs) {
   const fields = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
   const reply = await exchange(socketPath, { brig: PROTOCOL_VERSION, ...fields }, timeoutMs);
+  return expect(reply, expected, body.type);
+}
+
+/** A request's own connection, read as frames and as raw bytes (a streamed file). */
+class Connection {
+  static open(socketPath, timeoutMs) {
+    return new Promise((resolve, reject) => {
+      const socket = net.createConnection(socketPath);
+      socket.once("connect", () => resolve(new Connection(socket, timeoutMs)));
+      socket.once("error", (error) =>
+        reject(new BrigError(`--server ${socketPath}: cannot connect: ${error.message}; is \`brig serve\` running?`)));
+    });
+  }
+
+  constructor(socket, timeoutMs) {
+    this.socket = socket;
+    this.chunks = [];
+    this.size = 0;
+    this.ended = false;
+    this.error = null;
+    this.waiter = null;
+    const wake = () => {
+      const waiter = this.waiter;
+      this.waiter = null;
+      if (waiter) waiter();
+    };
+    socket.removeAllListeners("error");
+    socket.on("data", (chunk) => {
+      this.chunks.push(chunk);
+      this.size += chunk.length;
+      wake();
+    });
+    socket.on("end", () => {
+      this.ended = true;
+      wake();
+    });
+    // A write the runner stopped reading (EPIPE): its answer may still be here.
+    socket.on("error", (error) => {
+      this.error = error;
+      wake();
+    });
+    if (timeoutMs) {
+      socket.setTimeout(timeoutMs, () => {
+        this.error = new BrigError(`brig serve did not answer in ${timeoutMs} ms`);
+        socket.destroy();
+        wake();
+      });
+    }
+  }
+
+  async wait() {
+    if (this.ended) throw new BrigError("brig serve closed the connection before answering");
+    if (this.error) throw this.error instanceof BrigError ? this.error : new BrigError(`brig serve: ${this.error.message}`);
+    await new Promise((resolve) => { this.waiter = resolve; });
+  }
+
+  /** Up to `most` bytes (at least one) of what came, without copying whole chunks. */
+  async take(most) {
+    while (this.size === 0) await this.wait();
+    let chunk = this.chunks.shift();
+    if (chunk.length > most) {
+      this.chunks.unshift(chunk.subarray(most));
+      chunk = chunk.subarray(0, most);
+    }
+    this.size -= chunk.length;
+    return chunk;
+  }
+
+  async exactly(count) {
+    const parts = [];
+    for (let left = count; left > 0;) {
+      const part = await this.take(left);
+      parts.push(part);
+      left -= part.length;
+    }
+    return Buffer.concat(parts, count);
+  }
+
+  async frame() {
+    const length = (await this.exactly(4)).readUInt32BE(0);
+    if (length > MAX_REPLY) throw new BrigError(`brig serve sent a frame of ${length} bytes`);
+    return JSON.parse((await this.exactly(length)).toString("utf8"));
+  }
+
+  send(body) {
+    const bytes = Buffer.from(JSON.stringify({ brig: PROTOCOL_VERSION, ...body }));
+    const header = Buffer.alloc(4);
+    header.writeUInt32BE(bytes.length);
+    return this.write(Buffer.concat([header, bytes]));
+  }
+
+  /** Writes with the socket's backpressure. */
+  async write(bytes) {
+    if (!this.socket.write(bytes)) {
+      await new Promise((resolve) => {
+        const done = () => {
+          this.socket.off("drain", done);
+          this.socket.off("close", done);
+          resolve();
+        };
+        this.socket.on("drain", done);
+        this.socket.on("close", done);
+      });
+    }
+  }
+
+  close() {
+    this.socket.destroy();
+  }
+}
+
+function expect(reply, expected, what) {
   if (reply.type === "error") throw new BrigError(reply.message, reply.kind, reply.exit_code);
-  if (reply.type !== expected) throw new BrigError(`brig serve answered ${body.type} with ${JSON.stringify(reply.type)}`);
+  if (reply.type !== expected) throw new BrigError(`brig serve answered ${what} with ${JSON.stringify(reply.type)}`);
   return reply;
+}
+
+/** A directory watcher (`files.watchDir`). */
+class WatchHandle {
+  constructor(sandbox, watcher) {
+    this._sandbox = sandbox;
+    this.watcher = watcher;
+    this.overflowed = false;
+  }
+
+  /**
+   * What changed since the last call: [{name, type}], `type` create, write, remove, rename
+   * (the old name) or chmod, `name` relative to the workspace. `overflowed` says whether
+   * this call lost events.
+   */
+  async getNewEvents() {
+    const reply = await this._sandbox._request({ type: "session_watch_events", watcher: this.watcher }, "events");
+    this.overflowed = Boolean(reply.overflow);
+    return (reply.events || []).map(({ type, path }) => ({ name: path, type }));
+  }
+
+  async stop() {
+    await this._sandbox._request({ type: "session_unwatch", watcher: this.watcher }, "unwatched");
+  }
+}
+
+function entryOf({ name, path, type, size, mode, uid, gid, mtime, symlink_target }) {
+  const entry = { name, path: path ?? name, type, size, mode, uid, gid, modifiedTime: mtime };
+  if (symlink_target !== undefined) entry.symlinkTarget = symlink_target;
+  return entry;
 }
 
 /** `sandbox.files`: the session's workspace; paths are relative to it. */
@@ -132,42 +272,121 @@ class Files {
     this._sandbox = sandbox;
   }
 
-  /** Writes a string (UTF-8) or bytes to `path` in 512 KiB chunks; resolves to the file's size. */
-  async write(path, data) {
-    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
-    let size = 0;
-    for (let start = 0; start < Math.max(bytes.length, 1); start += CHUNK) {
-      const reply = await this._sandbox._request({
-        type: "session_put",
-        path,
-        data: bytes.subarray(start, start + CHUNK).toString("base64"),
-        append: start > 0,
-      }, "put");
-      size = reply.size;
+  /**
+   * Writes `data` to `path` (replacing it, creating parent directories): a string (UTF-8),
+   * a Buffer or Uint8Array, or an async iterable of chunks (a Readable) with `{size}`
+   * given. Any size up to the workspace, streamed on one connection (`session_write`);
+   * resolves to the file's size.
+   */
+  async write(path, data, { size } = {}) {
+    let chunks;
+    if (typeof data === "string" || data instanceof Uint8Array || data instanceof ArrayBuffer) {
+      const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+      chunks = [bytes];
+      size = bytes.length;
+    } else if (size === undefined) {
+      const parts = [];
+      for await (const chunk of data) parts.push(Buffer.from(chunk));
+      chunks = [Buffer.concat(parts)];
+      size = chunks[0].length;
+    } else {
+      chunks = data;
     }
-    return size;
+    const connection = await Connection.open(this._sandbox.socket, this._sandbox._timeoutMs);
+    try {
+      await connection.send({ type: "session_write", session: this._sandbox.sessionId, path, size });
+      expect(await connection.frame(), "ready", "session_write");
+      for await (const chunk of chunks) {
+        if (connection.error) break; // the runner stopped reading: its answer says why
+        await connection.write(chunk);
+      }
+      return expect(await connection.frame(), "written", "session_write").size;
+    } finally {
+      connection.close();
+    }
   }
 
-  /** The file at `path`: a string (UTF-8), or a Buffer with `{format: "bytes"}`. */
+  /**
+   * The file at `path`, streamed (`session_read`, any size): a string (UTF-8), a Buffer
+   * with `{format: "bytes"}`, or with `{format: "stream"}` an async iterable of Buffers
+   * (the whole file never held).
+   */
   async read(path, { format = "text" } = {}) {
-    if (format !== "text" && format !== "bytes") throw new TypeError("format is 'text' or 'bytes'");
-    const chunks = [];
-    let offset = 0;
-    for (;;) {
-      const reply = await this._sandbox._request({ type: "session_get", path, offset, length: CHUNK }, "get");
-      const data = Buffer.from(reply.data || "", "base64");
-      chunks.push(data);
-      offset += data.length;
-      if (data.length === 0 || offset >= reply.size) break;
+    if (!["text", "bytes", "stream"].includes(format)) throw new TypeError("format is 'text', 'bytes' or 'stream'");
+    const connection = await Connection.open(this._sandbox.socket, this._sandbox._timeoutMs);
+    let header;
+    try {
+      await connection.send({ type: "session_read", session: this._sandbox.sessionId, path });
+      header = expect(await connection.frame(), "reading", "session_read");
+    } catch (error) {
+      connection.close();
+      throw error;
     }
-    const content = Buffer.concat(chunks);
+    const chunks = (async function* () {
+      try {
+        for (let left = header.length; left > 0;) {
+          let chunk;
+          try {
+            chunk = await connection.take(left);
+          } catch {
+            throw new BrigError(`session_read ${JSON.stringify(path)}: the connection ended ${left} bytes short (the file shrank while it was read, or the session ended)`);
+          }
+          left -= chunk.length;
+          yield chunk;
+        }
+      } finally {
+        connection.close();
+      }
+    })();
+    if (format === "stream") return chunks;
+    const parts = [];
+    for await (const chunk of chunks) parts.push(chunk);
+    const content = Buffer.concat(parts, header.length);
     return format === "bytes" ? content : content.toString("utf8");
   }
 
-  /** The entries of the directory `path`: [{name, type, size, mode}], sorted by name. */
-  async list(path = ".") {
-    const reply = await this._sandbox._request({ type: "session_ls", path }, "ls");
-    return (reply.entries || []).map(({ name, type, size, mode }) => ({ name, type, size, mode }));
+  /**
+   * The entries beneath the directory `path`, `depth` levels deep (1: its own), sorted by
+   * path: [{name, path, type, size, mode, uid, gid, modifiedTime, symlinkTarget?}].
+   */
+  async list(path = ".", { depth = 1 } = {}) {
+    const reply = await this._sandbox._request({ type: "session_ls", path, depth }, "ls");
+    return (reply.entries || []).map(entryOf);
+  }
+
+  /** What `path` is (a symlink as itself, with its target). */
+  async getInfo(path) {
+    return entryOf((await this._sandbox._request({ type: "session_stat", path }, "stat")).entry);
+  }
+
+  async stat(path) {
+    return this.getInfo(path);
+  }
+
+  async exists(path) {
+    return (await this._sandbox._request({ type: "session_exists", path }, "exists")).exists;
+  }
+
+  /** Makes the directory `path` (and its parents); false if it was there. */
+  async makeDir(path, { parents = true } = {}) {
+    return (await this._sandbox._request({ type: "session_mkdir", path, parents }, "mkdir")).created;
+  }
+
+  /** Moves `oldPath` to `newPath` (replacing a file there); resolves to what is there now. */
+  async rename(oldPath, newPath) {
+    await this._sandbox._request({ type: "session_rename", source: oldPath, destination: newPath }, "renamed");
+    return this.getInfo(newPath);
+  }
+
+  /** Removes a file, a symlink (not its target) or a directory with all it holds. */
+  async remove(path) {
+    await this._sandbox._request({ type: "session_remove", path }, "removed");
+  }
+
+  /** Watches the directory `path` (and with `{recursive: true}` every one beneath it). */
+  async watchDir(path, { recursive = false } = {}) {
+    const reply = await this._sandbox._request({ type: "session_watch", path, recursive }, "watcher");
+    return new WatchHandle(this._sandbox, reply.watcher);
   }
 }
 

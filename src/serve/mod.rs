@@ -14,6 +14,8 @@
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
 pub mod client;
+mod files;
+mod files_client;
 mod kernel;
 pub mod policy;
 pub mod protocol;
@@ -24,6 +26,7 @@ pub mod session_client;
 mod session_meta;
 mod session_network;
 mod warm;
+mod watch;
 mod workspace;
 
 use crate::options::JailOptions;

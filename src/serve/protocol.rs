@@ -107,6 +107,62 @@ pub enum Request {
         session: String,
         #[serde(default = "here")]
         path: String,
+        /// How many levels deep (1: the directory's own entries).
+        #[serde(default)]
+        depth: Option<u32>,
+    },
+    /// A session's files beyond put/get/ls (`files.rs`, `watch.rs`).
+    SessionStat {
+        session: String,
+        path: String,
+    },
+    SessionExists {
+        session: String,
+        path: String,
+    },
+    SessionMkdir {
+        session: String,
+        path: String,
+        #[serde(default = "yes")]
+        parents: bool,
+    },
+    SessionRename {
+        session: String,
+        source: String,
+        destination: String,
+    },
+    SessionRemove {
+        session: String,
+        path: String,
+    },
+    /// A file of `size` bytes streamed raw on the connection after the `ready` reply.
+    SessionWrite {
+        session: String,
+        path: String,
+        size: u64,
+    },
+    /// A file streamed raw on the connection after the `reading` reply.
+    SessionRead {
+        session: String,
+        path: String,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        length: Option<u64>,
+    },
+    SessionWatch {
+        session: String,
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    SessionWatchEvents {
+        session: String,
+        watcher: String,
+    },
+    SessionUnwatch {
+        session: String,
+        watcher: String,
     },
     SessionClose {
         session: String,
@@ -138,6 +194,10 @@ fn here() -> String {
     ".".into()
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// A session's interpreters.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
@@ -155,9 +215,19 @@ impl Request {
             | Request::SessionPut { session, .. }
             | Request::SessionGet { session, .. }
             | Request::SessionLs { session, .. }
-            | Request::SessionClose { session }
+            | Request::SessionStat { session, .. }
+            | Request::SessionExists { session, .. }
+            | Request::SessionMkdir { session, .. }
+            | Request::SessionRename { session, .. }
+            | Request::SessionRemove { session, .. }
+            | Request::SessionWrite { session, .. }
+            | Request::SessionRead { session, .. }
+            | Request::SessionWatch { session, .. }
+            | Request::SessionWatchEvents { session, .. }
+            | Request::SessionUnwatch { session, .. }
             | Request::SessionNetwork { session, .. }
-            | Request::SessionSetTimeout { session, .. } => Some(session),
+            | Request::SessionSetTimeout { session, .. }
+            | Request::SessionClose { session } => Some(session),
             _ => None,
         }
     }

@@ -846,6 +846,16 @@ impl Server {
             | Request::SessionLs { .. }
             | Request::SessionNetwork { .. }
             | Request::SessionSetTimeout { .. }
+            | Request::SessionStat { .. }
+            | Request::SessionExists { .. }
+            | Request::SessionMkdir { .. }
+            | Request::SessionRename { .. }
+            | Request::SessionRemove { .. }
+            | Request::SessionWrite { .. }
+            | Request::SessionRead { .. }
+            | Request::SessionWatch { .. }
+            | Request::SessionWatchEvents { .. }
+            | Request::SessionUnwatch { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self
                     .admit_to_session(&request, &incoming.peer)

@@ -221,6 +221,8 @@ struct Session<'p> {
     drain_by: Option<Instant>,
     /// Why the session ended while it served a request.
     ended: Option<&'static str>,
+    /// Its directory watchers (`watch.rs`).
+    watches: super::watch::Watches,
 }
 
 /// Output kept of one exec: stdout and stderr together up to a limit (what is read past
@@ -350,6 +352,7 @@ impl<'p> Session<'p> {
             drain_grace: Duration::ZERO,
             drain_by: None,
             ended: None,
+            watches: Default::default(),
         }
     }
 
@@ -489,7 +492,10 @@ impl<'p> Session<'p> {
             // request is done (`session_list`'s state), and since when (its mtime): before
             // the reply, so that a client listing once it has its reply sees it so.
             let _ = nix::unistd::ftruncate(&fds[0], 0);
-            let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
+            // Null: the answer went out already (a streamed read).
+            if !reply.is_null() {
+                let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
+            }
             // Idle from the end of the request on.
             last_request = Instant::now();
             if let Some(why) = self.ended {
@@ -613,6 +619,20 @@ impl<'p> Session<'p> {
                 self.ends_at = Some(Instant::now() + timeout.0);
                 Ok(json!({"type": "timeout", "session": self.id, "timeout_ms": timeout.0.as_millis() as u64}))
             }
+            request if super::files::answers(&request) => {
+                let end_by = self.end_by();
+                let drain = (self.control.as_ref())
+                    .filter(|_| self.drain_by.is_none())
+                    .map(|control| (control.as_fd(), self.drain_grace));
+                super::files::handle(
+                    &workspace_of(&self.jail),
+                    &mut self.watches,
+                    request,
+                    connection,
+                    (end_by, drain),
+                )
+                .map(Option::unwrap_or_default)
+            }
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
@@ -627,12 +647,7 @@ impl<'p> Session<'p> {
     }
 
     fn workspace(&self) -> Workspace<'_> {
-        let plan = self.plan();
-        Workspace {
-            dir: self.jail.workspace(),
-            owner: self.jail.host_ids(),
-            size: plan.limits.home_size,
-        }
+        workspace_of(&self.jail)
     }
 
     /// Events that came between requests: an interpreter that died is forgotten (the
@@ -1481,6 +1496,16 @@ fn describe_end(end: &Ended, oom: bool) -> String {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(signal)) => format!("killed by signal {signal}"),
         (None, None) => "killed".into(),
+    }
+}
+
+fn workspace_of<'a>(jail: &'a SessionJail) -> Workspace<'a> {
+    let plan = jail.plan();
+    Workspace {
+        dir: jail.workspace(),
+        owner: jail.host_ids(),
+        jail_ids: (plan.identity.uid, plan.identity.gid),
+        size: plan.limits.home_size,
     }
 }
 

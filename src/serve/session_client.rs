@@ -2,13 +2,13 @@
 //! `session.rs` and docs/protocol.md). Each command is one request on a fresh
 //! connection; `create` prints the session's id, the others take it with `--session`.
 
+use super::files_client;
 use super::protocol::{self, FrameReader, Language};
 use crate::error::{Error, Result};
 use crate::exit::ExitStatus;
 use crate::options::JailOptions;
 use crate::units::{Size, Span};
 use crate::verdict::{Sinks, printable};
-use base64::Engine;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -22,7 +22,8 @@ pub enum SessionCommand {
     Create(Box<CreateArgs>),
     /// Run a command (`-- ARGV...`) or a code cell (`--code FILE|-`) in a session.
     Exec(ExecArgs),
-    /// Write a local file (or - for stdin) into the session's workspace.
+    /// Write a local file (or - for stdin) into the session's workspace, streamed (any
+    /// size up to the workspace).
     Put {
         #[command(flatten)]
         at: At,
@@ -33,7 +34,8 @@ pub enum SessionCommand {
         #[arg(value_name = "REMOTE")]
         remote: String,
     },
-    /// Read a file of the session's workspace into a local file (or standard output).
+    /// Read a file of the session's workspace into a local file (or standard output),
+    /// streamed.
     Get {
         #[command(flatten)]
         at: At,
@@ -50,6 +52,39 @@ pub enum SessionCommand {
         at: At,
         /// The directory, relative to the workspace.
         #[arg(value_name = "PATH", default_value = ".")]
+        path: String,
+        /// List this many levels deep (1: the directory's own entries), with paths.
+        #[arg(long, value_name = "N")]
+        depth: Option<u32>,
+    },
+    /// Show what a path of the workspace is: type, mode, size, owner, time, link target.
+    Stat {
+        #[command(flatten)]
+        at: At,
+        #[arg(value_name = "PATH")]
+        path: String,
+    },
+    /// Make a directory in the workspace, with its parents.
+    Mkdir {
+        #[command(flatten)]
+        at: At,
+        #[arg(value_name = "PATH")]
+        path: String,
+    },
+    /// Move a file or directory of the workspace.
+    Mv {
+        #[command(flatten)]
+        at: At,
+        #[arg(value_name = "SOURCE")]
+        source: String,
+        #[arg(value_name = "DESTINATION")]
+        destination: String,
+    },
+    /// Remove a file, a symlink (not its target) or a directory tree of the workspace.
+    Rm {
+        #[command(flatten)]
+        at: At,
+        #[arg(value_name = "PATH")]
         path: String,
     },
     /// Close the session: its jail, processes and workspace are destroyed.
@@ -173,18 +208,39 @@ pub fn run(command: SessionCommand) -> Result<i32> {
     match command {
         SessionCommand::Create(args) => create(*args),
         SessionCommand::Exec(args) => exec(args),
-        SessionCommand::Put { at, local, remote } => put(&at, &local, &remote),
-        SessionCommand::Get { at, remote, local } => get(&at, &remote, local.as_deref()),
-        SessionCommand::Ls { at, path } => {
+        SessionCommand::Put { at, local, remote } => files_client::put(&at, &local, &remote),
+        SessionCommand::Get { at, remote, local } => {
+            files_client::get(&at, &remote, local.as_deref())
+        }
+        SessionCommand::Stat { at, path } => files_client::stat(&at, &path),
+        SessionCommand::Mkdir { at, path } => {
+            files_client::simple(&at, json!({"type": "session_mkdir", "path": path}))
+        }
+        SessionCommand::Mv {
+            at,
+            source,
+            destination,
+        } => files_client::simple(
+            &at,
+            json!({"type": "session_rename", "source": source, "destination": destination}),
+        ),
+        SessionCommand::Rm { at, path } => {
+            files_client::simple(&at, json!({"type": "session_remove", "path": path}))
+        }
+        SessionCommand::Ls { at, path, depth } => {
             let reply = request(
                 &at.server,
-                json!({"type": "session_ls", "session": at.session, "path": path}),
+                json!({"type": "session_ls", "session": at.session, "path": path, "depth": depth}),
             )?;
             for entry in reply["entries"].as_array().into_iter().flatten() {
                 let kind = entry["type"].as_str().unwrap_or("?");
                 let mode = entry["mode"].as_u64().unwrap_or(0);
                 let size = entry["size"].as_u64().unwrap_or(0);
-                let name = printable(entry["name"].as_str().unwrap_or("?"));
+                let name = printable(
+                    entry[if depth.is_some() { "path" } else { "name" }]
+                        .as_str()
+                        .unwrap_or("?"),
+                );
                 let slash = if kind == "dir" { "/" } else { "" };
                 println!("{kind:<7} {mode:04o} {size:>10} {name}{slash}");
             }
@@ -241,7 +297,12 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
                 socket.display()
             ))
         })?;
-    let reply: Value = serde_json::from_slice(&body).map_err(|err| {
+    checked(&body)
+}
+
+/// A reply's JSON, or this side's error for an error reply.
+pub fn checked(body: &[u8]) -> Result<Value> {
+    let reply: Value = serde_json::from_slice(body).map_err(|err| {
         Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
     })?;
     if reply["type"] == "error" {
@@ -423,62 +484,6 @@ fn exec(args: ExecArgs) -> Result<i32> {
     Ok(verdict["brig_exit_code"]
         .as_i64()
         .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32)
-}
-
-fn put(at: &At, local: &Path, remote: &str) -> Result<i32> {
-    let data = read_local(local)?;
-    let chunk = super::workspace::MAX_CHUNK as usize;
-    // An empty file is one request too.
-    let mut chunks: Vec<&[u8]> = data.chunks(chunk).collect();
-    if chunks.is_empty() {
-        chunks.push(&[]);
-    }
-    for (index, piece) in chunks.into_iter().enumerate() {
-        request(
-            &at.server,
-            json!({
-                "type": "session_put",
-                "session": at.session,
-                "path": remote,
-                "data": base64::engine::general_purpose::STANDARD.encode(piece),
-                "append": index > 0,
-            }),
-        )?;
-    }
-    Ok(0)
-}
-
-fn get(at: &At, remote: &str, local: Option<&Path>) -> Result<i32> {
-    let mut data = Vec::new();
-    loop {
-        let reply = request(
-            &at.server,
-            json!({"type": "session_get", "session": at.session, "path": remote, "offset": data.len()}),
-        )?;
-        let piece = base64::engine::general_purpose::STANDARD
-            .decode(reply["data"].as_str().unwrap_or_default())
-            .map_err(|err| {
-                Error::setup(format!("brig serve sent data that is not base64: {err}"))
-            })?;
-        let size = reply["size"].as_u64().unwrap_or(0);
-        let done = piece.is_empty() || data.len() as u64 + piece.len() as u64 >= size;
-        data.extend_from_slice(&piece);
-        if done {
-            break;
-        }
-    }
-    match local.filter(|path| *path != Path::new("-")) {
-        Some(path) => std::fs::write(path, &data)
-            .map_err(|err| Error::input(format!("{}: cannot write it: {err}", path.display())))?,
-        None => {
-            let mut stdout = std::io::stdout();
-            stdout
-                .write_all(&data)
-                .and_then(|()| stdout.flush())
-                .map_err(|err| Error::setup(format!("write to standard output: {err}")))?;
-        }
-    }
-    Ok(0)
 }
 
 #[cfg(test)]

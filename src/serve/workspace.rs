@@ -21,13 +21,13 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// The workspace is a tmpfs of the jail's user namespace, where an owner the namespace
 /// does not map (brig's root) can create nothing (EOVERFLOW); and as the jail user, brig
 /// has no more right to the workspace's files than the jail itself.
-struct AsJailUser {
+pub(super) struct AsJailUser {
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
 }
 
 impl AsJailUser {
-    fn new((uid, gid): (u32, u32)) -> AsJailUser {
+    pub(super) fn new((uid, gid): (u32, u32)) -> AsJailUser {
         AsJailUser {
             gid: nix::unistd::setfsgid(nix::unistd::Gid::from_raw(gid)),
             uid: nix::unistd::setfsuid(nix::unistd::Uid::from_raw(uid)),
@@ -46,6 +46,8 @@ impl Drop for AsJailUser {
 pub struct Workspace<'a> {
     pub dir: BorrowedFd<'a>,
     pub owner: (u32, u32),
+    /// The jail user's ids as the jail sees them (what stat reports for its files).
+    pub jail_ids: (u32, u32),
     pub size: Size,
 }
 
@@ -59,12 +61,12 @@ pub struct Entry {
     pub mode: u32,
 }
 
-fn resolve() -> ResolveFlag {
+pub(super) fn resolve() -> ResolveFlag {
     ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS | ResolveFlag::RESOLVE_NO_XDEV
 }
 
 /// The path's components, checked: relative, no `..`, no NUL; `.` alone is the workspace.
-fn components(path: &str) -> Result<Vec<String>> {
+pub(super) fn components(path: &str) -> Result<Vec<String>> {
     let refuse = |why: &str| {
         Err(Error::input(format!(
             "path {path:?}: {why}; give a path relative to the workspace, e.g. data/in.csv"
@@ -91,7 +93,7 @@ fn components(path: &str) -> Result<Vec<String>> {
 }
 
 /// The error for a path the kernel refused to resolve beneath the workspace.
-fn resolve_error(path: &str, what: &str, errno: Errno) -> Error {
+pub(super) fn resolve_error(path: &str, what: &str, errno: Errno) -> Error {
     match errno {
         Errno::EXDEV | Errno::ELOOP => Error::input(format!(
             "path {path:?}: leads out of the workspace (through a symlink or a mount); refused"
@@ -108,7 +110,7 @@ fn resolve_error(path: &str, what: &str, errno: Errno) -> Error {
 }
 
 /// The size of `file`, which must be a regular file (not a directory, FIFO or device).
-fn regular_file(file: &OwnedFd, path: &str) -> Result<u64> {
+pub(super) fn regular_file(file: &OwnedFd, path: &str) -> Result<u64> {
     let stat = nix::sys::stat::fstat(file).map_err(|errno| Error::os("stat", errno))?;
     if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return Err(Error::input(format!(
@@ -119,7 +121,13 @@ fn regular_file(file: &OwnedFd, path: &str) -> Result<u64> {
 }
 
 impl Workspace<'_> {
-    fn open_at(&self, dir: BorrowedFd, name: &str, flags: OFlag, path: &str) -> Result<OwnedFd> {
+    pub(super) fn open_at(
+        &self,
+        dir: BorrowedFd,
+        name: &str,
+        flags: OFlag,
+        path: &str,
+    ) -> Result<OwnedFd> {
         let mut how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(resolve());
@@ -132,7 +140,7 @@ impl Workspace<'_> {
 
     /// The directory `parts` names, created (with its parents, owned by the jail user)
     /// when `create`.
-    fn directory(&self, parts: &[String], create: bool, path: &str) -> Result<OwnedFd> {
+    pub(super) fn directory(&self, parts: &[String], create: bool, path: &str) -> Result<OwnedFd> {
         let mut dir = self.open_at(self.dir, ".", OFlag::O_DIRECTORY | OFlag::O_RDONLY, path)?;
         for part in parts {
             if create {
@@ -153,7 +161,7 @@ impl Workspace<'_> {
         Ok(dir)
     }
 
-    fn full(&self, path: &str) -> Error {
+    pub(super) fn full(&self, path: &str) -> Error {
         Error::input(format!(
             "path {path:?}: the workspace is full (workspace_size {}); remove files or create the session with a larger workspace_size",
             self.size
@@ -205,10 +213,9 @@ impl Workspace<'_> {
         Ok(stat.st_size as u64)
     }
 
-    /// Up to `length` bytes (at most [`MAX_CHUNK`]) of the regular file `path` from
-    /// `offset`, and the file's whole size.
-    pub fn get(&self, path: &str, offset: u64, length: Option<u64>) -> Result<(Vec<u8>, u64)> {
-        let _as_jail_user = AsJailUser::new(self.owner);
+    /// The regular file `path` opened for reading (non-blocking: a FIFO the jail planted
+    /// cannot hold brig), and its size. The caller is the jail user already.
+    pub(super) fn open_regular(&self, path: &str) -> Result<(OwnedFd, u64)> {
         let parts = components(path)?;
         if parts.is_empty() {
             return Err(Error::input(format!(
@@ -222,6 +229,14 @@ impl Workspace<'_> {
             path,
         )?;
         let size = regular_file(&file, path)?;
+        Ok((file, size))
+    }
+
+    /// Up to `length` bytes (at most [`MAX_CHUNK`]) of the regular file `path` from
+    /// `offset`, and the file's whole size.
+    pub fn get(&self, path: &str, offset: u64, length: Option<u64>) -> Result<(Vec<u8>, u64)> {
+        let _as_jail_user = AsJailUser::new(self.owner);
+        let (file, size) = self.open_regular(path)?;
         let wanted = length.unwrap_or(MAX_CHUNK).min(MAX_CHUNK);
         let mut data = vec![0u8; wanted.min(size.saturating_sub(offset)) as usize];
         let mut read = 0;
@@ -249,17 +264,8 @@ impl Workspace<'_> {
             components(path)?
         };
         let dir = self.directory(&parts, false, path)?;
-        let listing = nix::dir::Dir::from_fd(
-            dir.try_clone()
-                .map_err(|err| Error::setup(format!("dup: {err}")))?,
-        )
-        .map_err(|errno| Error::os(format!("list {path:?} in the workspace"), errno))?;
         let mut entries = Vec::new();
-        for entry in listing.into_iter().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name == "." || name == ".." {
-                continue;
-            }
+        for name in names(&dir, path)? {
             let Ok(stat) = nix::sys::stat::fstatat(
                 &dir,
                 name.as_str(),
@@ -291,6 +297,21 @@ impl Workspace<'_> {
     }
 }
 
+/// The names in directory `dir` (the workspace's `path`) but `.` and `..`.
+pub(super) fn names(dir: &OwnedFd, path: &str) -> Result<Vec<String>> {
+    let listing = nix::dir::Dir::from_fd(
+        dir.try_clone()
+            .map_err(|err| Error::setup(format!("dup: {err}")))?,
+    )
+    .map_err(|errno| Error::os(format!("list {path:?} in the workspace"), errno))?;
+    Ok(listing
+        .into_iter()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "." && name != "..")
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +336,7 @@ mod tests {
         let workspace = Workspace {
             dir: fd.as_fd(),
             owner,
+            jail_ids: (1000, 1000),
             size: Size(1 << 20),
         };
 

@@ -8,7 +8,6 @@ with the request, or are captured by the server and returned in its reply. Sessi
 described in docs/protocol.md: one request per connection.
 """
 
-import base64
 import json
 import os
 import pwd
@@ -139,10 +138,10 @@ class Client:
             raise BrigError(reply.get("message", f"brig serve answered status with {reply.get('type')!r}"))
         return {key: value for key, value in reply.items() if key != "type"}
 
-    def _exchange(self, request: Dict[str, Any], fds: List[int]) -> Dict[str, Any]:
-        body = json.dumps(request).encode()
-        frame = struct.pack(">I", len(body)) + body
-        with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as connection:
+    def _connect(self) -> _socket.socket:
+        """A connection to the server, whose listener is checked to be trusted."""
+        connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
             connection.settimeout(self.timeout)
             try:
                 connection.connect(self.socket)
@@ -155,6 +154,15 @@ class Client:
                     f"--server {self.socket}: the listener is uid {uid}, neither root nor you (uid {os.geteuid()}); "
                     f"nothing was sent. If you trust that user's server, set BRIG_SERVER_UID={uid}"
                 )
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _exchange(self, request: Dict[str, Any], fds: List[int]) -> Dict[str, Any]:
+        body = json.dumps(request).encode()
+        frame = struct.pack(">I", len(body)) + body
+        with self._connect() as connection:
             try:
                 if fds:
                     sent = _socket.send_fds(connection, [frame], fds)
@@ -195,8 +203,6 @@ def status(socket: Optional[str] = None) -> Dict[str, Any]:
 
 # Sessions (docs/protocol.md): a jail that lives between requests.
 
-CHUNK = 512 << 10  # the most data one session_put or session_get carries
-
 
 def _duration(value: Any) -> Optional[str]:
     """A duration for the server: strings as given ("5s", "10m"), numbers as seconds."""
@@ -210,13 +216,7 @@ def _duration(value: Any) -> Optional[str]:
 
 def _request(client: Client, request: Dict[str, Any], expected: str) -> Dict[str, Any]:
     """One session request on its own connection; the reply, or BrigError."""
-    reply = client._exchange(dict(request, brig=PROTOCOL_VERSION), [])
-    kind = reply.get("type")
-    if kind == "error":
-        raise BrigError(reply.get("message", "?"), reply.get("kind", "setup_failed"), int(reply.get("exit_code", 125)))
-    if kind != expected:
-        raise BrigError(f"brig serve answered {request['type']} with {kind!r}")
-    return reply
+    return _expect(client._exchange(dict(request, brig=PROTOCOL_VERSION), []), expected, request["type"])
 
 
 @dataclass
@@ -264,12 +264,68 @@ class CommandResult(_Verdicted):
 
 @dataclass
 class EntryInfo:
-    """A directory entry in the workspace; `type` is file, dir, symlink or other."""
+    """A directory entry in the workspace; `type` is file, dir, symlink or other. `path`
+    is relative to the workspace, `uid`/`gid` as the jail sees them, `modified_time` in
+    seconds since the epoch, `symlink_target` for a symlink."""
 
     name: str
     type: str
     size: int
     mode: int
+    path: str = ""
+    uid: int = 0
+    gid: int = 0
+    modified_time: float = 0.0
+    symlink_target: Optional[str] = None
+
+    @classmethod
+    def _of(cls, entry: Dict[str, Any]) -> "EntryInfo":
+        return cls(entry["name"], entry["type"], int(entry.get("size", 0)), int(entry.get("mode", 0)),
+                   entry.get("path", entry["name"]), int(entry.get("uid", 0)), int(entry.get("gid", 0)),
+                   float(entry.get("mtime", 0.0)), entry.get("symlink_target"))
+
+
+@dataclass
+class FilesystemEvent:
+    """One change a watcher saw: `type` is create, write, remove, rename (the old name)
+    or chmod; `name` is the path relative to the workspace."""
+
+    name: str
+    type: str
+
+
+class WatchHandle:
+    """A directory watcher (`Files.watch_dir`): `get_new_events()` returns what changed
+    since the last call; `overflowed` says whether the last call lost events (more than
+    the server holds between calls); `stop()` removes it."""
+
+    def __init__(self, sandbox: "Sandbox", watcher: str):
+        self._sandbox = sandbox
+        self.watcher = watcher
+        self.overflowed = False
+
+    def get_new_events(self) -> List[FilesystemEvent]:
+        reply = self._sandbox._request({"type": "session_watch_events", "watcher": self.watcher}, "events")
+        self.overflowed = bool(reply.get("overflow", False))
+        return [FilesystemEvent(event["path"], event["type"]) for event in reply.get("events", [])]
+
+    def stop(self) -> None:
+        self._sandbox._request({"type": "session_unwatch", "watcher": self.watcher}, "unwatched")
+
+
+def _stream_size(data: Any) -> Optional[int]:
+    """The bytes left in a file object, or None when it cannot tell (a pipe)."""
+    try:
+        return os.fstat(data.fileno()).st_size - data.tell()
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        here = data.tell()
+        end = data.seek(0, os.SEEK_END)
+        data.seek(here)
+        return end - here
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class Files:
@@ -279,44 +335,113 @@ class Files:
         self._sandbox = sandbox
 
     def write(self, path: str, data: Any) -> int:
-        """Writes `data` (str, as UTF-8, or bytes) to `path`, creating parent directories;
-        large data goes in 512 KiB chunks. Returns the file's size."""
+        """Writes `data` to `path` (replacing it, creating parent directories): a str (as
+        UTF-8), bytes, or a binary file object (streamed from its position to its end,
+        with sendfile for a real file). Any size up to the workspace, one request,
+        streamed on its connection (`session_write`). Returns the file's size."""
         if isinstance(data, str):
             data = data.encode()
-        data = bytes(data)
-        size = 0
-        for start in range(0, max(len(data), 1), CHUNK):
-            reply = self._sandbox._request({
-                "type": "session_put",
-                "path": path,
-                "data": base64.b64encode(data[start:start + CHUNK]).decode("ascii"),
-                "append": start > 0,
-            }, "put")
-            size = int(reply.get("size", 0))
-        return size
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            size: Optional[int] = len(data)
+        else:
+            size = _stream_size(data)
+            if size is None:  # a pipe: its size is known once it is read
+                data = data.read()
+                size = len(data)
+        with self._sandbox._client._connect() as connection:
+            _send_request(connection, {"type": "session_write", "path": path, "size": size,
+                                       "session": self._sandbox.session_id})
+            _expect(_read_frame(connection), "ready", "session_write")
+            try:
+                if isinstance(data, (bytes, bytearray, memoryview)):
+                    connection.sendall(data)
+                else:
+                    connection.sendfile(data, count=size)
+            except OSError:
+                pass  # the runner stopped reading (a full workspace): its answer says why
+            return int(_expect(_read_frame(connection), "written", "session_write").get("size", 0))
 
     def read(self, path: str, format: str = "text") -> Any:
-        """The file at `path`: a str (UTF-8), or bytes with `format="bytes"`."""
-        if format not in ("text", "bytes"):
-            raise ValueError("format is 'text' or 'bytes'")
-        chunks: List[bytes] = []
-        offset = 0
-        while True:
-            reply = self._sandbox._request(
-                {"type": "session_get", "path": path, "offset": offset, "length": CHUNK}, "get")
-            data = base64.b64decode(reply.get("data", ""))
-            chunks.append(data)
-            offset += len(data)
-            if not data or offset >= int(reply.get("size", 0)):
-                break
+        """The file at `path`, streamed (`session_read`, any size): a str (UTF-8), bytes
+        with `format="bytes"`, or with `format="stream"` an iterator of bytes chunks (the
+        whole file never held)."""
+        if format not in ("text", "bytes", "stream"):
+            raise ValueError("format is 'text', 'bytes' or 'stream'")
+        chunks = self._read_chunks(path)
+        if format == "stream":
+            return chunks
         content = b"".join(chunks)
         return content if format == "bytes" else content.decode()
 
-    def list(self, path: str = ".") -> List[EntryInfo]:
-        """The entries of the directory `path`, sorted by name."""
-        reply = self._sandbox._request({"type": "session_ls", "path": path}, "ls")
-        return [EntryInfo(entry["name"], entry["type"], int(entry.get("size", 0)), int(entry.get("mode", 0)))
-                for entry in reply.get("entries", [])]
+    def _read_chunks(self, path: str) -> Any:
+        connection = self._sandbox._client._connect()
+        try:
+            _send_request(connection, {"type": "session_read", "path": path, "session": self._sandbox.session_id})
+            header = _expect(_read_frame(connection), "reading", "session_read")
+        except BaseException:
+            connection.close()
+            raise
+
+        def chunks() -> Any:
+            with connection:
+                left = int(header.get("length", 0))
+                while left:
+                    chunk = connection.recv(min(left, 1 << 20))
+                    if not chunk:
+                        raise BrigError(f"session_read {path!r}: the connection ended {left} bytes short "
+                                        "(the file shrank while it was read, or the session ended)")
+                    left -= len(chunk)
+                    yield chunk
+
+        return chunks()
+
+    def list(self, path: str = ".", depth: int = 1) -> List[EntryInfo]:
+        """The entries beneath the directory `path`, `depth` levels deep (1: its own),
+        sorted by path."""
+        reply = self._sandbox._request({"type": "session_ls", "path": path, "depth": depth}, "ls")
+        return [EntryInfo._of(entry) for entry in reply.get("entries", [])]
+
+    def get_info(self, path: str) -> EntryInfo:
+        """What `path` is (a symlink as itself, with its target)."""
+        return EntryInfo._of(self._sandbox._request({"type": "session_stat", "path": path}, "stat")["entry"])
+
+    stat = get_info
+
+    def exists(self, path: str) -> bool:
+        return bool(self._sandbox._request({"type": "session_exists", "path": path}, "exists")["exists"])
+
+    def make_dir(self, path: str, parents: bool = True) -> bool:
+        """Makes the directory `path` (and its parents); False if it was there."""
+        return bool(self._sandbox._request({"type": "session_mkdir", "path": path, "parents": parents},
+                                           "mkdir")["created"])
+
+    def rename(self, old_path: str, new_path: str) -> EntryInfo:
+        """Moves `old_path` to `new_path` (replacing a file there); what is there now."""
+        self._sandbox._request({"type": "session_rename", "source": old_path, "destination": new_path}, "renamed")
+        return self.get_info(new_path)
+
+    def remove(self, path: str) -> None:
+        """Removes a file, a symlink (not its target) or a directory with all it holds."""
+        self._sandbox._request({"type": "session_remove", "path": path}, "removed")
+
+    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
+        """Watches the directory `path` (and with `recursive` every one beneath it)."""
+        reply = self._sandbox._request({"type": "session_watch", "path": path, "recursive": recursive}, "watcher")
+        return WatchHandle(self._sandbox, reply["watcher"])
+
+
+def _send_request(connection: _socket.socket, request: Dict[str, Any]) -> None:
+    body = json.dumps(dict(request, brig=PROTOCOL_VERSION)).encode()
+    connection.sendall(struct.pack(">I", len(body)) + body)
+
+
+def _expect(reply: Dict[str, Any], expected: str, what: str) -> Dict[str, Any]:
+    kind = reply.get("type")
+    if kind == "error":
+        raise BrigError(reply.get("message", "?"), reply.get("kind", "setup_failed"), int(reply.get("exit_code", 125)))
+    if kind != expected:
+        raise BrigError(f"brig serve answered {what} with {kind!r}")
+    return reply
 
 
 class Commands:
