@@ -148,13 +148,18 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
             config_digest,
             ..
         } => {
+            // Read typed; written as it came (a server's verdict may carry fields this
+            // client does not know, which the report keeps).
+            let typed: Verdict = serde_json::from_value(verdict.clone()).map_err(|err| {
+                Error::setup(format!(
+                    "brig serve sent a verdict this client does not understand: {err}"
+                ))
+            })?;
             sinks.deliver_json(&verdict, Some(config_digest), None);
-            for line in Verdict::stderr_lines_of(&verdict) {
+            for line in typed.stderr_lines() {
                 eprintln!("brig: {line}");
             }
-            Ok(verdict["brig_exit_code"]
-                .as_i64()
-                .unwrap_or(i64::from(crate::ExitStatus::BRIG_FAILED)) as i32)
+            Ok(typed.brig_exit_code)
         }
         Reply::Error {
             message, exit_code, ..
