@@ -322,96 +322,47 @@ mod tests {
             false,
         ));
         let init_exited = Some(WaitStatus::Exited(Pid::from_raw(1), 0));
-        let exec_failed = ProgramEnd::ExecFailed {
+        let not_found = || ProgramEnd::ExecFailed {
             code: 127,
             message: "not found".into(),
         };
-        let program_killed = ProgramEnd::Signaled {
+        let failed = || Outcome::ExecFailed {
+            code: 127,
+            message: "not found".into(),
+        };
+        let killed = ProgramEnd::Signaled {
             signal: KILL,
             cpu: Some(Duration::from_millis(5)),
         };
-        let table: Vec<(Option<ProgramEnd>, Option<WaitStatus>, EndedBy, Outcome)> = vec![
+        use EndedBy as By;
+        use ProgramEnd as P;
+        #[rustfmt::skip]
+        let table = [
             // The program's own end.
-            (
-                Some(ProgramEnd::Exited(0)),
-                init_exited,
-                EndedBy::Program,
-                Outcome::Exited(0),
-            ),
-            (
-                Some(ProgramEnd::Exited(3)),
-                None,
-                EndedBy::Program,
-                Outcome::Exited(3),
-            ),
-            (
-                Some(program_killed.clone()),
-                init_exited,
-                EndedBy::Program,
-                signaled(KILL, Some(5)),
-            ),
-            (
-                Some(exec_failed.clone()),
-                init_exited,
-                EndedBy::Program,
-                Outcome::ExecFailed {
-                    code: 127,
-                    message: "not found".into(),
-                },
-            ),
+            (Some(P::Exited(0)), init_exited, By::Program, Outcome::Exited(0)),
+            (Some(P::Exited(3)), None, By::Program, Outcome::Exited(3)),
+            (Some(killed.clone()), init_exited, By::Program, signaled(KILL, Some(5))),
+            (Some(not_found()), init_exited, By::Program, failed()),
             // The output cut wins over everything but an exec failure.
-            (
-                Some(program_killed.clone()),
-                init_exited,
-                EndedBy::OutputLimit,
-                Outcome::OutputLimit,
-            ),
-            (
-                None,
-                init_killed,
-                EndedBy::OutputLimit,
-                Outcome::OutputLimit,
-            ),
-            (
-                Some(ProgramEnd::Exited(0)),
-                init_exited,
-                EndedBy::OutputLimit,
-                Outcome::OutputLimit,
-            ),
-            (
-                Some(exec_failed),
-                init_exited,
-                EndedBy::OutputLimit,
-                Outcome::ExecFailed {
-                    code: 127,
-                    message: "not found".into(),
-                },
-            ),
+            (Some(killed.clone()), init_exited, By::OutputLimit, Outcome::OutputLimit),
+            (None, init_killed, By::OutputLimit, Outcome::OutputLimit),
+            (Some(P::Exited(0)), init_exited, By::OutputLimit, Outcome::OutputLimit),
+            (Some(not_found()), init_exited, By::OutputLimit, failed()),
             // The deadline: a program that ended by itself first did; killed by it, timeout.
-            (
-                Some(ProgramEnd::Exited(0)),
-                init_killed,
-                EndedBy::TimeLimit,
-                Outcome::Exited(0),
-            ),
-            (None, init_killed, EndedBy::TimeLimit, Outcome::TimedOut),
-            // Stopped or OOM-notified (v1): killed.
-            (None, init_killed, EndedBy::Stopped, signaled(KILL, None)),
-            (
-                None,
-                init_killed,
-                EndedBy::OutOfMemory,
-                signaled(KILL, None),
-            ),
+            (Some(P::Exited(0)), init_killed, By::TimeLimit, Outcome::Exited(0)),
+            (None, init_killed, By::TimeLimit, Outcome::TimedOut),
+            // Stopped, or OOM-notified (v1): killed.
+            (None, init_killed, By::Stopped, signaled(KILL, None)),
+            (None, init_killed, By::OutOfMemory, signaled(KILL, None)),
             // The kernel killed init (memory.oom.group) before anything was reported.
-            (None, init_killed, EndedBy::Program, signaled(KILL, None)),
+            (None, init_killed, By::Program, signaled(KILL, None)),
         ];
         for (program, init, by, expected) in table {
             let what = format!("{program:?} {init:?} {by:?}");
             assert_eq!(decide(program, init, by).unwrap(), expected, "{what}");
         }
         // Init ending by itself before the program: a bug, said as such.
-        let err = decide(None, init_exited, EndedBy::Program).unwrap_err();
+        let err = decide(None, init_exited, By::Program).unwrap_err();
         assert!(err.to_string().contains("this is a bug"), "{err}");
     }
 
@@ -428,10 +379,12 @@ mod tests {
             net_limit: true,
             ..none
         };
+        let sys = libc::SIGSYS;
+        let xcpu = libc::SIGXCPU;
         let seccomp = Outcome::Signaled {
-            signal: libc::SIGSYS,
+            signal: sys,
             seccomp: true,
-            syscall: Some("ptrace".into()),
+            syscall: None,
             cpu: None,
         };
         let exec = |code| Outcome::ExecFailed {
@@ -439,153 +392,36 @@ mod tests {
             message: String::new(),
         };
         use ExitStatus as E;
+        use Outcome as O;
         use Status as S;
+        #[rustfmt::skip]
         let table = [
-            (Outcome::Exited(0), none, S::Ok, Some(0), None, E::Exited(0)),
-            (
-                Outcome::Exited(2),
-                none,
-                S::NonzeroExit,
-                Some(2),
-                None,
-                E::Exited(2),
-            ),
-            (
-                signaled(15, None),
-                none,
-                S::Signaled,
-                None,
-                Some(15),
-                E::Signaled(15),
-            ),
-            (
-                Outcome::TimedOut,
-                none,
-                S::Timeout,
-                None,
-                Some(KILL),
-                E::LimitReached,
-            ),
-            (
-                Outcome::OutputLimit,
-                none,
-                S::OutputLimit,
-                None,
-                Some(KILL),
-                E::LimitReached,
-            ),
+            (O::Exited(0), none, S::Ok, Some(0), None, E::Exited(0)),
+            (O::Exited(2), none, S::NonzeroExit, Some(2), None, E::Exited(2)),
+            (signaled(15, None), none, S::Signaled, None, Some(15), E::Signaled(15)),
+            (O::TimedOut, none, S::Timeout, None, Some(KILL), E::LimitReached),
+            (O::OutputLimit, none, S::OutputLimit, None, Some(KILL), E::LimitReached),
             (exec(127), none, S::SetupError, None, None, E::NotFound),
             (exec(126), none, S::SetupError, None, None, E::CannotExecute),
-            (
-                seccomp.clone(),
-                none,
-                S::Seccomp,
-                None,
-                Some(libc::SIGSYS),
-                E::Signaled(31),
-            ),
-            (
-                signaled(libc::SIGXCPU, None),
-                none,
-                S::CpuTime,
-                None,
-                Some(libc::SIGXCPU),
-                E::Signaled(libc::SIGXCPU),
-            ),
+            (seccomp.clone(), none, S::Seccomp, None, Some(sys), E::Signaled(sys)),
+            (signaled(xcpu, None), none, S::CpuTime, None, Some(xcpu), E::Signaled(xcpu)),
             // SIGKILL is RLIMIT_CPU's only once the program's own CPU reached the limit.
-            (
-                signaled(KILL, Some(1000)),
-                cpu,
-                S::CpuTime,
-                None,
-                Some(KILL),
-                E::Signaled(KILL),
-            ),
-            (
-                signaled(KILL, Some(999)),
-                cpu,
-                S::Signaled,
-                None,
-                Some(KILL),
-                E::Signaled(KILL),
-            ),
-            (
-                signaled(KILL, None),
-                cpu,
-                S::Signaled,
-                None,
-                Some(KILL),
-                E::Signaled(KILL),
-            ),
+            (signaled(KILL, Some(1000)), cpu, S::CpuTime, None, Some(KILL), E::Signaled(KILL)),
+            (signaled(KILL, Some(999)), cpu, S::Signaled, None, Some(KILL), E::Signaled(KILL)),
+            (signaled(KILL, None), cpu, S::Signaled, None, Some(KILL), E::Signaled(KILL)),
             // An OOM kill counted wins over the signal, seccomp and CPU time...
-            (
-                signaled(KILL, None),
-                oom,
-                S::Oom,
-                None,
-                Some(KILL),
-                E::Signaled(KILL),
-            ),
-            (
-                seccomp.clone(),
-                oom,
-                S::Oom,
-                None,
-                Some(libc::SIGSYS),
-                E::Signaled(31),
-            ),
-            (Outcome::Exited(1), oom, S::Oom, Some(1), None, E::Exited(1)),
+            (signaled(KILL, Some(1000)), Counted { oom: true, ..cpu }, S::Oom, None, Some(KILL), E::Signaled(KILL)),
+            (seccomp.clone(), oom, S::Oom, None, Some(sys), E::Signaled(sys)),
+            (O::Exited(1), oom, S::Oom, Some(1), None, E::Exited(1)),
             // ...but not over brig's own limits or a program that could not run.
-            (
-                Outcome::TimedOut,
-                oom,
-                S::Timeout,
-                None,
-                Some(KILL),
-                E::LimitReached,
-            ),
-            (
-                Outcome::OutputLimit,
-                oom,
-                S::OutputLimit,
-                None,
-                Some(KILL),
-                E::LimitReached,
-            ),
+            (O::TimedOut, oom, S::Timeout, None, Some(KILL), E::LimitReached),
+            (O::OutputLimit, oom, S::OutputLimit, None, Some(KILL), E::LimitReached),
             (exec(127), oom, S::SetupError, None, None, E::NotFound),
             // A network cap reached marks a program that ended by itself.
-            (
-                Outcome::Exited(0),
-                net,
-                S::NetLimit,
-                Some(0),
-                None,
-                E::Exited(0),
-            ),
-            (
-                Outcome::Exited(4),
-                net,
-                S::NetLimit,
-                Some(4),
-                None,
-                E::Exited(4),
-            ),
-            (
-                signaled(15, None),
-                net,
-                S::Signaled,
-                None,
-                Some(15),
-                E::Signaled(15),
-            ),
-            (
-                Outcome::TimedOut,
-                net,
-                S::Timeout,
-                None,
-                Some(KILL),
-                E::LimitReached,
-            ),
+            (O::Exited(0), net, S::NetLimit, Some(0), None, E::Exited(0)),
+            (O::Exited(4), net, S::NetLimit, Some(4), None, E::Exited(4)),
+            (signaled(15, None), net, S::Signaled, None, Some(15), E::Signaled(15)),
+            (O::TimedOut, net, S::Timeout, None, Some(KILL), E::LimitReached),
         ];
         for (outcome, counted, status, exit_code, signal, exit) in table {
             let expected = Decision {
