@@ -6,7 +6,7 @@
 use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::{Sinks, Verdict};
+use crate::verdict::Sinks;
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -148,18 +148,13 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
             config_digest,
             ..
         } => {
-            // Read typed; written as it came (a server's verdict may carry fields this
-            // client does not know, which the report keeps).
-            let typed: Verdict = serde_json::from_value(verdict.clone()).map_err(|err| {
-                Error::setup(format!(
-                    "brig serve sent a verdict this client does not understand: {err}"
-                ))
-            })?;
-            sinks.deliver_json(&verdict, Some(config_digest), None);
-            for line in typed.stderr_lines() {
+            // The report's bytes are a one-shot run's: the verdict as a JSON value.
+            let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
+            sinks.deliver_json(&value, Some(config_digest), None);
+            for line in verdict.stderr_lines() {
                 eprintln!("brig: {line}");
             }
-            Ok(typed.brig_exit_code)
+            Ok(verdict.brig_exit_code)
         }
         Reply::Error {
             message, exit_code, ..

@@ -154,9 +154,8 @@ fn rehearse(plan: &Plan) {
     let encoded = serde_json::to_vec(&job).unwrap_or_default();
     let _ = serde_json::from_slice::<Job>(&encoded);
     let verdict = Verdict::of_setup_error(Some(plan), &Error::setup("rehearsal"));
-    let verdict = serde_json::to_value(verdict).unwrap_or_default();
     let _ = serde_json::to_vec(&Reply::Done {
-        verdict,
+        verdict: Box::new(verdict),
         config_digest: String::new(),
         stdout: None,
         stderr: None,
@@ -223,7 +222,7 @@ fn run_job(
             let mut answered = false;
             let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
                 let verdict = Verdict::of_run(plan, report);
-                answer(control, &connection, &verdict, &job, None, audit_log);
+                answer(control, &connection, verdict, &job, None, audit_log);
                 answered = true;
             });
             if !answered {
@@ -231,7 +230,7 @@ fn run_job(
                     Ok(report) => Verdict::of_run(plan, &report),
                     Err(err) => Verdict::of_setup_error(Some(plan), &err),
                 };
-                answer(control, &connection, &verdict, &job, None, audit_log);
+                answer(control, &connection, verdict, &job, None, audit_log);
             }
         }
         Streams::Capture { stdin, limit } => {
@@ -248,7 +247,7 @@ fn run_job(
             answer(
                 control,
                 &connection,
-                &verdict,
+                verdict,
                 &job,
                 Some(captured),
                 audit_log,
@@ -308,7 +307,7 @@ fn feed(text: String) -> Result<OwnedFd> {
 pub(super) fn answer(
     control: &OwnedFd,
     connection: &OwnedFd,
-    verdict: &Verdict,
+    mut verdict: Verdict,
     job: &Job,
     captured: Option<Captured>,
     audit_log: Option<&PathBuf>,
@@ -317,10 +316,9 @@ pub(super) fn answer(
         Some(captured) => (Some(captured.stdout), Some(captured.stderr)),
         None => (None, None),
     };
-    let mut verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
     // The client's --quiet-limits holds for the notice too.
     if job.options.quiet_limits {
-        verdict["unenforced"] = serde_json::Value::Null;
+        verdict.unenforced = None;
     }
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
@@ -329,7 +327,8 @@ pub(super) fn answer(
             peer: job.peer,
             argv: &job.program.argv,
         };
-        sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(served));
+        let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
+        sinks.deliver_json(&value, Some(job.config_digest.clone()), Some(served));
     }
     let reply = match DRAINED.load(Ordering::Relaxed) {
         true => Reply::error(&Error::setup(format!(
@@ -337,7 +336,7 @@ pub(super) fn answer(
             super::session::DRAINING
         ))),
         false => Reply::Done {
-            verdict,
+            verdict: Box::new(verdict),
             config_digest: job.config_digest.clone(),
             stdout,
             stderr,

@@ -185,7 +185,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
                 runner::answer(
                     control,
                     &done.connection,
-                    &verdict,
+                    verdict,
                     &done.job,
                     None,
                     audit_log,
@@ -231,7 +231,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     let Handed {
         job, connection, ..
     } = handed;
-    runner::answer(control, &connection, &verdict, &job, captured, audit_log);
+    runner::answer(control, &connection, verdict, &job, captured, audit_log);
     0
 }
 
