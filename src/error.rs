@@ -23,7 +23,7 @@ pub enum ErrorKind {
 }
 
 /// The step of building the jail a failure belongs to, in the order they run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// The jail's cgroup, created and limited by brig before the jail exists.

@@ -4,16 +4,40 @@
 use crate::error::{Error, Result};
 use crate::units::{Size, Span};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// One limit; `None` is unlimited.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rlimit {
-    pub name: &'static str,
-    #[serde(serialize_with = "limit_value")]
+    #[serde(deserialize_with = "known_name")]
+    pub name: crate::verdict::known::Name,
+    #[serde(serialize_with = "limit_value", deserialize_with = "limit_of")]
     pub soft: Option<u64>,
-    #[serde(serialize_with = "limit_value")]
+    #[serde(serialize_with = "limit_value", deserialize_with = "limit_of")]
     pub hard: Option<u64>,
+}
+
+/// A limit's name as brig writes it (one of [`KNOWN`]).
+fn known_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<&'static str, D::Error> {
+    let names: Vec<&'static str> = KNOWN.iter().map(|(name, _, _)| *name).collect();
+    crate::verdict::known::one_of(deserializer, &names, "rlimit")
+}
+
+/// A number, or `unlimited` (None), as [`limit_value`] writes it.
+fn limit_of<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Number(u64),
+        Text(String),
+    }
+    match Written::deserialize(deserializer)? {
+        Written::Number(number) => Ok(Some(number)),
+        Written::Text(text) if text == "unlimited" => Ok(None),
+        Written::Text(text) => Err(serde::de::Error::custom(format!(
+            "rlimit value {text:?}: give a number or \"unlimited\""
+        ))),
+    }
 }
 
 fn limit_value<S: Serializer>(value: &Option<u64>, serializer: S) -> Result<S::Ok, S::Error> {

@@ -4,19 +4,18 @@
 
 use crate::cgroup::Version;
 use crate::error::{Context, Error, ErrorKind, Result, Stage};
-use crate::exit::ExitStatus;
+use crate::jail::outcome::{Counted, Decision};
 use crate::jail::{Outcome, RunReport};
 use crate::plan::Plan;
 use crate::rlimits::Rlimit;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 pub const SCHEMA: &str = "brig-verdict/1";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Ok,
@@ -34,9 +33,13 @@ pub enum Status {
     SetupError,
 }
 
-#[derive(Debug, Serialize)]
+/// Read back (`Deserialize`, e.g. from a server's reply) it is the same verdict: the
+/// names brig writes as constants (the schema, the namespaces, ...) must be ones it
+/// writes, so a verdict of another schema is refused, not misread.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
-    pub schema: &'static str,
+    #[serde(deserialize_with = "known::schema")]
+    pub schema: known::Name,
     pub status: Status,
     /// brig's own exit status for this run.
     pub brig_exit_code: i32,
@@ -81,7 +84,7 @@ pub struct Verdict {
     pub explanation: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     pub time_limit_ms: Option<u64>,
     pub cpu_time_ms: Option<u64>,
@@ -96,13 +99,15 @@ pub struct Limits {
     pub rlimits: Vec<Rlimit>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Protections {
-    pub namespaces: Vec<&'static str>,
+    #[serde(deserialize_with = "known::namespaces")]
+    pub namespaces: Vec<known::Name>,
     pub cgroup: Option<Version>,
     pub rootless: bool,
     pub net: crate::options::NetMode,
-    pub capabilities: &'static str,
+    #[serde(deserialize_with = "known::capabilities")]
+    pub capabilities: known::Name,
     pub no_new_privs: bool,
     /// The Landlock ABI enforced; null when Landlock is off or missing.
     pub landlock_abi: Option<u8>,
@@ -119,53 +124,61 @@ pub struct Protections {
 /// per-user counters are the jail's), `shared` (as root with `--host-uid-range off` or
 /// `--host-uid`: one host uid for every jail, its namespace created by root) or `caller`
 /// (rootless: the caller's own uid).
-#[derive(Debug, Serialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostIdentity {
-    pub mode: &'static str,
+    #[serde(deserialize_with = "known::host_mode")]
+    pub mode: known::Name,
     pub uid: u32,
     pub gid: u32,
+}
+
+/// How a server ran a program, beyond what its report says.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunContext {
+    /// In an interpreter started before the request (`brig serve --warm-python`): the
+    /// report's times are the request's own.
+    pub warm: bool,
+    /// The output was captured for the reply under this limit (stdout and stderr
+    /// together), which the verdict reports in place of the plan's.
+    pub output_limit: Option<u64>,
+}
+
+impl RunContext {
+    pub fn warm() -> RunContext {
+        RunContext {
+            warm: true,
+            output_limit: None,
+        }
+    }
+
+    pub fn captured(limit: u64) -> RunContext {
+        RunContext {
+            warm: false,
+            output_limit: Some(limit),
+        }
+    }
 }
 
 impl Verdict {
     /// The verdict of a run that got as far as starting the jail.
     pub fn of_run(plan: &Plan, run: &RunReport) -> Verdict {
+        Verdict::of_run_in(plan, run, RunContext::default())
+    }
+
+    /// [`Verdict::of_run`] for a run a server served in `context`: in a warm
+    /// interpreter, its output captured under a limit of its own.
+    pub fn of_run_in(plan: &Plan, run: &RunReport, context: RunContext) -> Verdict {
         let usage = run.cgroup_usage.unwrap_or_default();
-        let oom = run.out_of_memory || usage.oom_kills.is_some_and(|kills| kills > 0);
-        // RLIMIT_CPU is per process: a SIGKILL is its doing only when the program itself
-        // used up the limit (having ignored the SIGXCPU before).
-        let hit_cpu_limit = |cpu: &Option<Duration>| {
-            plan.limits
-                .cpu_time
-                .is_some_and(|limit| cpu.is_some_and(|cpu| cpu >= limit.0))
+        let counted = Counted {
+            oom: run.out_of_memory || usage.oom_kills.is_some_and(|kills| kills > 0),
+            cpu_time_limit: plan.limits.cpu_time.map(|limit| limit.0),
+            net_limit: run
+                .network
+                .as_ref()
+                .is_some_and(|network| network.limit_reached.is_some()),
         };
-        let (status, exit_code, signal) = match &run.outcome {
-            Outcome::TimedOut => (Status::Timeout, None, Some(libc::SIGKILL)),
-            Outcome::OutputLimit => (Status::OutputLimit, None, Some(libc::SIGKILL)),
-            Outcome::ExecFailed { .. } => (Status::SetupError, None, None),
-            Outcome::Signaled { signal, .. } if oom => (Status::Oom, None, Some(*signal)),
-            Outcome::Exited(code) if oom => (Status::Oom, Some(*code), None),
-            Outcome::Signaled {
-                seccomp: true,
-                signal,
-                ..
-            } => (Status::Seccomp, None, Some(*signal)),
-            Outcome::Signaled { signal, cpu, .. }
-                if *signal == libc::SIGXCPU || (*signal == libc::SIGKILL && hit_cpu_limit(cpu)) =>
-            {
-                (Status::CpuTime, None, Some(*signal))
-            }
-            Outcome::Signaled { signal, .. } => (Status::Signaled, None, Some(*signal)),
-            Outcome::Exited(0) => (Status::Ok, Some(0), None),
-            Outcome::Exited(code) => (Status::NonzeroExit, Some(*code), None),
-        };
-        let net_limit = run
-            .network
-            .as_ref()
-            .is_some_and(|network| network.limit_reached.is_some());
-        let status = match status {
-            Status::Ok | Status::NonzeroExit if net_limit => Status::NetLimit,
-            other => other,
-        };
+        let decision = run.outcome.decision(counted);
+        let status = decision.status;
         let error = match &run.outcome {
             Outcome::ExecFailed { message, .. } => Some(message.clone()),
             _ => None,
@@ -174,12 +187,17 @@ impl Verdict {
             Outcome::ExecFailed { .. } => None,
             _ => plan.limits.unenforced_notice(),
         };
+        let output_limit = context
+            .output_limit
+            .or(plan.limits.output_limit.map(|limit| limit.0));
+        let mut limits = limits(plan, run.time_limit, run.cgroup_version.is_some());
+        limits.output_limit_bytes = output_limit;
         Verdict {
             schema: SCHEMA,
             status,
-            brig_exit_code: run.outcome.exit_status().code(),
-            exit_code,
-            signal,
+            brig_exit_code: decision.exit.code(),
+            exit_code: decision.exit_code,
+            signal: decision.signal,
             wall_ms: run.wall.as_millis() as u64,
             cpu_user_ms: run.cpu_user.as_millis() as u64,
             cpu_sys_ms: run.cpu_sys.as_millis() as u64,
@@ -190,27 +208,28 @@ impl Verdict {
             stdout_bytes: run.output.map(|output| output.stdout_bytes),
             stderr_bytes: run.output.map(|output| output.stderr_bytes),
             output_truncated: run.output.is_some_and(|output| output.truncated),
-            warm: false,
-            limits: Some(limits(plan, run.time_limit, run.cgroup_version.is_some())),
+            warm: context.warm,
+            limits: Some(limits),
             protections: Some(protections(plan, run.cgroup_version, run.host_ids)),
             warnings: plan.warnings.clone(),
             error_kind: error.as_ref().map(|_| ErrorKind::ExecFailed),
             error_stage: error.as_ref().map(|_| Stage::Exec),
             network: run.network.clone(),
             unenforced,
-            explanation: explain(plan, run, status),
+            explanation: explain(plan, run, status, output_limit),
             error,
         }
     }
 
     /// The verdict when brig failed before or while setting up the jail.
     pub fn of_setup_error(plan: Option<&Plan>, error: &Error) -> Verdict {
+        let decision = Decision::SETUP_ERROR;
         Verdict {
             schema: SCHEMA,
-            status: Status::SetupError,
-            brig_exit_code: ExitStatus::BRIG_FAILED,
-            exit_code: None,
-            signal: None,
+            status: decision.status,
+            brig_exit_code: decision.exit.code(),
+            exit_code: decision.exit_code,
+            signal: decision.signal,
             wall_ms: 0,
             cpu_user_ms: 0,
             cpu_sys_ms: 0,
@@ -259,6 +278,71 @@ impl Verdict {
     }
 }
 
+/// Reading a verdict back: a name brig writes as a constant is read back as that
+/// constant; one brig never writes is an error that names the field.
+pub(crate) mod known {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer};
+
+    /// A name brig writes as a constant. (Spelled as an alias: serde would otherwise
+    /// take a `&'static str` field as one borrowed from a `'static` input.)
+    pub type Name = &'static str;
+
+    /// The verdict's `protections.namespaces`, in the order brig lists them.
+    pub const NAMESPACES: [&str; 8] = [
+        "user", "mount", "pid", "net", "ipc", "uts", "cgroup", "time",
+    ];
+
+    pub fn find(name: &str, names: &[&'static str], what: &str) -> Result<&'static str, String> {
+        names
+            .iter()
+            .copied()
+            .find(|known| *known == name)
+            .ok_or_else(|| {
+                format!(
+                    "{what} {name:?} is not one brig writes ({})",
+                    names.join(", ")
+                )
+            })
+    }
+
+    pub fn one_of<'de, D: Deserializer<'de>>(
+        deserializer: D,
+        names: &[&'static str],
+        what: &str,
+    ) -> Result<&'static str, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        find(&name, names, what).map_err(D::Error::custom)
+    }
+
+    pub fn schema<'de, D: Deserializer<'de>>(deserializer: D) -> Result<&'static str, D::Error> {
+        one_of(deserializer, &[super::SCHEMA], "schema")
+    }
+
+    pub fn capabilities<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<&'static str, D::Error> {
+        one_of(deserializer, &["none"], "capabilities")
+    }
+
+    pub fn host_mode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<&'static str, D::Error> {
+        one_of(
+            deserializer,
+            &["per-jail", "shared", "caller"],
+            "host_identity.mode",
+        )
+    }
+
+    pub fn namespaces<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<&'static str>, D::Error> {
+        Vec::<String>::deserialize(deserializer)?
+            .iter()
+            .map(|name| find(name, &NAMESPACES, "namespace").map_err(D::Error::custom))
+            .collect()
+    }
+}
+
 /// Text that may hold names chosen by code in a jail (a file name, a path echoed in an
 /// error, a name the jail looked up), made safe for a terminal: control characters (escape
 /// sequences, newlines, C1 codes) and backslashes are escaped, as Rust escapes a string;
@@ -284,7 +368,12 @@ pub fn printable(text: &str) -> String {
 
 /// One line for the runs brig or the kernel ended; the program's own endings need none.
 /// The time limit is the run's (a server's request may have its own).
-fn explain(plan: &Plan, run: &RunReport, status: Status) -> Option<String> {
+fn explain(
+    plan: &Plan,
+    run: &RunReport,
+    status: Status,
+    output_limit: Option<u64>,
+) -> Option<String> {
     let limits = &plan.limits;
     match (&run.outcome, status) {
         (Outcome::ExecFailed { message, .. }, _) => Some(message.clone()),
@@ -298,7 +387,8 @@ fn explain(plan: &Plan, run: &RunReport, status: Status) -> Option<String> {
         (_, Status::Timeout) => run
             .time_limit
             .map(|limit| format!("time limit of {limit} reached; the jail was killed")),
-        (_, Status::OutputLimit) => limits.output_limit.map(|limit| {
+        (_, Status::OutputLimit) => output_limit.map(|limit| {
+            let limit = crate::units::Size(limit);
             format!("output limit of {limit} reached; the output was cut and the jail killed")
         }),
         (_, Status::Oom) => Some(match limits.cgroup.memory {
@@ -340,18 +430,12 @@ fn limits(plan: &Plan, time_limit: Option<crate::units::Span>, cgroup_enforced: 
 fn protections(plan: &Plan, cgroup: Option<Version>, (uid, gid): (u32, u32)) -> Protections {
     let ns = &plan.namespaces;
     let namespaces = [
-        (ns.user, "user"),
-        (ns.mount, "mount"),
-        (ns.pid, "pid"),
-        (ns.net, "net"),
-        (ns.ipc, "ipc"),
-        (ns.uts, "uts"),
-        (ns.cgroup, "cgroup"),
-        (ns.time, "time"),
+        ns.user, ns.mount, ns.pid, ns.net, ns.ipc, ns.uts, ns.cgroup, ns.time,
     ]
-    .iter()
+    .into_iter()
+    .zip(known::NAMESPACES)
     .filter(|(on, _)| *on)
-    .map(|(_, name)| *name)
+    .map(|(_, name)| name)
     .collect();
     Protections {
         namespaces,
@@ -743,6 +827,156 @@ mod tests {
             super::network_line(&serde_json::json!({"network": null})),
             None
         );
+    }
+
+    /// A verdict read back is the verdict written, for every status, every field set
+    /// (and the optional ones null); one of another schema, or naming a namespace brig
+    /// never writes, is refused with the field named.
+    #[test]
+    fn a_verdict_reads_back_as_written() {
+        use super::*;
+        use crate::net::record::{Destination, Dropped, Lookup, NetworkRecord};
+        let statuses = [
+            Status::Ok,
+            Status::NonzeroExit,
+            Status::Signaled,
+            Status::Timeout,
+            Status::CpuTime,
+            Status::Oom,
+            Status::OutputLimit,
+            Status::NetLimit,
+            Status::Seccomp,
+            Status::SetupError,
+        ];
+        let full = |status: Status| Verdict {
+            schema: SCHEMA,
+            status,
+            brig_exit_code: 124,
+            exit_code: Some(3),
+            signal: Some(9),
+            wall_ms: 12,
+            cpu_user_ms: 5,
+            cpu_sys_ms: 1,
+            max_rss_kib: 4096,
+            memory_peak_bytes: Some(1 << 20),
+            oom_kills: Some(0),
+            pids_peak: Some(2),
+            stdout_bytes: Some(10),
+            stderr_bytes: Some(0),
+            output_truncated: true,
+            warm: true,
+            limits: Some(Limits {
+                time_limit_ms: Some(1000),
+                cpu_time_ms: None,
+                memory_bytes: Some(1 << 30),
+                pids: Some(256),
+                cpus: Some(1.5),
+                cgroup_enforced: true,
+                output_limit_bytes: Some(1 << 20),
+                tmpfs_size_bytes: 64 << 20,
+                rlimits: vec![
+                    Rlimit {
+                        name: "nofile",
+                        soft: Some(1024),
+                        hard: None,
+                    },
+                    Rlimit {
+                        name: "core",
+                        soft: Some(0),
+                        hard: Some(0),
+                    },
+                ],
+            }),
+            protections: Some(Protections {
+                namespaces: known::NAMESPACES.to_vec(),
+                cgroup: Some(Version::V2),
+                rootless: false,
+                net: crate::options::NetMode::Filtered,
+                capabilities: "none",
+                no_new_privs: true,
+                landlock_abi: Some(4),
+                seccomp_profile: Some("default (log)".into()),
+                rootfs: Some(crate::mount::Rootfs {
+                    path: "/srv/root".into(),
+                    digest: Some("sha256:00".into()),
+                }),
+                host_identity: HostIdentity {
+                    mode: "per-jail",
+                    uid: 100_000,
+                    gid: 100_000,
+                },
+            }),
+            warnings: vec!["a warning".into()],
+            error: Some("an error".into()),
+            error_kind: Some(ErrorKind::BadInput),
+            error_stage: Some(Stage::Mounts),
+            network: Some(NetworkRecord {
+                rules: vec!["web.test:443".into()],
+                hosts: vec!["web.test:127.0.0.1".into()],
+                connections: vec![Destination {
+                    name: Some("web.test".into()),
+                    port: 443,
+                    address: Some("127.0.0.1".parse().unwrap()),
+                    allowed: false,
+                    reason: Some("not on the list".into()),
+                    connections: 2,
+                    bytes_sent: 3,
+                    bytes_received: 4,
+                }],
+                lookups: vec![Lookup {
+                    name: "web.test".into(),
+                    answer: None,
+                    count: 1,
+                }],
+                dropped: vec![Dropped {
+                    protocol: "udp".into(),
+                    address: Some("::1".parse().unwrap()),
+                    port: Some(53),
+                    packets: 1,
+                }],
+                bytes_sent: 5,
+                bytes_received: 6,
+                limit_reached: Some("net-bytes"),
+            }),
+            unenforced: Some("memory".into()),
+            explanation: Some("why".into()),
+        };
+        let empty = |status: Status| Verdict {
+            limits: None,
+            protections: None,
+            network: None,
+            exit_code: None,
+            signal: None,
+            error: None,
+            error_kind: None,
+            error_stage: None,
+            ..full(status)
+        };
+        for status in statuses {
+            for verdict in [full(status), empty(status)] {
+                let written = verdict.to_json();
+                let read: Verdict = serde_json::from_str(&written).unwrap();
+                assert_eq!(read, verdict, "{written}");
+                // And through a server's reply, which carries it as a JSON value.
+                let value = serde_json::to_value(&verdict).unwrap();
+                assert_eq!(serde_json::from_value::<Verdict>(value).unwrap(), verdict);
+            }
+        }
+        let mut value = serde_json::to_value(full(Status::Ok)).unwrap();
+        value["schema"] = "brig-verdict/2".into();
+        let err = serde_json::from_value::<Verdict>(value)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("schema \"brig-verdict/2\" is not one brig writes"),
+            "{err}"
+        );
+        let mut value = serde_json::to_value(full(Status::Ok)).unwrap();
+        value["protections"]["namespaces"][0] = "time2".into();
+        let err = serde_json::from_value::<Verdict>(value)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("namespace \"time2\""), "{err}");
     }
 
     #[test]

@@ -428,6 +428,20 @@ fn warm_jails_outlive_the_servers_time_limit_while_idle(mode: Mode) {
             (Some("timeout"), Some(true)),
             "{verdict}"
         );
+        // The request's own limit, and the CPU the kernel counted for the request (the
+        // loop spun): the supervisor's one deadline ended it.
+        assert_eq!(verdict["limits"]["time_limit_ms"], 2000, "{verdict}");
+        assert_eq!(verdict["brig_exit_code"], 124, "{verdict}");
+        assert!(
+            verdict["cpu_user_ms"].as_u64().is_some_and(|ms| ms > 0),
+            "{verdict}"
+        );
+        assert!(
+            verdict["explanation"]
+                .as_str()
+                .is_some_and(|line| line.starts_with("time limit of 2s reached")),
+            "{verdict}"
+        );
         assert!(wait_until(std::time::Duration::from_secs(20), both_ready));
     }
 }

@@ -4,7 +4,9 @@
 //! machine's load hits all of them alike; throughput is likewise measured in short windows
 //! taken in turns. Reported: launch latency (median, min, max), throughput in jails per
 //! second with 1 and 2 workers (median window), and brig's peak RSS. The ratios
-//! brig/bwrap are the numbers the performance goals are stated in.
+//! brig/bwrap are the numbers the performance goals are stated in. With `--baseline PATH`
+//! another brig binary (the previous build) runs as the tool `brig-baseline`, interleaved
+//! the same way, for an A/B ratio brig/brig-baseline.
 
 mod files;
 mod net;
@@ -21,6 +23,8 @@ use std::time::{Duration, Instant};
 
 struct Options {
     brig: String,
+    /// Another brig binary to compare with (A/B), as the tool `brig-baseline`.
+    baseline: Option<String>,
     rounds: usize,
     throughput_for: Duration,
     json: Option<String>,
@@ -45,6 +49,7 @@ struct Options {
 fn parse_options() -> Options {
     let mut options = Options {
         brig: "target/x86_64-unknown-linux-gnu/release/brig".into(),
+        baseline: None,
         rounds: 200,
         throughput_for: Duration::from_secs(3),
         json: None,
@@ -72,6 +77,7 @@ fn parse_options() -> Options {
         };
         match arg.as_str() {
             "--brig" => options.brig = value(),
+            "--baseline" => options.baseline = Some(value()),
             "--rounds" => options.rounds = value().parse().unwrap_or_else(|_| usage("--rounds N")),
             "--seconds" => {
                 let seconds: f64 = value().parse().unwrap_or_else(|_| usage("--seconds S"));
@@ -100,7 +106,7 @@ fn usage(problem: &str) -> ! {
         eprintln!("brig-bench: {problem}");
     }
     eprintln!(
-        "usage: brig-bench [--brig PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits] [--no-net | --net-only] [--no-serve | --serve-only] [--no-sessions | --sessions-only] [--no-files | --files-only] [--json FILE]"
+        "usage: brig-bench [--brig PATH] [--baseline PATH] [--rounds N] [--seconds S] [--limits 'OPTS'] [--tools bare,unshare,bwrap,brig,brig+limits,brig-baseline] [--no-net | --net-only] [--no-serve | --serve-only] [--no-sessions | --sessions-only] [--no-files | --files-only] [--json FILE]"
     );
     std::process::exit(2);
 }
@@ -120,7 +126,7 @@ fn tools(options: &Options) -> Vec<Tool> {
     let mut brig_limits = vec![options.brig.clone(), "run".into()];
     brig_limits.extend(options.limits.iter().cloned());
     brig_limits.push("--".into());
-    vec![
+    let mut tools = vec![
         Tool {
             name: "bare",
             prefix: Vec::new(),
@@ -150,7 +156,14 @@ fn tools(options: &Options) -> Vec<Tool> {
             name: "brig+limits",
             prefix: brig_limits,
         },
-    ]
+    ];
+    if let Some(baseline) = &options.baseline {
+        tools.push(Tool {
+            name: "brig-baseline",
+            prefix: words(&format!("{baseline} run --memory max --pids max --")),
+        });
+    }
+    tools
 }
 
 const PROGRAMS: &[(&str, &[&str])] = &[
@@ -392,6 +405,15 @@ fn main() {
             format!("latency {label}: brig/bwrap"),
             per_tool["brig"].median_ms / per_tool["bwrap"].median_ms,
         );
+    }
+    for (label, per_tool) in &report.latency {
+        if let (Some(brig), Some(baseline)) = (per_tool.get("brig"), per_tool.get("brig-baseline"))
+        {
+            report.ratios.insert(
+                format!("latency {label}: brig/brig-baseline"),
+                brig.median_ms / baseline.median_ms,
+            );
+        }
     }
     for (label, per_tool) in &report.throughput {
         if !has_brig_and_bwrap(per_tool) {

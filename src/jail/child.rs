@@ -5,7 +5,7 @@
 use super::Program;
 use super::channel::{ChildEnd, Message};
 use super::init;
-use super::relay::JailEnds;
+use super::output::JailEnds;
 use crate::error::{AtStage, Context, Error, Result, Stage};
 use crate::exit::ExitStatus;
 use crate::plan::Plan;
@@ -137,7 +137,7 @@ fn assemble_jail(
     if !channel.parent_alive() {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
-    // With --output-limit, stdout and stderr are brig's relay pipes.
+    // With --output-limit, stdout and stderr are the pipes of brig's output collector.
     if let Some(output) = output {
         nix::unistd::dup2_stdout(&output.stdout)
             .context(|| "connect stdout to brig's relay".into())

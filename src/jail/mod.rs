@@ -1,7 +1,7 @@
 //! A jail's life, across its three processes: brig's supervisor (`supervisor.rs`), the
 //! jail's first process, which assembles the jail and stays as its PID 1 (`child.rs`,
-//! then `init.rs`), and the program. They talk over `channel.rs`; `relay.rs` carries
-//! bounded output.
+//! then `init.rs`), and the program. They talk over `channel.rs`; `output.rs` collects
+//! their bounded output.
 //!
 //! A jail is assembled first and given its program later ([`Jail::assemble`], then
 //! [`Jail::run`]): between the two, its init waits with every namespace, the id maps, the
@@ -10,7 +10,8 @@
 mod channel;
 mod child;
 mod init;
-mod relay;
+pub mod outcome;
+pub mod output;
 pub mod session;
 mod supervisor;
 
@@ -20,9 +21,10 @@ use std::path::PathBuf;
 
 pub use channel::Stdio;
 pub use init::forwarded_signals;
-pub use relay::Counts as OutputCounts;
+pub use outcome::{Outcome, RunReport};
+pub use output::{Captured, Counts as OutputCounts, Output};
 pub use session::SessionJail;
-pub use supervisor::{Jail, Outcome, RequestClock, RunReport};
+pub use supervisor::{Jail, RequestClock};
 
 /// What runs in an assembled jail: the arguments (the first one is looked up in the
 /// jail's `PATH` unless it has a `/`), the whole environment and the working directory.

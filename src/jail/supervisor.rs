@@ -4,13 +4,12 @@
 
 use super::Program;
 use super::channel::{Channel, Message, ParentEnd, Stdio};
-use super::relay::{Counts, JailEnds, Relay};
+use super::outcome::{EndedBy, Outcome, ProgramEnd, RunReport, Spent, decide};
+use super::output::{Captured, JailEnds, Output};
 use super::{child, init};
-use crate::cgroup::{JailCgroup, Usage, Version};
+use crate::cgroup::JailCgroup;
 use crate::error::{AtStage, Context, Error, Result, Stage};
-use crate::exit::ExitStatus;
 use crate::net::forward::Forwarder;
-use crate::net::record::NetworkRecord;
 use crate::plan::Plan;
 use crate::procfs::Stat;
 use crate::sys::{self, Cloned};
@@ -26,70 +25,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-/// How the program ended.
-#[derive(Clone, Debug)]
-pub enum Outcome {
-    Exited(i32),
-    Signaled {
-        signal: i32,
-        /// SIGSYS while a seccomp filter was enforced: the profile killed the program.
-        seccomp: bool,
-        /// The call that killed it, when the kernel's audit records name it (root only).
-        syscall: Option<String>,
-        /// The program's own CPU time, when init could read it.
-        cpu: Option<Duration>,
-    },
-    /// brig killed the jail at --time-limit.
-    TimedOut,
-    /// brig killed the jail at --output-limit.
-    OutputLimit,
-    /// The program could not be executed (126) or found (127).
-    ExecFailed {
-        code: u8,
-        message: String,
-    },
-}
-
-impl Outcome {
-    /// brig's exit status for this outcome.
-    pub fn exit_status(&self) -> ExitStatus {
-        match self {
-            Outcome::Exited(code) => ExitStatus::Exited(*code),
-            Outcome::Signaled { signal, .. } => ExitStatus::Signaled(*signal),
-            Outcome::TimedOut | Outcome::OutputLimit => ExitStatus::LimitReached,
-            Outcome::ExecFailed { code, .. } if i32::from(*code) == ExitStatus::NOT_FOUND => {
-                ExitStatus::NotFound
-            }
-            Outcome::ExecFailed { .. } => ExitStatus::CannotExecute,
-        }
-    }
-}
-
-/// Everything brig learned about one run.
-#[derive(Clone)]
-pub struct RunReport {
-    pub outcome: Outcome,
-    /// The wall-clock limit the run had (the plan's, or one given for this run).
-    pub time_limit: Option<Span>,
-    pub wall: Duration,
-    pub cpu_user: Duration,
-    pub cpu_sys: Duration,
-    pub max_rss_kib: u64,
-    pub cgroup_version: Option<Version>,
-    pub cgroup_usage: Option<Usage>,
-    /// brig ended the jail on the kernel's OOM notification (v1); its kill may come
-    /// before the kernel's own, which the cgroup's OOM-kill counter would show.
-    pub out_of_memory: bool,
-    pub output: Option<Counts>,
-    /// With `--seccomp-log`: the calls the profile would have denied; None when brig could
-    /// not read the kernel's audit records (rootless).
-    pub seccomp_log: Option<seccomp::Logged>,
-    /// With `--net filtered`: every connection the jail tried, and what brig did.
-    pub network: Option<NetworkRecord>,
-    /// The host uid and gid the jail's user mapped to.
-    pub host_ids: (u32, u32),
-}
-
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
 /// waits for a program. Dropped without running one, it is killed and its cgroup removed.
 pub struct Jail<'p> {
@@ -97,7 +32,8 @@ pub struct Jail<'p> {
     init: Init,
     pub(super) channel: ParentEnd,
     signals: SignalFd,
-    relay: Option<Relay>,
+    /// The output collector: with `--output-limit`, or a captured run's.
+    output: Option<Output>,
     audit: Option<seccomp::AuditLog>,
     /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
     pub(super) tun: Option<OwnedFd>,
@@ -105,10 +41,11 @@ pub struct Jail<'p> {
     pub(super) workspace: Option<OwnedFd>,
     /// The plan's `--time-limit`, unless the run was given another.
     time_limit: Option<Span>,
-    /// A server's jail with `--output-limit`: brig's copies of the relay pipes' write
-    /// ends, which the program gets as its stdout and stderr in place of the client's
-    /// (the relay forwards to those, within the limit).
-    relay_ends: Option<JailEnds>,
+    /// A server's jail with `--output-limit` or a captured run: brig's copies of the
+    /// collector's pipes' write ends, which the program gets as its stdout and stderr in
+    /// place of the client's (the collector relays to those, or keeps the output,
+    /// within the limit).
+    output_ends: Option<JailEnds>,
     /// A program started before its request (a warm interpreter): the time limit starts
     /// when a [`RequestClock`] says so, not with the program.
     clock: Option<OwnedFd>,
@@ -156,11 +93,11 @@ impl<'p> Jail<'p> {
                 .context(|| "create a signalfd".into())?;
         let channel = Channel::new(streams || session || plan.network.is_some())
             .context(|| "create the pipes to the jail".into())?;
-        let (relay, jail_output) = match plan.limits.output_limit {
+        let (output, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
-                let (relay, ends) =
-                    Relay::new(limit.0).context(|| "create the output pipes".into())?;
-                (Some(relay), Some(ends))
+                let (output, ends) =
+                    Output::new(limit.0).context(|| "create the output pipes".into())?;
+                (Some(output), Some(ends))
             }
             None => (None, None),
         };
@@ -223,7 +160,7 @@ impl<'p> Jail<'p> {
             } => (pid, pidfd, in_cgroup),
         };
         // Kept only for a server's jail, to give its program with its other streams.
-        let relay_ends = jail_output.filter(|_| streams);
+        let output_ends = jail_output.filter(|_| streams);
         let mut jail = Jail {
             plan,
             init: Init {
@@ -237,12 +174,12 @@ impl<'p> Jail<'p> {
             },
             channel: channel.parent_end(),
             signals,
-            relay,
+            output,
             audit,
             tun: None,
             workspace: None,
             time_limit: plan.time_limit,
-            relay_ends,
+            output_ends,
             clock: None,
             cgroup,
             reaped: false,
@@ -323,7 +260,30 @@ impl<'p> Jail<'p> {
     /// server gives a pooled jail its client's); the jail must come from
     /// [`Jail::assemble_for_streams`].
     pub fn run_with_stdio(self, program: &Program, stdio: Option<Stdio>) -> Result<RunReport> {
-        self.run_watching(program, stdio, None)
+        Ok(self.run_watching(program, stdio, None)?.0)
+    }
+
+    /// [`Jail::run_with_stdio`] with `stdin` as the program's standard input and its
+    /// stdout and stderr captured: at most `limit` bytes of both together (no more than
+    /// the plan's `--output-limit`), the jail killed at the cut, as a relayed run's. The
+    /// jail must come from [`Jail::assemble_for_streams`].
+    pub fn run_capturing(
+        mut self,
+        program: &Program,
+        stdin: OwnedFd,
+        limit: u64,
+    ) -> Result<(RunReport, Captured)> {
+        if self.output_ends.is_none() {
+            let (output, ends) = Output::new(limit).context(|| "create the output pipes".into())?;
+            self.output = Some(output);
+            self.output_ends = Some(ends);
+        }
+        if let Some(output) = self.output.as_mut() {
+            output.capture(limit);
+        }
+        let (report, output) = self.run_watching(program, Some(vec![stdin]), None)?;
+        let captured = output.map(Output::into_captured).unwrap_or_default();
+        Ok((report, captured))
     }
 
     /// [`Jail::run_with_stdio`], calling `ended` with the run's report as soon as the
@@ -343,21 +303,21 @@ impl<'p> Jail<'p> {
                 ended(report);
             }
         };
-        self.run_watching(program, stdio, Some(&mut call))
+        Ok(self.run_watching(program, stdio, Some(&mut call))?.0)
     }
 
     /// The run, with `ended` called early when a caller asked for it (a one-shot run
-    /// does not: its report waits for the teardown anyway).
+    /// does not: its report waits for the teardown anyway); and its output collector.
     fn run_watching(
         mut self,
         program: &Program,
         stdio: Option<Stdio>,
         ended: Option<&mut dyn FnMut(&RunReport)>,
-    ) -> Result<RunReport> {
+    ) -> Result<(RunReport, Option<Output>)> {
         let plan = self.plan;
         program.check()?;
         let early = ended.is_some()
-            && self.relay.is_none()
+            && self.output.is_none()
             && plan.network.is_none()
             && plan.seccomp.mode != seccomp::Mode::Log;
         if early {
@@ -365,13 +325,20 @@ impl<'p> Jail<'p> {
                 .report_without_waiting()
                 .context(|| "make the jail's report pipe non-blocking".into())?;
         }
-        // With --output-limit the program writes into the relay, which forwards to the
-        // given stdout and stderr within the limit.
-        let stdio = match (stdio, self.relay_ends.take(), self.relay.as_mut()) {
-            (Some(mut given), Some(ends), Some(relay)) if given.len() >= 3 => {
+        // With --output-limit the program writes into the collector, which relays to
+        // the given stdout and stderr within the limit; a captured run is given its stdin
+        // alone, and the collector keeps its output.
+        let stdio = match (stdio, self.output_ends.take(), self.output.as_mut()) {
+            (Some(mut given), Some(ends), Some(output)) if given.len() >= 3 => {
                 let stdout = std::mem::replace(&mut given[1], ends.stdout);
                 let stderr = std::mem::replace(&mut given[2], ends.stderr);
-                relay.redirect(stdout, stderr);
+                if !output.is_capturing() {
+                    output.relay_to(stdout, stderr);
+                }
+                Some(given)
+            }
+            (Some(mut given), Some(ends), Some(_)) if given.len() == 1 => {
+                given.extend([ends.stdout, ends.stderr]);
                 Some(given)
             }
             (stdio, _, _) => stdio,
@@ -406,10 +373,11 @@ impl<'p> Jail<'p> {
         };
         let mut early_messages = Vec::new();
         let watch = Watch {
-            relay: self.relay.as_mut(),
+            output: self.output.as_mut(),
             audit: self.audit.as_mut(),
             oom: self.cgroup.as_ref().and_then(JailCgroup::oom_events),
             clock,
+            clock_started: false,
             report: early.then_some(EarlyReport {
                 channel: &self.channel,
                 pending: Vec::new(),
@@ -427,12 +395,12 @@ impl<'p> Jail<'p> {
         let (init_status, reaped) = self.reap();
         let wall = started.elapsed();
         let network = forwarder.map(Forwarder::finish);
-        if let Some(relay) = self.relay.as_mut() {
-            relay.drain();
+        if let Some(output) = self.output.as_mut() {
+            output.drain();
         }
         let mut messages = early_messages;
         messages.extend(self.channel.collect());
-        let mut outcome = decide(messages, init_status, ending.by)?;
+        let mut outcome = decide(program_end(messages)?, init_status, ending.by)?;
         let seccomp_log = name_seccomp_kill(plan, &mut outcome, self.audit.take());
         let killed_by_enclosing_oom = matches!(
             outcome,
@@ -459,21 +427,20 @@ impl<'p> Jail<'p> {
             .and_then(|usage| usage.cpu_sys_usec)
             .map(Duration::from_micros)
             .unwrap_or(reaped.system + killed.system);
-        Ok(RunReport {
-            outcome,
-            time_limit: self.time_limit,
+        let spent = Spent {
             wall,
             cpu_user,
             cpu_sys,
             max_rss_kib: reaped.max_rss_kib.max(killed.max_rss_kib),
-            cgroup_version: cgroup.map(JailCgroup::version),
-            cgroup_usage,
-            out_of_memory: ending.by == EndedBy::OutOfMemory || killed_by_enclosing_oom,
-            output: self.relay.take().map(|relay| relay.counts),
-            seccomp_log,
-            network,
-            host_ids: self.host_ids(),
-        })
+        };
+        let cgroup = (cgroup.map(JailCgroup::version), cgroup_usage);
+        let mut report = RunReport::new(outcome, self.time_limit, spent, cgroup, self.host_ids());
+        let output = self.output.take();
+        report.out_of_memory = ending.by == EndedBy::OutOfMemory || killed_by_enclosing_oom;
+        report.output = output.as_ref().map(|output| output.counts);
+        report.seccomp_log = seccomp_log;
+        report.network = network;
+        Ok((report, output))
     }
 
     fn reap(&mut self) -> (Option<WaitStatus>, Measured) {
@@ -491,26 +458,25 @@ impl<'p> Jail<'p> {
                 _ => None,
             })
             .unwrap_or_default();
-        let outcome = decide(messages.to_vec(), None, EndedBy::Program)?;
+        let outcome = decide(program_end(messages.to_vec())?, None, EndedBy::Program)?;
         let cgroup = self.cgroup.as_ref();
         let cgroup_usage = cgroup.map(JailCgroup::usage);
         let cpu =
             |from_cgroup: Option<u64>, own: u64| Duration::from_micros(from_cgroup.unwrap_or(own));
-        Ok(RunReport {
-            outcome,
-            time_limit: self.time_limit,
+        let spent = Spent {
             wall,
             cpu_user: cpu(cgroup_usage.and_then(|u| u.cpu_user_usec), end.cpu_user_us),
             cpu_sys: cpu(cgroup_usage.and_then(|u| u.cpu_sys_usec), end.cpu_sys_us),
             max_rss_kib: end.max_rss_kib,
-            cgroup_version: cgroup.map(JailCgroup::version),
-            cgroup_usage,
-            out_of_memory: false,
-            output: None,
-            seccomp_log: None,
-            network: None,
-            host_ids: self.host_ids(),
-        })
+        };
+        let cgroup = (cgroup.map(JailCgroup::version), cgroup_usage);
+        Ok(RunReport::new(
+            outcome,
+            self.time_limit,
+            spent,
+            cgroup,
+            self.host_ids(),
+        ))
     }
 
     /// Kills every process of the jail at once and reaps init (a session's end).
@@ -582,18 +548,6 @@ fn name_seccomp_kill(
         *syscall = Some(only.clone());
     }
     logged.filter(|_| log_mode)
-}
-
-/// Why brig itself ended the jail, if it did.
-#[derive(Clone, Copy, PartialEq)]
-enum EndedBy {
-    Program,
-    TimeLimit,
-    OutputLimit,
-    /// brig was told to stop and the program outlived the grace period.
-    Stopped,
-    /// The kernel OOM-killed a process of the jail (v1; v2 ends the jail itself).
-    OutOfMemory,
 }
 
 /// How long the program has to act on a SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to
@@ -684,12 +638,13 @@ fn descendants_usage(root: Pid) -> Measured {
 
 /// What brig watches besides the jail's exit and its own signals.
 struct Watch<'a> {
-    relay: Option<&'a mut Relay>,
+    output: Option<&'a mut Output>,
     audit: Option<&'a mut seccomp::AuditLog>,
     /// v1 OOM notifications (see `JailCgroup::oom_events`).
     oom: Option<OwnedFd>,
-    /// A [`RequestClock`]'s word: the time limit starts now.
+    /// A [`RequestClock`]'s words: the time limit starts now; then, the output was cut.
     clock: Option<OwnedFd>,
+    clock_started: bool,
     /// To report the run before the jail's teardown: the jail's messages as they come.
     report: Option<EarlyReport<'a>>,
 }
@@ -712,14 +667,21 @@ enum Source {
 }
 
 /// Starts the time limit of a jail whose program started before its request
-/// ([`Jail::time_limit_from_request`]).
+/// ([`Jail::time_limit_from_request`]), and tells its supervisor when the request's
+/// output collector cut the output: the supervisor ends the jail and decides the outcome,
+/// as for a run whose output it collects itself.
 pub struct RequestClock(OwnedFd);
 
 impl RequestClock {
     /// The request starts now: `limit` (none: no limit) counts from here.
-    pub fn start(self, limit: Option<Span>) {
+    pub fn start(&self, limit: Option<Span>) {
         let millis = limit.map_or(u64::MAX, |limit| limit.0.as_millis() as u64);
         let _ = nix::unistd::write(&self.0, &millis.to_le_bytes());
+    }
+
+    /// The request's output passed its limit: the jail ends (`output_limit`).
+    pub fn output_cut(&self) {
+        let _ = nix::unistd::write(&self.0, &0u64.to_le_bytes());
     }
 }
 
@@ -768,9 +730,9 @@ impl Init {
                 (Source::Exit, self.pidfd.as_fd()),
                 (Source::Signals, signals.as_fd()),
             ];
-            if let Some(relay) = &watch.relay {
+            if let Some(output) = &watch.output {
                 sources.extend(
-                    relay
+                    output
                         .open_pipes()
                         .into_iter()
                         .map(|(index, fd)| (Source::Output(index), fd)),
@@ -809,8 +771,8 @@ impl Init {
             for source in &ready {
                 match source {
                     Source::Output(index) => {
-                        if let Some(relay) = watch.relay.as_deref_mut()
-                            && !relay.pump(*index)
+                        if let Some(output) = watch.output.as_deref_mut()
+                            && !output.pump(*index)
                         {
                             ending.end(self, EndedBy::OutputLimit);
                         }
@@ -826,16 +788,25 @@ impl Init {
                         ending.end(self, EndedBy::OutOfMemory);
                         watch.oom = None;
                     }
-                    // The request started: its limit counts from now (one word, then the
-                    // clock is done).
+                    // The request started: its limit counts from now (the first word);
+                    // any word after it: the request's output collector cut the output.
                     Source::Clock => {
                         let mut word = [0u8; 8];
-                        if let Some(clock) = watch.clock.take()
-                            && nix::unistd::read(&clock, &mut word) == Ok(word.len())
-                        {
-                            let millis = u64::from_le_bytes(word);
-                            deadline = (millis != u64::MAX)
-                                .then(|| Instant::now() + Duration::from_millis(millis));
+                        let read = watch
+                            .clock
+                            .as_ref()
+                            .map(|clock| nix::unistd::read(clock, &mut word));
+                        match read {
+                            Some(Ok(8)) if !watch.clock_started => {
+                                watch.clock_started = true;
+                                let millis = u64::from_le_bytes(word);
+                                deadline = (millis != u64::MAX)
+                                    .then(|| Instant::now() + Duration::from_millis(millis));
+                            }
+                            Some(Ok(8)) => ending.end(self, EndedBy::OutputLimit),
+                            Some(Err(Errno::EINTR | Errno::EAGAIN)) => {}
+                            // Closed: the clock has nothing more to say.
+                            _ => watch.clock = None,
                         }
                     }
                     Source::Signals => {
@@ -984,12 +955,11 @@ impl Init {
     }
 }
 
-fn decide(
-    messages: Vec<Message>,
-    init_status: Option<WaitStatus>,
-    ended_by: EndedBy,
-) -> Result<Outcome> {
-    let mut program_status = None;
+/// The program's end as the jail's init reported it (the first exec failure, else the
+/// last status), or the setup error it reported instead. The program's usage (`Ended`,
+/// for an early report) and a session's messages say nothing of it.
+fn program_end(messages: Vec<Message>) -> Result<Option<ProgramEnd>> {
+    let mut end = None;
     for message in messages {
         match message {
             Message::SetupError {
@@ -999,51 +969,21 @@ fn decide(
             } => {
                 return Err(Error::from_jail(message, stage, errno.map(Errno::from_raw)));
             }
-            // The program's usage (`Ended`, used by an early report) and a session's
-            // messages decide nothing here.
+            Message::ExecError { code, message } => {
+                return Ok(Some(ProgramEnd::ExecFailed { code, message }));
+            }
+            Message::Exited(code) => end = Some(ProgramEnd::Exited(code)),
+            Message::Signaled { signal, cpu_ms } => {
+                end = Some(ProgramEnd::Signaled {
+                    signal,
+                    cpu: Some(Duration::from_millis(cpu_ms)),
+                })
+            }
             Message::Ready
             | Message::ProgramError { .. }
             | Message::Ended { .. }
             | Message::Swept => {}
-            Message::ExecError { code, message } => {
-                return Ok(Outcome::ExecFailed { code, message });
-            }
-            Message::Exited(code) => program_status = Some(Outcome::Exited(code)),
-            Message::Signaled { signal, cpu_ms } => {
-                program_status = Some(Outcome::Signaled {
-                    signal,
-                    seccomp: false,
-                    syscall: None,
-                    cpu: Some(Duration::from_millis(cpu_ms)),
-                })
-            }
         }
     }
-    match (ended_by, program_status, init_status) {
-        (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
-        (_, Some(status), _) => Ok(status),
-        (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
-        (EndedBy::Stopped | EndedBy::OutOfMemory, None, _) => Ok(killed(libc::SIGKILL)),
-        // The kernel killed the whole jail, init included: an OOM kill of the cgroup
-        // (memory.oom.group) — the verdict tells which.
-        (EndedBy::Program, None, Some(WaitStatus::Signaled(_, signal, _))) => {
-            Ok(killed(signal as i32))
-        }
-        (EndedBy::Program, None, status) => Err(Error::setup(format!(
-            "the jail's init ended before the program did ({}); this is a bug",
-            match status {
-                Some(WaitStatus::Exited(_, code)) => format!("exit status {code}"),
-                _ => "status unknown".into(),
-            }
-        ))),
-    }
-}
-
-fn killed(signal: i32) -> Outcome {
-    Outcome::Signaled {
-        signal,
-        seccomp: false,
-        syscall: None,
-        cpu: None,
-    }
+    Ok(end)
 }

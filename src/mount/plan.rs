@@ -75,7 +75,7 @@ pub const WORKDIR: &str = "/work";
 pub const DEFAULT_TMPFS_SIZE: Size = Size(64 << 20);
 const MIN_TMPFS_SIZE: Size = Size(4 << 10);
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct Rootfs {
     pub path: PathBuf,
     /// `sha256:...` from the root's `.brig-rootfs-digest`, as recorded at build time (not

@@ -2,12 +2,12 @@
 //! jail tried (allowed or refused, and why), the names it looked up, what was dropped,
 //! and the bytes each way.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// The verdict's `network` object.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetworkRecord {
     /// The `--allow-net` rules, as given.
     pub rules: Vec<String>,
@@ -24,10 +24,24 @@ pub struct NetworkRecord {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     /// `net-bytes` or `net-connections` when a cap was reached and brig refused more.
-    pub limit_reached: Option<&'static str>,
+    #[serde(deserialize_with = "limit_name")]
+    pub limit_reached: Option<crate::verdict::known::Name>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// The caps [`NetworkRecord::limit_reached`] names.
+pub const NET_LIMITS: [&str; 2] = ["net-bytes", "net-connections"];
+
+fn limit_name<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'static str>, D::Error> {
+    use serde::de::Error;
+    Option::<String>::deserialize(deserializer)?
+        .map(|name| crate::verdict::known::find(&name, &NET_LIMITS, "network.limit_reached"))
+        .transpose()
+        .map_err(D::Error::custom)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Destination {
     /// The name the connection was for (its synthetic address, or what TLS SNI or HTTP
     /// Host claimed); null for a connection to an address.
@@ -44,7 +58,7 @@ pub struct Destination {
     pub bytes_received: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Lookup {
     pub name: String,
     /// The synthetic address the jail got, or null: NXDOMAIN, and nothing was asked
@@ -53,7 +67,7 @@ pub struct Lookup {
     pub count: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Dropped {
     /// `udp`, `icmp`, `fragment` (an IPv4 fragment) or the IP protocol number.
     pub protocol: String,

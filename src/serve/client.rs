@@ -6,7 +6,7 @@
 use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::{Sinks, Verdict};
+use crate::verdict::Sinks;
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -148,13 +148,13 @@ fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
             config_digest,
             ..
         } => {
-            sinks.deliver_json(&verdict, Some(config_digest), None);
-            for line in Verdict::stderr_lines_of(&verdict) {
+            // The report's bytes are a one-shot run's: the verdict as a JSON value.
+            let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
+            sinks.deliver_json(&value, Some(config_digest), None);
+            for line in verdict.stderr_lines() {
                 eprintln!("brig: {line}");
             }
-            Ok(verdict["brig_exit_code"]
-                .as_i64()
-                .unwrap_or(i64::from(crate::ExitStatus::BRIG_FAILED)) as i32)
+            Ok(verdict.brig_exit_code)
         }
         Reply::Error {
             message, exit_code, ..

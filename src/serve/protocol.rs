@@ -247,7 +247,8 @@ pub enum StdioMode {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Reply {
     Done {
-        verdict: serde_json::Value,
+        /// Typed both ways: a client reads the schema it knows, or is told it cannot.
+        verdict: Box<crate::verdict::Verdict>,
         config_digest: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stdout: Option<String>,

@@ -9,15 +9,15 @@
 
 use super::protocol::{self, FrameReader, Reply, Request, StdioMode};
 use crate::error::{Error, Result};
-use crate::jail::{Jail, Program};
+use crate::jail::{Captured, Jail, Program};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::sys;
 use crate::units::Span;
-use crate::verdict::{Peer, Sinks, Verdict};
+use crate::verdict::{Peer, RunContext, Sinks, Verdict};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -154,9 +154,8 @@ fn rehearse(plan: &Plan) {
     let encoded = serde_json::to_vec(&job).unwrap_or_default();
     let _ = serde_json::from_slice::<Job>(&encoded);
     let verdict = Verdict::of_setup_error(Some(plan), &Error::setup("rehearsal"));
-    let verdict = serde_json::to_value(verdict).unwrap_or_default();
     let _ = serde_json::to_vec(&Reply::Done {
-        verdict,
+        verdict: Box::new(verdict),
         config_digest: String::new(),
         stdout: None,
         stderr: None,
@@ -210,70 +209,96 @@ fn run_job(
     control: &OwnedFd,
     watcher: ClientWatcher,
 ) -> i32 {
-    let init = jail.init_pidfd().try_clone_to_owned().ok();
-    let (connection, stdio, capture) =
-        match client_streams(&job, fds, plan.limits.output_limit, init) {
-            Ok(streams) => streams,
-            Err(code) => return code,
-        };
+    let (connection, streams) = match client_streams(&job, fds, plan.limits.output_limit) {
+        Ok(streams) => streams,
+        Err(code) => return code,
+    };
     jail.limit_time(job.time_limit);
     watcher.watch(&connection);
-    // The client is answered as soon as its program has ended, the jail's teardown
-    // after that (with captured output, once the pipes are drained: after it).
-    let mut answered = false;
-    let early = capture.is_none();
-    let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
-        if early {
-            let verdict = Verdict::of_run(plan, report);
-            answer(control, &connection, &verdict, &job, None, audit_log);
-            answered = true;
+    match streams {
+        Streams::Client(stdio) => {
+            // The client is answered as soon as its program has ended, the jail's
+            // teardown after that (with --output-limit, once the pipes are drained).
+            let mut answered = false;
+            let result = jail.run_reporting_early(&job.program, Some(stdio), |report| {
+                let verdict = Verdict::of_run(plan, report);
+                answer(control, &connection, verdict, &job, None, audit_log);
+                answered = true;
+            });
+            if !answered {
+                let verdict = match result {
+                    Ok(report) => Verdict::of_run(plan, &report),
+                    Err(err) => Verdict::of_setup_error(Some(plan), &err),
+                };
+                answer(control, &connection, verdict, &job, None, audit_log);
+            }
         }
-    });
-    if !answered {
-        let captured = capture.map(Capture::finish);
-        let mut result = result;
-        if let Some(captured) = &captured {
-            captured.amend(&mut result);
+        Streams::Capture { stdin, limit } => {
+            let (verdict, captured) = match jail.run_capturing(&job.program, stdin, limit) {
+                Ok((report, captured)) => {
+                    let served = RunContext::captured(captured.limit);
+                    (Verdict::of_run_in(plan, &report, served), captured)
+                }
+                Err(err) => (
+                    Verdict::of_setup_error(Some(plan), &err),
+                    Captured::default(),
+                ),
+            };
+            answer(
+                control,
+                &connection,
+                verdict,
+                &job,
+                Some(captured),
+                audit_log,
+            );
         }
-        let mut verdict = match result {
-            Ok(report) => Verdict::of_run(plan, &report),
-            Err(err) => Verdict::of_setup_error(Some(plan), &err),
-        };
-        if let Some(captured) = &captured {
-            captured.amend_verdict(&mut verdict);
-        }
-        answer(control, &connection, &verdict, &job, captured, audit_log);
     }
     0
 }
 
-/// The client's connection, the program's streams (the client's, or pipes this runner
-/// captures), and the capture (which kills `init` past its limit); Err with the exit
-/// status after answering the client.
+/// The program's streams for a job: the client's own, or its stdin (fed from the
+/// request) with stdout and stderr captured within `limit`.
+pub(super) enum Streams {
+    Client(Vec<OwnedFd>),
+    Capture { stdin: OwnedFd, limit: u64 },
+}
+
+/// The client's connection and the program's streams; Err with the exit status after
+/// answering the client.
 pub(super) fn client_streams(
     job: &Job,
     mut fds: Vec<OwnedFd>,
     output_limit: Option<crate::units::Size>,
-    init: Option<OwnedFd>,
-) -> std::result::Result<(OwnedFd, Vec<OwnedFd>, Option<Capture>), i32> {
+) -> std::result::Result<(OwnedFd, Streams), i32> {
     if fds.is_empty() {
         return Err(1);
     }
     let connection = fds.remove(0);
     match job.stdio {
-        StdioMode::Fds if fds.len() == 3 => Ok((connection, fds, None)),
+        StdioMode::Fds if fds.len() == 3 => Ok((connection, Streams::Client(fds))),
         StdioMode::Fds => Err(answer_error(
             &[connection],
             &Error::input("brig serve: stdio \"fds\" needs 3 descriptors"),
         )),
-        StdioMode::Capture => {
-            let limit = protocol::capture_limit(output_limit);
-            match Capture::start(job.stdin.clone().unwrap_or_default(), limit, init) {
-                Ok((stdio, capture)) => Ok((connection, stdio, Some(capture))),
-                Err(err) => Err(answer_error(&[connection], &err)),
+        StdioMode::Capture => match feed(job.stdin.clone().unwrap_or_default()) {
+            Ok(stdin) => {
+                let limit = protocol::capture_limit(output_limit);
+                Ok((connection, Streams::Capture { stdin, limit }))
             }
-        }
+            Err(err) => Err(answer_error(&[connection], &err)),
+        },
     }
+}
+
+/// A pipe whose read end gives `text` then ends: a captured run's stdin, written by a
+/// thread of its own (the program reads it as it likes, or not at all).
+fn feed(text: String) -> Result<OwnedFd> {
+    let (read, write) = pipe("the program")?;
+    std::thread::spawn(move || {
+        let _ = std::fs::File::from(write).write_all(text.as_bytes());
+    });
+    Ok(read)
 }
 
 /// Answers the client with the verdict (and captured output), appends the server's audit
@@ -282,7 +307,7 @@ pub(super) fn client_streams(
 pub(super) fn answer(
     control: &OwnedFd,
     connection: &OwnedFd,
-    verdict: &Verdict,
+    mut verdict: Verdict,
     job: &Job,
     captured: Option<Captured>,
     audit_log: Option<&PathBuf>,
@@ -291,10 +316,9 @@ pub(super) fn answer(
         Some(captured) => (Some(captured.stdout), Some(captured.stderr)),
         None => (None, None),
     };
-    let mut verdict = serde_json::to_value(verdict).expect("a verdict always serializes");
     // The client's --quiet-limits holds for the notice too.
     if job.options.quiet_limits {
-        verdict["unenforced"] = serde_json::Value::Null;
+        verdict.unenforced = None;
     }
     if let Some(path) = audit_log
         && let Ok(sinks) = Sinks::open(None, None, Some(path))
@@ -303,7 +327,8 @@ pub(super) fn answer(
             peer: job.peer,
             argv: &job.program.argv,
         };
-        sinks.deliver_json(&verdict, Some(job.config_digest.clone()), Some(served));
+        let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
+        sinks.deliver_json(&value, Some(job.config_digest.clone()), Some(served));
     }
     let reply = match DRAINED.load(Ordering::Relaxed) {
         true => Reply::error(&Error::setup(format!(
@@ -311,7 +336,7 @@ pub(super) fn answer(
             super::session::DRAINING
         ))),
         false => Reply::Done {
-            verdict,
+            verdict: Box::new(verdict),
             config_digest: job.config_digest.clone(),
             stdout,
             stderr,
@@ -399,151 +424,6 @@ impl ClientWatcher {
     pub(super) fn watch(self, connection: &OwnedFd) {
         if let Ok(connection) = connection.try_clone() {
             let _ = self.0.send(connection);
-        }
-    }
-}
-
-/// `capture` mode: pipes for the program's streams, a thread feeding stdin and one
-/// draining each of stdout and stderr. Together they keep at most `limit` bytes (the
-/// run's output limit, at most [`protocol::MAX_CAPTURE`]) and never read more than a
-/// chunk past it: past the limit the jail is killed, as `--output-limit` does, and
-/// what the program writes after that is never read. The output is held here, in the
-/// runner, outside the jail's cgroup: the bound is what keeps it small.
-pub(super) struct Capture {
-    threads: Vec<std::thread::JoinHandle<Vec<u8>>>,
-    shared: std::sync::Arc<Tally>,
-    limit: u64,
-}
-
-/// What the draining threads share.
-#[derive(Default)]
-struct Tally {
-    /// Bytes read of stdout and stderr together, and of each.
-    total: std::sync::atomic::AtomicU64,
-    each: [std::sync::atomic::AtomicU64; 2],
-    cut: std::sync::atomic::AtomicBool,
-}
-
-/// A finished capture: the output, and what it counted.
-pub(super) struct Captured {
-    pub stdout: String,
-    pub stderr: String,
-    pub counts: crate::jail::OutputCounts,
-    pub limit: u64,
-}
-
-impl Capture {
-    /// `init`: the jail's init, killed when the output passes the limit.
-    pub(super) fn start(
-        stdin: String,
-        limit: u64,
-        init: Option<OwnedFd>,
-    ) -> Result<(Vec<OwnedFd>, Capture)> {
-        use std::sync::atomic::Ordering;
-        let (in_read, in_write) = pipe("the program")?;
-        let (out_read, out_write) = pipe("the program")?;
-        let (err_read, err_write) = pipe("the program")?;
-        let feed = std::thread::spawn(move || {
-            let _ = std::fs::File::from(in_write).write_all(stdin.as_bytes());
-            Vec::new()
-        });
-        let shared = std::sync::Arc::new(Tally::default());
-        let init = std::sync::Arc::new(init);
-        let drain = |index: usize, read: OwnedFd| {
-            let (shared, init) = (shared.clone(), init.clone());
-            std::thread::spawn(move || {
-                let mut kept = Vec::new();
-                let mut file = std::fs::File::from(read);
-                let mut chunk = [0u8; 64 * 1024];
-                loop {
-                    let count = match file.read(&mut chunk) {
-                        Ok(0) => break,
-                        Ok(count) => count,
-                        Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => break,
-                    };
-                    shared.each[index].fetch_add(count as u64, Ordering::SeqCst);
-                    let before = shared.total.fetch_add(count as u64, Ordering::SeqCst);
-                    let room = limit.saturating_sub(before).min(count as u64) as usize;
-                    kept.extend_from_slice(&chunk[..room]);
-                    if room < count {
-                        // The cut: the jail ends, and this pipe is read no more.
-                        shared.cut.store(true, Ordering::SeqCst);
-                        if let Some(init) = init.as_ref() {
-                            let _ = sys::pidfd_send_signal(init.as_fd(), Signal::SIGKILL);
-                        }
-                        break;
-                    }
-                }
-                kept
-            })
-        };
-        let threads = vec![feed, drain(0, out_read), drain(1, err_read)];
-        let capture = Capture {
-            threads,
-            shared,
-            limit,
-        };
-        Ok((vec![in_read, out_write, err_write], capture))
-    }
-
-    /// Waits for the pipes to end (the jail has ended: nothing holds them open).
-    pub(super) fn finish(self) -> Captured {
-        use std::sync::atomic::Ordering;
-        let mut outputs = self
-            .threads
-            .into_iter()
-            .map(|thread| thread.join().unwrap_or_default());
-        let _stdin = outputs.next();
-        // Moved, not copied, when it is UTF-8.
-        let text = |bytes: Option<Vec<u8>>| {
-            String::from_utf8(bytes.unwrap_or_default())
-                .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
-        };
-        let (stdout, stderr) = (text(outputs.next()), text(outputs.next()));
-        Captured {
-            stdout,
-            stderr,
-            counts: crate::jail::OutputCounts {
-                stdout_bytes: self.shared.each[0].load(Ordering::SeqCst),
-                stderr_bytes: self.shared.each[1].load(Ordering::SeqCst),
-                truncated: self.shared.cut.load(Ordering::SeqCst),
-                stderr_mid_line: false,
-            },
-            limit: self.limit,
-        }
-    }
-}
-
-impl Captured {
-    /// The run's report as the capture saw it: its counts, and the output limit as the
-    /// end of a run the capture cut.
-    pub(super) fn amend(&self, report: &mut crate::error::Result<crate::jail::RunReport>) {
-        if let Ok(report) = report {
-            if report.output.is_none() || self.counts.truncated {
-                report.output = Some(self.counts);
-            }
-            if self.counts.truncated {
-                report.outcome = crate::jail::Outcome::OutputLimit;
-            }
-        }
-    }
-
-    /// The verdict of a captured run says its output limit (the one the capture kept),
-    /// and why it ended when the capture cut it.
-    pub(super) fn amend_verdict(&self, verdict: &mut Verdict) {
-        let limit = crate::units::Size(self.limit);
-        if let Some(limits) = verdict.limits.as_mut() {
-            limits.output_limit_bytes = Some(
-                limits
-                    .output_limit_bytes
-                    .map_or(self.limit, |ours| ours.min(self.limit)),
-            );
-        }
-        if self.counts.truncated {
-            verdict.explanation = Some(format!(
-                "output limit of {limit} reached; the output was cut and the jail killed"
-            ));
         }
     }
 }

@@ -16,10 +16,10 @@ use super::kernel;
 use super::protocol;
 use super::runner::{self, Job, Report};
 use crate::error::Error;
-use crate::jail::{Jail, Outcome, Program, RequestClock, RunReport};
+use crate::jail::{Captured, Jail, Outcome, Output, Program, RequestClock, RunReport};
 use crate::plan::Plan;
 use crate::sys;
-use crate::verdict::Verdict;
+use crate::verdict::{RunContext, Verdict};
 use nix::sys::signal::Signal;
 use nix::sys::socket::MsgFlags;
 use std::io::{Read, Write};
@@ -181,11 +181,11 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
             if let HandOver::Handed(done) = &done
                 && done.capture.is_none()
             {
-                let verdict = warm_verdict(plan, Ok(report.clone()), done);
+                let verdict = warm_verdict(plan, Ok(report.clone()), done, None);
                 runner::answer(
                     control,
                     &done.connection,
-                    &verdict,
+                    verdict,
                     &done.job,
                     None,
                     audit_log,
@@ -221,19 +221,17 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
         HandOver::Nothing => return 0,
     };
     let mut handed = *handed;
-    let captured = handed.capture.take().map(runner::Capture::finish);
-    let mut result = result;
-    if let Some(captured) = &captured {
-        captured.amend(&mut result);
-    }
-    let mut verdict = warm_verdict(plan, result, &handed);
-    if let Some(captured) = &captured {
-        captured.amend_verdict(&mut verdict);
-    }
+    // The jail is gone: the captured pipes have ended.
+    let captured = handed
+        .capture
+        .take()
+        .and_then(|collector| collector.join().ok())
+        .map(Output::into_captured);
+    let verdict = warm_verdict(plan, result, &handed, captured.as_ref());
     let Handed {
         job, connection, ..
     } = handed;
-    runner::answer(control, &connection, &verdict, &job, captured, audit_log);
+    runner::answer(control, &connection, verdict, &job, captured, audit_log);
     0
 }
 
@@ -251,12 +249,16 @@ fn describe(outcome: &Outcome) -> String {
     }
 }
 
-/// The verdict of a warm run: the request's own wall and CPU time, its time limit.
-fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &Handed) -> Verdict {
+/// The verdict of a warm run: the report made the request's own (its wall and CPU time,
+/// its time limit), and what the request's collector counted of a captured output.
+fn warm_verdict(
+    plan: &Plan,
+    report: crate::error::Result<RunReport>,
+    handed: &Handed,
+    captured: Option<&Captured>,
+) -> Verdict {
     match report {
-        Ok(mut report) => {
-            report.time_limit = handed.job.time_limit;
-            report.wall = handed.started.elapsed();
+        Ok(report) => {
             // The report counts from the jail's start (the cgroup's counters when there
             // is a cgroup, else what init reaped): less what was used before the request.
             let from_cgroup = report
@@ -267,15 +269,18 @@ fn warm_verdict(plan: &Plan, report: crate::error::Result<RunReport>, handed: &H
                 false => handed.before.interpreter,
             };
             let (user, sys) = before.unwrap_or_default();
-            let since = |total: std::time::Duration, before: u64| {
-                total.saturating_sub(std::time::Duration::from_micros(before))
-            };
-            report.cpu_user = since(report.cpu_user, user);
-            report.cpu_sys = since(report.cpu_sys, sys);
-            let mut verdict = Verdict::of_run(plan, &report);
-            verdict.warm = true;
-            verdict.wall_ms = report.wall.as_millis() as u64;
-            verdict
+            let mut report = report.since_request(
+                handed.started,
+                handed.job.time_limit,
+                std::time::Duration::from_micros(user),
+                std::time::Duration::from_micros(sys),
+            );
+            let mut context = RunContext::warm();
+            if let Some(captured) = captured {
+                report.output = Some(captured.counts);
+                context.output_limit = Some(captured.limit);
+            }
+            Verdict::of_run_in(plan, &report, context)
         }
         Err(err) => Verdict::of_setup_error(Some(plan), &err),
     }
@@ -296,7 +301,8 @@ enum HandOver {
 struct Handed {
     job: Job,
     connection: OwnedFd,
-    capture: Option<runner::Capture>,
+    /// The collector of a captured output, joined once the jail is gone.
+    capture: Option<std::thread::JoinHandle<Output>>,
     started: Instant,
     before: CpuBefore,
 }
@@ -336,19 +342,12 @@ fn relay_pipes() -> crate::error::Result<(Vec<OwnedFd>, RelayPipes)> {
     Ok((vec![stdin_read, stdout_write, stderr_write], ours))
 }
 
-/// Copies `from` into `to` until `from` ends or `to` is gone (splice(2) where it can),
-/// then says so on `done`.
-fn relay(
-    from: OwnedFd,
-    to: OwnedFd,
-    done: Option<std::sync::mpsc::Sender<()>>,
-) -> std::thread::JoinHandle<()> {
+/// Copies the client's stdin into the interpreter's, as the program asks for it;
+/// nobody waits for that copy (a terminal may never end).
+fn copy_stdin(from: OwnedFd, to: OwnedFd) {
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut std::fs::File::from(from), &mut std::fs::File::from(to));
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
-    })
+    });
 }
 
 /// Waits for the interpreter to be ready, tells the server, waits for the job and gives
@@ -418,14 +417,11 @@ fn hand_over(
         end_jail();
         return HandOver::Nothing;
     };
-    let init_for_capture = init.as_ref().and_then(|init| init.try_clone().ok());
-    let Ok((connection, streams, capture)) =
-        runner::client_streams(&job, fds, output_limit, init_for_capture)
-    else {
+    let Ok((connection, streams)) = runner::client_streams(&job, fds, output_limit) else {
         end_jail();
         return HandOver::Nothing;
     };
-    let mut request = serde_json::to_vec(&job.program).expect("a program serializes");
+    let request = serde_json::to_vec(&job.program).expect("a program serializes");
     let micros = |(user, sys): (std::time::Duration, std::time::Duration)| {
         (user.as_micros() as u64, sys.as_micros() as u64)
     };
@@ -437,55 +433,46 @@ fn hand_over(
     };
     let started = Instant::now();
     clock.start(job.time_limit);
-    let mut relays = Vec::new();
-    let (done, relayed) = std::sync::mpsc::channel::<()>();
-    let sent = match pipes {
-        None => {
-            let borrowed: Vec<_> = streams.iter().map(AsFd::as_fd).collect();
-            sys::send_with_fds(interpreter.as_fd(), &request, &borrowed).map(drop)
-        }
-        Some(pipes) => {
-            request.push(b'\n');
-            let [stdin, stdout, stderr]: [OwnedFd; 3] = match streams.try_into() {
-                Ok(streams) => streams,
-                Err(_) => {
-                    end_jail();
-                    return HandOver::Nothing;
-                }
-            };
-            // The client's stdin is read only as the program asks for it; nobody waits
-            // for that copy (a terminal may never end).
-            drop(relay(stdin, pipes.stdin, None));
-            relays.push(relay(pipes.stdout, stdout, Some(done.clone())));
-            relays.push(relay(pipes.stderr, stderr, Some(done.clone())));
-            interpreter
-                .write_all(&request)
-                .map_err(|_| nix::errno::Errno::EPIPE)
+    // The program's output goes through the one collector, bounded as any run's, unless
+    // a warm Python writes to the client's own descriptors. At the cut, the supervisor
+    // is told (through the request's clock): it ends the jail and decides the outcome.
+    let given = give(&mut interpreter, request, streams, pipes, output_limit);
+    let (collector, capturing) = match given {
+        Ok(Some((output, capturing))) => (Some(output), capturing),
+        Ok(None) => (None, false),
+        Err(()) => {
+            end_jail();
+            let message = format!(
+                "brig serve: the warm {} ended just before this request reached it; retry",
+                warm.name()
+            );
+            runner::answer_error(&[connection], &Error::setup(message));
+            return HandOver::Nothing;
         }
     };
-    if sent.is_err() {
-        end_jail();
-        let message = format!(
-            "brig serve: the warm {} ended just before this request reached it; retry",
-            warm.name()
-        );
-        runner::answer_error(&[connection], &Error::setup(message));
-        return HandOver::Nothing;
-    }
+    let (done, collected) = std::sync::mpsc::channel::<()>();
+    let collector = collector.map(|output| {
+        std::thread::spawn(move || {
+            let output = output.collect(|| clock.output_cut());
+            let _ = done.send(());
+            output
+        })
+    });
     watcher.watch(&connection);
     wait_until_closed(&mut interpreter);
     let _ = interpreter.flush();
     // Everything the program wrote has reached the client before it is answered, unless
-    // the client does not read its streams: then the relays are left behind (they end
-    // with this runner) after REPLY_TIMEOUT, and the client is answered all the same.
-    let deadline = Instant::now() + protocol::REPLY_TIMEOUT;
-    for _ in 0..relays.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if relayed.recv_timeout(left).is_err() {
-            break;
+    // the client does not read its streams: then the collector is left behind (it ends
+    // with this runner) after REPLY_TIMEOUT, and the client is answered all the same. A
+    // captured output is taken once the jail is gone.
+    let capture = match (collector, capturing) {
+        (Some(collector), true) => Some(collector),
+        (Some(_), false) => {
+            let _ = collected.recv_timeout(protocol::REPLY_TIMEOUT);
+            None
         }
-    }
-    drop(relays);
+        (None, _) => None,
+    };
     HandOver::Handed(Box::new(Handed {
         job,
         connection,
@@ -493,6 +480,56 @@ fn hand_over(
         started,
         before,
     }))
+}
+
+/// Gives the request to the interpreter with its streams: a warm Python takes the
+/// client's descriptors, or the pipes of a collector that captures; a warm Node's streams
+/// are pipes to this runner from the start, whose output a collector relays to the
+/// client's or captures. Returns that collector and whether it captures; Err when the
+/// interpreter is gone (or a stream could not be set up).
+fn give(
+    interpreter: &mut UnixStream,
+    mut request: Vec<u8>,
+    streams: runner::Streams,
+    pipes: Option<RelayPipes>,
+    output_limit: Option<crate::units::Size>,
+) -> Result<Option<(Output, bool)>, ()> {
+    match (pipes, streams) {
+        (None, runner::Streams::Client(stdio)) => {
+            let borrowed: Vec<_> = stdio.iter().map(AsFd::as_fd).collect();
+            sys::send_with_fds(interpreter.as_fd(), &request, &borrowed).map_err(drop)?;
+            Ok(None)
+        }
+        (None, runner::Streams::Capture { stdin, limit }) => {
+            let (mut output, ends) = Output::new(limit).map_err(drop)?;
+            output.capture(limit);
+            let given = [stdin.as_fd(), ends.stdout.as_fd(), ends.stderr.as_fd()];
+            sys::send_with_fds(interpreter.as_fd(), &request, &given).map_err(drop)?;
+            Ok(Some((output, true)))
+        }
+        (Some(pipes), streams) => {
+            // Without an output limit, relayed output is counted, not cut: it is never
+            // held beyond the collector's one chunk.
+            let limit = output_limit.map_or(u64::MAX, |limit| limit.0);
+            let mut output = Output::of_pipes(pipes.stdout, pipes.stderr, limit).map_err(drop)?;
+            let capturing = match streams {
+                runner::Streams::Client(stdio) => {
+                    let [stdin, stdout, stderr]: [OwnedFd; 3] = stdio.try_into().map_err(drop)?;
+                    copy_stdin(stdin, pipes.stdin);
+                    output.relay_to(stdout, stderr);
+                    false
+                }
+                runner::Streams::Capture { stdin, limit } => {
+                    copy_stdin(stdin, pipes.stdin);
+                    output.capture(limit);
+                    true
+                }
+            };
+            request.push(b'\n');
+            interpreter.write_all(&request).map_err(drop)?;
+            Ok(Some((output, capturing)))
+        }
+    }
 }
 
 /// Waits until the server sends a job (or closes the control socket): true; or until
