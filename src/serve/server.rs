@@ -835,6 +835,11 @@ impl Server {
             | Request::SessionPut { .. }
             | Request::SessionGet { .. }
             | Request::SessionLs { .. }
+            | Request::SessionPs { .. }
+            | Request::SessionConnect { .. }
+            | Request::SessionStdin { .. }
+            | Request::SessionSignal { .. }
+            | Request::SessionKill { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self.route_to_session(&stream, &request, body, incoming.peer) {
                     self.status.refused += 1;
