@@ -1102,7 +1102,10 @@ impl<'p> Session<'p> {
         let mut dropped = None;
         if let Some(stream) = streaming.as_mut() {
             stream.finish();
-            let give_up = sooner(Some(Instant::now() + protocol::REPLY_TIMEOUT), self.end_by());
+            let give_up = sooner(
+                Some(Instant::now() + protocol::REPLY_TIMEOUT),
+                self.end_by(),
+            );
             stream.client.flush_by(give_up.expect("some"));
             dropped = Some(stream.client.dropped);
         }

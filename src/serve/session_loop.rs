@@ -4,7 +4,9 @@
 //! streamed or not, or in the background) does not stop the session from serving its
 //! other requests; a code cell still does (its interpreter's loop is `run_code`'s).
 
-use super::session_process::{Foreground, KEEP_ENDED, Listener, Watch, Watched, parse_signal};
+use super::session_process::{
+    Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, Watch, Watched, parse_signal,
+};
 use super::*;
 use std::collections::BTreeMap;
 
@@ -69,7 +71,11 @@ impl<'p> Session<'p> {
             let mut wake = Some(ends_at.min(last_request + idle));
             for process in self.processes.watched.values() {
                 wake = sooner(wake, process.deadline.filter(|_| process.cut.is_none()));
-                for client in process.listeners.iter().chain(process.foreground.iter().map(|f| &f.client)) {
+                for client in process
+                    .listeners
+                    .iter()
+                    .chain(process.foreground.iter().map(|f| &f.client))
+                {
                     wake = sooner(wake, client.give_up_at(patience));
                 }
             }
@@ -83,6 +89,10 @@ impl<'p> Session<'p> {
             }
             for source in &ready {
                 self.serve_source(*source);
+            }
+            self.processes.closing.retain(|client| !client.gone);
+            for process in self.processes.watched.values_mut() {
+                process.listeners.retain(|client| !client.gone);
             }
             self.absorb_process_events();
             self.enforce_deadlines(patience);
@@ -116,7 +126,7 @@ impl<'p> Session<'p> {
             };
             let request = protocol::parse_request(&body);
             if matches!(request, Ok(Request::SessionClose { .. })) {
-                self.end_clients();
+                self.end_clients("it was closed");
                 return ("it was closed", Some(connection));
             }
             self.take_request(request, peer, connection, idle);
@@ -125,7 +135,7 @@ impl<'p> Session<'p> {
                 break why;
             }
         };
-        self.end_clients();
+        self.end_clients(why);
         (why, None)
     }
 
@@ -187,9 +197,6 @@ impl<'p> Session<'p> {
         if reader.has_frame() && !ready.iter().any(|s| matches!(s, Source::Control)) {
             ready.push(Source::Control);
         }
-        // Closing clients are served from the last, so that removing one keeps the
-        // others' indexes (connected ones likewise).
-        ready.reverse();
         ready
     }
 
@@ -219,27 +226,24 @@ impl<'p> Session<'p> {
                     return;
                 };
                 let alive = foreground.client.flush();
-                if (!alive || client_gone(&foreground.client.connection)) && process.cut.is_none()
-                {
+                if (!alive || client_gone(&foreground.client.connection)) && process.cut.is_none() {
                     // Nobody waits for the result: the command goes.
                     process.foreground = None;
                     process.cut = Some(Cut::ClientGone);
                     let _ = self.jail.signal(id, Signal::SIGKILL, true);
                 }
             }
+            // Clients let go are removed after the turn (the sources name them by index).
             Source::Connected(id, index) => {
                 if let Some(process) = processes.watched.get_mut(&id)
                     && let Some(client) = process.listeners.get_mut(index)
-                    && (!client.flush() || client_gone(&client.connection))
                 {
-                    process.listeners.remove(index);
+                    client.gone = !client.flush() || client_gone(&client.connection);
                 }
             }
             Source::Closing(index) => {
-                if let Some(client) = processes.closing.get_mut(index)
-                    && (!client.flush() || !client.has_pending())
-                {
-                    processes.closing.remove(index);
+                if let Some(client) = processes.closing.get_mut(index) {
+                    client.gone = !client.flush() || !client.has_pending();
                 }
             }
         }
@@ -373,8 +377,11 @@ impl<'p> Session<'p> {
 
     /// The session ends: everyone waiting is told so (within a second at most, all
     /// together), then let go.
-    fn end_clients(&mut self) {
-        let message = Reply::error(&self.end_error_or("it ended"));
+    fn end_clients(&mut self, why: &str) {
+        let message = Reply::error(&Error::setup(format!(
+            "brig serve: session {} ended: {why}",
+            self.id
+        )));
         let message = serde_json::to_value(message).unwrap_or_default();
         let mut clients = std::mem::take(&mut self.processes.closing);
         for process in std::mem::take(&mut self.processes.watched).into_values() {
@@ -391,14 +398,6 @@ impl<'p> Session<'p> {
         for client in &mut clients {
             client.flush_by(by);
         }
-    }
-
-    fn end_error_or(&self, otherwise: &str) -> Error {
-        Error::setup(format!(
-            "brig serve: session {} ended: {}",
-            self.id,
-            self.ended.unwrap_or(otherwise)
-        ))
     }
 
     /// One request: the loop's own (commands, processes), or one answered at once.
@@ -451,7 +450,15 @@ impl<'p> Session<'p> {
                 (connection, json!({"type": "processes", "processes": list}))
             }
             Ok(Request::SessionConnect { pid, tag, .. }) => {
-                match self.find_process("session_connect", pid, tag.as_deref()) {
+                let found = self
+                    .find_process("session_connect", pid, tag.as_deref())
+                    .and_then(|id| match self.processes.watched[&id].listeners.len() {
+                        MAX_LISTENERS.. => Err(Error::input(format!(
+                            "session_connect: process {id} has {MAX_LISTENERS} clients connected already (the most); close one"
+                        ))),
+                        _ => Ok(id),
+                    });
+                match found {
                     Ok(id) => {
                         let process = self.processes.watched.get_mut(&id).expect("found");
                         let mut client = process.connect(connection);
@@ -602,7 +609,12 @@ impl<'p> Session<'p> {
         Ok(())
     }
 
-    fn spawn_watched(&mut self, exec: CommandExec, form: &Form, peer: Peer) -> Result<(u32, Watched)> {
+    fn spawn_watched(
+        &mut self,
+        exec: CommandExec,
+        form: &Form,
+        peer: Peer,
+    ) -> Result<(u32, Watched)> {
         check_form(form, false)?;
         let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
         if form.background {
@@ -685,7 +697,9 @@ pub(super) fn check_form(form: &Form, cell: bool) -> Result<()> {
         ));
     }
     if let Some(tag) = &form.tag
-        && (tag.is_empty() || tag.len() > super::session_process::MAX_TAG || tag.chars().any(char::is_control))
+        && (tag.is_empty()
+            || tag.len() > super::session_process::MAX_TAG
+            || tag.chars().any(char::is_control))
     {
         return Err(Error::input(format!(
             "tag: 1 to {} characters, none of them control characters",

@@ -27,6 +27,9 @@ pub const STDIN_BUFFER: usize = 1 << 20;
 /// Ended background processes kept for `session_ps` and `session_connect` (their
 /// verdict and backlog), oldest forgotten first.
 pub const KEEP_ENDED: usize = 32;
+/// Clients connected to one process at once (each may hold its replayed backlog, and
+/// up to [`LISTENER_BUFFER`] of live output).
+pub const MAX_LISTENERS: usize = 8;
 /// The longest tag.
 pub const MAX_TAG: usize = 128;
 
@@ -78,6 +81,8 @@ pub struct Listener {
     pub dropped: u64,
     /// Since when it has had frames waiting and taken none.
     stalled_since: Option<Instant>,
+    /// It hung up, or its socket failed: let go at the end of the loop's turn.
+    pub gone: bool,
 }
 
 impl Listener {
@@ -88,6 +93,7 @@ impl Listener {
             sent: 0,
             dropped: 0,
             stalled_since: None,
+            gone: false,
         }
     }
 
@@ -99,11 +105,16 @@ impl Listener {
         self.waiting() > 0
     }
 
+    /// Whether an output frame would be queued (not dropped).
+    fn has_room(&self) -> bool {
+        self.waiting() < LISTENER_BUFFER
+    }
+
     /// Queues a frame; an output frame (`output_bytes` of the program's) is dropped
     /// and counted when the client already has [`LISTENER_BUFFER`] waiting.
     pub fn queue(&mut self, frame: &Value, output_bytes: Option<usize>) {
         if let Some(bytes) = output_bytes
-            && self.waiting() >= LISTENER_BUFFER
+            && !self.has_room()
         {
             self.dropped += bytes as u64;
             return;
@@ -392,7 +403,11 @@ impl Watched {
     fn take(&mut self, index: usize, read: &[u8]) {
         let before = self.captured.total();
         self.captured.take(index, read);
-        let room = self.captured.limit.saturating_sub(before).min(read.len() as u64) as usize;
+        let room = self
+            .captured
+            .limit
+            .saturating_sub(before)
+            .min(read.len() as u64) as usize;
         if room == 0 {
             return;
         }
@@ -409,12 +424,25 @@ impl Watched {
             t_ms: self.started.elapsed().as_millis() as u64,
             data,
         };
-        let frame = output_frame(&chunk);
-        if let Some(foreground) = self.foreground.as_mut().filter(|f| f.stream) {
-            foreground.client.queue(&frame, Some(chunk.data.len()));
-        }
-        for listener in &mut self.listeners {
-            listener.queue(&frame, Some(chunk.data.len()));
+        // Encoded once, and only when someone takes it.
+        let streamed = self
+            .foreground
+            .as_mut()
+            .filter(|f| f.stream)
+            .map(|f| &mut f.client);
+        let mut takers: Vec<&mut Listener> = streamed
+            .into_iter()
+            .chain(self.listeners.iter_mut())
+            .collect();
+        if takers.iter().any(|taker| taker.has_room()) {
+            let frame = output_frame(&chunk);
+            for taker in &mut takers {
+                taker.queue(&frame, Some(chunk.data.len()));
+            }
+        } else {
+            for taker in &mut takers {
+                taker.dropped += chunk.data.len() as u64;
+            }
         }
         if self.background {
             self.backlog_bytes += chunk.data.len();
@@ -445,8 +473,9 @@ impl Watched {
     pub fn connect(&mut self, connection: OwnedFd) -> Listener {
         let mut listener = Listener::new(connection);
         listener.queue(&self.describe(), None);
+        // The backlog is bounded itself: all of it is queued.
         for chunk in &self.backlog {
-            listener.queue(&output_frame(chunk), Some(chunk.data.len()));
+            listener.queue(&output_frame(chunk), None);
         }
         if self.verdict.is_some() {
             listener.queue(&self.end_frame(0), None);
@@ -469,7 +498,7 @@ impl Watched {
     pub fn describe(&self) -> Value {
         let status = self.verdict.as_ref().map(|verdict| {
             json!({
-                "outcome": verdict.get("outcome"),
+                "status": verdict.get("status"),
                 "exit_code": verdict.get("exit_code"),
                 "signal": verdict.get("signal"),
             })

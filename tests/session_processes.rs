@@ -1,0 +1,599 @@
+//! A session's streamed execs and background processes, for real, as root and rootless:
+//! output arrives while the program runs, in the order it was produced; a background
+//! process lives on between requests, is listed, connected to (what it wrote before,
+//! then live, then its verdict), fed stdin, signaled and killed; a flood nobody reads and
+//! a client that never reads are bounded and do not stop the session; everything of a
+//! session's processes goes with it; another uid cannot reach them; bad requests are
+//! one-line errors.
+
+#[macro_use]
+mod common;
+
+use common::limits::jail_cgroups_of;
+use common::serve::{Server, exchange, send_frame};
+use common::*;
+use serde_json::{Value, json};
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+both_modes!(
+    streamed_output_arrives_in_order_while_the_command_runs,
+    a_streamed_cell_arrives_before_it_ends,
+    a_streamed_exec_is_held_to_its_output_limit,
+    a_background_process_lives_on_and_is_driven_by_requests,
+    signal_and_kill_give_signaled_verdicts,
+    a_flood_nobody_reads_is_bounded_and_the_session_answers,
+    background_processes_end_with_their_session,
+    bad_process_requests_are_one_line_errors,
+);
+
+#[test]
+fn another_uid_cannot_reach_a_session_s_processes() {
+    if !require_root() {
+        return;
+    }
+    let server = Server::start(Mode::Root, &["--pool", "0", "--socket-group", "65534"]);
+    let id = create(&server, json!({}));
+    let started = background(&server, &id, &["sleep", "300"], "victim");
+    let pid = started["pid"].as_u64().unwrap();
+    for request in [
+        json!({"type": "session_connect", "session": id, "pid": pid}),
+        json!({"type": "session_kill", "session": id, "pid": pid}),
+        json!({"type": "session_signal", "session": id, "tag": "victim", "signal": "TERM"}),
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": "x"}),
+        json!({"type": "session_ps", "session": id}),
+    ] {
+        let mut request = request;
+        request["brig"] = json!(1);
+        let script = format!(
+            "import socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\nb={:?}.encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
+            server.socket(),
+            request.to_string()
+        );
+        let mut foreign = std::process::Command::new("setpriv");
+        foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
+        foreign.arg(interpreter("python3")).args(["-c", &script]);
+        let output = output_of(foreign);
+        assert!(
+            stdout(&output).contains("belongs to another user"),
+            "{request}: {}",
+            describe(&output)
+        );
+    }
+    // Untouched: it still runs.
+    assert_eq!(process_of(&server, &id, pid)["running"], true);
+    close(&server, &id);
+}
+
+/// One request on a fresh connection; its one reply.
+fn ask(server: &Server, mut message: Value) -> Value {
+    message["brig"] = json!(1);
+    exchange(&server.socket, message.to_string().as_bytes(), &[])
+}
+
+/// Sends a request on a connection of its own, left open for its frames.
+fn open(server: &Server, mut message: Value) -> UnixStream {
+    message["brig"] = json!(1);
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    send_frame(&stream, message.to_string().as_bytes(), &[]);
+    stream
+}
+
+/// The next frame on `stream` (None when it closed). Waiting is bounded only to keep a
+/// broken server from hanging the test.
+fn frame(mut stream: &UnixStream) -> Option<Value> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .ok()?;
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// Frames until one that is not `output`: the outputs (stream, bytes), and that one.
+fn until_end(stream: &UnixStream) -> (Vec<(String, Vec<u8>)>, Value) {
+    let mut outputs = Vec::new();
+    loop {
+        let next = frame(stream).expect("a frame");
+        if next["type"] != "output" {
+            return (outputs, next);
+        }
+        outputs.push(output_of_frame(&next));
+    }
+}
+
+/// An `output` frame's stream and bytes (`data` text, or `base64`).
+fn output_of_frame(frame: &Value) -> (String, Vec<u8>) {
+    use base64::Engine;
+    assert_eq!(frame["type"], "output", "{frame}");
+    assert!(frame["t_ms"].is_u64(), "{frame}");
+    let bytes = match (&frame["data"], &frame["base64"]) {
+        (Value::String(text), Value::Null) => text.as_bytes().to_vec(),
+        (Value::Null, Value::String(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+        _ => panic!("neither data nor base64: {frame}"),
+    };
+    (frame["stream"].as_str().unwrap().to_string(), bytes)
+}
+
+/// Output frames until the bytes of `stream` read so far end with `wanted`.
+fn read_until(connection: &UnixStream, stream: &str, wanted: &[u8]) -> Vec<u8> {
+    let mut got = Vec::new();
+    while !got.ends_with(wanted) {
+        let next = frame(connection).unwrap_or_else(|| panic!("closed before {wanted:?}: {got:?}"));
+        let (which, bytes) = output_of_frame(&next);
+        if which == stream {
+            got.extend(bytes);
+        }
+    }
+    got
+}
+
+fn create(server: &Server, extra: Value) -> String {
+    let mut message = json!({"type": "session_create"});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "session", "{reply}");
+    reply["session"].as_str().unwrap().to_string()
+}
+
+fn close(server: &Server, id: &str) {
+    let reply = ask(server, json!({"type": "session_close", "session": id}));
+    assert_eq!(reply["type"], "closed", "{reply}");
+}
+
+fn background(server: &Server, id: &str, argv: &[&str], tag: &str) -> Value {
+    let reply = ask(
+        server,
+        json!({"type": "session_exec", "session": id, "command": argv, "background": true, "tag": tag}),
+    );
+    assert_eq!(reply["type"], "process", "{reply}");
+    assert_eq!(reply["running"], true, "{reply}");
+    assert_eq!(reply["tag"], tag, "{reply}");
+    reply
+}
+
+fn put(server: &Server, id: &str, path: &str) {
+    let reply = ask(
+        server,
+        json!({"type": "session_put", "session": id, "path": path, "data": ""}),
+    );
+    assert_eq!(reply["type"], "put", "{reply}");
+}
+
+fn process_of(server: &Server, id: &str, pid: u64) -> Value {
+    let list = ask(server, json!({"type": "session_ps", "session": id}));
+    assert_eq!(list["type"], "processes", "{list}");
+    list["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|process| process["pid"] == pid)
+        .unwrap_or_else(|| panic!("no process {pid} in {list}"))
+        .clone()
+}
+
+fn assert_error(reply: &Value, needle: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert_eq!(reply["exit_code"], 125, "{reply}");
+    assert_eq!(reply["kind"], "bad_input", "{reply}");
+}
+
+/// A shell loop that waits for a file of the workspace (made by the test, by session_put).
+fn wait_for(file: &str) -> String {
+    format!("while [ ! -e {file} ]; do sleep 0.01; done")
+}
+
+fn streamed_output_arrives_in_order_while_the_command_runs(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // Each line waits for the test to have seen the one before: what arrives, arrives
+    // while the command runs, and in the order written, across stdout and stderr.
+    let script = format!(
+        "echo one; {}; echo two >&2; {}; printf 'caf\\303'; printf '\\251 \\377\\n'",
+        wait_for("go1"),
+        wait_for("go2")
+    );
+    let stream = open(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sh", "-c", script], "stream": true}),
+    );
+    assert_eq!(read_until(&stream, "stdout", b"one\n"), b"one\n");
+    // The session serves other requests meanwhile (this one lets the command go on).
+    put(&server, &id, "go1");
+    assert_eq!(read_until(&stream, "stderr", b"two\n"), b"two\n");
+    put(&server, &id, "go2");
+    let (outputs, end) = until_end(&stream);
+    let stdout: Vec<u8> = outputs
+        .iter()
+        .filter(|(which, _)| which == "stdout")
+        .flat_map(|(_, bytes)| bytes.clone())
+        .collect();
+    // A character split between writes arrives whole; bytes that are not UTF-8 arrive
+    // as they are (base64).
+    let expected = b"caf\xc3\xa9 \xff\n";
+    assert_eq!(stdout, expected);
+    assert_eq!(end["type"], "exec", "{end}");
+    assert_eq!(end["verdict"]["status"], "ok", "{end}");
+    assert_eq!(end["verdict"]["stdout_bytes"], 4 + expected.len(), "{end}");
+    assert_eq!(end["dropped"], 0, "{end}");
+    assert!(
+        end.get("stdout").is_none(),
+        "streamed output is not repeated: {end}"
+    );
+    close(&server, &id);
+}
+
+fn a_streamed_cell_arrives_before_it_ends(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("streamed-cell"));
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    // The cell prints, then waits for SIGUSR1, which the test sends once it has the
+    // first line.
+    let code = "import signal, sys\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\nprint('one', flush=True)\nprint('err', file=sys.stderr, flush=True)\nsignal.sigwait([signal.SIGUSR1])\nprint('two')\n40 + 2";
+    let stream = open(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": code, "stream": true}),
+    );
+    assert_eq!(read_until(&stream, "stdout", b"one\n"), b"one\n");
+    let interpreters: Vec<u32> = processes_with_environ(&marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("python3"))
+        })
+        .collect();
+    assert_eq!(interpreters.len(), 1, "{interpreters:?}");
+    kill(interpreters[0], libc::SIGUSR1);
+    let (outputs, end) = until_end(&stream);
+    assert!(
+        outputs.contains(&("stdout".into(), b"two\n".to_vec())),
+        "{outputs:?}"
+    );
+    assert_eq!(end["type"], "exec", "{end}");
+    assert_eq!(end["verdict"]["status"], "ok", "{end}");
+    assert_eq!(end["result"], "42", "{end}");
+    assert_eq!(end["verdict"]["stderr_bytes"], 4, "{end}");
+    close(&server, &id);
+}
+
+fn a_streamed_exec_is_held_to_its_output_limit(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let stream = open(
+        &server,
+        json!({"type": "session_exec", "session": id, "stream": true, "output_limit": "100K",
+               "command": ["sh", "-c", "yes"]}),
+    );
+    let (outputs, end) = until_end(&stream);
+    let streamed: usize = outputs.iter().map(|(_, bytes)| bytes.len()).sum();
+    assert_eq!(streamed, 100 << 10, "what is streamed stops at the limit");
+    assert_eq!(end["verdict"]["status"], "output_limit", "{end}");
+    assert_eq!(end["verdict"]["output_truncated"], true, "{end}");
+    close(&server, &id);
+}
+
+fn a_background_process_lives_on_and_is_driven_by_requests(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let started = background(&server, &id, &["sh", "-c", "echo ready; exec cat"], "echo");
+    let pid = started["pid"].as_u64().unwrap();
+    assert_eq!(
+        started["command"],
+        json!(["sh", "-c", "echo ready; exec cat"])
+    );
+    // Other requests, while it runs.
+    let other = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["echo", "meanwhile"]}),
+    );
+    assert_eq!(other["stdout"], "meanwhile\n", "{other}");
+    let listed = process_of(&server, &id, pid);
+    assert_eq!(listed["running"], true, "{listed}");
+    assert_eq!(listed["tag"], "echo", "{listed}");
+    assert!(listed["started_unix_ms"].as_u64().unwrap() > 0, "{listed}");
+    let fed = ask(
+        &server,
+        json!({"type": "session_stdin", "session": id, "tag": "echo", "data": "missed\n"}),
+    );
+    assert_eq!(fed["written"], 7, "{fed}");
+    // Connected: what it wrote before (kept for whoever connects), then live output.
+    let connection = open(
+        &server,
+        json!({"type": "session_connect", "session": id, "pid": pid}),
+    );
+    let first = frame(&connection).unwrap();
+    assert_eq!(first["type"], "process", "{first}");
+    assert_eq!(first["backlog_dropped"], 0, "{first}");
+    read_until(&connection, "stdout", b"ready\nmissed\n");
+    let fed = ask(
+        &server,
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": "live\n", "close": true}),
+    );
+    assert_eq!(fed["closed"], true, "{fed}");
+    assert_eq!(read_until(&connection, "stdout", b"live\n"), b"live\n");
+    // Its stdin closed, cat ends: the verdict comes last.
+    let (_, end) = until_end(&connection);
+    assert_eq!(end["type"], "exited", "{end}");
+    assert_eq!(end["verdict"]["status"], "ok", "{end}");
+    assert_eq!(end["verdict"]["exit_code"], 0, "{end}");
+    assert_eq!(end["dropped"], 0, "{end}");
+    let listed = process_of(&server, &id, pid);
+    assert_eq!(listed["running"], false, "{listed}");
+    assert_eq!(listed["status"]["exit_code"], 0, "{listed}");
+    // Connecting after its end: its output and its verdict.
+    let again = open(
+        &server,
+        json!({"type": "session_connect", "session": id, "tag": "echo"}),
+    );
+    assert_eq!(frame(&again).unwrap()["running"], false);
+    let (outputs, end) = until_end(&again);
+    let all: Vec<u8> = outputs.into_iter().flat_map(|(_, bytes)| bytes).collect();
+    assert_eq!(all, b"ready\nmissed\nlive\n");
+    assert_eq!(end["verdict"]["exit_code"], 0, "{end}");
+    close(&server, &id);
+}
+
+fn signal_and_kill_give_signaled_verdicts(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    for (tag, request) in [
+        (
+            "termed",
+            json!({"type": "session_signal", "signal": "TERM"}),
+        ),
+        ("numbered", json!({"type": "session_signal", "signal": 2})),
+        ("killed", json!({"type": "session_kill"})),
+    ] {
+        let pid = background(&server, &id, &["sleep", "300"], tag)["pid"].clone();
+        let connection = open(
+            &server,
+            json!({"type": "session_connect", "session": id, "pid": pid}),
+        );
+        assert_eq!(frame(&connection).unwrap()["running"], true);
+        let mut request = request;
+        request["session"] = json!(id);
+        request["tag"] = json!(tag);
+        let reply = ask(&server, request);
+        assert_eq!(reply["type"], "signaled", "{reply}");
+        let (_, end) = until_end(&connection);
+        let signal = match tag {
+            "termed" => 15,
+            "numbered" => 2,
+            _ => 9,
+        };
+        assert_eq!(end["verdict"]["status"], "signaled", "{tag}: {end}");
+        assert_eq!(end["verdict"]["signal"], signal, "{tag}: {end}");
+        // Ended: it cannot be signaled again.
+        let again = ask(
+            &server,
+            json!({"type": "session_kill", "session": id, "pid": pid}),
+        );
+        assert_error(&again, "has ended");
+    }
+    close(&server, &id);
+}
+
+/// The runner's peak resident memory, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmHWM:"))
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn runners(server: &Server) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+fn a_flood_nobody_reads_is_bounded_and_the_session_answers(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let runner = runners(&server)[0];
+    const FLOOD: u64 = 50_000_000;
+    let script = format!("{}; yes | head -c {FLOOD}; echo; echo done", wait_for("go"));
+    let pid = background(&server, &id, &["sh", "-c", &script], "flood")["pid"].clone();
+    // A client that connects and never reads.
+    let _stuck = open(
+        &server,
+        json!({"type": "session_connect", "session": id, "pid": pid}),
+    );
+    let before = peak_rss_kib(runner);
+    put(&server, &id, "go");
+    // The session answers while the flood goes on, until it has ended (and all it
+    // wrote has been read).
+    let all_read = wait_until(Duration::from_secs(300), || {
+        process_of(&server, &id, pid.as_u64().unwrap())["running"] == false
+    });
+    assert!(
+        all_read,
+        "{}",
+        process_of(&server, &id, pid.as_u64().unwrap())
+    );
+    let grown = peak_rss_kib(runner).saturating_sub(before);
+    eprintln!("the runner's peak RSS grew by {grown} KiB for a {FLOOD}-byte flood");
+    assert!(
+        grown < 32 << 10,
+        "the runner grew by {grown} KiB for a {FLOOD}-byte flood nobody read"
+    );
+    // What a client connecting now gets: the latest MiB, and how much came before it.
+    let late = open(
+        &server,
+        json!({"type": "session_connect", "session": id, "tag": "flood"}),
+    );
+    let head = frame(&late).unwrap();
+    let dropped = head["backlog_dropped"].as_u64().unwrap();
+    let (outputs, end) = until_end(&late);
+    let tail: Vec<u8> = outputs.into_iter().flat_map(|(_, bytes)| bytes).collect();
+    assert!(
+        tail.ends_with(b"y\n\ndone\n"),
+        "{:?}",
+        &tail[tail.len() - 10..]
+    );
+    assert_eq!(dropped + tail.len() as u64, FLOOD + 6, "{head}");
+    assert!(tail.len() <= 1 << 20);
+    assert_eq!(end["verdict"]["stdout_bytes"], FLOOD + 6, "{end}");
+    let other = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["echo", "answered"]}),
+    );
+    assert_eq!(other["stdout"], "answered\n", "{other}");
+    close(&server, &id);
+}
+
+fn background_processes_end_with_their_session(mode: Mode) {
+    let mut server = Server::start(mode, &["--pool", "0"]);
+    let cases = ["close", "idle", "session_timeout", "sigkill"];
+    for case in cases {
+        let marker = format!("BRIG_TEST_MARKER={}", unique(case));
+        let timeouts = match case {
+            "idle" => json!({"idle_timeout": "2s"}),
+            "session_timeout" => json!({"session_timeout": "3s"}),
+            _ => json!({}),
+        };
+        let mut extra = json!({"options": {"env": [marker]}});
+        for (key, value) in timeouts.as_object().unwrap() {
+            extra[key] = value.clone();
+        }
+        let id = create(&server, extra);
+        let runner = *runners(&server).last().unwrap();
+        background(&server, &id, &["sleep", "300"], "sleeper");
+        // Connected to it: a client listening does not keep the session past its
+        // session_timeout.
+        let connection = (case == "session_timeout").then(|| {
+            open(
+                &server,
+                json!({"type": "session_connect", "session": id, "tag": "sleeper"}),
+            )
+        });
+        // Started by the jail's init, which the reply does not wait for.
+        assert!(
+            wait_until(Duration::from_secs(30), || processes_with_environ(&marker)
+                .len()
+                == 1),
+            "{case}: the background process does not run"
+        );
+        let cgroups = jail_cgroups_of(runner);
+        assert!(mode == Mode::Rootless || !cgroups.is_empty(), "{case}");
+        match case {
+            "close" => close(&server, &id),
+            "sigkill" => {
+                let mut process = server.running.take().expect("running");
+                kill(process.pid(), libc::SIGKILL);
+                let _ = process.child.wait();
+            }
+            // A running background process does not keep an idle session alive.
+            _ => {}
+        }
+        assert!(
+            wait_until(Duration::from_secs(60), || processes_with_environ(&marker)
+                .is_empty()),
+            "{case}: the background process outlived its session"
+        );
+        if let Some(connection) = connection {
+            assert_eq!(frame(&connection).unwrap()["type"], "process");
+            // Told why, then let go.
+            let (_, end) = until_end(&connection);
+            assert_eq!(end["type"], "error", "{end}");
+            assert!(
+                end["message"].as_str().unwrap().contains("session_timeout"),
+                "{end}"
+            );
+        }
+        assert!(
+            wait_until(Duration::from_secs(10), || cgroups
+                .iter()
+                .all(|dir| !dir.exists())),
+            "{case}: cgroups left: {cgroups:?}"
+        );
+    }
+}
+
+fn bad_process_requests_are_one_line_errors(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let ended = background(&server, &id, &["true"], "short")["pid"].clone();
+    let sleeper = background(&server, &id, &["sleep", "300"], "sleeper")["pid"].clone();
+    assert!(wait_until(Duration::from_secs(30), || {
+        process_of(&server, &id, ended.as_u64().unwrap())["running"] == false
+    }));
+    for (request, needle) in [
+        (
+            json!({"type": "session_connect", "pid": 999_999}),
+            "no process with pid 999999",
+        ),
+        (
+            json!({"type": "session_kill", "tag": "nobody"}),
+            "no process with tag \"nobody\"",
+        ),
+        (
+            json!({"type": "session_kill"}),
+            "give either \"pid\" or \"tag\"",
+        ),
+        (
+            json!({"type": "session_kill", "pid": sleeper, "tag": "sleeper"}),
+            "give either",
+        ),
+        (
+            json!({"type": "session_signal", "pid": sleeper, "signal": "NOPE"}),
+            "signal: \"NOPE\" is not a signal",
+        ),
+        (
+            json!({"type": "session_signal", "pid": sleeper, "signal": 99}),
+            "signal: 99",
+        ),
+        (
+            json!({"type": "session_stdin", "pid": ended, "data": "x"}),
+            "has ended",
+        ),
+        (
+            json!({"type": "session_exec", "command": ["true"], "background": true, "stream": true}),
+            "\"background\" and \"stream\" together",
+        ),
+        (
+            json!({"type": "session_exec", "code": "1", "background": true}),
+            "\"background\" is for commands",
+        ),
+        (
+            json!({"type": "session_exec", "command": ["true"], "tag": "x"}),
+            "\"tag\" names a background process",
+        ),
+        (
+            json!({"type": "session_exec", "command": ["true"], "background": true, "tag": ""}),
+            "tag: 1 to 128 characters",
+        ),
+        (
+            json!({"type": "session_exec", "command": ["true"], "background": true, "tag": "sleeper"}),
+            "has the tag \"sleeper\" already",
+        ),
+        (
+            json!({"type": "session_connect", "pid": "one"}),
+            "malformed request",
+        ),
+    ] {
+        let mut request = request;
+        request["session"] = json!(id);
+        assert_error(&ask(&server, request.clone()), needle);
+    }
+    // The session and its process are still there.
+    assert_eq!(
+        process_of(&server, &id, sleeper.as_u64().unwrap())["running"],
+        true
+    );
+    close(&server, &id);
+}
