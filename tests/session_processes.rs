@@ -28,6 +28,7 @@ both_modes!(
     bad_process_requests_are_one_line_errors,
     python_client_streams_and_drives_processes,
     node_client_streams_and_drives_processes,
+    the_command_line_streams_and_drives_processes,
 );
 
 #[test]
@@ -764,4 +765,72 @@ fn node_client_streams_and_drives_processes(mode: Mode) {
             r#"["bad_input",true]"#,
         ],
     );
+}
+
+fn the_command_line_streams_and_drives_processes(mode: Mode) {
+    use std::io::BufRead;
+    let server = Server::start(mode, &["--pool", "0"]);
+    let at = |args: &[&str], id: &str| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(&args[..1]);
+        all.extend_from_slice(&["--server", server.socket(), "--session", id]);
+        all.extend_from_slice(&args[1..]);
+        all.iter()
+            .map(|arg| arg.to_string())
+            .collect::<Vec<String>>()
+    };
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    let id = assert_success(&created).trim().to_string();
+    // --stream prints as produced: the first line is there while the command waits.
+    let script = format!("echo one; {}; echo two", wait_for("go"));
+    let args = at(&["exec", "--stream", "--", "sh", "-c", &script], &id);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut streaming = command(mode, &args);
+    streaming.stdout(std::process::Stdio::piped());
+    let mut child = streaming.spawn().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "one");
+    put(&server, &id, "go");
+    assert_eq!(lines.next().unwrap().unwrap(), "two");
+    assert!(lines.next().is_none());
+    assert!(child.wait().unwrap().success());
+    let cli = |args: &[&str]| {
+        let args = at(args, &id);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(mode, &args)
+    };
+    let started = cli(&[
+        "exec",
+        "--background",
+        "--tag",
+        "srv",
+        "--",
+        "sh",
+        "-c",
+        "echo ready; exec cat",
+    ]);
+    let pid = assert_success(&started).trim().to_string();
+    assert!(pid.parse::<u32>().is_ok(), "{}", describe(&started));
+    let listed = assert_success(&cli(&["ps"]));
+    assert!(
+        listed.lines().any(|line| line.contains("running")
+            && line.contains("srv")
+            && line.split_whitespace().next() == Some(pid.as_str())),
+        "{listed}"
+    );
+    assert_success(&cli(&[
+        "stdin", "--tag", "srv", "--data", "hi\n", "--close",
+    ]));
+    let connected = cli(&["connect", "--pid", &pid]);
+    assert_eq!(assert_success(&connected), "ready\nhi\n");
+    let sleeper = cli(&["exec", "--background", "--", "sleep", "300"]);
+    let sleeper = assert_success(&sleeper).trim().to_string();
+    assert_success(&cli(&["signal", "--pid", &sleeper, "--signal", "TERM"]));
+    let ended = cli(&["connect", "--pid", &sleeper]);
+    assert_code(&ended, 128 + 15);
+    let refused = cli(&["kill", "--pid", "99999"]);
+    assert_one_line_error(&refused, &["session_kill", "no process with pid 99999"]);
+    let both = cli(&["kill", "--pid", "1", "--tag", "srv"]);
+    assert_one_line_error(&both, &["'--pid <PID>' cannot be used with '--tag <TAG>'"]);
+    close(&server, &id);
 }
