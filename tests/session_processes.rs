@@ -29,6 +29,7 @@ both_modes!(
     python_client_streams_and_drives_processes,
     node_client_streams_and_drives_processes,
     the_command_line_streams_and_drives_processes,
+    background_processes_go_on_while_a_cell_runs,
 );
 
 #[test]
@@ -832,5 +833,78 @@ fn the_command_line_streams_and_drives_processes(mode: Mode) {
     assert_one_line_error(&refused, &["session_kill", "no process with pid 99999"]);
     let both = cli(&["kill", "--pid", "1", "--tag", "srv"]);
     assert_one_line_error(&both, &["'--pid <PID>' cannot be used with '--tag <TAG>'"]);
+    close(&server, &id);
+}
+
+/// Host pids of the session's processes (by its marker) whose command line starts with
+/// `name`.
+fn jailed(marker: &str, name: &str) -> Vec<u32> {
+    processes_with_environ(marker)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(name.as_bytes()))
+        })
+        .collect()
+}
+
+fn background_processes_go_on_while_a_cell_runs(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("cell-and-background"));
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    let script = format!("{}; echo b", wait_for("go"));
+    let short = background(&server, &id, &["sh", "-c", &script], "short")["pid"].clone();
+    // A process that started another, in its process group.
+    background(&server, &id, &["sh", "-c", "sleep 300 & wait"], "tree");
+    let connection = open(
+        &server,
+        json!({"type": "session_connect", "session": id, "pid": short}),
+    );
+    assert_eq!(frame(&connection).unwrap()["type"], "process");
+    assert!(wait_until(Duration::from_secs(30), || jailed(
+        &marker, "sleep"
+    )
+    .len()
+        == 1));
+    // A cell that lets the short process go on, then waits for SIGUSR1.
+    let code = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])\nopen('go', 'w').close()\nsignal.sigwait([signal.SIGUSR1])\n'woken'";
+    let waiting = open(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": code}),
+    );
+    // While the cell runs: the process's output, its end, its verdict.
+    assert_eq!(read_until(&connection, "stdout", b"b\n"), b"b\n");
+    let (_, end) = until_end(&connection);
+    assert_eq!(end["type"], "exited", "{end}");
+    assert_eq!(end["verdict"]["status"], "ok", "{end}");
+    let interpreters = jailed(&marker, "python3");
+    assert_eq!(interpreters.len(), 1, "{interpreters:?}");
+    kill(interpreters[0], libc::SIGUSR1);
+    let reply = frame(&waiting).unwrap();
+    assert_eq!(reply["result"], "'woken'", "{reply}");
+    // A cell cut at its time limit: what it started goes, the background processes and
+    // what they started stay.
+    let cut = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "import subprocess\nsubprocess.Popen(['sleep', '301'])\nwhile True:\n    pass", "time_limit": "1s"}),
+    );
+    assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
+    let list = ask(&server, json!({"type": "session_ps", "session": id}));
+    let tree = list["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|process| process["tag"] == "tree")
+        .unwrap();
+    assert_eq!(tree["running"], true, "{list}");
+    let sleeping: Vec<Vec<u8>> = jailed(&marker, "sleep")
+        .into_iter()
+        .map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap())
+        .collect();
+    assert_eq!(
+        sleeping,
+        [b"sleep\0300\0".to_vec()],
+        "the cell's sleep 301 goes, the tree's stays"
+    );
     close(&server, &id);
 }

@@ -113,11 +113,13 @@ impl<'p> SessionJail<'p> {
             .context(|| "signal a program of the session".into())
     }
 
-    /// Kills every process of the jail but its init and the programs `keep`, and waits
-    /// until they are gone (at most [`SWEEP_WAIT`]).
-    pub fn sweep(&mut self, keep: &[u32]) -> Result<()> {
+    /// Kills every process of the jail but its init, the programs `keep`, and the
+    /// programs `keep_groups` with their process groups; waits until they are gone (at
+    /// most [`SWEEP_WAIT`]).
+    pub fn sweep(&mut self, keep: &[u32], keep_groups: &[u32]) -> Result<()> {
         let command = Command::Sweep {
             keep: keep.to_vec(),
+            keep_groups: keep_groups.to_vec(),
         };
         self.jail
             .channel

@@ -579,12 +579,10 @@ impl<'p> Session<'p> {
     }
 
     /// Events that came between requests: an interpreter that died is forgotten (the
-    /// next cell starts a fresh one).
+    /// next cell starts a fresh one); a watched program's end is noted.
     fn absorb_events(&mut self) {
         for event in self.jail.events() {
-            if let Event::Ended { id, .. } = event {
-                self.forget_interpreter(id);
-            }
+            self.note_event(event);
         }
     }
 
@@ -815,24 +813,25 @@ impl<'p> Session<'p> {
                 }
                 continue;
             }
+            let mut ended = false;
             for event in self.jail.events() {
                 match event {
                     Event::Failed {
                         id: of, message, ..
                     } if of == id => failure = Some(message),
-                    Event::Ended { id: of, .. } if of == id => {
-                        captured.drain(1, interpreter.stderr.as_fd());
-                        let why = failure.take().unwrap_or_else(|| {
-                            format!("it ended before it was ready: {}", captured.text(1).trim())
-                        });
-                        return Err(Error::setup(format!(
-                            "the session's {} interpreter did not start: {why}",
-                            language_name(language)
-                        )));
-                    }
-                    Event::Ended { id: of, .. } => self.forget_interpreter(of),
-                    Event::Failed { .. } => {}
+                    Event::Ended { id: of, .. } if of == id => ended = true,
+                    other => self.note_event(other),
                 }
+            }
+            if ended {
+                captured.drain(1, interpreter.stderr.as_fd());
+                let why = failure.take().unwrap_or_else(|| {
+                    format!("it ended before it was ready: {}", captured.text(1).trim())
+                });
+                return Err(Error::setup(format!(
+                    "the session's {} interpreter did not start: {why}",
+                    language_name(language)
+                )));
             }
             if Instant::now() >= deadline {
                 let _ = self.jail.signal(id, Signal::SIGKILL, true);
@@ -966,6 +965,11 @@ impl<'p> Session<'p> {
             // The session's end (its timeout, the drain) holds during a cell too.
             let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
             fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
+            // The session's other programs and their clients are served meanwhile.
+            let theirs_at = fds.len();
+            let (theirs, their_fds) = self.processes.poll_fds();
+            fds.extend(their_fds);
+            let until = sooner(until, self.processes.next_deadline());
             let soon = Instant::now() + pause;
             let wake = match reply.is_some() && !killed {
                 true => Some(until.map_or(soon, |at| at.min(soon))),
@@ -974,6 +978,12 @@ impl<'p> Session<'p> {
             let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
             let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
             drop(fds);
+            let theirs_ready: Vec<session_loop::Source> = theirs
+                .into_iter()
+                .zip(&ready[theirs_at..])
+                .filter(|(_, ready)| **ready)
+                .map(|(source, _)| source)
+                .collect();
             if ready[4] {
                 return Err(Error::setup(format!("session {}: its jail ended", self.id)));
             }
@@ -1026,14 +1036,12 @@ impl<'p> Session<'p> {
                 }
             }
             for event in self.jail.events() {
-                if let Event::Ended { id: of, end } = event {
-                    if of == id {
-                        died = Some(end);
-                    } else {
-                        self.forget_interpreter(of);
-                    }
+                match event {
+                    Event::Ended { id: of, end } if of == id => died = Some(end),
+                    other => self.note_event(other),
                 }
             }
+            self.serve_processes(&theirs_ready);
             if died.is_some() {
                 break;
             }
@@ -1065,7 +1073,8 @@ impl<'p> Session<'p> {
                 (None, Some(why)) => {
                     cut = Some(why);
                     self.jail.signal(id, Signal::SIGINT, false)?;
-                    self.jail.sweep(&[id])?;
+                    let groups = self.processes.running_ids();
+                    self.jail.sweep(&[id], &groups)?;
                     // From the end of the sweep, which may take a while (a fork bomb's).
                     deadline = Some(Instant::now() + INTERRUPT_GRACE);
                 }
@@ -1076,7 +1085,8 @@ impl<'p> Session<'p> {
                         unconfirmed = Some(why);
                     }
                     self.jail.signal(id, Signal::SIGKILL, true)?;
-                    self.jail.sweep(&[])?;
+                    let groups = self.processes.running_ids();
+                    self.jail.sweep(&[], &groups)?;
                     killed = true;
                     deadline = None;
                 }
@@ -1092,7 +1102,8 @@ impl<'p> Session<'p> {
                 .map(|i| i.id)
                 .filter(|of| died.is_none() || *of != id)
                 .collect();
-            self.jail.sweep(&keep)?;
+            let groups = self.processes.running_ids();
+            self.jail.sweep(&keep, &groups)?;
         }
         let interpreter = self.interpreters.get_mut(&language).expect("running");
         captured.drain_to(0, interpreter.stdout.as_fd(), streaming.as_mut());

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 /// What one descriptor polled by the loop is.
 #[derive(Clone, Copy, Debug)]
-enum Source {
+pub(super) enum Source {
     /// The server's control socket: a request, or the server's hang-up.
     Control,
     /// The jail's init ended.
@@ -36,12 +36,82 @@ enum Source {
 pub(super) struct Processes {
     pub watched: BTreeMap<u32, Watched>,
     pub closing: Vec<Listener>,
+    /// How long a client may take nothing of what waits for it.
+    pub patience: Duration,
 }
 
 impl Processes {
+    /// The descriptors of the watched programs and their clients, to poll (a cell's loop
+    /// polls them too), with what each is.
+    pub fn poll_fds(&self) -> (Vec<Source>, Vec<PollFd<'_>>) {
+        let mut sources = Vec::new();
+        let mut fds = Vec::new();
+        let writable = |client: &Listener| match client.has_pending() {
+            true => PollFlags::POLLIN | PollFlags::POLLOUT,
+            false => PollFlags::POLLIN,
+        };
+        for (id, process) in &self.watched {
+            for (index, pipe) in process.pipes.iter().enumerate() {
+                if let Some(pipe) = pipe {
+                    sources.push(Source::Output(*id, index));
+                    fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+                }
+            }
+            if process.stdin_wanted()
+                && let Some(stdin) = &process.stdin
+            {
+                sources.push(Source::Stdin(*id));
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLOUT));
+            }
+            if let Some(foreground) = &process.foreground {
+                sources.push(Source::Waiting(*id));
+                let client = &foreground.client;
+                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+            }
+            for (index, client) in process.listeners.iter().enumerate() {
+                sources.push(Source::Connected(*id, index));
+                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+            }
+        }
+        for (index, client) in self.closing.iter().enumerate() {
+            sources.push(Source::Closing(index));
+            fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+        }
+        (sources, fds)
+    }
+
+    /// The soonest of the programs' time limits and their clients' give-ups.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let mut wake = None;
+        for process in self.watched.values() {
+            wake = sooner(wake, process.deadline.filter(|_| process.cut.is_none()));
+            for client in process
+                .listeners
+                .iter()
+                .chain(process.foreground.iter().map(|f| &f.client))
+            {
+                wake = sooner(wake, client.give_up_at(self.patience));
+            }
+        }
+        for client in &self.closing {
+            wake = sooner(wake, client.give_up_at(self.patience));
+        }
+        wake
+    }
+
     /// Whether a client waits on a program (the session is not idle).
     fn busy(&self) -> bool {
         self.watched.values().any(Watched::attached)
+    }
+
+    /// The programs the loop watches that still run: a cell's sweep keeps them, and
+    /// what they started (their process groups).
+    pub fn running_ids(&self) -> Vec<u32> {
+        self.watched
+            .iter()
+            .filter(|(_, process)| process.running())
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     fn foreground_running(&self) -> bool {
@@ -59,7 +129,7 @@ impl<'p> Session<'p> {
         ends_at: Instant,
         idle: Duration,
     ) -> (&'static str, Option<OwnedFd>) {
-        let patience = protocol::REPLY_TIMEOUT.min(idle);
+        self.processes.patience = protocol::REPLY_TIMEOUT.min(idle);
         let mut last_request = Instant::now();
         let why = loop {
             let now = Instant::now();
@@ -68,35 +138,14 @@ impl<'p> Session<'p> {
             if self.processes.busy() {
                 last_request = now;
             }
-            let mut wake = Some(ends_at.min(last_request + idle));
-            for process in self.processes.watched.values() {
-                wake = sooner(wake, process.deadline.filter(|_| process.cut.is_none()));
-                for client in process
-                    .listeners
-                    .iter()
-                    .chain(process.foreground.iter().map(|f| &f.client))
-                {
-                    wake = sooner(wake, client.give_up_at(patience));
-                }
-            }
-            for client in &self.processes.closing {
-                wake = sooner(wake, client.give_up_at(patience));
-            }
-            wake = sooner(wake, self.drain_by);
+            let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
+            let wake = sooner(wake, self.processes.next_deadline());
             let ready = self.poll(control, reader, wake);
             if ready.iter().any(|source| matches!(source, Source::Init)) {
                 break "its jail ended";
             }
-            for source in &ready {
-                self.serve_source(*source);
-            }
-            self.processes.closing.retain(|client| !client.gone);
-            for process in self.processes.watched.values_mut() {
-                process.listeners.retain(|client| !client.gone);
-            }
             self.absorb_process_events();
-            self.enforce_deadlines(patience);
-            self.finish_ended();
+            self.serve_processes(&ready);
             if self.over() {
                 break self.ended.unwrap_or(DRAINING);
             }
@@ -152,37 +201,9 @@ impl<'p> Session<'p> {
             PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
             PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
         ];
-        let writable = |client: &Listener| match client.has_pending() {
-            true => PollFlags::POLLIN | PollFlags::POLLOUT,
-            false => PollFlags::POLLIN,
-        };
-        for (id, process) in &self.processes.watched {
-            for (index, pipe) in process.pipes.iter().enumerate() {
-                if let Some(pipe) = pipe {
-                    sources.push(Source::Output(*id, index));
-                    fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
-                }
-            }
-            if process.stdin_wanted()
-                && let Some(stdin) = &process.stdin
-            {
-                sources.push(Source::Stdin(*id));
-                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLOUT));
-            }
-            if let Some(foreground) = &process.foreground {
-                sources.push(Source::Waiting(*id));
-                let client = &foreground.client;
-                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
-            }
-            for (index, client) in process.listeners.iter().enumerate() {
-                sources.push(Source::Connected(*id, index));
-                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
-            }
-        }
-        for (index, client) in self.processes.closing.iter().enumerate() {
-            sources.push(Source::Closing(index));
-            fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
-        }
+        let (theirs, their_fds) = self.processes.poll_fds();
+        sources.extend(theirs);
+        fds.extend(their_fds);
         let timeout = match reader.has_frame() {
             true => PollTimeout::ZERO,
             false => poll_timeout(wake),
@@ -198,6 +219,20 @@ impl<'p> Session<'p> {
             ready.push(Source::Control);
         }
         ready
+    }
+
+    /// The watched programs' sources that are ready, then their time limits, their
+    /// clients' patience, and the verdicts of those that ended (events already noted).
+    pub(super) fn serve_processes(&mut self, ready: &[Source]) {
+        for source in ready {
+            self.serve_source(*source);
+        }
+        self.processes.closing.retain(|client| !client.gone);
+        for process in self.processes.watched.values_mut() {
+            process.listeners.retain(|client| !client.gone);
+        }
+        self.enforce_deadlines();
+        self.finish_ended();
     }
 
     fn serve_source(&mut self, source: Source) {
@@ -253,22 +288,30 @@ impl<'p> Session<'p> {
     /// that died is forgotten.
     fn absorb_process_events(&mut self) {
         for event in self.jail.events() {
-            match event {
-                Event::Failed { id, code, message } => {
-                    if let Some(process) = self.processes.watched.get_mut(&id) {
-                        process.failure = Some((code, message));
-                    }
+            self.note_event(event);
+        }
+    }
+
+    /// An event that is not the one a loop waits for (a cell's, an interpreter's
+    /// start): a watched program's end or failure is noted (its verdict goes out from
+    /// the session's loop); an interpreter that ended is forgotten.
+    pub(super) fn note_event(&mut self, event: Event) {
+        match event {
+            Event::Failed { id, code, message } => {
+                if let Some(process) = self.processes.watched.get_mut(&id) {
+                    process.failure = Some((code, message));
                 }
-                Event::Ended { id, end } => match self.processes.watched.get_mut(&id) {
-                    Some(process) => process.ended = Some(end),
-                    None => self.forget_interpreter(id),
-                },
             }
+            Event::Ended { id, end } => match self.processes.watched.get_mut(&id) {
+                Some(process) => process.ended = Some(end),
+                None => self.forget_interpreter(id),
+            },
         }
     }
 
     /// Time limits, and clients that take nothing of what waits for them.
-    fn enforce_deadlines(&mut self, patience: Duration) {
+    fn enforce_deadlines(&mut self) {
+        let patience = self.processes.patience;
         let now = Instant::now();
         for (id, process) in &mut self.processes.watched {
             if process.cut.is_none() && process.deadline.is_some_and(|at| now >= at) {
