@@ -466,8 +466,8 @@ fn background_processes_end_with_their_session(mode: Mode) {
     for case in cases {
         let marker = format!("BRIG_TEST_MARKER={}", unique(case));
         let timeouts = match case {
-            "idle" => json!({"idle_timeout": "2s"}),
-            "session_timeout" => json!({"session_timeout": "3s"}),
+            "idle" => json!({"idle_timeout": "5s"}),
+            "session_timeout" => json!({"session_timeout": "8s"}),
             _ => json!({}),
         };
         let mut extra = json!({"options": {"env": [marker]}});
