@@ -903,7 +903,7 @@ fn background_processes_go_on_while_a_cell_runs(mode: Mode) {
         .collect();
     assert_eq!(
         sleeping,
-        [b"sleep\0300\0".to_vec()],
+        [b"sleep\x00300\x00".to_vec()],
         "the cell's sleep 301 goes, the tree's stays"
     );
     close(&server, &id);

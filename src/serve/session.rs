@@ -519,15 +519,12 @@ impl<'p> Session<'p> {
                 true,
             )
             .and_then(|()| {
-                self.run_code(
-                    &code,
-                    language.unwrap_or_default(),
-                    time_limit,
-                    output_limit,
-                    peer,
-                    connection,
+                let cell = Cell {
+                    code,
+                    language: language.unwrap_or_default(),
                     stream,
-                )
+                };
+                self.run_code(cell, time_limit, output_limit, peer, connection)
             }),
             Request::SessionExec { .. } => Err(Error::input(
                 EXEC_FORM,
@@ -903,14 +900,18 @@ impl<'p> Session<'p> {
 
     fn run_code(
         &mut self,
-        code: &str,
-        language: Language,
+        cell: Cell,
         time_limit: Option<Span>,
         output_limit: Option<crate::units::Size>,
         peer: Peer,
         connection: &OwnedFd,
-        stream: bool,
     ) -> Result<Value> {
+        let Cell {
+            code,
+            language,
+            stream,
+        } = cell;
+        let code = code.as_str();
         let (time_limit, limit) = self.limits(time_limit, output_limit)?;
         let mut streaming = match stream {
             true => Some(session_process::CellStream::new(
@@ -1224,6 +1225,13 @@ struct ExecEnd {
     wall: Duration,
     ended: Ended,
     oom_kills: u64,
+}
+
+/// A cell's fields: its code, its language, and whether its output is streamed.
+struct Cell {
+    code: String,
+    language: Language,
+    stream: bool,
 }
 
 /// A command's fields.

@@ -380,10 +380,7 @@ impl Watched {
     /// Reads what pipe `index` has now; true once the output limit is passed.
     pub fn read(&mut self, index: usize) -> bool {
         let mut buffer = [0u8; 64 * 1024];
-        loop {
-            let Some(pipe) = &self.pipes[index] else {
-                break;
-            };
+        while let Some(pipe) = &self.pipes[index] {
             match nix::unistd::read(pipe, &mut buffer) {
                 Ok(0) => self.pipes[index] = None,
                 Ok(count) => self.take(index, &buffer[..count]),
