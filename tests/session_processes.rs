@@ -4,16 +4,18 @@
 //! then live, then its verdict), fed stdin, signaled and killed; a flood nobody reads and
 //! a client that never reads are bounded and do not stop the session; everything of a
 //! session's processes goes with it; another uid cannot reach them; bad requests are
-//! one-line errors. The Python and Node clients and the CLI drive the same.
+//! one-line errors. The CLI drives the same (the clients: tests/serve_clients.rs).
 
 #[macro_use]
 mod common;
 
 use common::limits::jail_cgroups_of;
-use common::serve::{Server, exchange, send_frame};
+use common::serve::{
+    Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
+    runners, send_frame,
+};
 use common::*;
 use serde_json::{Value, json};
-use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -26,8 +28,6 @@ both_modes!(
     a_flood_nobody_reads_is_bounded_and_the_session_answers,
     background_processes_end_with_their_session,
     bad_process_requests_are_one_line_errors,
-    python_client_streams_and_drives_processes,
-    node_client_streams_and_drives_processes,
     the_command_line_streams_and_drives_processes,
     background_processes_go_on_while_a_cell_runs,
 );
@@ -50,15 +50,7 @@ fn another_uid_cannot_reach_a_session_s_processes() {
     ] {
         let mut request = request;
         request["brig"] = json!(1);
-        let script = format!(
-            "import socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\nb={:?}.encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
-            server.socket(),
-            request.to_string()
-        );
-        let mut foreign = std::process::Command::new("setpriv");
-        foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
-        foreign.arg(interpreter("python3")).args(["-c", &script]);
-        let output = output_of(foreign);
+        let output = exchange_as_nobody(server.socket(), &request);
         assert!(
             stdout(&output).contains("belongs to another user"),
             "{request}: {}",
@@ -70,12 +62,6 @@ fn another_uid_cannot_reach_a_session_s_processes() {
     close(&server, &id);
 }
 
-/// One request on a fresh connection; its one reply.
-fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
-
 /// Sends a request on a connection of its own, left open for its frames.
 fn open(server: &Server, mut message: Value) -> UnixStream {
     message["brig"] = json!(1);
@@ -84,17 +70,10 @@ fn open(server: &Server, mut message: Value) -> UnixStream {
     stream
 }
 
-/// The next frame on `stream` (None when it closed). Waiting is bounded only to keep a
-/// broken server from hanging the test.
-fn frame(mut stream: &UnixStream) -> Option<Value> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .ok()?;
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+/// The next frame on `stream` (None when it closed). Waiting is bounded (30 s) only to
+/// keep a broken server from hanging the test.
+fn frame(stream: &UnixStream) -> Option<Value> {
+    read_reply(stream)
 }
 
 /// Frames until one that is not `output`: the outputs (stream, bytes), and that one.
@@ -135,21 +114,6 @@ fn read_until(connection: &UnixStream, stream: &str, wanted: &[u8]) -> Vec<u8> {
         }
     }
     got
-}
-
-fn create(server: &Server, extra: Value) -> String {
-    let mut message = json!({"type": "session_create"});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
-    assert_eq!(reply["type"], "session", "{reply}");
-    reply["session"].as_str().unwrap().to_string()
-}
-
-fn close(server: &Server, id: &str) {
-    let reply = ask(server, json!({"type": "session_close", "session": id}));
-    assert_eq!(reply["type"], "closed", "{reply}");
 }
 
 fn background(server: &Server, id: &str, argv: &[&str], tag: &str) -> Value {
@@ -397,14 +361,6 @@ fn peak_rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-fn runners(server: &Server) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
-        .collect()
-}
-
 fn a_flood_nobody_reads_is_bounded_and_the_session_answers(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
@@ -600,172 +556,6 @@ fn bad_process_requests_are_one_line_errors(mode: Mode) {
         true
     );
     close(&server, &id);
-}
-
-/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
-fn client_copy(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("client-{name}"));
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name);
-    let copied = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(dir.path().join(name))
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let readable = std::process::Command::new("chmod")
-        .args(["-R", "a+rX"])
-        .arg(dir.path())
-        .status()
-        .expect("chmod");
-    assert!(readable.success());
-    dir
-}
-
-fn assert_lines(output: &std::process::Output, expected: &[&str]) {
-    let out = assert_success(output);
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines, expected, "{}", describe(output));
-}
-
-/// Streamed output reaches the callback while the command runs (the callback's own
-/// request lets it go on); a streamed cell; a background process listed, fed, waited
-/// for; connect + kill, signal; an unknown pid.
-const PYTHON_SCRIPT: &str = r#"
-import json, sys, brig_client
-sb = brig_client.Sandbox(socket=sys.argv[1], timeout=60)
-seen = []
-def out(text):
-    seen.append(["out", text])
-    if "one\n" in text:
-        sb.files.write("go", "")
-r = sb.commands.run("echo one; while [ ! -e go ]; do sleep 0.01; done; echo two >&2; echo three",
-                    on_stdout=out, on_stderr=lambda text: seen.append(["err", text]))
-print(json.dumps([r.exit_code, r.stdout, r.stderr, seen[0], sorted(map(tuple, seen[1:]))]))
-cells = []
-ex = sb.run_code("print('a', flush=True)\nprint('b')\n1 + 1", on_stdout=cells.append)
-print(json.dumps([ex.result, "".join(cells), ex.stdout, ex.ok]))
-h = sb.commands.run("echo ready; exec cat", background=True, tag="cat")
-print(json.dumps([[p.pid == h.pid, p.tag, p.running, p.command[0]] for p in sb.commands.list()]))
-h.send_stdin("hello\n")
-h.close_stdin()
-r = h.wait()
-print(json.dumps([r.exit_code, r.stdout, [p.running for p in sb.commands.list()]]))
-k = sb.commands.run(["sleep", "300"], background=True)
-c = sb.commands.connect(k.pid)
-k.kill()
-r = c.wait()
-print(json.dumps([r.exit_code, r.verdict["status"], r.verdict["signal"]]))
-s = sb.commands.run(["sleep", "300"], background=True, tag="s")
-sb.commands.signal(s.pid, "TERM")
-print(json.dumps([s.wait().verdict["signal"], sb.commands.connect(tag="s").pid == s.pid]))
-try:
-    sb.commands.kill(99999)
-except brig_client.BrigError as error:
-    print(json.dumps([error.kind, "no process with pid 99999" in str(error)]))
-sb.close()
-"#;
-
-fn python_client_streams_and_drives_processes(mode: Mode) {
-    let server = Server::start(mode, &["--pool", "0"]);
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", PYTHON_SCRIPT, server.socket()],
-    );
-    command.env("PYTHONPATH", client.path().join("python"));
-    assert_lines(
-        &output_of(command),
-        &[
-            r#"[0, "one\nthree\n", "two\n", ["out", "one\n"], [["err", "two\n"], ["out", "three\n"]]]"#,
-            r#"["2", "a\nb\n", "a\nb\n", true]"#,
-            r#"[[true, "cat", true, "/bin/sh"]]"#,
-            r#"[0, "ready\nhello\n", [false]]"#,
-            r#"[137, "signaled", 9]"#,
-            r#"[15, true]"#,
-            r#"["bad_input", true]"#,
-        ],
-    );
-}
-
-const NODE_SCRIPT: &str = r#"
-const brig = require(process.argv[1]);
-const show = (...values) => console.log(JSON.stringify(values));
-(async () => {
-  const sb = await brig.Sandbox.create({ socket: process.argv[2], timeoutMs: 60000 });
-  const seen = [];
-  let released;
-  const r = await sb.commands.run("echo one; while [ ! -e go ]; do sleep 0.01; done; echo two >&2; echo three", {
-    onStdout: (text) => {
-      seen.push(["out", text]);
-      if (text.includes("one\n")) released = sb.files.write("go", "");
-    },
-    onStderr: (text) => seen.push(["err", text]),
-  });
-  await released;
-  show(r.exitCode, r.stdout, r.stderr, seen[0], seen.slice(1).map((e) => e.join(":")).sort());
-  const cells = [];
-  const ex = await sb.runCode("print('a', flush=True)\nprint('b')\n1 + 1", { onStdout: (t) => cells.push(t) });
-  show(ex.result, cells.join(""), ex.stdout, ex.ok);
-  const h = await sb.commands.run("echo ready; exec cat", { background: true, tag: "cat" });
-  show(...(await sb.commands.list()).map((p) => [p.pid === h.pid, p.tag, p.running, p.command[0]]));
-  await h.sendStdin("hello\n");
-  await h.closeStdin();
-  let done = await h.wait();
-  show(done.exitCode, done.stdout, (await sb.commands.list()).map((p) => p.running));
-  const k = await sb.commands.run(["sleep", "300"], { background: true });
-  const c = await sb.commands.connect(k.pid);
-  await k.kill();
-  done = await c.wait();
-  show(done.exitCode, done.verdict.status, done.verdict.signal);
-  const s = await sb.commands.run(["sleep", "300"], { background: true, tag: "s" });
-  await sb.commands.signal(s.pid, "TERM");
-  show((await s.wait()).verdict.signal, (await sb.commands.connect(null, { tag: "s" })).pid === s.pid);
-  try {
-    await sb.commands.kill(99999);
-  } catch (error) {
-    show(error.kind, error.message.includes("no process with pid 99999"));
-  }
-  await sb.close();
-})().catch((error) => {
-  console.error(error);
-  process.exit(1);
-});
-"#;
-
-fn node_client_streams_and_drives_processes(mode: Mode) {
-    if !require_program("node", "apt install nodejs") {
-        return;
-    }
-    let server = Server::start(mode, &["--pool", "0"]);
-    let client = client_copy("node");
-    let module = client.path().join("node");
-    let output = output_of(command_as(
-        mode,
-        interpreter("node"),
-        &[
-            "-e",
-            NODE_SCRIPT,
-            "--",
-            module.to_str().unwrap(),
-            server.socket(),
-        ],
-    ));
-    assert_lines(
-        &output,
-        &[
-            r#"[0,"one\nthree\n","two\n",["out","one\n"],["err:two\n","out:three\n"]]"#,
-            r#"["2","a\nb\n","a\nb\n",true]"#,
-            r#"[[true,"cat",true,"/bin/sh"]]"#,
-            r#"[0,"ready\nhello\n",[false]]"#,
-            r#"[137,"signaled",9]"#,
-            r#"[15,true]"#,
-            r#"["bad_input",true]"#,
-        ],
-    );
 }
 
 fn the_command_line_streams_and_drives_processes(mode: Mode) {

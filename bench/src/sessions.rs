@@ -21,18 +21,8 @@ pub struct SessionsReport {
     pub ratios: BTreeMap<String, f64>,
 }
 
-fn ask(socket: &Path, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    let mut stream = UnixStream::connect(socket).expect("connect");
-    let body = serde_json::to_vec(&message).expect("JSON");
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame).expect("send");
-    let mut length = [0u8; 4];
-    stream.read_exact(&mut length).expect("read the reply");
-    let mut reply = vec![0u8; u32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut reply).expect("read the reply");
-    serde_json::from_slice(&reply).expect("a JSON reply")
+fn ask(socket: &Path, message: Value) -> Value {
+    first_frame(socket, message).1
 }
 
 /// Sends `message` and waits for its first frame; the open connection, and that frame.

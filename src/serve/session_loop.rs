@@ -5,7 +5,7 @@
 //! other requests; a code cell still does (its interpreter's loop is `run_code`'s).
 
 use super::session_process::{
-    Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, Watch, Watched, parse_signal,
+    Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, MAX_RUNNING, Watch, Watched, parse_signal,
 };
 use super::*;
 use std::collections::BTreeMap;
@@ -667,6 +667,11 @@ impl<'p> Session<'p> {
             if exec.output_limit.is_none() {
                 limit = u64::MAX;
             }
+        }
+        if self.processes.running_ids().len() >= MAX_RUNNING {
+            return Err(Error::input(format!(
+                "session_exec: the session runs {MAX_RUNNING} commands already (the most); end one (session_kill) first"
+            )));
         }
         if let Some(tag) = &form.tag
             && self

@@ -26,7 +26,10 @@ pub const LISTENER_BUFFER: usize = 2 << 20;
 pub const STDIN_BUFFER: usize = 1 << 20;
 /// Ended background processes kept for `session_ps` and `session_connect` (their
 /// verdict and backlog), oldest forgotten first.
-pub const KEEP_ENDED: usize = 32;
+pub const KEEP_ENDED: usize = 16;
+/// Commands running at once in one session (foreground and background): with their
+/// backlogs and clients, what the runner holds stays bounded.
+pub const MAX_RUNNING: usize = 32;
 /// Clients connected to one process at once (each may hold its replayed backlog, and
 /// up to [`LISTENER_BUFFER`] of live output).
 pub const MAX_LISTENERS: usize = 8;
@@ -70,6 +73,42 @@ fn whole_characters(carry: &mut Vec<u8>, read: &[u8]) -> Vec<u8> {
         *carry = data.split_off(err.valid_up_to());
     }
     data
+}
+
+/// Output as read, cut into chunks of whole characters, timed from a program's start.
+struct Chunker {
+    /// Per stream: a partial character from the last read.
+    carry: [Vec<u8>; 2],
+    started: Instant,
+}
+
+impl Chunker {
+    fn new() -> Chunker {
+        Chunker {
+            carry: [Vec::new(), Vec::new()],
+            started: Instant::now(),
+        }
+    }
+
+    /// The chunk of what was read of `stream` (None when it is all held back).
+    fn chunk(&mut self, stream: usize, read: &[u8]) -> Option<Chunk> {
+        let data = whole_characters(&mut self.carry[stream], read);
+        self.timed(stream, data)
+    }
+
+    /// What is held back of `stream` at its end, as it is.
+    fn rest(&mut self, stream: usize) -> Option<Chunk> {
+        let data = std::mem::take(&mut self.carry[stream]);
+        self.timed(stream, data)
+    }
+
+    fn timed(&self, stream: usize, data: Vec<u8>) -> Option<Chunk> {
+        (!data.is_empty()).then(|| Chunk {
+            stream,
+            t_ms: self.started.elapsed().as_millis() as u64,
+            data,
+        })
+    }
 }
 
 /// A client attached to a process, and the frames not yet written to it.
@@ -189,44 +228,36 @@ pub struct Foreground {
 /// read by the cell's own loop).
 pub struct CellStream {
     pub client: Listener,
-    carry: [Vec<u8>; 2],
-    started: Instant,
+    chunker: Chunker,
 }
 
 impl CellStream {
     pub fn new(connection: OwnedFd) -> CellStream {
         CellStream {
             client: Listener::new(connection),
-            carry: [Vec::new(), Vec::new()],
-            started: Instant::now(),
+            chunker: Chunker::new(),
         }
     }
 
     /// Queues what was read of stream `index` and writes what the client takes now.
     pub fn send(&mut self, index: usize, read: &[u8]) {
-        let data = whole_characters(&mut self.carry[index], read);
-        self.queue(index, data);
+        let chunk = self.chunker.chunk(index, read);
+        self.queue(chunk);
         self.client.flush();
     }
 
-    fn queue(&mut self, stream: usize, data: Vec<u8>) {
-        if data.is_empty() {
-            return;
+    fn queue(&mut self, chunk: Option<Chunk>) {
+        if let Some(chunk) = chunk {
+            self.client
+                .queue(&output_frame(&chunk), Some(chunk.data.len()));
         }
-        let chunk = Chunk {
-            stream,
-            t_ms: self.started.elapsed().as_millis() as u64,
-            data,
-        };
-        self.client
-            .queue(&output_frame(&chunk), Some(chunk.data.len()));
     }
 
     /// A character cut short at the end goes as it is.
     pub fn finish(&mut self) {
         for index in 0..2 {
-            let rest = std::mem::take(&mut self.carry[index]);
-            self.queue(index, rest);
+            let rest = self.chunker.rest(index);
+            self.queue(rest);
         }
     }
 }
@@ -248,7 +279,7 @@ pub struct Watched {
     /// Close stdin once what is pending is written.
     stdin_close: bool,
     pub captured: Captured,
-    carry: [Vec<u8>; 2],
+    chunker: Chunker,
     backlog: VecDeque<Chunk>,
     backlog_bytes: usize,
     /// Output bytes the backlog lost, oldest first.
@@ -306,7 +337,7 @@ impl Watched {
             stdin: Some(stdin),
             stdin_pending: stdin_data,
             captured: Captured::counting(watch.output_limit, watch.keep),
-            carry: [Vec::new(), Vec::new()],
+            chunker: Chunker::new(),
             backlog: VecDeque::new(),
             backlog_bytes: 0,
             backlog_dropped: 0,
@@ -408,19 +439,12 @@ impl Watched {
         if room == 0 {
             return;
         }
-        let data = whole_characters(&mut self.carry[index], &read[..room]);
-        self.publish(index, data);
+        let chunk = self.chunker.chunk(index, &read[..room]);
+        self.publish(chunk);
     }
 
-    fn publish(&mut self, stream: usize, data: Vec<u8>) {
-        if data.is_empty() {
-            return;
-        }
-        let chunk = Chunk {
-            stream,
-            t_ms: self.started.elapsed().as_millis() as u64,
-            data,
-        };
+    fn publish(&mut self, chunk: Option<Chunk>) {
+        let Some(chunk) = chunk else { return };
         // Encoded once, and only when someone takes it.
         let streamed = self
             .foreground
@@ -459,8 +483,8 @@ impl Watched {
         for index in 0..2 {
             self.read(index);
             self.pipes[index] = None;
-            let rest = std::mem::take(&mut self.carry[index]);
-            self.publish(index, rest);
+            let rest = self.chunker.rest(index);
+            self.publish(rest);
         }
         self.stdin = None;
     }
