@@ -253,11 +253,17 @@ fn a_streamed_exec_is_held_to_its_output_limit(mode: Mode) {
 fn a_background_process_lives_on_and_is_driven_by_requests(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
-    let started = background(&server, &id, &["sh", "-c", "echo ready; exec cat"], "echo");
+    // `$$`: the pid is the process's own in the jail.
+    let started = background(
+        &server,
+        &id,
+        &["sh", "-c", "echo ready $$; exec cat"],
+        "echo",
+    );
     let pid = started["pid"].as_u64().unwrap();
     assert_eq!(
         started["command"],
-        json!(["sh", "-c", "echo ready; exec cat"])
+        json!(["sh", "-c", "echo ready $$; exec cat"])
     );
     // Other requests, while it runs.
     let other = ask(
@@ -282,7 +288,8 @@ fn a_background_process_lives_on_and_is_driven_by_requests(mode: Mode) {
     let first = frame(&connection).unwrap();
     assert_eq!(first["type"], "process", "{first}");
     assert_eq!(first["backlog_dropped"], 0, "{first}");
-    read_until(&connection, "stdout", b"ready\nmissed\n");
+    let ready = format!("ready {pid}\nmissed\n");
+    read_until(&connection, "stdout", ready.as_bytes());
     let fed = ask(
         &server,
         json!({"type": "session_stdin", "session": id, "pid": pid, "data": "live\n", "close": true}),
@@ -306,7 +313,7 @@ fn a_background_process_lives_on_and_is_driven_by_requests(mode: Mode) {
     assert_eq!(frame(&again).unwrap()["running"], false);
     let (outputs, end) = until_end(&again);
     let all: Vec<u8> = outputs.into_iter().flat_map(|(_, bytes)| bytes).collect();
-    assert_eq!(all, b"ready\nmissed\nlive\n");
+    assert_eq!(all, format!("ready {pid}\nmissed\nlive\n").as_bytes());
     assert_eq!(end["verdict"]["exit_code"], 0, "{end}");
     close(&server, &id);
 }

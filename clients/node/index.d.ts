@@ -88,7 +88,7 @@ export interface RunOptions {
 }
 
 export interface ProcessInfo {
-  /** Its id in the session (the protocol's `pid`). */
+  /** Its pid in the jail (as `$$` shows it there). */
   pid: number;
   tag: string | null;
   command: string[];

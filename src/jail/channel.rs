@@ -68,6 +68,9 @@ pub enum Message {
     Ended { id: u32, end: Ended },
     /// A session's sweep is done: nothing but init and the kept programs is alive.
     Swept,
+    /// A session's program `id` was started as process `pid` (in the jail's PID
+    /// namespace).
+    Started { id: u32, pid: u32 },
 }
 
 /// How a session's program ended, and what it used (its own, and its reaped children's).
@@ -476,6 +479,11 @@ fn send(fd: &impl AsFd, message: &Message) {
             (b'x', payload)
         }
         Message::Swept => (b'w', Vec::new()),
+        Message::Started { id, pid } => {
+            let mut payload = id.to_le_bytes().to_vec();
+            payload.extend_from_slice(&pid.to_le_bytes());
+            (b'P', payload)
+        }
         Message::Ended { id, end } => {
             let mut payload = id.to_le_bytes().to_vec();
             let (kind, value) = match (end.code, end.signal) {
@@ -538,6 +546,10 @@ fn decode_frame(tag: u8, payload: &[u8]) -> Option<Message> {
         },
         b'S' => Message::Exited(number()),
         b'w' => Message::Swept,
+        b'P' if payload.len() == 8 => Message::Started {
+            id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
+            pid: u32::from_le_bytes(payload[4..8].try_into().ok()?),
+        },
         b'x' if payload.len() >= 5 => Message::ProgramError {
             id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
             code: payload[4],
@@ -621,6 +633,7 @@ mod tests {
                 },
             },
             Message::Swept,
+            Message::Started { id: 3, pid: 41 },
         ];
         for message in &sent {
             child.send(message);

@@ -156,6 +156,10 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 match spawned {
                     Ok(pid) => {
                         programs.insert(pid, id);
+                        channel.send(&Message::Started {
+                            id,
+                            pid: pid.as_raw() as u32,
+                        });
                     }
                     Err(errno) => {
                         channel.send(&Message::ProgramError {

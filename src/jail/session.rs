@@ -25,6 +25,8 @@ pub enum Event {
     Failed { id: u32, code: u8, message: String },
     /// Program `id` ended.
     Ended { id: u32, end: Ended },
+    /// Program `id` runs as process `pid` of the jail (its PID namespace's number).
+    Started { id: u32, pid: u32 },
 }
 
 pub struct SessionJail<'p> {
@@ -194,6 +196,7 @@ fn event(message: Message) -> Option<Event> {
     match message {
         Message::ProgramError { id, code, message } => Some(Event::Failed { id, code, message }),
         Message::Ended { id, end } => Some(Event::Ended { id, end }),
+        Message::Started { id, pid } => Some(Event::Started { id, pid }),
         _ => None,
     }
 }

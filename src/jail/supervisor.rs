@@ -1004,6 +1004,7 @@ fn decide(
             Message::Ready
             | Message::ProgramError { .. }
             | Message::Ended { .. }
+            | Message::Started { .. }
             | Message::Swept => {}
             Message::ExecError { code, message } => {
                 return Ok(Outcome::ExecFailed { code, message });

@@ -297,6 +297,15 @@ impl<'p> Session<'p> {
     /// the session's loop); an interpreter that ended is forgotten.
     pub(super) fn note_event(&mut self, event: Event) {
         match event {
+            Event::Started { id, pid } => {
+                if let Some(process) = self.processes.watched.get_mut(&id) {
+                    process.pid = Some(pid);
+                    if let Some(mut starter) = process.announce.take() {
+                        starter.queue(&process.describe(), None);
+                        self.close_client(starter);
+                    }
+                }
+            }
             Event::Failed { id, code, message } => {
                 if let Some(process) = self.processes.watched.get_mut(&id) {
                     process.failure = Some((code, message));
@@ -370,7 +379,7 @@ impl<'p> Session<'p> {
                 argv: &process.argv,
             };
             let mut verdict = self.verdict(exec_end, &process.captured, served, None);
-            verdict["pid"] = json!(id);
+            verdict["pid"] = json!(process.pid);
             if let Some(mut foreground) = process.foreground.take() {
                 let reply = match foreground.stream {
                     true => json!({
@@ -389,6 +398,12 @@ impl<'p> Session<'p> {
                 self.close_client(foreground.client);
             }
             process.verdict = Some(verdict);
+            // Ended before the jail said its pid (it could not be started): its starter
+            // is told how it ended.
+            if let Some(mut starter) = process.announce.take() {
+                starter.queue(&process.describe(), None);
+                self.close_client(starter);
+            }
             for mut client in std::mem::take(&mut process.listeners) {
                 client.queue(&process.end_frame(client.dropped), None);
                 self.close_client(client);
@@ -497,7 +512,7 @@ impl<'p> Session<'p> {
                     .find_process("session_connect", pid, tag.as_deref())
                     .and_then(|id| match self.processes.watched[&id].listeners.len() {
                         MAX_LISTENERS.. => Err(Error::input(format!(
-                            "session_connect: process {id} has {MAX_LISTENERS} clients connected already (the most); close one"
+                            "session_connect: that process has {MAX_LISTENERS} clients connected already (the most); close one"
                         ))),
                         _ => Ok(id),
                     });
@@ -527,18 +542,19 @@ impl<'p> Session<'p> {
                     .find_process("session_stdin", pid, tag.as_deref())
                     .and_then(|id| {
                         let process = self.processes.watched.get_mut(&id).expect("found");
+                        let pid = process.pid.unwrap_or_default();
                         if !process.running() {
                             return Err(Error::input(format!(
-                                "session_stdin: process {id} has ended; see session_ps"
+                                "session_stdin: process {pid} has ended; see session_ps"
                             )));
                         }
                         process
                             .queue_stdin(data.as_bytes(), close)
                             .map(|written| {
-                                json!({"type": "stdin", "pid": id, "written": written, "closed": close})
+                                json!({"type": "stdin", "pid": pid, "written": written, "closed": close})
                             })
                             .map_err(|why| {
-                                Error::input(format!("session_stdin: process {id}: {why}"))
+                                Error::input(format!("session_stdin: process {pid}: {why}"))
                             })
                     });
                 (connection, reply.unwrap_or_else(|err| error_reply(&err)))
@@ -578,7 +594,14 @@ impl<'p> Session<'p> {
     /// The process a request names, by pid or tag.
     fn find_process(&self, what: &str, pid: Option<u32>, tag: Option<&str>) -> Result<u32> {
         let found = match (pid, tag) {
-            (Some(pid), None) => self.processes.watched.get(&pid).map(|p| p.id),
+            // A pid the jail reuses names its running process first.
+            (Some(pid), None) => self
+                .processes
+                .watched
+                .values()
+                .filter(|p| p.pid == Some(pid))
+                .max_by_key(|p| (p.running(), p.id))
+                .map(|p| p.id),
             (None, Some(tag)) => self
                 .processes
                 .watched
@@ -612,13 +635,14 @@ impl<'p> Session<'p> {
         signal: Signal,
     ) -> Result<Value> {
         let id = self.find_process(what, pid, tag)?;
+        let pid = self.processes.watched[&id].pid.unwrap_or_default();
         if !self.processes.watched[&id].running() {
             return Err(Error::input(format!(
-                "{what}: process {id} has ended; see session_ps"
+                "{what}: process {pid} has ended; see session_ps"
             )));
         }
         self.jail.signal(id, signal, true)?;
-        Ok(json!({"type": "signaled", "pid": id, "signal": signal.as_str()}))
+        Ok(json!({"type": "signaled", "pid": pid, "signal": signal.as_str()}))
     }
 
     /// Starts a command: watched in the foreground (its client waits), or in the
@@ -636,11 +660,8 @@ impl<'p> Session<'p> {
             Err(err) => return Err((connection, err)),
         };
         match form.background {
-            true => {
-                let mut client = Listener::new(connection);
-                client.queue(&watched.describe(), None);
-                self.close_client(client);
-            }
+            // Answered once the jail's init says its pid (an event).
+            true => watched.announce = Some(Listener::new(connection)),
             false => {
                 watched.foreground = Some(Foreground {
                     client: Listener::new(connection),

@@ -264,8 +264,12 @@ impl CellStream {
 
 /// A program the runner watches.
 pub struct Watched {
-    /// Its id in the session (brig's, the `pid` of the protocol).
+    /// Its program id in the session (brig's: events and signals name it).
     pub id: u32,
+    /// Its pid in the jail (the protocol's `pid`), once the jail's init has said it.
+    pub pid: Option<u32>,
+    /// A background process's starter, answered once its pid is known.
+    pub announce: Option<Listener>,
     pub argv: Vec<String>,
     pub tag: Option<String>,
     pub peer: Peer,
@@ -323,6 +327,8 @@ impl Watched {
         let [stdout, stderr] = pipes;
         Watched {
             id,
+            pid: None,
+            announce: None,
             argv: watch.argv,
             tag: watch.tag,
             peer: watch.peer,
@@ -508,7 +514,7 @@ impl Watched {
     pub fn end_frame(&self, dropped: u64) -> Value {
         json!({
             "type": "exited",
-            "pid": self.id,
+            "pid": self.pid,
             "tag": self.tag,
             "verdict": self.verdict,
             "dropped": dropped,
@@ -526,7 +532,7 @@ impl Watched {
         });
         json!({
             "type": "process",
-            "pid": self.id,
+            "pid": self.pid,
             "tag": self.tag,
             "command": self.argv,
             "background": self.background,

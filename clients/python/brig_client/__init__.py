@@ -373,7 +373,7 @@ def _command_result(verdict: Dict[str, Any], stdout: str, stderr: str) -> Comman
 
 @dataclass
 class ProcessInfo:
-    """A process of the session (`commands.list()`): `pid` (its id in the session),
+    """A process of the session (`commands.list()`): `pid` (its pid in the jail),
     `tag`, `command`, `running`, and once it has ended its `status`, `exit_code` and
     `signal`; `started_unix_ms`; output its backlog dropped (`backlog_dropped`)."""
 
