@@ -592,6 +592,12 @@ fn the_command_line_streams_and_drives_processes(mode: Mode) {
     assert_eq!(lines.next().unwrap().unwrap(), "two");
     assert!(lines.next().is_none());
     assert!(child.wait().unwrap().success());
+    // A streamed cell: its output, then its result.
+    let dir = TempDir::new("session-cli-stream").writable_by_all();
+    let cell = dir.file("cell.py", "print('a')\n40 + 2");
+    let args = at(&["exec", "--stream", "--code", cell.to_str().unwrap()], &id);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(assert_success(&run(mode, &args)), "a\n42\n");
     let cli = |args: &[&str]| {
         let args = at(args, &id);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
