@@ -288,6 +288,11 @@ impl Captured {
         self.bytes[0] + self.bytes[1]
     }
 
+    /// Bytes kept, stdout and stderr together.
+    fn kept(&self) -> usize {
+        self.kept[0].len() + self.kept[1].len()
+    }
+
     fn text(&self, index: usize) -> String {
         String::from_utf8_lossy(&self.kept[index]).into_owned()
     }

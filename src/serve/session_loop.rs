@@ -10,6 +10,10 @@ use super::session_process::{
 use super::*;
 use std::collections::BTreeMap;
 
+/// The most output a reply queued for a client carries (escaped as JSON, at most six
+/// times that is held); a larger one is written before the loop goes on.
+const QUEUED_OUTPUT: usize = 256 << 10;
+
 /// What one descriptor polled by the loop is.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Source {
@@ -394,8 +398,17 @@ impl<'p> Session<'p> {
                         "stderr": process.captured.text(1),
                     }),
                 };
-                foreground.client.queue(&reply, None);
-                self.close_client(foreground.client);
+                if process.captured.kept() <= QUEUED_OUTPUT {
+                    foreground.client.queue(&reply, None);
+                    self.close_client(foreground.client);
+                } else {
+                    // Encoded straight into the socket (JSON escaping may make it six
+                    // times its size: never held whole), within the client's patience.
+                    let now = Instant::now();
+                    let give_up = sooner(Some(now + self.processes.patience), self.end_by());
+                    let connection = foreground.client.connection.as_fd();
+                    let _ = protocol::write_reply_by(connection, &reply, give_up.expect("some"));
+                }
             }
             process.verdict = Some(verdict);
             // Ended before the jail said its pid (it could not be started): its starter
