@@ -299,6 +299,7 @@ class CommandHandle {
       connection.on("end", () => reject(new BrigError("brig serve closed the connection before the process ended")));
       connection.on("error", (error) => reject(new BrigError(error.message)));
       for (const frame of attached.early.splice(0)) reader.onFrame(frame);
+      connection.resume();
     }).finally(() => attached.connection.destroy());
     expect(end, "session_connect", "exited");
     return commandResult(end.verdict, output.text.stdout.join(""), output.text.stderr.join(""));
@@ -371,7 +372,9 @@ class Commands {
       attached.connection.destroy();
       throw error;
     }
-    // Frames that arrive before wait() are kept for it.
+    // Read no further until wait(): the server bounds what waits for a slow reader; the
+    // frames already read are kept for wait().
+    attached.connection.pause();
     attached.reader.onFrame = (frame) => attached.early.push(frame);
     return new CommandHandle(this, attached.frame.pid, attached.frame.tag, attached);
   }

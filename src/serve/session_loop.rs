@@ -790,3 +790,45 @@ pub(super) fn check_form(form: &Form, cell: bool) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_s_form_is_checked_with_one_line_errors() {
+        let form = |stream, background, tag: Option<&str>| Form {
+            stream,
+            background,
+            tag: tag.map(String::from),
+        };
+        assert!(check_form(&form(true, false, None), true).is_ok());
+        assert!(check_form(&form(false, true, Some("web")), false).is_ok());
+        for (form, cell, needle) in [
+            (
+                form(true, true, None),
+                false,
+                "\"background\" and \"stream\"",
+            ),
+            (form(false, true, None), true, "not code cells"),
+            (
+                form(false, false, Some("web")),
+                false,
+                "\"tag\" names a background",
+            ),
+            (form(false, true, Some("")), false, "tag: 1 to 128"),
+            (form(false, true, Some("a\nb")), false, "control characters"),
+            (
+                form(false, true, Some(&"x".repeat(129))),
+                false,
+                "tag: 1 to 128",
+            ),
+        ] {
+            let err = check_form(&form, cell).unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains(needle), "{message}");
+            assert!(!message.contains('\n'), "{message}");
+            assert_eq!(err.kind(), crate::error::ErrorKind::BadInput);
+        }
+    }
+}
