@@ -680,11 +680,29 @@ fn background_processes_go_on_while_a_cell_runs(mode: Mode) {
     let (_, end) = until_end(&connection);
     assert_eq!(end["type"], "exited", "{end}");
     assert_eq!(end["verdict"]["status"], "ok", "{end}");
+    // Requests are served while the cell runs: a command, the list, a file; the next
+    // cell waits for this one's end.
+    let meanwhile = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["echo", "meanwhile"]}),
+    );
+    assert_eq!(meanwhile["stdout"], "meanwhile\n", "{meanwhile}");
+    assert_eq!(
+        process_of(&server, &id, short.as_u64().unwrap())["running"],
+        false
+    );
+    put(&server, &id, "during-the-cell");
+    let next_cell = open(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "'next'"}),
+    );
     let interpreters = jailed(&marker, "python3");
     assert_eq!(interpreters.len(), 1, "{interpreters:?}");
     kill(interpreters[0], libc::SIGUSR1);
     let reply = frame(&waiting).unwrap();
     assert_eq!(reply["result"], "'woken'", "{reply}");
+    let reply = frame(&next_cell).unwrap();
+    assert_eq!(reply["result"], "'next'", "{reply}");
     // A cell cut at its time limit: what it started goes, the background processes and
     // what they started stay.
     let cut = ask(

@@ -465,8 +465,7 @@ impl<'p> Session<'p> {
         let ends_at = Instant::now() + Duration::from_millis(session_timeout_ms);
         self.ends_at = Some(ends_at);
         let idle = Duration::from_millis(idle_timeout_ms);
-        let mut reader = FrameReader::default();
-        let (why, closed_by) = self.serve_requests(control, &mut reader, ends_at, idle);
+        let (why, closed_by) = self.serve_requests(control, ends_at, idle);
         // No request may be lost in a socket nobody reads: the server's writes fail from
         // here on, and those already sent are answered.
         let _ = nix::sys::socket::shutdown(
@@ -475,7 +474,16 @@ impl<'p> Session<'p> {
         );
         let message = format!("brig serve: session {} ended: {why}", self.id);
         nonblocking(control);
-        while let Ok(protocol::Read::Frame(_, fds)) = reader.read(control.as_fd()) {
+        // A request that waited for a cell, then those the server sent.
+        if let Some(deferred) = self.processes.deferred.take() {
+            let _ = protocol::write_frame(
+                deferred.connection().as_fd(),
+                &Reply::error(&Error::input(message.clone())),
+                &[],
+            );
+        }
+        while let Ok(protocol::Read::Frame(_, fds)) = self.processes.requests.read(control.as_fd())
+        {
             if let Some(connection) = fds.first() {
                 let _ = protocol::write_frame(
                     connection.as_fd(),
@@ -968,9 +976,15 @@ impl<'p> Session<'p> {
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
                 PollFd::new(connection.as_fd(), PollFlags::POLLIN),
             ];
-            // The session's end (its timeout, the drain) holds during a cell too.
+            // The session's end (its timeout, the drain) holds during a cell too; the
+            // session's other requests are read (all but cells and the close are served
+            // at once).
             let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
-            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
+            let requests = match self.processes.deferred.is_none() {
+                true => PollFlags::POLLIN,
+                false => hang_up(),
+            };
+            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), requests)));
             // The session's other programs and their clients are served meanwhile.
             let theirs_at = fds.len();
             let (theirs, their_fds) = self.processes.poll_fds();
@@ -983,6 +997,10 @@ impl<'p> Session<'p> {
             };
             let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
             let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+            let request_came = fds[6..theirs_at].iter().any(|fd| {
+                fd.revents()
+                    .is_some_and(|events| events.contains(PollFlags::POLLIN))
+            });
             drop(fds);
             let theirs_ready: Vec<session_loop::Source> = theirs
                 .into_iter()
@@ -1048,6 +1066,9 @@ impl<'p> Session<'p> {
                 }
             }
             self.serve_processes(&theirs_ready);
+            if request_came && self.processes.deferred.is_none() {
+                self.take_during_cell();
+            }
             if died.is_some() {
                 break;
             }

@@ -2,7 +2,9 @@
 //! (new requests), the jail's init and events, each watched program's pipes and stdin,
 //! each attached client, one set of deadlines. A command that runs (in the foreground,
 //! streamed or not, or in the background) does not stop the session from serving its
-//! other requests; a code cell still does (its interpreter's loop is `run_code`'s).
+//! other requests. A code cell runs in its own loop (`run_code`, which watches the
+//! interpreter), which serves the watched programs and every request but the next cell
+//! and the close, which wait for the cell's end.
 
 use super::session_process::{
     Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, MAX_RUNNING, Watch, Watched, parse_signal,
@@ -42,6 +44,31 @@ pub(super) struct Processes {
     pub closing: Vec<Listener>,
     /// How long a client may take nothing of what waits for it.
     pub patience: Duration,
+    /// The server's control socket's frames.
+    pub requests: FrameReader,
+    /// A request that came while a cell ran and waits for its end (a cell, a close).
+    pub deferred: Option<Taken>,
+}
+
+/// A request as the server handed it over.
+pub(super) struct Taken {
+    request: Result<Request>,
+    peer: Peer,
+    connection: OwnedFd,
+}
+
+impl Taken {
+    pub fn connection(&self) -> &OwnedFd {
+        &self.connection
+    }
+
+    /// Whether it must wait for the cell that runs: another cell, or the session's close.
+    fn waits_for_a_cell(&self) -> bool {
+        matches!(
+            self.request,
+            Ok(Request::SessionExec { code: Some(_), .. } | Request::SessionClose { .. })
+        )
+    }
 }
 
 impl Processes {
@@ -129,60 +156,61 @@ impl<'p> Session<'p> {
     pub(super) fn serve_requests(
         &mut self,
         control: &OwnedFd,
-        reader: &mut FrameReader,
         ends_at: Instant,
         idle: Duration,
     ) -> (&'static str, Option<OwnedFd>) {
         self.processes.patience = protocol::REPLY_TIMEOUT.min(idle);
         let mut last_request = Instant::now();
         let why = loop {
-            let now = Instant::now();
-            // A client waiting on a program keeps the session from idling; a background
-            // process nobody is connected to does not.
-            if self.processes.busy() {
-                last_request = now;
-            }
-            let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
-            let wake = sooner(wake, self.processes.next_deadline());
-            let ready = self.poll(control, reader, wake);
-            if ready.iter().any(|source| matches!(source, Source::Init)) {
-                break "its jail ended";
-            }
-            self.absorb_process_events();
-            self.serve_processes(&ready);
-            if self.over() {
-                break self.ended.unwrap_or(DRAINING);
-            }
-            // Between requests the drain ends the session at once; a command running in
-            // the foreground has the drain's grace.
-            if self.drain_by.is_some() && !self.processes.foreground_running() {
-                break DRAINING;
-            }
-            if !self.processes.busy() && Instant::now() >= last_request + idle {
-                break "it was idle for its idle_timeout";
-            }
-            if !ready.iter().any(|source| matches!(source, Source::Control)) {
-                continue;
-            }
-            let Ok(Some((body, mut fds))) = reader.read_blocking(control) else {
-                break "the server went away";
+            let taken = match self.processes.deferred.take() {
+                // It came while a cell ran; that cell has ended.
+                Some(taken) => taken,
+                None => {
+                    let now = Instant::now();
+                    // A client waiting on a program keeps the session from idling; a
+                    // background process nobody is connected to does not.
+                    if self.processes.busy() {
+                        last_request = now;
+                    }
+                    let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
+                    let wake = sooner(wake, self.processes.next_deadline());
+                    let ready = self.poll(control, wake);
+                    if ready.iter().any(|source| matches!(source, Source::Init)) {
+                        break "its jail ended";
+                    }
+                    self.absorb_process_events();
+                    self.serve_processes(&ready);
+                    if self.over() {
+                        break self.ended.unwrap_or(DRAINING);
+                    }
+                    // Between requests the drain ends the session at once; a command
+                    // running in the foreground has the drain's grace.
+                    if self.drain_by.is_some() && !self.processes.foreground_running() {
+                        break DRAINING;
+                    }
+                    if !self.processes.busy() && Instant::now() >= last_request + idle {
+                        break "it was idle for its idle_timeout";
+                    }
+                    if !ready.iter().any(|source| matches!(source, Source::Control)) {
+                        continue;
+                    }
+                    match self.read_next(control) {
+                        Err(()) => break "the server went away",
+                        Ok(None) => continue,
+                        Ok(Some(taken)) => taken,
+                    }
+                }
             };
-            last_request = Instant::now();
-            let (Ok(ToSession::Request { peer }), 2) =
-                (serde_json::from_slice::<ToSession>(&body), fds.len())
-            else {
-                continue;
-            };
-            let connection = fds.remove(0);
-            let Some(body) = read_request(&fds[0]) else {
-                continue;
-            };
-            let request = protocol::parse_request(&body);
+            let Taken {
+                request,
+                peer,
+                connection,
+            } = taken;
             if matches!(request, Ok(Request::SessionClose { .. })) {
                 self.end_clients("it was closed");
                 return ("it was closed", Some(connection));
             }
-            self.take_request(request, peer, connection, idle);
+            self.take_request(request, peer, connection);
             last_request = Instant::now();
             if let Some(why) = self.ended {
                 break why;
@@ -192,13 +220,45 @@ impl<'p> Session<'p> {
         (why, None)
     }
 
+    /// The next request on the server's control socket (blocking until its frame is
+    /// whole); None for a frame that is not one; an error when the server went away.
+    fn read_next(&mut self, control: &OwnedFd) -> std::result::Result<Option<Taken>, ()> {
+        let Ok(Some((body, mut fds))) = self.processes.requests.read_blocking(control) else {
+            return Err(());
+        };
+        let (Ok(ToSession::Request { peer }), 2) =
+            (serde_json::from_slice::<ToSession>(&body), fds.len())
+        else {
+            return Ok(None);
+        };
+        let connection = fds.remove(0);
+        let Some(body) = read_request(&fds[0]) else {
+            return Ok(None);
+        };
+        let request = protocol::parse_request(&body);
+        Ok(Some(Taken {
+            request,
+            peer,
+            connection,
+        }))
+    }
+
+    /// A request that came while a cell runs: served now (commands, processes, files),
+    /// or after the cell (another cell, the close).
+    pub(super) fn take_during_cell(&mut self) {
+        let Some(control) = self.control.as_ref().and_then(|fd| fd.try_clone().ok()) else {
+            return;
+        };
+        if let Ok(Some(taken)) = self.read_next(&control) {
+            match taken.waits_for_a_cell() {
+                true => self.processes.deferred = Some(taken),
+                false => self.take_request(taken.request, taken.peer, taken.connection),
+            }
+        }
+    }
+
     /// Polls every source until one is ready or `wake`; the sources that are.
-    fn poll(
-        &mut self,
-        control: &OwnedFd,
-        reader: &FrameReader,
-        wake: Option<Instant>,
-    ) -> Vec<Source> {
+    fn poll(&mut self, control: &OwnedFd, wake: Option<Instant>) -> Vec<Source> {
         let mut sources = vec![Source::Control, Source::Init, Source::Events];
         let mut fds = vec![
             PollFd::new(control.as_fd(), PollFlags::POLLIN),
@@ -208,6 +268,7 @@ impl<'p> Session<'p> {
         let (theirs, their_fds) = self.processes.poll_fds();
         sources.extend(theirs);
         fds.extend(their_fds);
+        let reader = &self.processes.requests;
         let timeout = match reader.has_frame() {
             true => PollTimeout::ZERO,
             false => poll_timeout(wake),
@@ -472,13 +533,7 @@ impl<'p> Session<'p> {
     }
 
     /// One request: the loop's own (commands, processes), or one answered at once.
-    fn take_request(
-        &mut self,
-        request: Result<Request>,
-        peer: Peer,
-        connection: OwnedFd,
-        idle: Duration,
-    ) {
+    fn take_request(&mut self, request: Result<Request>, peer: Peer, connection: OwnedFd) {
         let immediate = match request {
             Ok(Request::SessionExec {
                 command,
@@ -592,8 +647,8 @@ impl<'p> Session<'p> {
                 // session while it runs).
                 let reply = self.handle(request, peer, &connection);
                 let now = Instant::now();
-                let give_up = sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by())
-                    .expect("some");
+                let give_up =
+                    sooner(Some(now + self.processes.patience), self.end_by()).expect("some");
                 let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
                 return;
             }
