@@ -642,15 +642,20 @@ impl<'p> Session<'p> {
                     self.signal_process("session_kill", pid, tag.as_deref(), Signal::SIGKILL);
                 (connection, reply.unwrap_or_else(|err| error_reply(&err)))
             }
-            request => {
-                // Cells and files: answered before the next request (a cell holds the
-                // session while it runs).
+            request @ Ok(Request::SessionExec { .. }) => {
+                // A cell: its reply (up to 8 MiB of output, escaped) is encoded straight
+                // into the socket, within the client's patience.
                 let reply = self.handle(request, peer, &connection);
                 let now = Instant::now();
                 let give_up =
                     sooner(Some(now + self.processes.patience), self.end_by()).expect("some");
                 let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
                 return;
+            }
+            // Files (a reply of at most 512 KiB of data) and errors: queued.
+            request => {
+                let reply = self.handle(request, peer, &connection);
+                (connection, reply)
             }
         };
         let (connection, reply) = immediate;
