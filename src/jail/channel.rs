@@ -69,7 +69,7 @@ pub enum Message {
     /// A session's sweep is done: nothing but init and the kept programs is alive.
     Swept,
     /// A session's program `id` was started as process `pid` (in the jail's PID
-    /// namespace).
+    /// namespace), sent by the program itself before its exec.
     Started { id: u32, pid: u32 },
 }
 

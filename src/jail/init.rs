@@ -154,12 +154,10 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 });
                 drop(stdio);
                 match spawned {
+                    // The program said its pid itself (Message::Started), before it
+                    // exec'd.
                     Ok(pid) => {
                         programs.insert(pid, id);
-                        channel.send(&Message::Started {
-                            id,
-                            pid: pid.as_raw() as u32,
-                        });
                     }
                     Err(errno) => {
                         channel.send(&Message::ProgramError {
