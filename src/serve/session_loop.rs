@@ -521,6 +521,7 @@ impl<'p> Session<'p> {
                 .listeners
                 .into_iter()
                 .chain(process.foreground.map(|f| f.client))
+                .chain(process.announce)
             {
                 client.queue(&message, None);
                 clients.push(client);
