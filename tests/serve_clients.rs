@@ -1,7 +1,8 @@
 //! The Python and Node clients of `brig serve` (clients/python, clients/node) against a
 //! real server, as root and rootless: a run with captured output, a run with the
 //! caller's own streams (Python), a refused request, and the status; sessions
-//! (docs/protocol.md) through each client's `Sandbox`; and the agent tool
+//! (docs/protocol.md) through each client's `Sandbox`, streamed output and background
+//! processes (`tests/session_processes.rs` has the protocol's own); and the agent tool
 //! example (deploy/clients/agent_tool.py) on them.
 
 #[macro_use]
@@ -18,7 +19,17 @@ both_modes!(
     node_client_sessions,
     deploy_agent_tool_example_runs,
     python_client_checks_the_listener,
+    python_client_streams_and_drives_processes,
+    node_client_streams_and_drives_processes,
 );
+
+/// `script` run by python3 with the client on its path (`sys.argv[1]` is `socket`).
+fn python_client(mode: Mode, script: &str, socket: &str) -> std::process::Output {
+    let client = client_copy("python");
+    let mut command = command_as(mode, interpreter("python3"), &["-c", script, socket]);
+    command.env("PYTHONPATH", client.path().join("python"));
+    output_of(command)
+}
 
 const PYTHON_SCRIPT: &str = r#"
 import io, json, os, sys, tempfile
@@ -153,15 +164,8 @@ fn assert_lines(output: &std::process::Output, expected: &[&str]) {
 
 fn python_client_sessions(mode: Mode) {
     let server = Server::start(mode, &[]);
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", PYTHON_SESSION_SCRIPT, server.socket()],
-    );
-    command.env("PYTHONPATH", client.path().join("python"));
     assert_lines(
-        &output_of(command),
+        &python_client(mode, PYTHON_SESSION_SCRIPT, server.socket()),
         &[
             r#"[true, null, true]"#,
             r#"[true, "hello\n", "42", "ok", false, null]"#,
@@ -318,4 +322,122 @@ except brig_client.BrigError as error:
     assert_success(&output_of(command));
     let received = stdout(&listener.wait());
     assert!(received.ends_with(" 3\n"), "{received}");
+}
+
+/// Streamed output reaches the callback while the command runs (the callback's own
+/// request lets it go on); a streamed cell; a background process listed, fed, waited
+/// for; connect + kill, signal; an unknown pid.
+const PYTHON_PROCESSES_SCRIPT: &str = r#"
+import json, sys, brig_client
+sb = brig_client.Sandbox(socket=sys.argv[1], timeout=60)
+seen = []
+def out(text):
+    seen.append(["out", text])
+    if "one\n" in text:
+        sb.files.write("go", "")
+r = sb.commands.run("echo one; while [ ! -e go ]; do sleep 0.01; done; echo two >&2; echo three",
+                    on_stdout=out, on_stderr=lambda text: seen.append(["err", text]))
+print(json.dumps([r.exit_code, r.stdout, r.stderr, seen[0], sorted(map(tuple, seen[1:]))]))
+cells = []
+ex = sb.run_code("print('a', flush=True)\nprint('b')\n1 + 1", on_stdout=cells.append)
+print(json.dumps([ex.result, "".join(cells), ex.stdout, ex.ok]))
+h = sb.commands.run("echo ready; exec cat", background=True, tag="cat")
+print(json.dumps([[p.pid == h.pid, p.tag, p.running, p.command[0]] for p in sb.commands.list()]))
+h.send_stdin("hello\n")
+h.close_stdin()
+r = h.wait()
+print(json.dumps([r.exit_code, r.stdout, [p.running for p in sb.commands.list()]]))
+k = sb.commands.run(["sleep", "300"], background=True)
+c = sb.commands.connect(k.pid)
+k.kill()
+r = c.wait()
+print(json.dumps([r.exit_code, r.verdict["status"], r.verdict["signal"]]))
+s = sb.commands.run(["sleep", "300"], background=True, tag="s")
+sb.commands.signal(s.pid, "TERM")
+print(json.dumps([s.wait().verdict["signal"], sb.commands.connect(tag="s").pid == s.pid]))
+try:
+    sb.commands.kill(99999)
+except brig_client.BrigError as error:
+    print(json.dumps([error.kind, "no process with pid 99999" in str(error)]))
+sb.close()
+"#;
+
+fn python_client_streams_and_drives_processes(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    assert_lines(
+        &python_client(mode, PYTHON_PROCESSES_SCRIPT, server.socket()),
+        &[
+            r#"[0, "one\nthree\n", "two\n", ["out", "one\n"], [["err", "two\n"], ["out", "three\n"]]]"#,
+            r#"["2", "a\nb\n", "a\nb\n", true]"#,
+            r#"[[true, "cat", true, "/bin/sh"]]"#,
+            r#"[0, "ready\nhello\n", [false]]"#,
+            r#"[137, "signaled", 9]"#,
+            r#"[15, true]"#,
+            r#"["bad_input", true]"#,
+        ],
+    );
+}
+
+const NODE_PROCESSES_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const show = (...values) => console.log(JSON.stringify(values));
+(async () => {
+  const sb = await brig.Sandbox.create({ socket: process.argv[2], timeoutMs: 60000 });
+  const seen = [];
+  let released;
+  const r = await sb.commands.run("echo one; while [ ! -e go ]; do sleep 0.01; done; echo two >&2; echo three", {
+    onStdout: (text) => {
+      seen.push(["out", text]);
+      if (text.includes("one\n")) released = sb.files.write("go", "");
+    },
+    onStderr: (text) => seen.push(["err", text]),
+  });
+  await released;
+  show(r.exitCode, r.stdout, r.stderr, seen[0], seen.slice(1).map((e) => e.join(":")).sort());
+  const cells = [];
+  const ex = await sb.runCode("print('a', flush=True)\nprint('b')\n1 + 1", { onStdout: (t) => cells.push(t) });
+  show(ex.result, cells.join(""), ex.stdout, ex.ok);
+  const h = await sb.commands.run("echo ready; exec cat", { background: true, tag: "cat" });
+  show(...(await sb.commands.list()).map((p) => [p.pid === h.pid, p.tag, p.running, p.command[0]]));
+  await h.sendStdin("hello\n");
+  await h.closeStdin();
+  let done = await h.wait();
+  show(done.exitCode, done.stdout, (await sb.commands.list()).map((p) => p.running));
+  const k = await sb.commands.run(["sleep", "300"], { background: true });
+  const c = await sb.commands.connect(k.pid);
+  await k.kill();
+  done = await c.wait();
+  show(done.exitCode, done.verdict.status, done.verdict.signal);
+  const s = await sb.commands.run(["sleep", "300"], { background: true, tag: "s" });
+  await sb.commands.signal(s.pid, "TERM");
+  show((await s.wait()).verdict.signal, (await sb.commands.connect(null, { tag: "s" })).pid === s.pid);
+  try {
+    await sb.commands.kill(99999);
+  } catch (error) {
+    show(error.kind, error.message.includes("no process with pid 99999"));
+  }
+  await sb.close();
+})().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});
+"#;
+
+fn node_client_streams_and_drives_processes(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    assert_lines(
+        &run_node_client(mode, NODE_PROCESSES_SCRIPT, server.socket()),
+        &[
+            r#"[0,"one\nthree\n","two\n",["out","one\n"],["err:two\n","out:three\n"]]"#,
+            r#"["2","a\nb\n","a\nb\n",true]"#,
+            r#"[[true,"cat",true,"/bin/sh"]]"#,
+            r#"[0,"ready\nhello\n",[false]]"#,
+            r#"[137,"signaled",9]"#,
+            r#"[15,true]"#,
+            r#"["bad_input",true]"#,
+        ],
+    );
 }

@@ -9,7 +9,9 @@
 mod common;
 
 use common::limits::jail_cgroups_of;
-use common::serve::{Server, brig_lines, exchange};
+use common::serve::{
+    Server, ask, brig_lines, close_session as close, create_session as create, exchange, runners,
+};
 use common::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -43,24 +45,6 @@ both_modes!(
     the_session_timeout_holds_against_a_client_that_never_reads,
     a_drain_answers_every_client_within_its_grace,
 );
-
-/// One request on a fresh connection (the test's own uid: root, which every server admits).
-fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
-
-fn create(server: &Server, extra: Value) -> String {
-    let mut message = json!({"type": "session_create"});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
-    assert_eq!(reply["type"], "session", "{reply}");
-    let id = reply["session"].as_str().expect("an id").to_string();
-    assert_eq!(id.len(), 32, "{reply}");
-    id
-}
 
 fn cell(server: &Server, id: &str, code: &str) -> Value {
     cell_with(server, id, code, json!({}))
@@ -113,11 +97,6 @@ fn decoded(reply: &Value) -> Vec<u8> {
         .unwrap()
 }
 
-fn close(server: &Server, id: &str) {
-    let reply = ask(server, json!({"type": "session_close", "session": id}));
-    assert_eq!(reply["type"], "closed", "{reply}");
-}
-
 /// An error saying the session is gone: unknown by now, or ended for `why`.
 fn assert_gone(reply: &Value, why: &str) {
     assert_error(reply, "");
@@ -134,15 +113,6 @@ fn assert_error(reply: &Value, needle: &str) {
     assert!(message.contains(needle), "{needle:?} not in {message:?}");
     assert!(!message.contains('\n'), "{message:?}");
     assert_eq!(reply["exit_code"], 125, "{reply}");
-}
-
-/// The server's runner processes (one per pooled or open session).
-fn runners(server: &Server) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
-        .collect()
 }
 
 fn marker(label: &str) -> String {
@@ -567,15 +537,8 @@ fn closed_and_unknown_sessions_are_clear_errors(mode: Mode) {
     if mode == Mode::Root {
         let group_server = Server::start(mode, &["--pool", "0", "--socket-group", "65534"]);
         let id = create(&group_server, json!({}));
-        let script = format!(
-            "import json,socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\nb=json.dumps({{'brig':1,'type':'session_exec','session':{:?},'code':'1'}}).encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
-            group_server.socket(),
-            id
-        );
-        let mut foreign = std::process::Command::new("setpriv");
-        foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
-        foreign.arg(interpreter("python3")).args(["-c", &script]);
-        let output = output_of(foreign);
+        let request = json!({"brig": 1, "type": "session_exec", "session": id, "code": "1"});
+        let output = common::serve::exchange_as_nobody(group_server.socket(), &request);
         assert!(
             stdout(&output).contains("belongs to another user"),
             "{}",

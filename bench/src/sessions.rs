@@ -1,7 +1,8 @@
 //! Sessions of `brig serve` against bubblewrap and a bare Python, in one interleaved run:
 //! a session created from the warm pool (the protocol spoken directly; closing it is not
-//! timed), a trivial Python cell in a live session, bwrap's `true`, and a bare
-//! `python3 -c pass` for scale.
+//! timed), a trivial Python cell in a live session, the first stdout byte of a streamed
+//! `print(1)` cell, a background process's start (its `process` reply), bwrap's `true`,
+//! and a bare `python3 -c pass` for scale.
 
 use super::serve::{Server, median, run_command};
 use serde::Serialize;
@@ -20,18 +21,28 @@ pub struct SessionsReport {
     pub ratios: BTreeMap<String, f64>,
 }
 
-fn ask(socket: &Path, mut message: Value) -> Value {
+fn ask(socket: &Path, message: Value) -> Value {
+    first_frame(socket, message).1
+}
+
+/// Sends `message` and waits for its first frame; the open connection, and that frame.
+fn first_frame(socket: &Path, mut message: Value) -> (UnixStream, Value) {
     message["brig"] = json!(1);
     let mut stream = UnixStream::connect(socket).expect("connect");
     let body = serde_json::to_vec(&message).expect("JSON");
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(&body);
     stream.write_all(&frame).expect("send");
+    let reply = next_frame(&mut stream);
+    (stream, reply)
+}
+
+fn next_frame(stream: &mut UnixStream) -> Value {
     let mut length = [0u8; 4];
-    stream.read_exact(&mut length).expect("read the reply");
+    stream.read_exact(&mut length).expect("read a frame");
     let mut reply = vec![0u8; u32::from_be_bytes(length) as usize];
-    stream.read_exact(&mut reply).expect("read the reply");
-    serde_json::from_slice(&reply).expect("a JSON reply")
+    stream.read_exact(&mut reply).expect("read a frame");
+    serde_json::from_slice(&reply).expect("a JSON frame")
 }
 
 fn ready(socket: &Path) -> u64 {
@@ -67,6 +78,8 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
     let mut names: Vec<&str> = vec![
         "session create (pooled)",
         "python cell in a live session",
+        "first byte of a streamed print(1)",
+        "background process start",
         "bare python3 -c pass",
     ];
     if bwrap.is_some() {
@@ -113,6 +126,30 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
                     samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
                     assert_eq!(reply["result"], "42", "{reply}");
                 }
+                "first byte of a streamed print(1)" => {
+                    let begun = Instant::now();
+                    let (mut stream, first) = first_frame(
+                        &server.socket,
+                        json!({"type": "session_exec", "session": live, "code": "print(1)", "stream": true}),
+                    );
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    assert_eq!(first["data"], "1\n", "{first}");
+                    // The verdict, untimed.
+                    assert_eq!(next_frame(&mut stream)["type"], "exec");
+                }
+                "background process start" => {
+                    let begun = Instant::now();
+                    let reply = ask(
+                        &server.socket,
+                        json!({"type": "session_exec", "session": live, "command": ["/bin/sleep", "300"], "background": true}),
+                    );
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    assert_eq!(reply["type"], "process", "{reply}");
+                    ask(
+                        &server.socket,
+                        json!({"type": "session_kill", "session": live, "pid": reply["pid"]}),
+                    );
+                }
                 "bare python3 -c pass" => {
                     let begun = Instant::now();
                     run_command(&python);
@@ -141,7 +178,16 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
             "session create / bwrap true (goal <= 0.5)".to_string(),
             latency_ms["session create (pooled)"] / bwrap,
         );
+        ratios.insert(
+            "background process start / bwrap true".to_string(),
+            latency_ms["background process start"] / bwrap,
+        );
     }
+    ratios.insert(
+        "first streamed byte / whole python cell".to_string(),
+        latency_ms["first byte of a streamed print(1)"]
+            / latency_ms["python cell in a live session"],
+    );
     ratios.insert(
         "python cell / bare python3 -c pass".to_string(),
         latency_ms["python cell in a live session"] / latency_ms["bare python3 -c pass"],
@@ -165,6 +211,15 @@ pub fn print(report: &SessionsReport) {
         "{:<48} {:.3} ms",
         "python cell in a live session (goal <= 1 ms)",
         report.latency_ms["python cell in a live session"]
+    );
+    println!(
+        "{:<48} {:.3} ms",
+        "first byte of a streamed print(1) (goal <= 0.5 ms)",
+        report.latency_ms["first byte of a streamed print(1)"]
+    );
+    println!(
+        "{:<48} {:.3} ms",
+        "background process start (goal <= 1 ms)", report.latency_ms["background process start"]
     );
     for (label, ratio) in &report.ratios {
         println!("{label:<48} {ratio:.2}");

@@ -120,17 +120,52 @@ export interface Files {
   watchDir(path: string, options?: { recursive?: boolean }): Promise<WatchHandle>;
 }
 
+/** Called with each piece of output as it is produced (bytes that are not UTF-8 decoded with U+FFFD). */
+export type OutputCallback = (text: string) => void;
+
+export interface RunOptions {
+  stdin?: string;
+  timeout?: Duration;
+  env?: Record<string, string> | string[];
+  cwd?: string;
+  outputLimit?: string;
+  onStdout?: OutputCallback;
+  onStderr?: OutputCallback;
+}
+
+export interface ProcessInfo {
+  /** Its pid in the jail (as `$$` shows it there). */
+  pid: number;
+  tag: string | null;
+  command: string[];
+  background: boolean;
+  running: boolean;
+  /** Once it has ended: {status, exit_code, signal} of its verdict. */
+  status: { status: string; exit_code: number | null; signal: number | null } | null;
+  started_unix_ms: number;
+  /** Output bytes its backlog (the latest 1 MiB) no longer holds. */
+  backlog_dropped: number;
+}
+
+export class CommandHandle {
+  readonly pid: number;
+  readonly tag: string | null;
+  wait(options?: { onStdout?: OutputCallback; onStderr?: OutputCallback }): Promise<CommandResult>;
+  kill(): Promise<void>;
+  signal(signal: string | number): Promise<void>;
+  sendStdin(data: string): Promise<void>;
+  closeStdin(): Promise<void>;
+}
+
 export interface Commands {
-  run(
-    cmd: string | string[],
-    options?: {
-      stdin?: string;
-      timeout?: Duration;
-      env?: Record<string, string> | string[];
-      cwd?: string;
-      outputLimit?: string;
-    },
-  ): Promise<CommandResult>;
+  run(cmd: string | string[], options: RunOptions & { background: true; tag?: string }): Promise<CommandHandle>;
+  run(cmd: string | string[], options?: RunOptions & { background?: false }): Promise<CommandResult>;
+  list(): Promise<ProcessInfo[]>;
+  connect(pid: number | null, options?: { tag?: string }): Promise<CommandHandle>;
+  kill(pid: number): Promise<void>;
+  signal(pid: number, signal: string | number): Promise<void>;
+  sendStdin(pid: number, data: string): Promise<void>;
+  closeStdin(pid: number): Promise<void>;
 }
 
 export class Sandbox {
@@ -151,7 +186,13 @@ export class Sandbox {
   static connect(sessionId: string, options?: { socket?: string; timeoutMs?: number }): Promise<Sandbox>;
   runCode(
     code: string,
-    options?: { language?: "python" | "node"; timeout?: Duration; outputLimit?: string },
+    options?: {
+      language?: "python" | "node";
+      timeout?: Duration;
+      outputLimit?: string;
+      onStdout?: OutputCallback;
+      onStderr?: OutputCallback;
+    },
   ): Promise<Execution>;
   /** Replaces a `--net filtered` session's rules; resolves to the connections cut. */
   setNetwork(options?: { allowNet?: string[]; addHost?: string[] }): Promise<number>;

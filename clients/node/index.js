@@ -67,6 +67,94 @@ function exchange(socketPath, request, timeoutMs) {
   });
 }
 
+/**
+ * Sends `request` and reads frames: each `output` frame goes to `onFrame`; resolves to
+ * the first frame of another type (with the open connection when `keep` is set, for a
+ * connect's frames after its first). A frame longer than MAX_REPLY rejects.
+ */
+function stream(socketPath, request, onFrame, { keep = false } = {}) {
+  return new Promise((resolve, reject) => {
+    const connection = net.createConnection(socketPath);
+    let done = false;
+    // With `keep`, frames read after the first are kept for whoever takes the connection.
+    const early = [];
+    const finish = (error, value) => {
+      if (done) return;
+      done = true;
+      if (!keep || error) connection.destroy();
+      error ? reject(error) : resolve(keep ? { frame: value, connection, reader, early } : value);
+    };
+    const reader = frameReader((frame) => {
+      if (done) {
+        if (keep) early.push(frame);
+        return;
+      }
+      if (frame.type === "output") onFrame(frame);
+      else finish(null, frame);
+    }, (error) => finish(error));
+    connection.on("connect", () => {
+      const body = Buffer.from(JSON.stringify(request));
+      const header = Buffer.alloc(4);
+      header.writeUInt32BE(body.length);
+      connection.write(Buffer.concat([header, body]));
+    });
+    connection.on("data", (chunk) => reader.push(chunk));
+    connection.on("error", (error) =>
+      finish(new BrigError(`--server ${socketPath}: cannot connect: ${error.message}; is \`brig serve\` running?`)));
+    connection.on("end", () => finish(new BrigError("brig serve closed the connection before answering")));
+  });
+}
+
+/** Splits a byte stream into frames: `onFrame(object)` for each, `onError` once. */
+function frameReader(onFrame, onError) {
+  let buffered = Buffer.alloc(0);
+  const reader = {
+    onFrame,
+    push(chunk) {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 4) {
+        const length = buffered.readUInt32BE(0);
+        if (length > MAX_REPLY) return onError(new BrigError(`brig serve sent a frame of ${length} bytes`));
+        if (buffered.length < 4 + length) return;
+        let frame;
+        try {
+          frame = JSON.parse(buffered.subarray(4, 4 + length).toString("utf8"));
+        } catch (error) {
+          return onError(new BrigError(`brig serve sent something that is not JSON: ${error.message}`));
+        }
+        buffered = buffered.subarray(4 + length);
+        reader.onFrame(frame);
+      }
+    },
+  };
+  return reader;
+}
+
+/** An `output` frame's text: `data`, or bytes that are not UTF-8 (`base64`) decoded with replacement characters. */
+function chunkText(frame) {
+  return frame.data !== undefined ? frame.data : Buffer.from(frame.base64 || "", "base64").toString("utf8");
+}
+
+/** Collects output frames, and hands them to `onStdout`/`onStderr`. */
+function collector(onStdout, onStderr) {
+  const text = { stdout: [], stderr: [] };
+  return {
+    text,
+    onFrame(frame) {
+      const chunk = chunkText(frame);
+      (text[frame.stream] || text.stdout).push(chunk);
+      const callback = frame.stream === "stderr" ? onStderr : onStdout;
+      if (callback) callback(chunk);
+    },
+  };
+}
+
+function expect(reply, asked, expected) {
+  if (reply.type === "error") throw new BrigError(reply.message, reply.kind, reply.exit_code);
+  if (reply.type !== expected) throw new BrigError(`brig serve answered ${asked} with ${JSON.stringify(reply.type)}`);
+  return reply;
+}
+
 function socketOf(options) {
   return (options && options.socket) || process.env.BRIG_SERVER || DEFAULT_SOCKET;
 }
@@ -390,6 +478,63 @@ class Files {
   }
 }
 
+function commandResult(verdict, stdout, stderr) {
+  verdict = verdict || {};
+  return { exitCode: verdict.brig_exit_code ?? verdict.exit_code ?? 125, stdout, stderr, verdict };
+}
+
+/**
+ * A background process (`commands.run(..., {background: true})`, `commands.connect()`):
+ * `wait()` for its output and result, `kill()`, `signal()`, `sendStdin()`, `closeStdin()`.
+ */
+class CommandHandle {
+  constructor(commands, pid, tag, attached) {
+    this._commands = commands;
+    this.pid = pid;
+    this.tag = tag ?? null;
+    this._attached = attached || null;
+  }
+
+  /**
+   * Reads until the process ends: what it wrote (the latest MiB of what came before,
+   * then live) to the callbacks and in the result, {exitCode, stdout, stderr, verdict}.
+   */
+  async wait({ onStdout, onStderr } = {}) {
+    const sandbox = this._commands._sandbox;
+    let attached = this._attached;
+    this._attached = null;
+    if (!attached) {
+      attached = await stream(sandbox.socket, {
+        brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, pid: this.pid,
+      }, () => {}, { keep: true });
+      expect(attached.frame, "session_connect", "process");
+    }
+    const output = collector(onStdout, onStderr);
+    const end = await new Promise((resolve, reject) => {
+      const { connection, reader } = attached;
+      reader.onFrame = (frame) => (frame.type === "output" ? output.onFrame(frame) : resolve(frame));
+      connection.removeAllListeners("end");
+      connection.removeAllListeners("error");
+      connection.on("end", () => reject(new BrigError("brig serve closed the connection before the process ended")));
+      connection.on("error", (error) => reject(new BrigError(error.message)));
+      for (const frame of attached.early.splice(0)) reader.onFrame(frame);
+      connection.resume();
+    }).finally(() => attached.connection.destroy());
+    expect(end, "session_connect", "exited");
+    return commandResult(end.verdict, output.text.stdout.join(""), output.text.stderr.join(""));
+  }
+
+  /** SIGKILL to its process group. */
+  kill() { return this._commands.kill(this.pid); }
+
+  /** A signal by name ("TERM", "SIGINT") or number to its process group. */
+  signal(signal) { return this._commands.signal(this.pid, signal); }
+
+  sendStdin(data) { return this._commands.sendStdin(this.pid, data); }
+
+  closeStdin() { return this._commands.closeStdin(this.pid); }
+}
+
 /** `sandbox.commands`: programs run in the session's jail. */
 class Commands {
   constructor(sandbox) {
@@ -398,11 +543,13 @@ class Commands {
 
   /**
    * Runs `cmd`, an argv array or a shell command line (run with /bin/sh -c); resolves to
-   * {exitCode, stdout, stderr, verdict}, `exitCode` as `brig run` would exit.
+   * {exitCode, stdout, stderr, verdict}, `exitCode` as `brig run` would exit. With
+   * `onStdout`/`onStderr` the output is streamed to them as it is produced. With
+   * `background: true` (and an optional `tag`) it resolves at once to a CommandHandle.
    */
-  async run(cmd, { stdin, timeout, env, cwd, outputLimit } = {}) {
+  async run(cmd, { stdin, timeout, env, cwd, outputLimit, onStdout, onStderr, background, tag } = {}) {
     const command = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd.map(String);
-    const reply = await this._sandbox._request({
+    const body = {
       type: "session_exec",
       command,
       stdin,
@@ -410,14 +557,64 @@ class Commands {
       chdir: cwd,
       time_limit: duration(timeout),
       output_limit: outputLimit,
-    }, "exec");
-    const verdict = reply.verdict || {};
-    return {
-      exitCode: verdict.brig_exit_code ?? verdict.exit_code ?? 125,
-      stdout: reply.stdout ?? "",
-      stderr: reply.stderr ?? "",
-      verdict,
     };
+    if (background) {
+      const reply = await this._sandbox._request({ ...body, background: true, tag }, "process");
+      return new CommandHandle(this, reply.pid, reply.tag);
+    }
+    if (onStdout || onStderr) {
+      const output = collector(onStdout, onStderr);
+      const end = await this._sandbox._stream({ ...body, stream: true }, output.onFrame);
+      expect(end, "session_exec", "exec");
+      return commandResult(end.verdict, output.text.stdout.join(""), output.text.stderr.join(""));
+    }
+    const reply = await this._sandbox._request(body, "exec");
+    return commandResult(reply.verdict, reply.stdout ?? "", reply.stderr ?? "");
+  }
+
+  /** The session's processes: [{pid, tag, command, running, status, started_unix_ms, backlog_dropped}]. */
+  async list() {
+    const reply = await this._sandbox._request({ type: "session_ps" }, "processes");
+    return reply.processes || [];
+  }
+
+  /** Attaches to a process by pid (or `{tag}`); `wait()` on the handle reads its output. */
+  async connect(pid, { tag } = {}) {
+    const sandbox = this._sandbox;
+    const attached = await stream(sandbox.socket, {
+      brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId,
+      ...(pid !== undefined && pid !== null ? { pid } : {}), ...(tag !== undefined ? { tag } : {}),
+    }, () => {}, { keep: true });
+    try {
+      expect(attached.frame, "session_connect", "process");
+    } catch (error) {
+      attached.connection.destroy();
+      throw error;
+    }
+    // Read no further until wait(): the server bounds what waits for a slow reader; the
+    // frames already read are kept for wait().
+    attached.connection.pause();
+    attached.reader.onFrame = (frame) => attached.early.push(frame);
+    return new CommandHandle(this, attached.frame.pid, attached.frame.tag, attached);
+  }
+
+  /** SIGKILL to the process group of `pid`. */
+  async kill(pid) {
+    await this._sandbox._request({ type: "session_kill", pid }, "signaled");
+  }
+
+  /** A signal by name ("TERM", "SIGINT") or number to the process group of `pid`. */
+  async signal(pid, signal) {
+    await this._sandbox._request({ type: "session_signal", pid, signal }, "signaled");
+  }
+
+  /** Writes `data` to the stdin of `pid` (at most 1 MiB may wait unread). */
+  async sendStdin(pid, data) {
+    await this._sandbox._request({ type: "session_stdin", pid, data }, "stdin");
+  }
+
+  async closeStdin(pid) {
+    await this._sandbox._request({ type: "session_stdin", pid, close: true }, "stdin");
   }
 }
 
@@ -461,14 +658,23 @@ class Sandbox {
    * {stdout, stderr, result, error: null | {type, message, traceback}, verdict, stateLost,
    * stateLostReason, ok}.
    */
-  async runCode(code, { language = "python", timeout, outputLimit } = {}) {
-    const reply = await this._request({
+  async runCode(code, { language = "python", timeout, outputLimit, onStdout, onStderr } = {}) {
+    const body = {
       type: "session_exec",
       code,
       language,
       time_limit: duration(timeout),
       output_limit: outputLimit,
-    }, "exec");
+    };
+    let reply;
+    if (onStdout || onStderr) {
+      // Streamed: the output goes to the callbacks as it is produced.
+      const output = collector(onStdout, onStderr);
+      reply = expect(await this._stream({ ...body, stream: true }, output.onFrame), "session_exec", "exec");
+      reply = { ...reply, stdout: output.text.stdout.join(""), stderr: output.text.stderr.join("") };
+    } else {
+      reply = await this._request(body, "exec");
+    }
     const verdict = reply.verdict || {};
     const error = reply.error || null;
     return {
@@ -508,6 +714,11 @@ class Sandbox {
   _request(body, expected) {
     return request(this.socket, { ...body, session: this.sessionId }, expected, this._timeoutMs);
   }
+
+  _stream(body, onFrame) {
+    const fields = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
+    return stream(this.socket, { brig: PROTOCOL_VERSION, ...fields, session: this.sessionId }, onFrame);
+  }
 }
 
 /**
@@ -520,4 +731,4 @@ async function listSessions({ socket, metadata = {}, timeoutMs } = {}) {
   return reply.sessions || [];
 }
 
-module.exports = { run, status, Sandbox, listSessions, BrigError, PROTOCOL_VERSION };
+module.exports = { run, status, Sandbox, CommandHandle, listSessions, BrigError, PROTOCOL_VERSION };

@@ -68,6 +68,9 @@ pub enum Message {
     Ended { id: u32, end: Ended },
     /// A session's sweep is done: nothing but init and the kept programs is alive.
     Swept,
+    /// A session's program `id` was started as process `pid` (in the jail's PID
+    /// namespace), sent by the program itself before its exec.
+    Started { id: u32, pid: u32 },
 }
 
 /// How a session's program ended, and what it used (its own, and its reaped children's).
@@ -89,8 +92,12 @@ pub enum Command {
     Spawn { id: u32, program: Program },
     /// Send `signal` to program `id`, or to its process group with `group`.
     Signal { id: u32, signal: i32, group: bool },
-    /// SIGKILL every process of the jail but init and the programs `keep`.
-    Sweep { keep: Vec<u32> },
+    /// SIGKILL every process of the jail but init, the programs `keep`, and the
+    /// programs `keep_groups` with their process groups (what they started).
+    Sweep {
+        keep: Vec<u32>,
+        keep_groups: Vec<u32>,
+    },
 }
 
 impl Channel {
@@ -214,11 +221,19 @@ impl ChildEnd {
                 Vec::new(),
             )),
             b'W' => {
-                let keep = payload
+                // The number of `keep`, then `keep`, then `keep_groups`.
+                let count = number(0)? as usize;
+                let ids: Vec<u32> = payload
+                    .get(4..)?
                     .chunks_exact(4)
                     .map(|chunk| u32::from_le_bytes(chunk.try_into().unwrap_or_default()))
                     .collect();
-                Some((Command::Sweep { keep }, Vec::new()))
+                let (keep, keep_groups) = ids.split_at(count.min(ids.len()));
+                let command = Command::Sweep {
+                    keep: keep.to_vec(),
+                    keep_groups: keep_groups.to_vec(),
+                };
+                Some((command, Vec::new()))
             }
             _ => None,
         }
@@ -304,8 +319,13 @@ impl ParentEnd {
                 payload.push(u8::from(*group));
                 (b'K', payload)
             }
-            Command::Sweep { keep } => {
-                (b'W', keep.iter().flat_map(|id| id.to_le_bytes()).collect())
+            Command::Sweep { keep, keep_groups } => {
+                let count = (keep.len() as u32).to_le_bytes();
+                let ids = keep
+                    .iter()
+                    .chain(keep_groups)
+                    .flat_map(|id| id.to_le_bytes());
+                (b'W', count.into_iter().chain(ids).collect())
             }
         };
         let mut frame = Vec::with_capacity(payload.len() + 5);
@@ -459,6 +479,11 @@ fn send(fd: &impl AsFd, message: &Message) {
             (b'x', payload)
         }
         Message::Swept => (b'w', Vec::new()),
+        Message::Started { id, pid } => {
+            let mut payload = id.to_le_bytes().to_vec();
+            payload.extend_from_slice(&pid.to_le_bytes());
+            (b'P', payload)
+        }
         Message::Ended { id, end } => {
             let mut payload = id.to_le_bytes().to_vec();
             let (kind, value) = match (end.code, end.signal) {
@@ -521,6 +546,10 @@ fn decode_frame(tag: u8, payload: &[u8]) -> Option<Message> {
         },
         b'S' => Message::Exited(number()),
         b'w' => Message::Swept,
+        b'P' if payload.len() == 8 => Message::Started {
+            id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
+            pid: u32::from_le_bytes(payload[4..8].try_into().ok()?),
+        },
         b'x' if payload.len() >= 5 => Message::ProgramError {
             id: u32::from_le_bytes(payload[0..4].try_into().ok()?),
             code: payload[4],
@@ -604,6 +633,7 @@ mod tests {
                 },
             },
             Message::Swept,
+            Message::Started { id: 3, pid: 41 },
         ];
         for message in &sent {
             child.send(message);
@@ -666,7 +696,10 @@ mod tests {
                 signal: 2,
                 group: false,
             },
-            Command::Sweep { keep: vec![1, 5] },
+            Command::Sweep {
+                keep: vec![1, 5],
+                keep_groups: vec![7],
+            },
         ] {
             parent.send_command(&command, &[]).unwrap();
             assert_eq!(child.next_command().unwrap().0, command);

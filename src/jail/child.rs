@@ -216,6 +216,14 @@ pub fn become_program(
     {
         fail(Error::os("give the program a process group of its own", errno).at(Stage::Spawn));
     }
+    // Its pid in the jail, said at once (init's spawn returns only once it has exec'd):
+    // a background process's start is answered with it.
+    if let Some(id) = session {
+        channel.send(&Message::Started {
+            id,
+            pid: std::process::id(),
+        });
+    }
     if let Some(stdio) = stdio
         && let Err(err) = take_stdio(stdio)
     {

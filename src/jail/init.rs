@@ -154,6 +154,8 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 });
                 drop(stdio);
                 match spawned {
+                    // The program said its pid itself (Message::Started), before it
+                    // exec'd.
                     Ok(pid) => {
                         programs.insert(pid, id);
                     }
@@ -188,13 +190,15 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                     let _ = kill(target, signal);
                 }
             }
-            Some((Command::Sweep { keep }, _)) => {
-                let kept: Vec<Pid> = programs
-                    .iter()
-                    .filter(|(_, id)| keep.contains(id))
-                    .map(|(pid, _)| *pid)
-                    .collect();
-                sweep(plan, &kept);
+            Some((Command::Sweep { keep, keep_groups }, _)) => {
+                let pids_of = |ids: &[u32]| -> Vec<Pid> {
+                    programs
+                        .iter()
+                        .filter(|(_, id)| ids.contains(id))
+                        .map(|(pid, _)| *pid)
+                        .collect()
+                };
+                sweep(plan, &pids_of(&keep), &pids_of(&keep_groups));
                 reap_programs(&mut programs, channel);
                 channel.send(&Message::Swept);
             }
@@ -224,7 +228,9 @@ fn reap_programs(programs: &mut std::collections::HashMap<Pid, u32>, channel: &C
 /// jail's own /proc until none is left (a process forked during a pass is caught by the
 /// next; a killed one forks no more). With `--proc host`, /proc shows other pids than
 /// the jail's: everything is killed instead, `keep` too.
-fn sweep(plan: &Plan, keep: &[Pid]) {
+/// Kills every process of the jail but init, `keep`, and the process groups `groups`
+/// lead (a program's group: what it started, unless that left the group).
+fn sweep(plan: &Plan, keep: &[Pid], groups: &[Pid]) {
     let own_proc = plan
         .mounts
         .iter()
@@ -246,7 +252,13 @@ fn sweep(plan: &Plan, keep: &[Pid]) {
             if pid.as_raw() == 1 || keep.contains(&pid) {
                 continue;
             }
-            if Stat::read(pid).and_then(|stat| stat.state()) == Some('Z') {
+            let stat = Stat::read(pid);
+            if stat.as_ref().and_then(Stat::state) == Some('Z') {
+                continue;
+            }
+            // proc(5): field 5 is the process group.
+            let group = stat.and_then(|stat| stat.field(5));
+            if group.is_some_and(|group| groups.iter().any(|pid| pid.as_raw() as u64 == group)) {
                 continue;
             }
             found = true;

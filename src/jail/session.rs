@@ -26,6 +26,8 @@ pub enum Event {
     Failed { id: u32, code: u8, message: String },
     /// Program `id` ended.
     Ended { id: u32, end: Ended },
+    /// Program `id` runs as process `pid` of the jail (its PID namespace's number).
+    Started { id: u32, pid: u32 },
 }
 
 pub struct SessionJail<'p> {
@@ -138,11 +140,13 @@ impl<'p> SessionJail<'p> {
             .context(|| "signal a program of the session".into())
     }
 
-    /// Kills every process of the jail but its init and the programs `keep`, and waits
-    /// until they are gone (at most [`SWEEP_WAIT`]).
-    pub fn sweep(&mut self, keep: &[u32]) -> Result<()> {
+    /// Kills every process of the jail but its init, the programs `keep`, and the
+    /// programs `keep_groups` with their process groups; waits until they are gone (at
+    /// most [`SWEEP_WAIT`]).
+    pub fn sweep(&mut self, keep: &[u32], keep_groups: &[u32]) -> Result<()> {
         let command = Command::Sweep {
             keep: keep.to_vec(),
+            keep_groups: keep_groups.to_vec(),
         };
         self.jail
             .channel
@@ -217,6 +221,7 @@ fn event(message: Message) -> Option<Event> {
     match message {
         Message::ProgramError { id, code, message } => Some(Event::Failed { id, code, message }),
         Message::Ended { id, end } => Some(Event::Ended { id, end }),
+        Message::Started { id, pid } => Some(Event::Started { id, pid }),
         _ => None,
     }
 }

@@ -982,6 +982,7 @@ fn program_end(messages: Vec<Message>) -> Result<Option<ProgramEnd>> {
             Message::Ready
             | Message::ProgramError { .. }
             | Message::Ended { .. }
+            | Message::Started { .. }
             | Message::Swept => {}
         }
     }

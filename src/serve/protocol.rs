@@ -86,6 +86,57 @@ pub enum Request {
         time_limit: Option<Span>,
         #[serde(default)]
         output_limit: Option<Size>,
+        /// Output as `output` frames while it is produced, then the `exec` frame.
+        #[serde(default)]
+        stream: bool,
+        /// A command started without waiting: the reply is a `process` frame at once.
+        #[serde(default)]
+        background: bool,
+        /// A background process's name, for the requests below instead of its pid.
+        #[serde(default)]
+        tag: Option<String>,
+    },
+    /// The session's processes (`session_processes.rs`).
+    SessionPs {
+        session: String,
+    },
+    /// Attaches to a process: what it wrote that is still kept, then live output, then
+    /// its verdict.
+    SessionConnect {
+        session: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        #[serde(default)]
+        tag: Option<String>,
+    },
+    /// Writes `data` to a process's stdin; `close` closes it after.
+    SessionStdin {
+        session: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        #[serde(default)]
+        tag: Option<String>,
+        #[serde(default)]
+        data: String,
+        #[serde(default)]
+        close: bool,
+    },
+    /// Sends a signal (a name, `TERM` or `SIGTERM`, or a number) to a process's group.
+    SessionSignal {
+        session: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        #[serde(default)]
+        tag: Option<String>,
+        signal: serde_json::Value,
+    },
+    /// SIGKILL to a process's group.
+    SessionKill {
+        session: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        #[serde(default)]
+        tag: Option<String>,
     },
     SessionPut {
         session: String,
@@ -227,6 +278,11 @@ impl Request {
             | Request::SessionUnwatch { session, .. }
             | Request::SessionNetwork { session, .. }
             | Request::SessionSetTimeout { session, .. }
+            | Request::SessionPs { session }
+            | Request::SessionConnect { session, .. }
+            | Request::SessionStdin { session, .. }
+            | Request::SessionSignal { session, .. }
+            | Request::SessionKill { session, .. }
             | Request::SessionClose { session } => Some(session),
             _ => None,
         }

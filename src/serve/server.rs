@@ -856,6 +856,11 @@ impl Server {
             | Request::SessionWatch { .. }
             | Request::SessionWatchEvents { .. }
             | Request::SessionUnwatch { .. }
+            | Request::SessionPs { .. }
+            | Request::SessionConnect { .. }
+            | Request::SessionStdin { .. }
+            | Request::SessionSignal { .. }
+            | Request::SessionKill { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self
                     .admit_to_session(&request, &incoming.peer)

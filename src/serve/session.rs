@@ -30,6 +30,11 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[path = "session_loop.rs"]
+mod session_loop;
+#[path = "session_process.rs"]
+mod session_process;
+
 /// The one-line error for an exec that is neither a command nor a cell.
 const EXEC_FORM: &str =
     "session_exec: give either \"command\" (an argv) or \"code\" (with \"language\")";
@@ -223,39 +228,76 @@ struct Session<'p> {
     ended: Option<&'static str>,
     /// Its directory watchers (`watch.rs`).
     watches: super::watch::Watches,
+    /// The programs the session's loop watches (commands, background processes).
+    processes: session_loop::Processes,
 }
 
 /// Output kept of one exec: stdout and stderr together up to a limit (what is read past
-/// it is counted, not kept).
+/// it is counted, not kept). A streamed or background exec's is counted only.
 struct Captured {
     kept: [Vec<u8>; 2],
     bytes: [u64; 2],
     limit: u64,
+    keep: bool,
 }
 
 impl Captured {
     fn new(limit: u64) -> Captured {
+        Captured::counting(limit, true)
+    }
+
+    fn counting(limit: u64, keep: bool) -> Captured {
         Captured {
             kept: [Vec::new(), Vec::new()],
             bytes: [0, 0],
             limit,
+            keep,
         }
     }
 
     /// Reads what `pipe` has now into stream `index`; false once the limit is passed.
     fn drain(&mut self, index: usize, pipe: BorrowedFd) -> bool {
+        self.drain_to(index, pipe, None)
+    }
+
+    /// [`Captured::drain`], and what is within the limit sent on to a streaming client.
+    fn drain_to(
+        &mut self,
+        index: usize,
+        pipe: BorrowedFd,
+        mut stream: Option<&mut session_process::CellStream>,
+    ) -> bool {
         let mut chunk = [0u8; 64 * 1024];
         while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
-            self.bytes[index] += count as u64;
-            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
-            let room = self.limit.saturating_sub(kept).min(count as u64) as usize;
-            self.kept[index].extend_from_slice(&chunk[..room]);
+            let before = self.total();
+            self.take(index, &chunk[..count]);
+            let room = self.limit.saturating_sub(before).min(count as u64) as usize;
+            if let Some(stream) = stream.as_deref_mut()
+                && room > 0
+            {
+                stream.send(index, &chunk[..room]);
+            }
         }
         self.total() <= self.limit
     }
 
+    /// Counts what was read of stream `index`, and keeps it within the limit.
+    fn take(&mut self, index: usize, read: &[u8]) {
+        self.bytes[index] += read.len() as u64;
+        if self.keep {
+            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
+            let room = self.limit.saturating_sub(kept).min(read.len() as u64) as usize;
+            self.kept[index].extend_from_slice(&read[..room]);
+        }
+    }
+
     fn total(&self) -> u64 {
         self.bytes[0] + self.bytes[1]
+    }
+
+    /// Bytes kept, stdout and stderr together.
+    fn kept(&self) -> usize {
+        self.kept[0].len() + self.kept[1].len()
     }
 
     fn text(&self, index: usize) -> String {
@@ -353,6 +395,7 @@ impl<'p> Session<'p> {
             drain_by: None,
             ended: None,
             watches: Default::default(),
+            processes: session_loop::Processes::default(),
         }
     }
 
@@ -430,78 +473,7 @@ impl<'p> Session<'p> {
         let ends_at = Instant::now() + Duration::from_millis(session_timeout_ms);
         self.ends_at = Some(ends_at);
         let idle = Duration::from_millis(idle_timeout_ms);
-        let mut last_request = Instant::now();
-        let mut closed_by = None;
-        let mut reader = FrameReader::default();
-        let why = loop {
-            // session_set_timeout moves the session's end.
-            let deadline = self.ends_at.unwrap_or(ends_at).min(last_request + idle);
-            let mut fds = [
-                PollFd::new(control.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
-            ];
-            let timeout = match reader.has_frame() {
-                true => PollTimeout::ZERO,
-                false => poll_timeout(Some(deadline)),
-            };
-            let _ = nix::poll::poll(&mut fds, timeout);
-            let mut ready = fds.map(|fd| fd.any().unwrap_or(false));
-            ready[0] |= reader.has_frame();
-            if ready[1] {
-                break "its jail ended";
-            }
-            if ready[2] {
-                self.absorb_events();
-            }
-            // Between requests the drain ends the session at once.
-            if self.over() || self.drain_by.is_some() {
-                break self.ended.unwrap_or(DRAINING);
-            }
-            if Instant::now() >= last_request + idle {
-                break "it was idle for its idle_timeout";
-            }
-            if !ready[0] {
-                continue;
-            }
-            let Ok(Some((body, mut fds))) = reader.read_blocking(control) else {
-                break "the server went away";
-            };
-            last_request = Instant::now();
-            let (Ok(ToSession::Request { peer }), 2) =
-                (serde_json::from_slice::<ToSession>(&body), fds.len())
-            else {
-                continue;
-            };
-            let connection = fds.remove(0);
-            let Some(body) = read_request(&fds[0]) else {
-                continue;
-            };
-            let request = protocol::parse_request(&body);
-            if matches!(request, Ok(Request::SessionClose { .. })) {
-                closed_by = Some(connection);
-                break "it was closed";
-            }
-            let reply = self.handle(request, peer, &connection);
-            // A client that does not read its reply cannot hold the session: not for
-            // long (nor longer than its idle_timeout), and never past the session's end.
-            let now = Instant::now();
-            let give_up =
-                sooner(Some(now + protocol::REPLY_TIMEOUT.min(idle)), self.end_by()).expect("some");
-            // Emptied, the request's memfd tells the server (which keeps a copy) that the
-            // request is done (`session_list`'s state), and since when (its mtime): before
-            // the reply, so that a client listing once it has its reply sees it so.
-            let _ = nix::unistd::ftruncate(&fds[0], 0);
-            // Null: the answer went out already (a streamed read).
-            if !reply.is_null() {
-                let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
-            }
-            // Idle from the end of the request on.
-            last_request = Instant::now();
-            if let Some(why) = self.ended {
-                break why;
-            }
-        };
+        let (why, closed_by) = self.serve_requests(control, ends_at, idle);
         // No request may be lost in a socket nobody reads: the server's writes fail from
         // here on, and those already sent are answered.
         let _ = nix::sys::socket::shutdown(
@@ -510,7 +482,16 @@ impl<'p> Session<'p> {
         );
         let message = format!("brig serve: session {} ended: {why}", self.id);
         nonblocking(control);
-        while let Ok(protocol::Read::Frame(_, fds)) = reader.read(control.as_fd()) {
+        // A request that waited for a cell, then those the server sent.
+        if let Some(deferred) = self.processes.deferred.take() {
+            let _ = protocol::write_frame(
+                deferred.connection().as_fd(),
+                &Reply::error(&Error::input(message.clone())),
+                &[],
+            );
+        }
+        while let Ok(protocol::Read::Frame(_, fds)) = self.processes.requests.read(control.as_fd())
+        {
             if let Some(connection) = fds.first() {
                 let _ = protocol::write_frame(
                     connection.as_fd(),
@@ -546,35 +527,26 @@ impl<'p> Session<'p> {
                 language,
                 time_limit,
                 output_limit,
+                stream,
+                background,
+                tag,
                 ..
-            } if command.is_empty() => self.run_code(
-                &code,
-                language.unwrap_or_default(),
-                time_limit,
-                output_limit,
-                peer,
-                connection,
-            ),
-            Request::SessionExec {
-                command,
-                code: None,
-                stdin,
-                env,
-                chdir,
-                time_limit,
-                output_limit,
-                ..
-            } if !command.is_empty() => {
-                let exec = CommandExec {
-                    command,
-                    stdin,
-                    env,
-                    chdir,
-                    time_limit,
-                    output_limit,
+            } if command.is_empty() => session_loop::check_form(
+                &session_loop::Form {
+                    stream,
+                    background,
+                    tag,
+                },
+                true,
+            )
+            .and_then(|()| {
+                let cell = Cell {
+                    code,
+                    language: language.unwrap_or_default(),
+                    stream,
                 };
-                self.run_command(exec, peer, connection)
-            }
+                self.run_code(cell, time_limit, output_limit, peer, connection)
+            }),
             Request::SessionExec { .. } => Err(Error::input(
                 EXEC_FORM,
             )),
@@ -651,12 +623,10 @@ impl<'p> Session<'p> {
     }
 
     /// Events that came between requests: an interpreter that died is forgotten (the
-    /// next cell starts a fresh one).
+    /// next cell starts a fresh one); a watched program's end is noted.
     fn absorb_events(&mut self) {
         for event in self.jail.events() {
-            if let Event::Ended { id, .. } = event {
-                self.forget_interpreter(id);
-            }
+            self.note_event(event);
         }
     }
 
@@ -738,145 +708,6 @@ impl<'p> Session<'p> {
         let program = Program { argv, env, chdir };
         program.check()?;
         Ok(program)
-    }
-
-    fn run_command(
-        &mut self,
-        exec: CommandExec,
-        peer: Peer,
-        connection: &OwnedFd,
-    ) -> Result<Value> {
-        let (time_limit, limit) = self.limits(exec.time_limit, exec.output_limit)?;
-        let program = self.program(exec.command, exec.env, exec.chdir)?;
-        let (stdin_read, stdin_write) = pipe("the session")?;
-        let (stdout_read, stdout_write) = pipe("the session")?;
-        let (stderr_read, stderr_write) = pipe("the session")?;
-        let oom_before = self.oom_kills();
-        let started = Instant::now();
-        let id = self.jail.spawn(
-            &program,
-            &[
-                stdin_read.as_fd(),
-                stdout_write.as_fd(),
-                stderr_write.as_fd(),
-            ],
-        )?;
-        drop((stdin_read, stdout_write, stderr_write));
-        for fd in [&stdin_write, &stdout_read, &stderr_read] {
-            nonblocking(fd);
-        }
-        let stdin = exec.stdin.unwrap_or_default().into_bytes();
-        let mut fed = 0;
-        let mut stdin_write = Some(stdin_write);
-        if stdin.is_empty() {
-            stdin_write = None;
-        }
-        let mut captured = Captured::new(limit);
-        let deadline = time_limit.map(|limit| started + limit);
-        let mut cut = None;
-        let mut failure = None;
-        let ended = loop {
-            let mut fds = vec![
-                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
-                PollFd::new(stdout_read.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stderr_read.as_fd(), PollFlags::POLLIN),
-                PollFd::new(connection.as_fd(), PollFlags::POLLIN),
-            ];
-            if let Some(write) = &stdin_write {
-                fds.push(PollFd::new(write.as_fd(), PollFlags::POLLOUT));
-            }
-            // The session's end (its timeout, the drain) holds during a command too.
-            let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
-            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
-            let until = sooner(deadline.filter(|_| cut.is_none()), self.end_by());
-            let _ = nix::poll::poll(&mut fds, poll_timeout(until));
-            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
-            drop(fds);
-            if ready[1] {
-                return Err(Error::setup(format!("session {}: its jail ended", self.id)));
-            }
-            if self.over() {
-                return Err(self.end_error());
-            }
-            for (index, pipe) in [(0, &stdout_read), (1, &stderr_read)] {
-                if ready[2 + index] && !captured.drain(index, pipe.as_fd()) && cut.is_none() {
-                    cut = Some(Cut::OutputLimit);
-                    self.jail.signal(id, Signal::SIGKILL, true)?;
-                }
-            }
-            if ready.get(5) == Some(&true)
-                && let Some(write) = &stdin_write
-            {
-                match nix::unistd::write(write, &stdin[fed..]) {
-                    Ok(count) => fed += count,
-                    Err(nix::errno::Errno::EAGAIN) => {}
-                    Err(_) => fed = stdin.len(),
-                }
-                if fed >= stdin.len() {
-                    stdin_write = None;
-                }
-            }
-            if ready[4] && cut.is_none() && client_gone(connection) {
-                cut = Some(Cut::ClientGone);
-                self.jail.signal(id, Signal::SIGKILL, true)?;
-            }
-            if cut.is_none() && deadline.is_some_and(|at| Instant::now() >= at) {
-                cut = Some(Cut::TimeLimit);
-                self.jail.signal(id, Signal::SIGKILL, true)?;
-            }
-            let mut done = None;
-            for event in self.jail.events() {
-                match event {
-                    Event::Failed {
-                        id: of,
-                        code,
-                        message,
-                    } if of == id => failure = Some((code, message)),
-                    Event::Ended { id: of, end } if of == id => done = Some(end),
-                    Event::Ended { id: of, .. } => self.forget_interpreter(of),
-                    Event::Failed { .. } => {}
-                }
-            }
-            if let Some(end) = done {
-                break end;
-            }
-        };
-        let wall = started.elapsed();
-        // What the program wrote before it ended (processes it left running may write on).
-        captured.drain(0, stdout_read.as_fd());
-        captured.drain(1, stderr_read.as_fd());
-        let outcome = match (failure, cut) {
-            (Some((code, message)), _) if code != 125 || ended.code == Some(125) => {
-                Outcome::ExecFailed { code, message }
-            }
-            (_, Some(Cut::TimeLimit | Cut::ClientGone)) => Outcome::TimedOut,
-            (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
-            (_, None) => program_outcome(&ended),
-        };
-        let oom_kills = self.oom_kills().saturating_sub(oom_before);
-        let limit = time_limit;
-        let verdict = self.verdict(
-            ExecEnd {
-                outcome,
-                limit,
-                wall,
-                ended,
-                oom_kills,
-            },
-            &captured,
-            crate::verdict::Served {
-                peer,
-                argv: &program.argv,
-            },
-            None,
-        );
-        Ok(json!({
-            "type": "exec",
-            "verdict": verdict,
-            "stdout": captured.text(0),
-            "stderr": captured.text(1),
-        }))
     }
 
     fn oom_kills(&self) -> u64 {
@@ -1026,24 +857,25 @@ impl<'p> Session<'p> {
                 }
                 continue;
             }
+            let mut ended = false;
             for event in self.jail.events() {
                 match event {
                     Event::Failed {
                         id: of, message, ..
                     } if of == id => failure = Some(message),
-                    Event::Ended { id: of, .. } if of == id => {
-                        captured.drain(1, interpreter.stderr.as_fd());
-                        let why = failure.take().unwrap_or_else(|| {
-                            format!("it ended before it was ready: {}", captured.text(1).trim())
-                        });
-                        return Err(Error::setup(format!(
-                            "the session's {} interpreter did not start: {why}",
-                            language_name(language)
-                        )));
-                    }
-                    Event::Ended { id: of, .. } => self.forget_interpreter(of),
-                    Event::Failed { .. } => {}
+                    Event::Ended { id: of, .. } if of == id => ended = true,
+                    other => self.note_event(other),
                 }
+            }
+            if ended {
+                captured.drain(1, interpreter.stderr.as_fd());
+                let why = failure.take().unwrap_or_else(|| {
+                    format!("it ended before it was ready: {}", captured.text(1).trim())
+                });
+                return Err(Error::setup(format!(
+                    "the session's {} interpreter did not start: {why}",
+                    language_name(language)
+                )));
             }
             if Instant::now() >= deadline {
                 let _ = self.jail.signal(id, Signal::SIGKILL, true);
@@ -1115,14 +947,27 @@ impl<'p> Session<'p> {
 
     fn run_code(
         &mut self,
-        code: &str,
-        language: Language,
+        cell: Cell,
         time_limit: Option<Span>,
         output_limit: Option<crate::units::Size>,
         peer: Peer,
         connection: &OwnedFd,
     ) -> Result<Value> {
+        let Cell {
+            code,
+            language,
+            stream,
+        } = cell;
+        let code = code.as_str();
         let (time_limit, limit) = self.limits(time_limit, output_limit)?;
+        let mut streaming = match stream {
+            true => Some(session_process::CellStream::new(
+                connection
+                    .try_clone()
+                    .map_err(|err| Error::setup(format!("keep the client's connection: {err}")))?,
+            )),
+            false => None,
+        };
         self.absorb_events();
         let lost_before = self.check_idle_interpreter(language);
         let oom_before = self.oom_kills();
@@ -1141,7 +986,7 @@ impl<'p> Session<'p> {
                 "the session's interpreter went away; run the cell again",
             ));
         }
-        let mut captured = Captured::new(limit);
+        let mut captured = Captured::counting(limit, !stream);
         let mut deadline = time_limit.map(|limit| started + limit);
         let mut cut = None;
         // The reply as it came, until the kernel shows the interpreter waiting again.
@@ -1165,9 +1010,20 @@ impl<'p> Session<'p> {
                 PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
                 PollFd::new(connection.as_fd(), PollFlags::POLLIN),
             ];
-            // The session's end (its timeout, the drain) holds during a cell too.
+            // The session's end (its timeout, the drain) holds during a cell too; the
+            // session's other requests are read (all but cells and the close are served
+            // at once).
             let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
-            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), hang_up())));
+            let requests = match self.processes.deferred.is_none() {
+                true => PollFlags::POLLIN,
+                false => hang_up(),
+            };
+            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), requests)));
+            // The session's other programs and their clients are served meanwhile.
+            let theirs_at = fds.len();
+            let (theirs, their_fds) = self.processes.poll_fds();
+            fds.extend(their_fds);
+            let until = sooner(until, self.processes.next_deadline());
             let soon = Instant::now() + pause;
             let wake = match reply.is_some() && !killed {
                 true => Some(until.map_or(soon, |at| at.min(soon))),
@@ -1175,7 +1031,17 @@ impl<'p> Session<'p> {
             };
             let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
             let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
+            let request_came = fds[6..theirs_at].iter().any(|fd| {
+                fd.revents()
+                    .is_some_and(|events| events.contains(PollFlags::POLLIN))
+            });
             drop(fds);
+            let theirs_ready: Vec<session_loop::Source> = theirs
+                .into_iter()
+                .zip(&ready[theirs_at..])
+                .filter(|(_, ready)| **ready)
+                .map(|(source, _)| source)
+                .collect();
             if ready[4] {
                 return Err(Error::setup(format!("session {}: its jail ended", self.id)));
             }
@@ -1185,7 +1051,7 @@ impl<'p> Session<'p> {
             let interpreter = self.interpreters.get_mut(&language).expect("running");
             let mut over = false;
             for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
-                over |= !captured.drain(index, pipe.as_fd());
+                over |= !captured.drain_to(index, pipe.as_fd(), streaming.as_mut());
             }
             if !killed {
                 while let Some(line) = interpreter.next_line() {
@@ -1228,13 +1094,14 @@ impl<'p> Session<'p> {
                 }
             }
             for event in self.jail.events() {
-                if let Event::Ended { id: of, end } = event {
-                    if of == id {
-                        died = Some(end);
-                    } else {
-                        self.forget_interpreter(of);
-                    }
+                match event {
+                    Event::Ended { id: of, end } if of == id => died = Some(end),
+                    other => self.note_event(other),
                 }
+            }
+            self.serve_processes(&theirs_ready);
+            if request_came && self.processes.deferred.is_none() {
+                self.take_during_cell();
             }
             if died.is_some() {
                 break;
@@ -1267,7 +1134,8 @@ impl<'p> Session<'p> {
                 (None, Some(why)) => {
                     cut = Some(why);
                     self.jail.signal(id, Signal::SIGINT, false)?;
-                    self.jail.sweep(&[id])?;
+                    let groups = self.processes.running_ids();
+                    self.jail.sweep(&[id], &groups)?;
                     // From the end of the sweep, which may take a while (a fork bomb's).
                     deadline = Some(Instant::now() + INTERRUPT_GRACE);
                 }
@@ -1278,7 +1146,8 @@ impl<'p> Session<'p> {
                         unconfirmed = Some(why);
                     }
                     self.jail.signal(id, Signal::SIGKILL, true)?;
-                    self.jail.sweep(&[])?;
+                    let groups = self.processes.running_ids();
+                    self.jail.sweep(&[], &groups)?;
                     killed = true;
                     deadline = None;
                 }
@@ -1294,11 +1163,24 @@ impl<'p> Session<'p> {
                 .map(|i| i.id)
                 .filter(|of| died.is_none() || *of != id)
                 .collect();
-            self.jail.sweep(&keep)?;
+            let groups = self.processes.running_ids();
+            self.jail.sweep(&keep, &groups)?;
         }
         let interpreter = self.interpreters.get_mut(&language).expect("running");
-        captured.drain(0, interpreter.stdout.as_fd());
-        captured.drain(1, interpreter.stderr.as_fd());
+        captured.drain_to(0, interpreter.stdout.as_fd(), streaming.as_mut());
+        captured.drain_to(1, interpreter.stderr.as_fd(), streaming.as_mut());
+        // What was streamed goes before the reply (a client that does not read gets
+        // what it took, the rest counted as dropped).
+        let mut dropped = None;
+        if let Some(stream) = streaming.as_mut() {
+            stream.finish();
+            let give_up = sooner(
+                Some(Instant::now() + protocol::REPLY_TIMEOUT),
+                self.end_by(),
+            );
+            stream.client.flush_by(give_up.expect("some"));
+            dropped = Some(stream.client.dropped);
+        }
         let oom = self.oom_kills().saturating_sub(oom_before);
         // CPU time as the kernel counts it: the interpreter's, across the cell (a dead
         // one's from its rusage, less what it had used before the cell).
@@ -1376,7 +1258,7 @@ impl<'p> Session<'p> {
                 })
             })
         });
-        Ok(json!({
+        let mut reply = json!({
             "type": "exec",
             "verdict": verdict,
             "stdout": captured.text(0),
@@ -1385,7 +1267,14 @@ impl<'p> Session<'p> {
             "error": error.unwrap_or(Value::Null),
             "state_lost": state_lost,
             "state_lost_reason": lost_why.filter(|_| state_lost),
-        }))
+        });
+        // A streamed cell's output went in its `output` frames.
+        if let (Some(dropped), Some(object)) = (dropped, reply.as_object_mut()) {
+            object.remove("stdout");
+            object.remove("stderr");
+            object.insert("dropped".into(), json!(dropped));
+        }
+        Ok(reply)
     }
 }
 
@@ -1396,6 +1285,13 @@ struct ExecEnd {
     wall: Duration,
     ended: Ended,
     oom_kills: u64,
+}
+
+/// A cell's fields: its code, its language, and whether its output is streamed.
+struct Cell {
+    code: String,
+    language: Language,
+    stream: bool,
 }
 
 /// A command's fields.
@@ -1535,6 +1431,20 @@ pub fn check_request(request: &Request) -> Result<()> {
         Request::SessionExec { command, code, .. } if command.is_empty() == code.is_none() => {
             Err(Error::input(EXEC_FORM))
         }
+        Request::SessionExec {
+            code,
+            stream,
+            background,
+            tag,
+            ..
+        } => session_loop::check_form(
+            &session_loop::Form {
+                stream: *stream,
+                background: *background,
+                tag: tag.clone(),
+            },
+            code.is_some(),
+        ),
         _ => Ok(()),
     }
 }

@@ -15,6 +15,10 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+#[path = "session_client_processes.rs"]
+mod processes;
+pub use processes::Which;
+
 #[derive(Subcommand, Debug)]
 pub enum SessionCommand {
     /// Open a session on the server and print its id.
@@ -91,6 +95,49 @@ pub enum SessionCommand {
     Close {
         #[command(flatten)]
         at: At,
+    },
+    /// List the session's processes: running ones, and the last ended background ones.
+    Ps {
+        #[command(flatten)]
+        at: At,
+    },
+    /// Attach to a process: print what it wrote (the latest MiB of what came before, then
+    /// live) until it ends; exit as it did.
+    Connect {
+        #[command(flatten)]
+        at: At,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Write standard input (or --data) to a process's stdin.
+    Stdin {
+        #[command(flatten)]
+        at: At,
+        #[command(flatten)]
+        which: Which,
+        /// The text to write, instead of this command's standard input.
+        #[arg(long, value_name = "TEXT")]
+        data: Option<String>,
+        /// Close the process's stdin after.
+        #[arg(long)]
+        close: bool,
+    },
+    /// Send a signal (a name, TERM or SIGTERM, or a number) to a process's group.
+    Signal {
+        #[command(flatten)]
+        at: At,
+        #[command(flatten)]
+        which: Which,
+        /// The signal.
+        #[arg(long, value_name = "SIGNAL")]
+        signal: String,
+    },
+    /// Kill a process's group (SIGKILL).
+    Kill {
+        #[command(flatten)]
+        at: At,
+        #[command(flatten)]
+        which: Which,
     },
     /// List the sessions open on the server (yours; all of them for root).
     List {
@@ -192,6 +239,17 @@ pub struct ExecArgs {
     /// Write the exec's verdict (JSON) to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Print the output as it is produced (then the verdict's lines).
+    #[arg(long, conflicts_with = "background")]
+    pub stream: bool,
+    /// Start the command without waiting and print its pid (see `brig session ps`,
+    /// `connect`, `stdin`, `signal`, `kill`); it lives until it ends, is killed, or the
+    /// session ends.
+    #[arg(long)]
+    pub background: bool,
+    /// A name for a background process, usable instead of its pid.
+    #[arg(long, value_name = "TAG", requires = "background")]
+    pub tag: Option<String>,
     /// The command to run (after --).
     #[arg(last = true, value_name = "ARGV")]
     pub command: Vec<String>,
@@ -246,6 +304,18 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             }
             Ok(0)
         }
+        SessionCommand::Ps { at } => processes::ps(&at),
+        SessionCommand::Connect { at, which } => processes::connect(&at, &which),
+        SessionCommand::Stdin {
+            at,
+            which,
+            data,
+            close,
+        } => processes::stdin(&at, &which, data, close),
+        SessionCommand::Signal { at, which, signal } => {
+            processes::signal(&at, &which, Some(&signal))
+        }
+        SessionCommand::Kill { at, which } => processes::signal(&at, &which, None),
         SessionCommand::Close { at } => {
             request(
                 &at.server,
@@ -289,14 +359,18 @@ pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
     message["brig"] = json!(protocol::VERSION);
     let stream = super::client::connect(socket)?;
     protocol::write_frame(stream.as_fd(), &message, &[])?;
-    let (body, _) = FrameReader::replies()
-        .read_blocking(&stream)?
-        .ok_or_else(|| {
-            Error::setup(format!(
-                "--server {}: the server closed the connection without an answer",
-                socket.display()
-            ))
-        })?;
+    let mut reader = FrameReader::replies();
+    next_reply(socket, &stream, &mut reader)
+}
+
+/// The next frame on `stream`; a server's error frame is this side's error.
+fn next_reply(socket: &Path, stream: &impl AsFd, reader: &mut FrameReader) -> Result<Value> {
+    let (body, _) = reader.read_blocking(stream)?.ok_or_else(|| {
+        Error::setup(format!(
+            "--server {}: the server closed the connection without an answer",
+            socket.display()
+        ))
+    })?;
     checked(&body)
 }
 
@@ -453,7 +527,22 @@ fn exec(args: ExecArgs) -> Result<i32> {
     if let Some(size) = args.output_limit {
         message["output_limit"] = json!(size);
     }
-    let reply = request(&at.server, message)?;
+    if args.background {
+        message["background"] = json!(true);
+        if let Some(tag) = &args.tag {
+            message["tag"] = json!(tag);
+        }
+        let reply = request(&at.server, message)?;
+        println!("{}", reply["pid"]);
+        return Ok(0);
+    }
+    let reply = match args.stream {
+        true => {
+            message["stream"] = json!(true);
+            processes::stream(&at.server, message, "exec")?
+        }
+        false => request(&at.server, message)?,
+    };
     let mut stdout = std::io::stdout();
     let _ = stdout.write_all(reply["stdout"].as_str().unwrap_or_default().as_bytes());
     if let Some(result) = reply["result"].as_str() {
@@ -476,14 +565,19 @@ fn exec(args: ExecArgs) -> Result<i32> {
             printable(message)
         );
     }
-    let verdict = &reply["verdict"];
+    Ok(verdict_lines(&reply["verdict"], &sinks))
+}
+
+/// The verdict's `brig:` lines on stderr, the verdict to `sinks`; brig's exit status.
+fn verdict_lines(verdict: &Value, sinks: &Sinks) -> i32 {
+    let mut stderr = std::io::stderr();
     for line in crate::verdict::Verdict::stderr_lines_of(verdict) {
         let _ = writeln!(stderr, "brig: {line}");
     }
     sinks.deliver_json(verdict, None, None);
-    Ok(verdict["brig_exit_code"]
+    verdict["brig_exit_code"]
         .as_i64()
-        .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32)
+        .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32
 }
 
 #[cfg(test)]

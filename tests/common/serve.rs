@@ -248,3 +248,54 @@ pub fn run_node_client(mode: Mode, script: &str, socket: &str) -> Output {
         &["-e", script, "--", module.to_str().unwrap(), socket],
     ))
 }
+
+/// One request (with its `brig` version) sent as uid and gid 65534 (setpriv, as root);
+/// the reply's text on stdout.
+pub fn exchange_as_nobody(socket: &str, request: &Value) -> Output {
+    let script = format!(
+        "import socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.connect({socket:?})\nb={:?}.encode()\ns.sendall(struct.pack('>I',len(b))+b)\nn=struct.unpack('>I',s.recv(4))[0]\nprint(s.recv(n).decode())",
+        request.to_string()
+    );
+    let mut foreign = Command::new("setpriv");
+    foreign.args(["--reuid=65534", "--regid=65534", "--groups=65534"]);
+    foreign.arg(interpreter("python3")).args(["-c", &script]);
+    output_of(foreign)
+}
+
+// Sessions, spoken by hand (tests/sessions.rs, tests/session_processes.rs).
+
+/// One request on a fresh connection (the test's own uid: root, which every server admits).
+pub fn ask(server: &Server, mut message: Value) -> Value {
+    message["brig"] = serde_json::json!(1);
+    exchange(&server.socket, message.to_string().as_bytes(), &[])
+}
+
+/// A session created with `extra` fields; its id.
+pub fn create_session(server: &Server, extra: Value) -> String {
+    let mut message = serde_json::json!({"type": "session_create"});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "session", "{reply}");
+    let id = reply["session"].as_str().expect("an id").to_string();
+    assert_eq!(id.len(), 32, "{reply}");
+    id
+}
+
+pub fn close_session(server: &Server, id: &str) {
+    let reply = ask(
+        server,
+        serde_json::json!({"type": "session_close", "session": id}),
+    );
+    assert_eq!(reply["type"], "closed", "{reply}");
+}
+
+/// The server's runner processes (one per pooled or open session).
+pub fn runners(server: &Server) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", server.pid()))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}

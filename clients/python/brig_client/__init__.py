@@ -15,11 +15,12 @@ import socket as _socket
 import struct
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, IO, List, Optional, Sequence
+from typing import Any, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
 __all__ = [
     "BrigError", "Result", "Client", "run", "status", "PROTOCOL_VERSION",
     "Sandbox", "Execution", "ExecutionError", "CommandResult", "EntryInfo", "list_sessions",
+    "CommandHandle", "ProcessInfo",
 ]
 
 PROTOCOL_VERSION = 1
@@ -160,9 +161,15 @@ class Client:
         return connection
 
     def _exchange(self, request: Dict[str, Any], fds: List[int]) -> Dict[str, Any]:
+        with self._open(request, fds) as connection:
+            return _read_frame(connection)
+
+    def _open(self, request: Dict[str, Any], fds: List[int]) -> _socket.socket:
+        """Connects, checks who listens, sends `request`; the connection, for its frames."""
         body = json.dumps(request).encode()
         frame = struct.pack(">I", len(body)) + body
-        with self._connect() as connection:
+        connection = self._connect()
+        try:
             try:
                 if fds:
                     sent = _socket.send_fds(connection, [frame], fds)
@@ -171,7 +178,10 @@ class Client:
                     connection.sendall(frame)
             except OSError:
                 pass  # a refusing server answers and closes; its answer explains
-            return _read_frame(connection)
+            return connection
+        except BaseException:
+            connection.close()
+            raise
 
 
 def _read_exactly(connection: _socket.socket, count: int) -> bytes:
@@ -217,6 +227,37 @@ def _duration(value: Any) -> Optional[str]:
 def _request(client: Client, request: Dict[str, Any], expected: str) -> Dict[str, Any]:
     """One session request on its own connection; the reply, or BrigError."""
     return _expect(client._exchange(dict(request, brig=PROTOCOL_VERSION), []), expected, request["type"])
+
+
+OutputCallback = Optional[Callable[[str], Any]]
+
+
+def _chunk_text(frame: Dict[str, Any]) -> str:
+    """An `output` frame's text: `data` as sent, bytes that are not UTF-8 (`base64`)
+    decoded with replacement characters."""
+    if "data" in frame:
+        return frame["data"]
+    return base64.b64decode(frame.get("base64", "")).decode("utf-8", errors="replace")
+
+
+def _stream(client: Client, request: Dict[str, Any], end: str, on_stdout: OutputCallback,
+            on_stderr: OutputCallback, connection: Optional[_socket.socket] = None) -> Tuple[Dict[str, Any], str, str]:
+    """Reads `output` frames (to the callbacks, and collected) until the frame `end`:
+    (that frame, stdout, stderr)."""
+    if connection is None:
+        connection = client._open(dict(request, brig=PROTOCOL_VERSION), [])
+    collected: Dict[str, List[str]] = {"stdout": [], "stderr": []}
+    with connection:
+        while True:
+            frame = _read_frame(connection)
+            if frame.get("type") != "output":
+                return _expect(frame, end, request["type"]), "".join(collected["stdout"]), "".join(collected["stderr"])
+            text = _chunk_text(frame)
+            stream = frame.get("stream", "stdout")
+            collected.setdefault(stream, []).append(text)
+            callback = on_stdout if stream == "stdout" else on_stderr
+            if callback is not None:
+                callback(text)
 
 
 @dataclass
@@ -444,6 +485,83 @@ def _expect(reply: Dict[str, Any], expected: str, what: str) -> Dict[str, Any]:
     return reply
 
 
+def _command_result(verdict: Dict[str, Any], stdout: str, stderr: str) -> CommandResult:
+    code = verdict.get("brig_exit_code")
+    if code is None:
+        code = verdict.get("exit_code")
+    return CommandResult(int(code if code is not None else 125), stdout, stderr, verdict)
+
+
+@dataclass
+class ProcessInfo:
+    """A process of the session (`commands.list()`): `pid` (its pid in the jail),
+    `tag`, `command`, `running`, and once it has ended its `status`, `exit_code` and
+    `signal`; `started_unix_ms`; output its backlog dropped (`backlog_dropped`)."""
+
+    pid: int
+    tag: Optional[str]
+    command: List[str]
+    running: bool
+    started_unix_ms: int
+    background: bool = True
+    status: Optional[str] = None
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    backlog_dropped: int = 0
+
+    @classmethod
+    def _of(cls, reply: Dict[str, Any]) -> "ProcessInfo":
+        ended = reply.get("status") or {}
+        return cls(int(reply["pid"]), reply.get("tag"), list(reply.get("command", [])), bool(reply.get("running")),
+                   int(reply.get("started_unix_ms", 0)), bool(reply.get("background", True)), ended.get("status"),
+                   ended.get("exit_code"), ended.get("signal"), int(reply.get("backlog_dropped", 0)))
+
+
+class CommandHandle:
+    """A background process (`commands.run(..., background=True)`, `commands.connect()`):
+    `wait()` for its output and result, `kill()`, `signal()`, `send_stdin()`,
+    `close_stdin()`."""
+
+    def __init__(self, commands: "Commands", pid: int, tag: Optional[str],
+                 connection: Optional[_socket.socket] = None):
+        self._commands = commands
+        self.pid = pid
+        self.tag = tag
+        self._connection = connection
+
+    def wait(self, on_stdout: OutputCallback = None, on_stderr: OutputCallback = None) -> CommandResult:
+        """Connects (unless connected already) and reads until the process ends: what
+        it wrote (the latest MiB of what came before, then live) to the callbacks and
+        in the result, then its verdict."""
+        commands = self._commands
+        connection, self._connection = self._connection, None
+        if connection is None:
+            connection = commands._sandbox._client._open(
+                {"brig": PROTOCOL_VERSION, "type": "session_connect",
+                 "session": commands._sandbox.session_id, "pid": self.pid}, [])
+            _expect(_read_frame(connection), "process", "session_connect")
+        request = {"type": "session_connect"}
+        end, stdout, stderr = _stream(commands._sandbox._client, request, "exited", on_stdout, on_stderr, connection)
+        return _command_result(end.get("verdict") or {}, stdout, stderr)
+
+    def kill(self) -> None:
+        """SIGKILL to its process group."""
+        self._commands.kill(self.pid)
+
+    def signal(self, signal: Any) -> None:
+        """A signal by name ("TERM", "SIGINT") or number to its process group."""
+        self._commands.signal(self.pid, signal)
+
+    def send_stdin(self, data: str) -> None:
+        self._commands.send_stdin(self.pid, data)
+
+    def close_stdin(self) -> None:
+        self._commands.close_stdin(self.pid)
+
+    def __repr__(self) -> str:
+        return f"CommandHandle(pid={self.pid}, tag={self.tag!r})"
+
+
 class Commands:
     """`Sandbox.commands`: programs run in the session's jail."""
 
@@ -459,9 +577,16 @@ class Commands:
         env: Any = None,
         cwd: Optional[str] = None,
         output_limit: Optional[str] = None,
-    ) -> CommandResult:
+        on_stdout: OutputCallback = None,
+        on_stderr: OutputCallback = None,
+        background: bool = False,
+        tag: Optional[str] = None,
+    ) -> Any:
         """Runs `cmd`, an argv list or a shell command line (run with /bin/sh -c).
-        `env` is a dict or a list of "K=V"; `timeout` a duration ("5s") or seconds."""
+        `env` is a dict or a list of "K=V"; `timeout` a duration ("5s") or seconds.
+        With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
+        With `background=True` (and an optional `tag`) it returns a CommandHandle at
+        once; the process lives until it ends, is killed, or the session ends."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(arg) for arg in cmd]
         request: Dict[str, Any] = {"type": "session_exec", "command": argv}
         if stdin is not None:
@@ -474,13 +599,54 @@ class Commands:
             request["time_limit"] = _duration(timeout)
         if output_limit is not None:
             request["output_limit"] = output_limit
+        if background:
+            request["background"] = True
+            if tag is not None:
+                request["tag"] = tag
+            reply = self._sandbox._request(request, "process")
+            return CommandHandle(self, int(reply["pid"]), reply.get("tag"))
+        if on_stdout is not None or on_stderr is not None:
+            request = dict(request, stream=True, session=self._sandbox.session_id)
+            end, stdout, stderr = _stream(self._sandbox._client, request, "exec", on_stdout, on_stderr)
+            return _command_result(end.get("verdict") or {}, stdout, stderr)
         reply = self._sandbox._request(request, "exec")
-        verdict = reply.get("verdict") or {}
-        code = verdict.get("brig_exit_code")
-        if code is None:
-            code = verdict.get("exit_code")
-        return CommandResult(int(code if code is not None else 125), reply.get("stdout", ""),
-                             reply.get("stderr", ""), verdict)
+        return _command_result(reply.get("verdict") or {}, reply.get("stdout", ""), reply.get("stderr", ""))
+
+    def list(self) -> List[ProcessInfo]:
+        """The session's processes: running ones, and the last ended background ones."""
+        reply = self._sandbox._request({"type": "session_ps"}, "processes")
+        return [ProcessInfo._of(process) for process in reply.get("processes", [])]
+
+    def connect(self, pid: Optional[int] = None, *, tag: Optional[str] = None) -> CommandHandle:
+        """Attaches to a process by pid or tag; `wait()` on the handle reads its output."""
+        request: Dict[str, Any] = {"brig": PROTOCOL_VERSION, "type": "session_connect",
+                                   "session": self._sandbox.session_id}
+        if pid is not None:
+            request["pid"] = pid
+        if tag is not None:
+            request["tag"] = tag
+        connection = self._sandbox._client._open(request, [])
+        try:
+            reply = _expect(_read_frame(connection), "process", "session_connect")
+        except BaseException:
+            connection.close()
+            raise
+        return CommandHandle(self, int(reply["pid"]), reply.get("tag"), connection)
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL to the process group of `pid`."""
+        self._sandbox._request({"type": "session_kill", "pid": pid}, "signaled")
+
+    def signal(self, pid: int, signal: Any) -> None:
+        """A signal by name ("TERM", "SIGINT") or number to the process group of `pid`."""
+        self._sandbox._request({"type": "session_signal", "pid": pid, "signal": signal}, "signaled")
+
+    def send_stdin(self, pid: int, data: str) -> None:
+        """Writes `data` to the stdin of `pid` (at most 1 MiB may wait unread)."""
+        self._sandbox._request({"type": "session_stdin", "pid": pid, "data": data}, "stdin")
+
+    def close_stdin(self, pid: int) -> None:
+        self._sandbox._request({"type": "session_stdin", "pid": pid, "close": True}, "stdin")
 
 
 class Sandbox:
@@ -544,14 +710,21 @@ class Sandbox:
         return self._client.socket
 
     def run_code(self, code: str, language: str = "python", timeout: Any = None,
-                 output_limit: Optional[str] = None) -> Execution:
-        """Runs a cell in the session's interpreter of `language` (python or node)."""
+                 output_limit: Optional[str] = None, *, on_stdout: OutputCallback = None,
+                 on_stderr: OutputCallback = None) -> Execution:
+        """Runs a cell in the session's interpreter of `language` (python or node). With
+        `on_stdout`/`on_stderr` its output is streamed to them as it is produced."""
         request: Dict[str, Any] = {"type": "session_exec", "code": code, "language": language}
         if timeout is not None:
             request["time_limit"] = _duration(timeout)
         if output_limit is not None:
             request["output_limit"] = output_limit
-        reply = self._request(request, "exec")
+        if on_stdout is not None or on_stderr is not None:
+            request = dict(request, stream=True, session=self.session_id)
+            reply, stdout, stderr = _stream(self._client, request, "exec", on_stdout, on_stderr)
+            reply = dict(reply, stdout=stdout, stderr=stderr)
+        else:
+            reply = self._request(request, "exec")
         error = reply.get("error")
         return Execution(
             stdout=reply.get("stdout", ""),

@@ -1,0 +1,933 @@
+//! A session's runner as one event loop (single-threaded): the server's control socket
+//! (new requests), the jail's init and events, each watched program's pipes and stdin,
+//! each attached client, one set of deadlines. A command that runs (in the foreground,
+//! streamed or not, or in the background) does not stop the session from serving its
+//! other requests. A code cell runs in its own loop (`run_code`, which watches the
+//! interpreter), which serves the watched programs and every request but the next cell
+//! and the close, which wait for the cell's end.
+
+use super::session_process::{
+    Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, MAX_RUNNING, Watch, Watched, parse_signal,
+};
+use super::*;
+use std::collections::BTreeMap;
+
+/// The most output a reply queued for a client carries (escaped as JSON, at most six
+/// times that is held); a larger one is written before the loop goes on.
+const QUEUED_OUTPUT: usize = 256 << 10;
+
+/// What one descriptor polled by the loop is.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Source {
+    /// The server's control socket: a request, or the server's hang-up.
+    Control,
+    /// The jail's init ended.
+    Init,
+    /// The jail reports a program ended.
+    Events,
+    /// Program `id`'s stdout (0) or stderr (1).
+    Output(u32, usize),
+    Stdin(u32),
+    /// The foreground client of program `id`.
+    Waiting(u32),
+    /// Connected client `index` of program `id`.
+    Connected(u32, usize),
+    /// A client whose last frames are being written.
+    Closing(usize),
+}
+
+/// The loop's state beside the session's: the watched programs, the clients being
+/// answered.
+#[derive(Default)]
+pub(super) struct Processes {
+    pub watched: BTreeMap<u32, Watched>,
+    pub closing: Vec<Listener>,
+    /// How long a client may take nothing of what waits for it.
+    pub patience: Duration,
+    /// The server's control socket's frames.
+    pub requests: FrameReader,
+    /// A request that came while a cell ran and waits for its end (a cell, a close).
+    pub deferred: Option<Taken>,
+}
+
+/// A request as the server handed it over.
+pub(super) struct Taken {
+    request: Result<Request>,
+    peer: Peer,
+    connection: OwnedFd,
+    /// The request's memfd: emptied once the request is answered (`Listener::answered`).
+    memfd: OwnedFd,
+}
+
+impl Taken {
+    pub fn connection(&self) -> &OwnedFd {
+        &self.connection
+    }
+
+    /// Whether it must wait for the cell that runs: another cell, or the session's close.
+    fn waits_for_a_cell(&self) -> bool {
+        matches!(
+            self.request,
+            Ok(Request::SessionExec { code: Some(_), .. } | Request::SessionClose { .. })
+        )
+    }
+}
+
+impl Processes {
+    /// The descriptors of the watched programs and their clients, to poll (a cell's loop
+    /// polls them too), with what each is.
+    pub fn poll_fds(&self) -> (Vec<Source>, Vec<PollFd<'_>>) {
+        let mut sources = Vec::new();
+        let mut fds = Vec::new();
+        let writable = |client: &Listener| match client.has_pending() {
+            true => PollFlags::POLLIN | PollFlags::POLLOUT,
+            false => PollFlags::POLLIN,
+        };
+        for (id, process) in &self.watched {
+            for (index, pipe) in process.pipes.iter().enumerate() {
+                if let Some(pipe) = pipe {
+                    sources.push(Source::Output(*id, index));
+                    fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+                }
+            }
+            if process.stdin_wanted()
+                && let Some(stdin) = &process.stdin
+            {
+                sources.push(Source::Stdin(*id));
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLOUT));
+            }
+            if let Some(foreground) = &process.foreground {
+                sources.push(Source::Waiting(*id));
+                let client = &foreground.client;
+                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+            }
+            for (index, client) in process.listeners.iter().enumerate() {
+                sources.push(Source::Connected(*id, index));
+                fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+            }
+        }
+        for (index, client) in self.closing.iter().enumerate() {
+            sources.push(Source::Closing(index));
+            fds.push(PollFd::new(client.connection.as_fd(), writable(client)));
+        }
+        (sources, fds)
+    }
+
+    /// The soonest of the programs' time limits and their clients' give-ups.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let mut wake = None;
+        for process in self.watched.values() {
+            wake = sooner(wake, process.deadline.filter(|_| process.cut.is_none()));
+            for client in process
+                .listeners
+                .iter()
+                .chain(process.foreground.iter().map(|f| &f.client))
+            {
+                wake = sooner(wake, client.give_up_at(self.patience));
+            }
+        }
+        for client in &self.closing {
+            wake = sooner(wake, client.give_up_at(self.patience));
+        }
+        wake
+    }
+
+    /// Whether a client waits on a program (the session is not idle).
+    fn busy(&self) -> bool {
+        self.watched.values().any(Watched::attached)
+    }
+
+    /// The programs the loop watches that still run: a cell's sweep keeps them, and
+    /// what they started (their process groups).
+    pub fn running_ids(&self) -> Vec<u32> {
+        self.watched
+            .iter()
+            .filter(|(_, process)| process.running())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn foreground_running(&self) -> bool {
+        self.watched.values().any(|p| p.foreground.is_some())
+    }
+}
+
+impl<'p> Session<'p> {
+    /// Serves requests until the session ends: why it ended, and the connection of the
+    /// `session_close` that ended it.
+    pub(super) fn serve_requests(
+        &mut self,
+        control: &OwnedFd,
+        ends_at: Instant,
+        idle: Duration,
+    ) -> (&'static str, Option<OwnedFd>) {
+        self.processes.patience = protocol::REPLY_TIMEOUT.min(idle);
+        let mut last_request = Instant::now();
+        let why = loop {
+            let taken = match self.processes.deferred.take() {
+                // It came while a cell ran; that cell has ended.
+                Some(taken) => taken,
+                None => {
+                    let now = Instant::now();
+                    // A client waiting on a program keeps the session from idling; a
+                    // background process nobody is connected to does not.
+                    if self.processes.busy() {
+                        last_request = now;
+                    }
+                    let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
+                    let wake = sooner(wake, self.processes.next_deadline());
+                    let ready = self.poll(control, wake);
+                    if ready.iter().any(|source| matches!(source, Source::Init)) {
+                        break "its jail ended";
+                    }
+                    self.absorb_process_events();
+                    self.serve_processes(&ready);
+                    if self.over() {
+                        break self.ended.unwrap_or(DRAINING);
+                    }
+                    // Between requests the drain ends the session at once; a command
+                    // running in the foreground has the drain's grace.
+                    if self.drain_by.is_some() && !self.processes.foreground_running() {
+                        break DRAINING;
+                    }
+                    if !self.processes.busy() && Instant::now() >= last_request + idle {
+                        break "it was idle for its idle_timeout";
+                    }
+                    if !ready.iter().any(|source| matches!(source, Source::Control)) {
+                        continue;
+                    }
+                    match self.read_next(control) {
+                        Err(()) => break "the server went away",
+                        Ok(None) => continue,
+                        Ok(Some(taken)) => taken,
+                    }
+                }
+            };
+            let Taken {
+                request,
+                peer,
+                connection,
+                memfd,
+            } = taken;
+            if matches!(request, Ok(Request::SessionClose { .. })) {
+                self.end_clients("it was closed");
+                return ("it was closed", Some(connection));
+            }
+            self.take_request(request, peer, connection, memfd);
+            last_request = Instant::now();
+            if let Some(why) = self.ended {
+                break why;
+            }
+        };
+        self.end_clients(why);
+        (why, None)
+    }
+
+    /// The next request on the server's control socket (blocking until its frame is
+    /// whole); None for a frame that is not one; an error when the server went away.
+    fn read_next(&mut self, control: &OwnedFd) -> std::result::Result<Option<Taken>, ()> {
+        let Ok(Some((body, mut fds))) = self.processes.requests.read_blocking(control) else {
+            return Err(());
+        };
+        let (Ok(ToSession::Request { peer }), 2) =
+            (serde_json::from_slice::<ToSession>(&body), fds.len())
+        else {
+            return Ok(None);
+        };
+        let connection = fds.remove(0);
+        let memfd = fds.remove(0);
+        let Some(body) = read_request(&memfd) else {
+            return Ok(None);
+        };
+        let request = protocol::parse_request(&body);
+        Ok(Some(Taken {
+            request,
+            peer,
+            connection,
+            memfd,
+        }))
+    }
+
+    /// A request that came while a cell runs: served now (commands, processes, files),
+    /// or after the cell (another cell, the close).
+    pub(super) fn take_during_cell(&mut self) {
+        let Some(control) = self.control.as_ref().and_then(|fd| fd.try_clone().ok()) else {
+            return;
+        };
+        if let Ok(Some(taken)) = self.read_next(&control) {
+            match taken.waits_for_a_cell() {
+                true => self.processes.deferred = Some(taken),
+                false => {
+                    self.take_request(taken.request, taken.peer, taken.connection, taken.memfd)
+                }
+            }
+        }
+    }
+
+    /// Polls every source until one is ready or `wake`; the sources that are.
+    fn poll(&mut self, control: &OwnedFd, wake: Option<Instant>) -> Vec<Source> {
+        let mut sources = vec![Source::Control, Source::Init, Source::Events];
+        let mut fds = vec![
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
+            PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
+        ];
+        let (theirs, their_fds) = self.processes.poll_fds();
+        sources.extend(theirs);
+        fds.extend(their_fds);
+        let reader = &self.processes.requests;
+        let timeout = match reader.has_frame() {
+            true => PollTimeout::ZERO,
+            false => poll_timeout(wake),
+        };
+        let _ = nix::poll::poll(&mut fds, timeout);
+        let mut ready: Vec<Source> = sources
+            .iter()
+            .zip(&fds)
+            .filter(|(_, fd)| fd.any().unwrap_or(false))
+            .map(|(source, _)| *source)
+            .collect();
+        if reader.has_frame() && !ready.iter().any(|s| matches!(s, Source::Control)) {
+            ready.push(Source::Control);
+        }
+        ready
+    }
+
+    /// The watched programs' sources that are ready, then their time limits, their
+    /// clients' patience, and the verdicts of those that ended (events already noted).
+    pub(super) fn serve_processes(&mut self, ready: &[Source]) {
+        for source in ready {
+            self.serve_source(*source);
+        }
+        self.processes.closing.retain(|client| !client.gone);
+        for process in self.processes.watched.values_mut() {
+            process.listeners.retain(|client| !client.gone);
+        }
+        self.enforce_deadlines();
+        self.finish_ended();
+    }
+
+    fn serve_source(&mut self, source: Source) {
+        let processes = &mut self.processes;
+        match source {
+            Source::Control | Source::Init | Source::Events => {}
+            Source::Output(id, index) => {
+                if let Some(process) = processes.watched.get_mut(&id)
+                    && process.read(index)
+                    && process.cut.is_none()
+                {
+                    process.cut = Some(Cut::OutputLimit);
+                    let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                }
+            }
+            Source::Stdin(id) => {
+                if let Some(process) = processes.watched.get_mut(&id) {
+                    process.feed_stdin();
+                }
+            }
+            Source::Waiting(id) => {
+                let Some(process) = processes.watched.get_mut(&id) else {
+                    return;
+                };
+                let Some(foreground) = process.foreground.as_mut() else {
+                    return;
+                };
+                let alive = foreground.client.flush();
+                if (!alive || client_gone(&foreground.client.connection)) && process.cut.is_none() {
+                    // Nobody waits for the result: the command goes.
+                    process.foreground = None;
+                    process.cut = Some(Cut::ClientGone);
+                    let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                }
+            }
+            // Clients let go are removed after the turn (the sources name them by index).
+            Source::Connected(id, index) => {
+                if let Some(process) = processes.watched.get_mut(&id)
+                    && let Some(client) = process.listeners.get_mut(index)
+                {
+                    client.gone = !client.flush() || client_gone(&client.connection);
+                }
+            }
+            Source::Closing(index) => {
+                if let Some(client) = processes.closing.get_mut(index) {
+                    client.gone = !client.flush() || !client.has_pending();
+                }
+            }
+        }
+    }
+
+    /// The jail's events: a watched program's end or failure is noted; an interpreter
+    /// that died is forgotten.
+    fn absorb_process_events(&mut self) {
+        for event in self.jail.events() {
+            self.note_event(event);
+        }
+    }
+
+    /// An event that is not the one a loop waits for (a cell's, an interpreter's
+    /// start): a watched program's end or failure is noted (its verdict goes out from
+    /// the session's loop); an interpreter that ended is forgotten.
+    pub(super) fn note_event(&mut self, event: Event) {
+        match event {
+            Event::Started { id, pid } => {
+                if let Some(process) = self.processes.watched.get_mut(&id) {
+                    process.pid = Some(pid);
+                    if let Some(mut starter) = process.announce.take() {
+                        starter.queue(&process.describe(), None);
+                        self.close_client(starter);
+                    }
+                }
+            }
+            Event::Failed { id, code, message } => {
+                if let Some(process) = self.processes.watched.get_mut(&id) {
+                    process.failure = Some((code, message));
+                }
+            }
+            Event::Ended { id, end } => match self.processes.watched.get_mut(&id) {
+                Some(process) => process.ended = Some(end),
+                None => self.forget_interpreter(id),
+            },
+        }
+    }
+
+    /// Time limits, and clients that take nothing of what waits for them.
+    fn enforce_deadlines(&mut self) {
+        let patience = self.processes.patience;
+        let now = Instant::now();
+        for (id, process) in &mut self.processes.watched {
+            if process.cut.is_none() && process.deadline.is_some_and(|at| now >= at) {
+                process.cut = Some(Cut::TimeLimit);
+                let _ = self.jail.signal(*id, Signal::SIGKILL, true);
+            }
+            process
+                .listeners
+                .retain(|client| client.give_up_at(patience).is_none_or(|at| now < at));
+            let stalled = process
+                .foreground
+                .as_ref()
+                .and_then(|f| f.client.give_up_at(patience))
+                .is_some_and(|at| now >= at);
+            if stalled && process.cut.is_none() {
+                process.foreground = None;
+                process.cut = Some(Cut::ClientGone);
+                let _ = self.jail.signal(*id, Signal::SIGKILL, true);
+            }
+        }
+        self.processes
+            .closing
+            .retain(|client| client.give_up_at(patience).is_none_or(|at| now < at));
+    }
+
+    /// Programs that ended: their verdicts, to whoever waits for them.
+    fn finish_ended(&mut self) {
+        let ended: Vec<u32> = self
+            .processes
+            .watched
+            .iter()
+            .filter(|(_, process)| process.ended.is_some() && process.verdict.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ended {
+            let mut process = self.processes.watched.remove(&id).expect("listed");
+            process.finish_output();
+            let end = process.ended.expect("ended");
+            let outcome = match (process.failure.take(), process.cut) {
+                (Some((code, message)), _) if code != 125 || end.code == Some(125) => {
+                    Outcome::ExecFailed { code, message }
+                }
+                (_, Some(Cut::TimeLimit | Cut::ClientGone)) => Outcome::TimedOut,
+                (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
+                (_, None) => program_outcome(&end),
+            };
+            let exec_end = ExecEnd {
+                outcome,
+                limit: process.time_limit,
+                wall: process.started.elapsed(),
+                ended: end,
+                oom_kills: self.oom_kills().saturating_sub(process.oom_before),
+            };
+            let served = crate::verdict::Served {
+                peer: process.peer,
+                argv: &process.argv,
+            };
+            let mut verdict = self.verdict(exec_end, &process.captured, served, None);
+            verdict["pid"] = json!(process.pid);
+            if let Some(mut foreground) = process.foreground.take() {
+                let reply = match foreground.stream {
+                    true => json!({
+                        "type": "exec",
+                        "verdict": verdict,
+                        "dropped": foreground.client.dropped,
+                    }),
+                    false => json!({
+                        "type": "exec",
+                        "verdict": verdict,
+                        "stdout": process.captured.text(0),
+                        "stderr": process.captured.text(1),
+                    }),
+                };
+                if process.captured.kept() <= QUEUED_OUTPUT {
+                    foreground.client.queue(&reply, None);
+                    self.close_client(foreground.client);
+                } else {
+                    // Encoded straight into the socket (JSON escaping may make it six
+                    // times its size: never held whole), within the client's patience.
+                    let now = Instant::now();
+                    let give_up = sooner(Some(now + self.processes.patience), self.end_by());
+                    let connection = foreground.client.connection.as_fd();
+                    let _ = protocol::write_reply_by(connection, &reply, give_up.expect("some"));
+                }
+            }
+            process.verdict = Some(verdict);
+            // Ended before the jail said its pid (it could not be started): its starter
+            // is told how it ended.
+            if let Some(mut starter) = process.announce.take() {
+                starter.queue(&process.describe(), None);
+                self.close_client(starter);
+            }
+            for mut client in std::mem::take(&mut process.listeners) {
+                client.queue(&process.end_frame(client.dropped), None);
+                self.close_client(client);
+            }
+            if process.background {
+                self.processes.watched.insert(id, process);
+            }
+        }
+        // Ended background processes are kept for a while (their verdicts, their
+        // backlogs), the oldest forgotten first.
+        let gone: Vec<u32> = self
+            .processes
+            .watched
+            .iter()
+            .filter(|(_, process)| !process.running())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone.iter().take(gone.len().saturating_sub(KEEP_ENDED)) {
+            self.processes.watched.remove(id);
+        }
+    }
+
+    /// A client with its last frames queued: written as it takes them.
+    fn close_client(&mut self, mut client: Listener) {
+        client.answered();
+        if client.flush() && client.has_pending() {
+            self.processes.closing.push(client);
+        }
+    }
+
+    /// The session ends: everyone waiting is told so (within a second at most, all
+    /// together), then let go.
+    fn end_clients(&mut self, why: &str) {
+        let message = Reply::error(&Error::setup(format!(
+            "brig serve: session {} ended: {why}",
+            self.id
+        )));
+        let message = serde_json::to_value(message).unwrap_or_default();
+        let mut clients = std::mem::take(&mut self.processes.closing);
+        for process in std::mem::take(&mut self.processes.watched).into_values() {
+            for mut client in process
+                .listeners
+                .into_iter()
+                .chain(process.foreground.map(|f| f.client))
+                .chain(process.announce)
+            {
+                client.queue(&message, None);
+                clients.push(client);
+            }
+        }
+        let by = Instant::now() + Duration::from_secs(1);
+        for client in &mut clients {
+            client.flush_by(by);
+        }
+    }
+
+    /// One request: the loop's own (commands, processes), or one answered at once.
+    fn take_request(
+        &mut self,
+        request: Result<Request>,
+        peer: Peer,
+        connection: OwnedFd,
+        memfd: OwnedFd,
+    ) {
+        let immediate = match request {
+            Ok(Request::SessionExec {
+                command,
+                code: None,
+                stdin,
+                env,
+                chdir,
+                time_limit,
+                output_limit,
+                stream,
+                background,
+                tag,
+                ..
+            }) if !command.is_empty() => {
+                let exec = CommandExec {
+                    command,
+                    stdin,
+                    env,
+                    chdir,
+                    time_limit,
+                    output_limit,
+                };
+                let form = Form {
+                    stream,
+                    background,
+                    tag,
+                };
+                match self.start_command(exec, form, peer, connection, memfd) {
+                    Ok(()) => return,
+                    Err((connection, memfd, err)) => (connection, memfd, error_reply(&err)),
+                }
+            }
+            Ok(Request::SessionPs { .. }) => {
+                let list: Vec<Value> = self
+                    .processes
+                    .watched
+                    .values()
+                    .map(Watched::describe)
+                    .collect();
+                (
+                    connection,
+                    memfd,
+                    json!({"type": "processes", "processes": list}),
+                )
+            }
+            Ok(Request::SessionConnect { pid, tag, .. }) => {
+                let found = self
+                    .find_process("session_connect", pid, tag.as_deref())
+                    .and_then(|id| match self.processes.watched[&id].listeners.len() {
+                        MAX_LISTENERS.. => Err(Error::input(format!(
+                            "session_connect: that process has {MAX_LISTENERS} clients connected already (the most); close one"
+                        ))),
+                        _ => Ok(id),
+                    });
+                match found {
+                    Ok(id) => {
+                        let process = self.processes.watched.get_mut(&id).expect("found");
+                        let mut client = process.connect(connection).answering(Some(memfd));
+                        if process.running() {
+                            client.flush();
+                            process.listeners.push(client);
+                        } else {
+                            self.close_client(client);
+                        }
+                        return;
+                    }
+                    Err(err) => (connection, memfd, error_reply(&err)),
+                }
+            }
+            Ok(Request::SessionStdin {
+                pid,
+                tag,
+                data,
+                close,
+                ..
+            }) => {
+                let reply = self
+                    .find_process("session_stdin", pid, tag.as_deref())
+                    .and_then(|id| {
+                        let process = self.processes.watched.get_mut(&id).expect("found");
+                        let pid = process.pid.unwrap_or_default();
+                        if !process.running() {
+                            return Err(Error::input(format!(
+                                "session_stdin: process {pid} has ended; see session_ps"
+                            )));
+                        }
+                        process
+                            .queue_stdin(data.as_bytes(), close)
+                            .map(|written| {
+                                json!({"type": "stdin", "pid": pid, "written": written, "closed": close})
+                            })
+                            .map_err(|why| {
+                                Error::input(format!("session_stdin: process {pid}: {why}"))
+                            })
+                    });
+                (
+                    connection,
+                    memfd,
+                    reply.unwrap_or_else(|err| error_reply(&err)),
+                )
+            }
+            Ok(Request::SessionSignal {
+                pid, tag, signal, ..
+            }) => {
+                let reply = parse_signal(&signal)
+                    .map_err(Error::input)
+                    .and_then(|signal| {
+                        self.signal_process("session_signal", pid, tag.as_deref(), signal)
+                    });
+                (
+                    connection,
+                    memfd,
+                    reply.unwrap_or_else(|err| error_reply(&err)),
+                )
+            }
+            Ok(Request::SessionKill { pid, tag, .. }) => {
+                let reply =
+                    self.signal_process("session_kill", pid, tag.as_deref(), Signal::SIGKILL);
+                (
+                    connection,
+                    memfd,
+                    reply.unwrap_or_else(|err| error_reply(&err)),
+                )
+            }
+            request @ Ok(Request::SessionExec { .. }) => {
+                // A cell: its reply (up to 8 MiB of output, escaped) is encoded straight
+                // into the socket, within the client's patience.
+                let reply = self.handle(request, peer, &connection);
+                let now = Instant::now();
+                let give_up =
+                    sooner(Some(now + self.processes.patience), self.end_by()).expect("some");
+                let _ = nix::unistd::ftruncate(&memfd, 0);
+                let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
+                return;
+            }
+            // Files (a reply of at most 512 KiB of data) and errors: queued.
+            request => {
+                let reply = self.handle(request, peer, &connection);
+                // Null: the answer went out already (a streamed read).
+                if reply.is_null() {
+                    let _ = nix::unistd::ftruncate(&memfd, 0);
+                    return;
+                }
+                (connection, memfd, reply)
+            }
+        };
+        let (connection, memfd, reply) = immediate;
+        let mut client = Listener::new(connection).answering(Some(memfd));
+        client.queue(&reply, None);
+        self.close_client(client);
+    }
+
+    /// The process a request names, by pid or tag.
+    fn find_process(&self, what: &str, pid: Option<u32>, tag: Option<&str>) -> Result<u32> {
+        let found = match (pid, tag) {
+            // A pid the jail reuses names its running process first.
+            (Some(pid), None) => self
+                .processes
+                .watched
+                .values()
+                .filter(|p| p.pid == Some(pid))
+                .max_by_key(|p| (p.running(), p.id))
+                .map(|p| p.id),
+            (None, Some(tag)) => self
+                .processes
+                .watched
+                .values()
+                .rev()
+                .find(|p| p.tag.as_deref() == Some(tag))
+                .map(|p| p.id),
+            _ => {
+                return Err(Error::input(format!(
+                    "{what}: give either \"pid\" or \"tag\" (one of them)"
+                )));
+            }
+        };
+        found.ok_or_else(|| {
+            let which = match (pid, tag) {
+                (Some(pid), _) => format!("pid {pid}"),
+                (_, tag) => format!("tag {:?}", tag.unwrap_or_default()),
+            };
+            Error::input(format!(
+                "{what}: no process with {which} in session {}; see session_ps",
+                self.id
+            ))
+        })
+    }
+
+    fn signal_process(
+        &mut self,
+        what: &str,
+        pid: Option<u32>,
+        tag: Option<&str>,
+        signal: Signal,
+    ) -> Result<Value> {
+        let id = self.find_process(what, pid, tag)?;
+        let pid = self.processes.watched[&id].pid.unwrap_or_default();
+        if !self.processes.watched[&id].running() {
+            return Err(Error::input(format!(
+                "{what}: process {pid} has ended; see session_ps"
+            )));
+        }
+        self.jail.signal(id, signal, true)?;
+        Ok(json!({"type": "signaled", "pid": pid, "signal": signal.as_str()}))
+    }
+
+    /// Starts a command: watched in the foreground (its client waits), or in the
+    /// background (answered at once). On an error, the connection comes back with it.
+    fn start_command(
+        &mut self,
+        exec: CommandExec,
+        form: Form,
+        peer: Peer,
+        connection: OwnedFd,
+        memfd: OwnedFd,
+    ) -> std::result::Result<(), (OwnedFd, OwnedFd, Error)> {
+        let result = self.spawn_watched(exec, &form, peer);
+        let (id, mut watched) = match result {
+            Ok(started) => started,
+            Err(err) => return Err((connection, memfd, err)),
+        };
+        let client = Listener::new(connection).answering(Some(memfd));
+        match form.background {
+            // Answered once the jail's init says its pid (an event).
+            true => watched.announce = Some(client),
+            false => {
+                watched.foreground = Some(Foreground {
+                    client,
+                    stream: form.stream,
+                });
+            }
+        }
+        self.processes.watched.insert(id, watched);
+        Ok(())
+    }
+
+    fn spawn_watched(
+        &mut self,
+        exec: CommandExec,
+        form: &Form,
+        peer: Peer,
+    ) -> Result<(u32, Watched)> {
+        check_form(form, false)?;
+        let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
+        if form.background {
+            // A background process lives until it is killed or the session ends; it
+            // has the limits its request asks for, and no others.
+            time_limit = time_limit.filter(|_| exec.time_limit.is_some());
+            if exec.output_limit.is_none() {
+                limit = u64::MAX;
+            }
+        }
+        if self.processes.running_ids().len() >= MAX_RUNNING {
+            return Err(Error::input(format!(
+                "session_exec: the session runs {MAX_RUNNING} commands already (the most); end one (session_kill) first"
+            )));
+        }
+        if let Some(tag) = &form.tag
+            && self
+                .processes
+                .watched
+                .values()
+                .any(|p| p.running() && p.tag.as_ref() == Some(tag))
+        {
+            return Err(Error::input(format!(
+                "tag: a running process of the session has the tag {tag:?} already; choose another"
+            )));
+        }
+        let program = self.program(exec.command, exec.env, exec.chdir)?;
+        let (stdin_read, stdin_write) = pipe("the session")?;
+        let (stdout_read, stdout_write) = pipe("the session")?;
+        let (stderr_read, stderr_write) = pipe("the session")?;
+        let oom_before = self.oom_kills();
+        let id = self.jail.spawn(
+            &program,
+            &[
+                stdin_read.as_fd(),
+                stdout_write.as_fd(),
+                stderr_write.as_fd(),
+            ],
+        )?;
+        drop((stdin_read, stdout_write, stderr_write));
+        for fd in [&stdin_write, &stdout_read, &stderr_read] {
+            nonblocking(fd);
+        }
+        let watch = Watch {
+            argv: program.argv,
+            tag: form.tag.clone(),
+            peer,
+            background: form.background,
+            keep: !form.background && !form.stream,
+            time_limit,
+            output_limit: limit,
+            oom_before,
+        };
+        let stdin = exec.stdin.unwrap_or_default().into_bytes();
+        // A foreground command's stdin closes after the request's; a background
+        // process's stays open for session_stdin.
+        let mut watched = Watched::new(id, watch, [stdout_read, stderr_read], stdin_write, stdin);
+        watched.feed_stdin();
+        Ok((id, watched))
+    }
+}
+
+/// How an exec runs: streamed, in the background (with a tag).
+pub(super) struct Form {
+    pub stream: bool,
+    pub background: bool,
+    pub tag: Option<String>,
+}
+
+/// The one-line errors of an exec's form; `cell` for a code cell.
+pub(super) fn check_form(form: &Form, cell: bool) -> Result<()> {
+    if form.background && form.stream {
+        return Err(Error::input(
+            "session_exec: \"background\" and \"stream\" together; a background process streams to whoever connects (session_connect): drop \"stream\"",
+        ));
+    }
+    if form.background && cell {
+        return Err(Error::input(
+            "session_exec: \"background\" is for commands, not code cells; run the cell in the foreground or start a command",
+        ));
+    }
+    if form.tag.is_some() && !form.background {
+        return Err(Error::input(
+            "session_exec: \"tag\" names a background process; add \"background\": true or drop it",
+        ));
+    }
+    if let Some(tag) = &form.tag
+        && (tag.is_empty()
+            || tag.len() > super::session_process::MAX_TAG
+            || tag.chars().any(char::is_control))
+    {
+        return Err(Error::input(format!(
+            "tag: 1 to {} characters, none of them control characters",
+            super::session_process::MAX_TAG
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exec_s_form_is_checked_with_one_line_errors() {
+        let form = |stream, background, tag: Option<&str>| Form {
+            stream,
+            background,
+            tag: tag.map(String::from),
+        };
+        assert!(check_form(&form(true, false, None), true).is_ok());
+        assert!(check_form(&form(false, true, Some("web")), false).is_ok());
+        for (form, cell, needle) in [
+            (
+                form(true, true, None),
+                false,
+                "\"background\" and \"stream\"",
+            ),
+            (form(false, true, None), true, "not code cells"),
+            (
+                form(false, false, Some("web")),
+                false,
+                "\"tag\" names a background",
+            ),
+            (form(false, true, Some("")), false, "tag: 1 to 128"),
+            (form(false, true, Some("a\nb")), false, "control characters"),
+            (
+                form(false, true, Some(&"x".repeat(129))),
+                false,
+                "tag: 1 to 128",
+            ),
+        ] {
+            let err = check_form(&form, cell).unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains(needle), "{message}");
+            assert!(!message.contains('\n'), "{message}");
+            assert_eq!(err.kind(), crate::error::ErrorKind::BadInput);
+        }
+    }
+}
