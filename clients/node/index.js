@@ -149,12 +149,6 @@ function collector(onStdout, onStderr) {
   };
 }
 
-function expect(reply, asked, expected) {
-  if (reply.type === "error") throw new BrigError(reply.message, reply.kind, reply.exit_code);
-  if (reply.type !== expected) throw new BrigError(`brig serve answered ${asked} with ${JSON.stringify(reply.type)}`);
-  return reply;
-}
-
 function socketOf(options) {
   return (options && options.socket) || process.env.BRIG_SERVER || DEFAULT_SOCKET;
 }
@@ -507,7 +501,7 @@ class CommandHandle {
       attached = await stream(sandbox.socket, {
         brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, pid: this.pid,
       }, () => {}, { keep: true });
-      expect(attached.frame, "session_connect", "process");
+      expect(attached.frame, "process", "session_connect");
     }
     const output = collector(onStdout, onStderr);
     const end = await new Promise((resolve, reject) => {
@@ -520,7 +514,7 @@ class CommandHandle {
       for (const frame of attached.early.splice(0)) reader.onFrame(frame);
       connection.resume();
     }).finally(() => attached.connection.destroy());
-    expect(end, "session_connect", "exited");
+    expect(end, "exited", "session_connect");
     return commandResult(end.verdict, output.text.stdout.join(""), output.text.stderr.join(""));
   }
 
@@ -565,7 +559,7 @@ class Commands {
     if (onStdout || onStderr) {
       const output = collector(onStdout, onStderr);
       const end = await this._sandbox._stream({ ...body, stream: true }, output.onFrame);
-      expect(end, "session_exec", "exec");
+      expect(end, "exec", "session_exec");
       return commandResult(end.verdict, output.text.stdout.join(""), output.text.stderr.join(""));
     }
     const reply = await this._sandbox._request(body, "exec");
@@ -586,7 +580,7 @@ class Commands {
       ...(pid !== undefined && pid !== null ? { pid } : {}), ...(tag !== undefined ? { tag } : {}),
     }, () => {}, { keep: true });
     try {
-      expect(attached.frame, "session_connect", "process");
+      expect(attached.frame, "process", "session_connect");
     } catch (error) {
       attached.connection.destroy();
       throw error;
@@ -670,7 +664,7 @@ class Sandbox {
     if (onStdout || onStderr) {
       // Streamed: the output goes to the callbacks as it is produced.
       const output = collector(onStdout, onStderr);
-      reply = expect(await this._stream({ ...body, stream: true }, output.onFrame), "session_exec", "exec");
+      reply = expect(await this._stream({ ...body, stream: true }, output.onFrame), "exec", "session_exec");
       reply = { ...reply, stdout: output.text.stdout.join(""), stderr: output.text.stderr.join("") };
     } else {
       reply = await this._request(body, "exec");
