@@ -835,6 +835,7 @@ impl Server {
             | Request::SessionPut { .. }
             | Request::SessionGet { .. }
             | Request::SessionLs { .. }
+            | Request::SessionContext { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self.route_to_session(&stream, &request, body, incoming.peer) {
                     self.status.refused += 1;

@@ -139,6 +139,7 @@ pub struct ExecArgs {
 pub enum LanguageArg {
     Python,
     Node,
+    Bash,
 }
 
 /// Runs one `brig session` command; brig's exit status.
@@ -261,6 +262,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
             let language = match args.language {
                 LanguageArg::Python => Language::Python,
                 LanguageArg::Node => Language::Node,
+                LanguageArg::Bash => Language::Bash,
             };
             json!({"type": "session_exec", "session": at.session, "code": code, "language": language})
         }

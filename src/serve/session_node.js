@@ -10,7 +10,9 @@
 //
 // Request: {"id": N, "code": "..."}. Reply (after the cell's stdout and stderr are flushed):
 // {"id": N, "result": "util.inspect" | null, "error": null | {"type", "message",
-//  "traceback"}}, data only. A line that is not such a request gets an error of type
+//  "traceback"}, "results": [mime bundle, ...], "results_dropped": N}, data only. The
+// results: what the cell passed to display(), then the completion value's bundle
+// (`is_main_result`: text/plain, and application/json when JSON can hold it). A line that is not such a request gets an error of type
 // ProtocolError. EOF on descriptor 3 ends the interpreter with status 0 (after the requests
 // already received). A cell can write to descriptor 3 too: brig takes a reply as the
 // cell's end only once the kernel shows the main thread back in the event loop's wait,
@@ -69,6 +71,106 @@
     get: () => last,
     set(value) {
       Object.defineProperty(globalThis, '_', { value, writable: true, configurable: true, enumerable: true });
+    },
+  });
+
+  // --- Rich outputs: mime bundles. ---
+
+  // The most bytes (as JSON) of a cell's results a reply carries: brig reads a line up to
+  // 17 MiB and counts the results against the exec's output limit (at most 8 MiB).
+  const MAX_RESULTS = 16 << 20;
+  const REPR_METHODS = [
+    ['_repr_html_', 'text/html'], ['_repr_markdown_', 'text/markdown'],
+    ['_repr_svg_', 'image/svg+xml'], ['_repr_png_', 'image/png'], ['_repr_jpeg_', 'image/jpeg'],
+    ['_repr_latex_', 'text/latex'], ['_repr_json_', 'application/json'],
+    ['_repr_javascript_', 'application/javascript'],
+  ];
+  const isMime = (key) => /^[a-z]+\/[^\s"\\]+$/i.test(key);
+  const results = { kept: [], size: 0, dropped: 0 };
+
+  function mimeValue(mime, value) {
+    if (value === undefined || value === null) return undefined;
+    if (mime === 'application/json' || mime.endsWith('+json')) {
+      try {
+        return JSON.stringify(value) === undefined ? undefined : JSON.parse(JSON.stringify(value));
+      } catch {
+        return undefined;
+      }
+    }
+    if (Buffer.isBuffer(value) || value instanceof Uint8Array) return Buffer.from(value).toString('base64');
+    return typeof value === 'string' ? value : undefined;
+  }
+
+  function jsonOf(value) {
+    if (typeof value === 'function' || typeof value === 'symbol' || typeof value === 'bigint') return undefined;
+    return mimeValue('application/json', value);
+  }
+
+  // obj's bundle: a plain object whose keys are all mime types is the bundle itself;
+  // otherwise _repr_mimebundle_() and the _repr_*_ methods, text/plain (util.inspect),
+  // and application/json for plain objects and arrays.
+  function bundle(obj, json) {
+    const data = {};
+    const isObject = obj !== null && typeof obj === 'object';
+    const keys = isObject && Object.getPrototypeOf(obj) === Object.prototype ? Object.keys(obj) : [];
+    if (keys.length > 0 && keys.every(isMime)) {
+      for (const key of keys) {
+        const value = mimeValue(key, obj[key]);
+        if (value !== undefined) data[key] = value;
+      }
+    } else if (obj !== null && obj !== undefined) {
+      const given = typeof obj._repr_mimebundle_ === 'function' ? safeCall(obj, '_repr_mimebundle_') : undefined;
+      for (const [key, value] of Object.entries(given && typeof given === 'object' ? given : {})) {
+        const kept = isMime(key) ? mimeValue(key, value) : undefined;
+        if (kept !== undefined) data[key] = kept;
+      }
+      for (const [method, mime] of REPR_METHODS) {
+        if (mime in data || typeof obj[method] !== 'function') continue;
+        const value = mimeValue(mime, safeCall(obj, method));
+        if (value !== undefined) data[mime] = value;
+      }
+      const plain = Array.isArray(obj) || (isObject && Object.getPrototypeOf(obj) === Object.prototype);
+      if (!('application/json' in data) && (json || plain)) {
+        const value = jsonOf(obj);
+        if (value !== undefined) data['application/json'] = value;
+      }
+    }
+    if (!('text/plain' in data)) data['text/plain'] = safeInspect(obj);
+    data['text/plain'] = clean(data['text/plain']);
+    return data;
+  }
+
+  function safeCall(obj, method) {
+    try {
+      return obj[method]();
+    } catch {
+      return undefined;
+    }
+  }
+
+  function addResult(data, main) {
+    const entry = { ...data, is_main_result: main };
+    let size;
+    try {
+      size = Buffer.byteLength(JSON.stringify(entry));
+    } catch {
+      results.dropped += 1;
+      return;
+    }
+    if (results.size + size > MAX_RESULTS) {
+      results.dropped += 1;
+      return;
+    }
+    results.size += size;
+    results.kept.push(entry);
+  }
+
+  Object.defineProperty(globalThis, 'display', {
+    configurable: true,
+    enumerable: false,
+    writable: true,
+    value: function display(...objs) {
+      for (const obj of objs) addResult(bundle(obj, false), false);
     },
   });
 
@@ -266,11 +368,17 @@
   }
 
   function reply(id, result, error) {
-    return send({
+    const message = {
       id: id === undefined ? null : id,
       result: clean(result),
       error: error && { type: clean(error.type), message: clean(error.message), traceback: clean(error.traceback) },
-    });
+      results: results.kept,
+      results_dropped: results.dropped,
+    };
+    results.kept = [];
+    results.size = 0;
+    results.dropped = 0;
+    return send(message);
   }
 
   function protocolError(message) {
@@ -290,11 +398,16 @@
     }
     let result = null;
     let error = null;
+    results.kept = [];
+    results.size = 0;
+    results.dropped = 0;
     try {
       const value = await runCell(request.code);
       if (value !== undefined) {
         last = value;
-        result = util.inspect(value);
+        const main = bundle(value, true);
+        result = main['text/plain'];
+        addResult(main, true);
       }
     } catch (thrown) {
       error = describe(thrown);

@@ -1,0 +1,465 @@
+//! Rich outputs, contexts and the bash context of `brig serve` sessions, for real, as root
+//! and rootless: a matplotlib figure comes back as a PNG without savefig; display() of
+//! html, markdown, svg and json; the final value's bundle; Node's display(); several
+//! independent interpreters per session (create, list, restart, remove, a cap); a
+//! persistent bash (cwd, variables, functions, exit status, interrupt); a reply forged by
+//! bash-run code is not taken; results count against the output limit; bad input is a
+//! one-line error.
+
+#[macro_use]
+mod common;
+
+use common::serve::{Server, exchange};
+use common::*;
+use serde_json::{Value, json};
+
+both_modes!(
+    a_matplotlib_figure_comes_back_as_png,
+    display_gives_mime_bundles,
+    node_display_and_final_value,
+    contexts_are_independent_interpreters,
+    contexts_are_capped_and_checked,
+    a_bash_context_keeps_its_state,
+    a_bash_cell_is_interrupted_at_its_time_limit,
+    a_forged_reply_from_bash_is_not_taken,
+    results_count_against_the_output_limit,
+);
+
+fn ask(server: &Server, mut message: Value) -> Value {
+    message["brig"] = json!(1);
+    exchange(&server.socket, message.to_string().as_bytes(), &[])
+}
+
+fn create(server: &Server) -> String {
+    let reply = ask(server, json!({"type": "session_create"}));
+    assert_eq!(reply["type"], "session", "{reply}");
+    reply["session"].as_str().expect("an id").to_string()
+}
+
+fn cell(server: &Server, id: &str, code: &str, extra: Value) -> Value {
+    let mut message = json!({"type": "session_exec", "session": id, "code": code});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let reply = ask(server, message);
+    assert_eq!(reply["type"], "exec", "{reply}");
+    reply
+}
+
+fn context(server: &Server, id: &str, action: &str, extra: Value) -> Value {
+    let mut message = json!({"type": "session_context", "session": id, "action": action});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    ask(server, message)
+}
+
+fn close(server: &Server, id: &str) {
+    let reply = ask(server, json!({"type": "session_close", "session": id}));
+    assert_eq!(reply["type"], "closed", "{reply}");
+}
+
+fn assert_error(reply: &Value, needle: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert_eq!(reply["kind"], "bad_input", "{reply}");
+    assert_eq!(reply["exit_code"], 125, "{reply}");
+}
+
+fn results(reply: &Value) -> &Vec<Value> {
+    reply["results"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no results: {reply}"))
+}
+
+/// A PNG's width and height from its IHDR chunk, after checking its signature.
+fn png_size(base64_png: &str) -> (u32, u32) {
+    use base64::Engine;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(base64_png)
+        .expect("base64");
+    assert!(png.len() > 24, "{} bytes", png.len());
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG signature");
+    assert_eq!(&png[12..16], b"IHDR");
+    let word = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (word(16), word(20))
+}
+
+fn has_matplotlib() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import matplotlib"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
+    if !require(
+        "python3's matplotlib",
+        "apt-get install python3-matplotlib",
+        has_matplotlib(),
+    ) {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    // Open at the end of the cell, never saved: it comes back, 640x480 at 100 dpi.
+    let drawn = cell(
+        &server,
+        &id,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('t')\nNone",
+        json!({}),
+    );
+    assert_eq!(drawn["verdict"]["status"], "ok", "{drawn}");
+    let figures = results(&drawn);
+    assert_eq!(figures.len(), 1, "{drawn}");
+    assert_eq!(figures[0]["is_main_result"], false, "{drawn}");
+    assert_eq!(
+        png_size(figures[0]["image/png"].as_str().unwrap()),
+        (640, 480)
+    );
+    assert!(figures[0]["text/plain"].as_str().unwrap().contains("Figure"));
+    // Closed once shown: the next cell has none; plt.show() twice gives two figures.
+    let after = cell(&server, &id, "len(plt.get_fignums())", json!({}));
+    assert_eq!(after["result"], "0", "{after}");
+    let shown = cell(
+        &server,
+        &id,
+        "for size in (2, 3):\n    plt.figure(figsize=(size, 1))\n    plt.plot([1, 2])\n    plt.show()",
+        json!({}),
+    );
+    let sizes: Vec<(u32, u32)> = results(&shown)
+        .iter()
+        .map(|bundle| png_size(bundle["image/png"].as_str().unwrap()))
+        .collect();
+    assert_eq!(sizes, [(200, 100), (300, 100)], "{shown}");
+    assert_eq!(shown["stderr"], "", "{shown}");
+    // A figure as the final value is the main result, and comes back once.
+    let value = cell(&server, &id, "plt.figure(figsize=(1, 1))", json!({}));
+    let bundles = results(&value);
+    assert_eq!(bundles.len(), 1, "{value}");
+    assert_eq!(bundles[0]["is_main_result"], true, "{value}");
+    assert_eq!(png_size(bundles[0]["image/png"].as_str().unwrap()), (100, 100));
+    close(&server, &id);
+}
+
+fn display_gives_mime_bundles(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let code = r#"
+class Page:
+    def _repr_html_(self):
+        return "<b>bold</b>"
+    def _repr_markdown_(self):
+        return "**bold**"
+class Picture:
+    def _repr_svg_(self):
+        return "<svg xmlns='http://www.w3.org/2000/svg'/>"
+class Both:
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": "<i>x</i>", "application/json": {"a": [1, 2]}}
+class Broken:
+    def _repr_html_(self):
+        raise RuntimeError("no")
+display(Page(), Picture())
+display(Both())
+display(Broken())
+display({"k": [1, None]})
+print("printed")
+{"answer": 42}
+"#;
+    let reply = cell(&server, &id, code, json!({}));
+    assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
+    assert_eq!(reply["stdout"], "printed\n", "{reply}");
+    let bundles = results(&reply);
+    assert_eq!(bundles.len(), 6, "{reply}");
+    assert_eq!(bundles[0]["text/html"], "<b>bold</b>");
+    assert_eq!(bundles[0]["text/markdown"], "**bold**");
+    assert!(bundles[0]["text/plain"].as_str().unwrap().contains("Page object"));
+    assert_eq!(bundles[1]["image/svg+xml"], "<svg xmlns='http://www.w3.org/2000/svg'/>");
+    assert_eq!(bundles[2]["text/html"], "<i>x</i>");
+    assert_eq!(bundles[2]["application/json"], json!({"a": [1, 2]}));
+    // A failing _repr_html_ adds nothing; the repr is still there.
+    assert!(bundles[3].get("text/html").is_none(), "{reply}");
+    assert!(bundles[3]["text/plain"].as_str().unwrap().contains("Broken"));
+    assert_eq!(bundles[4]["application/json"], json!({"k": [1, null]}));
+    for bundle in &bundles[..5] {
+        assert_eq!(bundle["is_main_result"], false, "{reply}");
+    }
+    // The final value: its bundle, the main result; `result` as before.
+    assert_eq!(bundles[5]["is_main_result"], true);
+    assert_eq!(bundles[5]["text/plain"], "{'answer': 42}");
+    assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
+    assert_eq!(reply["result"], "{'answer': 42}");
+    // A statement last: no main result, no results at all.
+    let quiet = cell(&server, &id, "x = 1", json!({}));
+    assert_eq!(quiet["results"], json!([]), "{quiet}");
+    // An error: what was displayed before it still comes back.
+    let failed = cell(&server, &id, "display(1)\n1 / 0", json!({}));
+    assert_eq!(failed["error"]["type"], "ZeroDivisionError", "{failed}");
+    assert_eq!(results(&failed).len(), 1, "{failed}");
+    assert_eq!(results(&failed)[0]["text/plain"], "1");
+    close(&server, &id);
+}
+
+fn node_display_and_final_value(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let node = json!({"language": "node"});
+    let code = r#"
+display({ 'text/html': '<p>hi</p>', 'text/plain': 'hi' });
+display({ _repr_html_() { return '<em>x</em>'; }, _repr_markdown_: () => '*x*' });
+display([1, 2]);
+({ a: 1, b: [true, null] })
+"#;
+    let reply = cell(&server, &id, code, node.clone());
+    assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
+    let bundles = results(&reply);
+    assert_eq!(bundles.len(), 4, "{reply}");
+    assert_eq!(bundles[0]["text/html"], "<p>hi</p>");
+    assert_eq!(bundles[0]["text/plain"], "hi");
+    assert_eq!(bundles[1]["text/html"], "<em>x</em>");
+    assert_eq!(bundles[1]["text/markdown"], "*x*");
+    assert_eq!(bundles[2]["application/json"], json!([1, 2]));
+    assert_eq!(bundles[3]["is_main_result"], true);
+    assert_eq!(bundles[3]["application/json"], json!({"a": 1, "b": [true, null]}));
+    assert_eq!(bundles[3]["text/plain"], reply["result"]);
+    // A value JSON cannot hold: text only.
+    let function = cell(&server, &id, "(function f() {})", node);
+    let bundles = results(&function);
+    assert_eq!(bundles.len(), 1, "{function}");
+    assert!(bundles[0].get("application/json").is_none(), "{function}");
+    assert_eq!(bundles[0]["text/plain"], "[Function: f]");
+    close(&server, &id);
+}
+
+fn contexts_are_independent_interpreters(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let one = context(&server, &id, "create", json!({"language": "python"}));
+    assert_eq!(one["type"], "context", "{one}");
+    let one = one["context"]["id"].as_str().unwrap().to_string();
+    let two = context(&server, &id, "create", json!({"cwd": "/tmp"}));
+    assert_eq!(two["context"]["cwd"], "/tmp", "{two}");
+    let two = two["context"]["id"].as_str().unwrap().to_string();
+    assert_ne!(one, two);
+    cell(&server, &id, "x = 'one'", json!({"context": one}));
+    cell(&server, &id, "x = 'two'", json!({"context": two}));
+    cell(&server, &id, "x = 'default'", json!({}));
+    for (at, expected) in [(Some(&one), "'one'"), (Some(&two), "'two'"), (None, "'default'")] {
+        let extra = at.map_or(json!({}), |at| json!({"context": at}));
+        let reply = cell(&server, &id, "x", extra);
+        assert_eq!(reply["result"], expected, "{reply}");
+        assert_eq!(reply["verdict"]["context"], reply["context"], "{reply}");
+    }
+    // Each its own process, in its own working directory.
+    let pid = |at: &str| cell(&server, &id, "import os; os.getpid()", json!({"context": at}))["result"].clone();
+    assert_ne!(pid(&one), pid(&two));
+    let cwd = cell(&server, &id, "os.getcwd()", json!({"context": two}));
+    assert_eq!(cwd["result"], "'/tmp'", "{cwd}");
+    // Listed: the default context that runs, and both created ones.
+    let listed = context(&server, &id, "list", json!({}));
+    let ids: Vec<&str> = listed["contexts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|context| context["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["python", one.as_str(), two.as_str()], "{listed}");
+    // Restart: a fresh interpreter; the other contexts keep theirs.
+    let restarted = context(&server, &id, "restart", json!({"context": one}));
+    assert_eq!(restarted["type"], "context", "{restarted}");
+    let gone = cell(&server, &id, "x", json!({"context": one}));
+    assert_eq!(gone["error"]["type"], "NameError", "{gone}");
+    assert_eq!(cell(&server, &id, "x", json!({"context": two}))["result"], "'two'");
+    // Remove: the context is gone, its cells are refused.
+    let removed = context(&server, &id, "remove", json!({"context": one}));
+    assert_eq!(removed["type"], "context_removed", "{removed}");
+    let refused = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "x", "context": one}),
+    );
+    assert_error(&refused, "no context");
+    assert_eq!(cell(&server, &id, "x", json!({"context": two}))["result"], "'two'");
+    close(&server, &id);
+}
+
+fn contexts_are_capped_and_checked(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0", "--max-memory", "4G"]);
+    let reply = ask(
+        &server,
+        json!({"type": "session_create", "options": {"pids": 512, "memory": "3G"}}),
+    );
+    let id = reply["session"].as_str().unwrap_or_else(|| panic!("{reply}")).to_string();
+    // Bash contexts are the lightest interpreter to start 16 of.
+    for _ in 0..16 {
+        let made = context(&server, &id, "create", json!({"language": "bash"}));
+        assert_eq!(made["type"], "context", "{made}");
+    }
+    let refused = context(&server, &id, "create", json!({"language": "bash"}));
+    assert_error(&refused, "16 contexts");
+    // Bad input: each a one-line error naming the field, the session goes on.
+    let mismatch = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "1", "language": "python", "context": "ctx-1"}),
+    );
+    assert_error(&mismatch, "language: context \"ctx-1\" runs bash, not python");
+    let unknown = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "1", "context": "ctx-99"}),
+    );
+    assert_error(&unknown, "context: no context \"ctx-99\"");
+    assert_error(&context(&server, &id, "restart", json!({})), "needs \"context\"");
+    assert_error(&context(&server, &id, "remove", json!({"context": "nope"})), "no context");
+    assert_error(
+        &context(&server, &id, "create", json!({"cwd": "relative"})),
+        "cwd",
+    );
+    let nul = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "echo a\u{0}b", "context": "ctx-1"}),
+    );
+    assert_error(&nul, "NUL");
+    let bad_action = context(&server, &id, "explode", json!({}));
+    assert_eq!(bad_action["type"], "error", "{bad_action}");
+    assert_eq!(bad_action["exit_code"], 125, "{bad_action}");
+    // After a removal there is room for one more.
+    let removed = context(&server, &id, "remove", json!({"context": "ctx-3"}));
+    assert_eq!(removed["type"], "context_removed", "{removed}");
+    let made = context(&server, &id, "create", json!({"language": "bash"}));
+    assert_eq!(made["context"]["id"], "ctx-17", "{made}");
+    let ok = cell(&server, &id, "echo fine", json!({"context": "ctx-17"}));
+    assert_eq!(ok["stdout"], "fine\n", "{ok}");
+    close(&server, &id);
+}
+
+fn a_bash_context_keeps_its_state(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let bash = json!({"language": "bash"});
+    let first = cell(
+        &server,
+        &id,
+        "cd /tmp && mkdir -p here && cd here\nname=world\nexport SHOUT=loud\ngreet() { echo \"hello $1\"; }\necho started",
+        bash.clone(),
+    );
+    assert_eq!(first["verdict"]["status"], "ok", "{first}");
+    assert_eq!(first["stdout"], "started\n", "{first}");
+    assert_eq!(first["context"], "bash", "{first}");
+    let second = cell(
+        &server,
+        &id,
+        "pwd; greet \"$name\"; sh -c 'echo $SHOUT'; echo oops >&2",
+        bash.clone(),
+    );
+    assert_eq!(second["stdout"], "/tmp/here\nhello world\nloud\n", "{second}");
+    assert_eq!(second["stderr"], "oops\n", "{second}");
+    // The status of the cell's last command is the verdict's exit code.
+    let failed = cell(&server, &id, "true; (exit 3)", bash.clone());
+    assert_eq!(failed["verdict"]["status"], "nonzero_exit", "{failed}");
+    assert_eq!(failed["verdict"]["exit_code"], 3, "{failed}");
+    assert_eq!(failed["error"], Value::Null, "{failed}");
+    let not_found = cell(&server, &id, "no-such-command-here", bash.clone());
+    assert_eq!(not_found["verdict"]["exit_code"], 127, "{not_found}");
+    // `exit` ends the shell: the next cell runs in a fresh one.
+    let exited = cell(&server, &id, "exit 4", bash.clone());
+    assert_eq!(exited["state_lost"], true, "{exited}");
+    let fresh = cell(&server, &id, "echo \"[$name]\"", bash);
+    assert_eq!(fresh["stdout"], "[]\n", "{fresh}");
+    assert_eq!(fresh["state_lost"], false, "{fresh}");
+    close(&server, &id);
+}
+
+fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let bash = json!({"language": "bash"});
+    cell(&server, &id, "kept=yes; cd /tmp", bash.clone());
+    let limited = json!({"language": "bash", "time_limit": "1s"});
+    // A command the cell waits for, then a loop in the shell itself.
+    for code in ["sleep 60; echo not-reached", "while :; do :; done; echo not-reached"] {
+        let cut = cell(&server, &id, code, limited.clone());
+        assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
+        assert_eq!(cut["verdict"]["brig_exit_code"], 124, "{cut}");
+        assert_eq!(cut["state_lost"], false, "{cut}");
+        assert!(!cut["stdout"].as_str().unwrap().contains("not-reached"), "{cut}");
+        let after = cell(&server, &id, "echo $kept $PWD", bash.clone());
+        assert_eq!(after["stdout"], "yes /tmp\n", "{after}");
+    }
+    close(&server, &id);
+}
+
+/// Bash-run code writes a well-formed reply on every socket the shell holds (its copy of
+/// the control socket, moved off descriptor 3 for the cell) and runs on: the reply is not
+/// taken, since the kernel does not show the shell back in its read of descriptor 3.
+fn a_forged_reply_from_bash_is_not_taken(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    let bash = json!({"language": "bash"});
+    cell(&server, &id, "kept=yes", bash.clone());
+    let forge = r#"
+for fd in /proc/$$/fd/*; do
+  case "$(readlink "$fd")" in socket:*) printf '{"id":2,"exit_code":0}\n' >&"${fd##*/}" && echo forged ;; esac
+done
+sleep 60
+"#;
+    let forged = cell(&server, &id, forge, json!({"language": "bash", "time_limit": "1s"}));
+    assert_eq!(forged["stdout"], "forged\n", "{forged}");
+    assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let reason = forged["state_lost_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("did not go back to waiting"), "{forged}");
+    // A child of the cell holds no descriptor of the socket to forge with.
+    let child = cell(
+        &server,
+        &id,
+        "sh -c 'for fd in /proc/self/fd/*; do readlink $fd; done' | grep -c socket",
+        bash.clone(),
+    );
+    assert_eq!(child["stdout"], "0\n", "{child}");
+    let after = cell(&server, &id, "echo \"[$kept]\"", bash);
+    assert_eq!(after["stdout"], "[]\n", "{after}");
+    close(&server, &id);
+}
+
+fn results_count_against_the_output_limit(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
+    // 3 results of 40 kB: two fit in 100 kB, the third is dropped with a clear error.
+    let code = "for _ in range(3):\n    display({'text/html': 'x' * 40000}, raw=True)";
+    let reply = cell(&server, &id, code, json!({"output_limit": "100K"}));
+    assert_eq!(reply["verdict"]["status"], "output_limit", "{reply}");
+    assert_eq!(results(&reply).len(), 2, "{reply}");
+    assert_eq!(reply["error"]["type"], "OutputLimit", "{reply}");
+    assert!(
+        reply["error"]["message"].as_str().unwrap().contains("1 result(s) of the cell were dropped"),
+        "{reply}"
+    );
+    assert_eq!(reply["state_lost"], false, "{reply}");
+    // Output first: 90 kB printed leaves no room for a 40 kB result.
+    let printed = cell(
+        &server,
+        &id,
+        "print('y' * 90000)\ndisplay({'text/html': 'x' * 40000}, raw=True)",
+        json!({"output_limit": "100K"}),
+    );
+    assert_eq!(printed["verdict"]["status"], "output_limit", "{printed}");
+    assert_eq!(printed["results"], json!([]), "{printed}");
+    // Results past the interpreter's own bound (16 MiB) are dropped there, bounded.
+    let huge = cell(
+        &server,
+        &id,
+        "for _ in range(5):\n    display({'text/html': 'x' * (4 << 20)}, raw=True)",
+        json!({"output_limit": "8M"}),
+    );
+    assert_eq!(huge["verdict"]["status"], "output_limit", "{huge}");
+    assert_eq!(results(&huge).len(), 1, "{huge}");
+    assert_eq!(huge["state_lost"], false, "{huge}");
+    assert_eq!(cell(&server, &id, "1 + 1", json!({}))["result"], "2");
+    close(&server, &id);
+}
