@@ -88,7 +88,8 @@ fn png_size(base64_png: &str) -> (u32, u32) {
 }
 
 fn has_matplotlib() -> bool {
-    std::process::Command::new("python3")
+    // The jail's python3 is the system's.
+    std::process::Command::new("/usr/bin/python3")
         .args(["-c", "import matplotlib"])
         .stderr(std::process::Stdio::null())
         .status()
@@ -290,12 +291,8 @@ fn contexts_are_independent_interpreters(mode: Mode) {
 }
 
 fn contexts_are_capped_and_checked(mode: Mode) {
-    let server = Server::start(mode, &["--pool", "0", "--max-memory", "4G"]);
-    let reply = ask(
-        &server,
-        json!({"type": "session_create", "options": {"pids": 512, "memory": "3G"}}),
-    );
-    let id = reply["session"].as_str().unwrap_or_else(|| panic!("{reply}")).to_string();
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server);
     // Bash contexts are the lightest interpreter to start 16 of.
     for _ in 0..16 {
         let made = context(&server, &id, "create", json!({"language": "bash"}));
@@ -316,6 +313,8 @@ fn contexts_are_capped_and_checked(mode: Mode) {
     assert_error(&unknown, "context: no context \"ctx-99\"");
     assert_error(&context(&server, &id, "restart", json!({})), "needs \"context\"");
     assert_error(&context(&server, &id, "remove", json!({"context": "nope"})), "no context");
+    let removed = context(&server, &id, "remove", json!({"context": "ctx-2"}));
+    assert_eq!(removed["type"], "context_removed", "{removed}");
     assert_error(
         &context(&server, &id, "create", json!({"cwd": "relative"})),
         "cwd",
@@ -328,11 +327,15 @@ fn contexts_are_capped_and_checked(mode: Mode) {
     let bad_action = context(&server, &id, "explode", json!({}));
     assert_eq!(bad_action["type"], "error", "{bad_action}");
     assert_eq!(bad_action["exit_code"], 125, "{bad_action}");
-    // After a removal there is room for one more.
+    // After two removals there is room for two more.
     let removed = context(&server, &id, "remove", json!({"context": "ctx-3"}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
     let made = context(&server, &id, "create", json!({"language": "bash"}));
     assert_eq!(made["context"]["id"], "ctx-17", "{made}");
+    let last = context(&server, &id, "create", json!({"language": "bash"}));
+    assert_eq!(last["context"]["id"], "ctx-18", "{last}");
+    let full = context(&server, &id, "create", json!({"language": "bash"}));
+    assert_error(&full, "16 contexts");
     let ok = cell(&server, &id, "echo fine", json!({"context": "ctx-17"}));
     assert_eq!(ok["stdout"], "fine\n", "{ok}");
     close(&server, &id);
@@ -429,7 +432,11 @@ sleep 60
 
 fn results_count_against_the_output_limit(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let reply = ask(
+        &server,
+        json!({"type": "session_create", "options": {"output-limit": "8M"}}),
+    );
+    let id = reply["session"].as_str().unwrap_or_else(|| panic!("{reply}")).to_string();
     // 3 results of 40 kB: two fit in 100 kB, the third is dropped with a clear error.
     let code = "for _ in range(3):\n    display({'text/html': 'x' * 40000}, raw=True)";
     let reply = cell(&server, &id, code, json!({"output_limit": "100K"}));

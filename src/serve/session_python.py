@@ -228,6 +228,12 @@ class PyplotHook:
 def setup_rich_outputs():
     # No display in a jail: matplotlib draws with Agg unless the session chose a backend.
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # Debian's matplotlib looks for its matplotlibrc in /etc, which a jail's /etc does not
+    # have; the package's own copy is the same file.
+    packaged = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+    if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") \
+            and os.path.exists(packaged):
+        os.environ["MATPLOTLIBRC"] = packaged
     sys.meta_path.insert(0, PyplotHook())
     builtins.display = display
 
@@ -278,6 +284,8 @@ def execute(code, namespace):
                 # Figures first (as a notebook shows them), then the value, closing a
                 # figure that is the value.
                 main = None if value is None else bundle(value)
+                if is_figure(value) and "matplotlib.pyplot" in sys.modules:
+                    sys.modules["matplotlib.pyplot"].close(value)
                 show_figures()
                 if value is not None:
                     namespace["_"] = value
