@@ -23,6 +23,8 @@ both_modes!(
     a_bash_cell_is_interrupted_at_its_time_limit,
     a_forged_reply_from_bash_is_not_taken,
     results_count_against_the_output_limit,
+    python_client_rich_outputs_and_contexts,
+    node_client_rich_outputs_and_contexts,
 );
 
 fn ask(server: &Server, mut message: Value) -> Value {
@@ -469,4 +471,136 @@ fn results_count_against_the_output_limit(mode: Mode) {
     assert_eq!(huge["state_lost"], false, "{huge}");
     assert_eq!(cell(&server, &id, "1 + 1", json!({}))["result"], "2");
     close(&server, &id);
+}
+
+/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
+fn client_copy(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("client-{name}"));
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(name);
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&source)
+        .arg(dir.path().join(name))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let readable = std::process::Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
+    assert!(readable.success());
+    dir
+}
+
+fn assert_lines(output: &std::process::Output, expected: &[&str]) {
+    let out = assert_success(output);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, expected, "{}", describe(output));
+}
+
+const PYTHON_CLIENT_SCRIPT: &str = r#"
+import json, sys
+import brig_client
+show = lambda *values: print(json.dumps(values))
+sb = brig_client.Sandbox(socket=sys.argv[1])
+ex = sb.run_code("display({'text/html': '<b>x</b>'}, raw=True)\nclass P:\n    def _repr_svg_(self):\n        return '<svg/>'\ndisplay(P())\n{'a': 1}")
+show(len(ex.results), ex.results[0].html, ex.results[1].svg, ex.results[2].is_main_result, ex.results[2].json, ex.text, ex.results[0].formats())
+ctx = sb.create_code_context("bash", cwd="/tmp")
+first = sb.run_code("v=1; pwd; cd /", context=ctx)
+second = sb.run_code("echo $v $PWD; (exit 5)", context=ctx.id)
+show(ctx.id, ctx.language, ctx.cwd, first.logs.stdout, second.stdout, second.verdict["exit_code"], second.context)
+py = sb.create_code_context()
+sb.run_code("y = 2", context=py)
+show([c.id for c in sb.list_code_contexts()])
+sb.restart_code_context(py)
+show(sb.run_code("y", context=py).error.type)
+sb.remove_code_context(py)
+try:
+    sb.run_code("1", context=py)
+except brig_client.BrigError as error:
+    show(error.kind, "no context" in error.message)
+sb.close()
+"#;
+
+fn python_client_rich_outputs_and_contexts(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", PYTHON_CLIENT_SCRIPT, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(
+        &output_of(command),
+        &[
+            r#"[3, "<b>x</b>", "<svg/>", true, {"a": 1}, "{'a': 1}", ["html"]]"#,
+            r#"["ctx-1", "bash", "/tmp", ["/tmp\n"], "1 /\n", 5, "ctx-1"]"#,
+            r#"[["python", "ctx-1", "ctx-2"]]"#,
+            r#"["NameError"]"#,
+            r#"["bad_input", true]"#,
+        ],
+    );
+}
+
+const NODE_CLIENT_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+const show = (...values) => console.log(JSON.stringify(values));
+(async () => {
+  const sb = await brig.Sandbox.create({ socket });
+  const ctx = await sb.createCodeContext({ language: "node" });
+  let ex = await sb.runCode("display({ 'text/markdown': '*t*' }); [1, 2]", { context: ctx });
+  show(ex.results.length, ex.results[0].markdown, ex.results[0].formats(), ex.results[1].isMainResult, ex.results[1].json, ex.text, ex.context);
+  const bash = await sb.createCodeContext({ language: "bash", cwd: "/tmp" });
+  await sb.runCode("cd /; w=2", { context: bash.id });
+  ex = await sb.runCode("echo $w $PWD", { context: bash });
+  show(bash.language, bash.cwd, ex.logs.stdout, ex.verdict.exit_code);
+  show((await sb.listCodeContexts()).map((c) => c.id));
+  await sb.runCode("let kept = 3", { context: ctx });
+  await sb.restartCodeContext(ctx);
+  ex = await sb.runCode("typeof kept", { context: ctx });
+  show(ex.result);
+  await sb.removeCodeContext(bash);
+  try {
+    await sb.runCode("echo", { context: bash });
+    show("still there");
+  } catch (error) {
+    show(error.kind, error.message.includes("no context"));
+  }
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn node_client_rich_outputs_and_contexts(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    let output = output_of(command_as(
+        mode,
+        interpreter("node"),
+        &[
+            "-e",
+            NODE_CLIENT_SCRIPT,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ],
+    ));
+    assert_lines(
+        &output,
+        &[
+            r#"[2,"*t*",["markdown"],true,[1,2],"[ 1, 2 ]","ctx-1"]"#,
+            r#"["bash","/tmp",["2 /\n"],0]"#,
+            r#"[["ctx-1","ctx-2"]]"#,
+            r#"["'undefined'"]"#,
+            r#"["bad_input",true]"#,
+        ],
+    );
 }

@@ -106,7 +106,8 @@
     return mimeValue('application/json', value);
   }
 
-  // obj's bundle: a plain object whose keys are all mime types is the bundle itself;
+  // obj's bundle: a plain object whose keys are all mime types is the bundle itself (as
+  // given: no text/plain added);
   // otherwise _repr_mimebundle_() and the _repr_*_ methods, text/plain (util.inspect),
   // and application/json for plain objects and arrays.
   function bundle(obj, json) {
@@ -114,10 +115,12 @@
     const isObject = obj !== null && typeof obj === 'object';
     const keys = isObject && Object.getPrototypeOf(obj) === Object.prototype ? Object.keys(obj) : [];
     if (keys.length > 0 && keys.every(isMime)) {
+      // Taken as given, as Python's display(bundle, raw=True).
       for (const key of keys) {
         const value = mimeValue(key, obj[key]);
         if (value !== undefined) data[key] = value;
       }
+      return data;
     } else if (obj !== null && obj !== undefined) {
       const given = typeof obj._repr_mimebundle_ === 'function' ? safeCall(obj, '_repr_mimebundle_') : undefined;
       for (const [key, value] of Object.entries(given && typeof given === 'object' ? given : {})) {
