@@ -25,6 +25,7 @@ both_modes!(
     results_count_against_the_output_limit,
     python_client_rich_outputs_and_contexts,
     node_client_rich_outputs_and_contexts,
+    the_command_line_shows_rich_results,
 );
 
 fn ask(server: &Server, mut message: Value) -> Value {
@@ -603,4 +604,58 @@ fn node_client_rich_outputs_and_contexts(mode: Mode) {
             r#"["bad_input",true]"#,
         ],
     );
+}
+
+/// `brig session exec --code` prints the text of what a cell displayed and writes its
+/// rich formats with --results-dir; `brig session context` manages contexts.
+fn the_command_line_shows_rich_results(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let dir = TempDir::new("session-rich-cli").writable_by_all();
+    let at = |args: &[&str], id: &str| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(&args[..1]);
+        all.extend_from_slice(&["--server", server.socket(), "--session", id]);
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    let id = assert_success(&created).trim().to_string();
+    let cell_file = dir.file(
+        "cell.py",
+        "display({'image/svg+xml': '<svg/>', 'text/plain': 'a picture'}, raw=True)\n{'n': 1}",
+    );
+    let results = dir.path().join("results");
+    let output = at(
+        &[
+            "exec",
+            "--code",
+            cell_file.to_str().unwrap(),
+            "--results-dir",
+            results.to_str().unwrap(),
+        ],
+        &id,
+    );
+    assert_eq!(assert_success(&output), "a picture\n{'n': 1}\n");
+    assert_eq!(std::fs::read_to_string(results.join("result-1.svg")).unwrap(), "<svg/>");
+    assert_eq!(std::fs::read_to_string(results.join("result-2.json")).unwrap(), r#"{"n":1}"#);
+    let made = at(&["context", "create", "--language", "bash", "--cwd", "/tmp"], &id);
+    let context = assert_success(&made).trim().to_string();
+    assert_eq!(context, "ctx-1");
+    let bash_file = dir.file("cell.sh", "pwd; exit_with() { return $1; }; exit_with 6");
+    let output = at(
+        &["exec", "--code", bash_file.to_str().unwrap(), "--context", &context],
+        &id,
+    );
+    assert_eq!(code(&output), 6, "{}", describe(&output));
+    assert_eq!(stdout(&output), "/tmp\n", "{}", describe(&output));
+    let listed = at(&["context", "list"], &id);
+    assert_eq!(assert_success(&listed), "python\tpython\t-\trunning\nctx-1\tbash\t/tmp\trunning\n");
+    assert_success(&at(&["context", "remove", "--context", "ctx-1"], &id));
+    let output = at(
+        &["exec", "--code", bash_file.to_str().unwrap(), "--context", "ctx-1"],
+        &id,
+    );
+    assert_eq!(code(&output), 125, "{}", describe(&output));
+    assert!(stderr(&output).contains("no context"), "{}", describe(&output));
+    assert_success(&at(&["close"], &id));
 }
