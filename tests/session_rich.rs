@@ -197,6 +197,10 @@ print("printed")
     assert_eq!(bundles[5]["text/plain"], "{'answer': 42}");
     assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
     assert_eq!(reply["result"], "{'answer': 42}");
+    // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
+    let odd = cell(&server, &id, "display({'text/html': 'a\\udc80b'}, raw=True)", json!({}));
+    assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
+    assert_eq!(odd["state_lost"], false, "{odd}");
     // A statement last: no main result, no results at all.
     let quiet = cell(&server, &id, "x = 1", json!({}));
     assert_eq!(quiet["results"], json!([]), "{quiet}");
@@ -233,6 +237,10 @@ display([1, 2]);
     assert_eq!(bundles[3]["is_main_result"], true);
     assert_eq!(bundles[3]["application/json"], json!({"a": 1, "b": [true, null]}));
     assert_eq!(bundles[3]["text/plain"], reply["result"]);
+    // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
+    let odd = cell(&server, &id, "display({ 'text/html': 'a\\udc80b' })", json!({"language": "node"}));
+    assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
+    assert_eq!(odd["state_lost"], false, "{odd}");
     // A value JSON cannot hold: text only.
     let function = cell(&server, &id, "(function f() {})", node);
     let bundles = results(&function);

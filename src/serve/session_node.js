@@ -151,8 +151,18 @@
     }
   }
 
+  // value with its strings made well-formed (see `clean`), keys and all.
+  function scrub(value) {
+    if (typeof value === 'string') return clean(value, Infinity);
+    if (Array.isArray(value)) return value.map(scrub);
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value).map(([key, item]) => [scrub(key), scrub(item)]));
+    }
+    return value;
+  }
+
   function addResult(data, main) {
-    const entry = { ...data, is_main_result: main };
+    const entry = { ...scrub(data), is_main_result: main };
     let size;
     try {
       size = Buffer.byteLength(JSON.stringify(entry));
@@ -357,9 +367,9 @@
   // one line of less than 1 MiB (brig takes a longer line for a broken protocol).
   const MAX_TEXT = 40000;
 
-  function clean(text) {
-    if (typeof text === 'string' && text.length > MAX_TEXT) {
-      text = `${text.slice(0, MAX_TEXT)}... [${text.length - MAX_TEXT} more characters]`;
+  function clean(text, most = MAX_TEXT) {
+    if (typeof text === 'string' && text.length > most) {
+      text = `${text.slice(0, most)}... [${text.length - most} more characters]`;
     }
     return typeof text === 'string'
       ? text.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`)

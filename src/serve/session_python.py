@@ -153,6 +153,18 @@ def bundle(obj):
     return data
 
 
+def scrub(value):
+    """value with its strings made UTF-8 (lone surrogates written out as \\udcXX text),
+    keys and all, so that the reply stays one valid line."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {scrub(str(key)): scrub(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(item) for item in value]
+    return value
+
+
 class Results:
     """The results of the running cell, in order, bounded (what passes MAX_RESULTS is
     dropped and counted)."""
@@ -166,7 +178,7 @@ class Results:
 
     @classmethod
     def add(cls, data, main=False):
-        data = dict(data, is_main_result=main)
+        data = dict(scrub(data), is_main_result=main)
         try:
             size = len(json.dumps(data, ensure_ascii=False).encode("utf-8", "backslashreplace"))
         except (TypeError, ValueError):
