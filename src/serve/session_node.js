@@ -363,8 +363,9 @@
   control.on('error', () => exit(0));
 
   // Lone surrogates are not UTF-8: written out as \udXXX text rather than breaking the reply.
-  // The most characters of a result, message or stack a reply carries: a reply must stay
-  // one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+  // The most characters of a result, message or stack a reply carries (and of a rich
+  // result's text/plain): with the results (at most MAX_RESULTS) a reply stays one line
+  // within the 17 MiB brig reads (a longer line breaks the protocol).
   const MAX_TEXT = 40000;
 
   function clean(text, most = MAX_TEXT) {

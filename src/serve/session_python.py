@@ -360,8 +360,9 @@ def describe(error):
     return {"type": type(error).__name__, "message": message, "traceback": text}
 
 
-# The most characters of a result, message or traceback a reply carries: a reply must
-# stay one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+# The most characters of a result, message or traceback a reply carries (and of a rich
+# result's text/plain): with the results (at most MAX_RESULTS) a reply stays one line
+# within the 17 MiB brig reads (a longer line breaks the protocol).
 MAX_TEXT = 40_000
 
 
