@@ -124,7 +124,12 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
         png_size(figures[0]["image/png"].as_str().unwrap()),
         (640, 480)
     );
-    assert!(figures[0]["text/plain"].as_str().unwrap().contains("Figure"));
+    assert!(
+        figures[0]["text/plain"]
+            .as_str()
+            .unwrap()
+            .contains("Figure")
+    );
     // Closed once shown: the next cell has none; plt.show() twice gives two figures.
     let after = cell(&server, &id, "len(plt.get_fignums())", json!({}));
     assert_eq!(after["result"], "0", "{after}");
@@ -145,7 +150,10 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
     let bundles = results(&value);
     assert_eq!(bundles.len(), 1, "{value}");
     assert_eq!(bundles[0]["is_main_result"], true, "{value}");
-    assert_eq!(png_size(bundles[0]["image/png"].as_str().unwrap()), (100, 100));
+    assert_eq!(
+        png_size(bundles[0]["image/png"].as_str().unwrap()),
+        (100, 100)
+    );
     close(&server, &id);
 }
 
@@ -181,13 +189,26 @@ print("printed")
     assert_eq!(bundles.len(), 6, "{reply}");
     assert_eq!(bundles[0]["text/html"], "<b>bold</b>");
     assert_eq!(bundles[0]["text/markdown"], "**bold**");
-    assert!(bundles[0]["text/plain"].as_str().unwrap().contains("Page object"));
-    assert_eq!(bundles[1]["image/svg+xml"], "<svg xmlns='http://www.w3.org/2000/svg'/>");
+    assert!(
+        bundles[0]["text/plain"]
+            .as_str()
+            .unwrap()
+            .contains("Page object")
+    );
+    assert_eq!(
+        bundles[1]["image/svg+xml"],
+        "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    );
     assert_eq!(bundles[2]["text/html"], "<i>x</i>");
     assert_eq!(bundles[2]["application/json"], json!({"a": [1, 2]}));
     // A failing _repr_html_ adds nothing; the repr is still there.
     assert!(bundles[3].get("text/html").is_none(), "{reply}");
-    assert!(bundles[3]["text/plain"].as_str().unwrap().contains("Broken"));
+    assert!(
+        bundles[3]["text/plain"]
+            .as_str()
+            .unwrap()
+            .contains("Broken")
+    );
     assert_eq!(bundles[4]["application/json"], json!({"k": [1, null]}));
     for bundle in &bundles[..5] {
         assert_eq!(bundle["is_main_result"], false, "{reply}");
@@ -198,7 +219,12 @@ print("printed")
     assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
     assert_eq!(reply["result"], "{'answer': 42}");
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
-    let odd = cell(&server, &id, "display({'text/html': 'a\\udc80b'}, raw=True)", json!({}));
+    let odd = cell(
+        &server,
+        &id,
+        "display({'text/html': 'a\\udc80b'}, raw=True)",
+        json!({}),
+    );
     assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
     assert_eq!(odd["state_lost"], false, "{odd}");
     // A statement last: no main result, no results at all.
@@ -235,10 +261,18 @@ display([1, 2]);
     assert_eq!(bundles[1]["text/markdown"], "*x*");
     assert_eq!(bundles[2]["application/json"], json!([1, 2]));
     assert_eq!(bundles[3]["is_main_result"], true);
-    assert_eq!(bundles[3]["application/json"], json!({"a": 1, "b": [true, null]}));
+    assert_eq!(
+        bundles[3]["application/json"],
+        json!({"a": 1, "b": [true, null]})
+    );
     assert_eq!(bundles[3]["text/plain"], reply["result"]);
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
-    let odd = cell(&server, &id, "display({ 'text/html': 'a\\udc80b' })", json!({"language": "node"}));
+    let odd = cell(
+        &server,
+        &id,
+        "display({ 'text/html': 'a\\udc80b' })",
+        json!({"language": "node"}),
+    );
     assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
     assert_eq!(odd["state_lost"], false, "{odd}");
     // A value JSON cannot hold: text only.
@@ -263,14 +297,26 @@ fn contexts_are_independent_interpreters(mode: Mode) {
     cell(&server, &id, "x = 'one'", json!({"context": one}));
     cell(&server, &id, "x = 'two'", json!({"context": two}));
     cell(&server, &id, "x = 'default'", json!({}));
-    for (at, expected) in [(Some(&one), "'one'"), (Some(&two), "'two'"), (None, "'default'")] {
+    for (at, expected) in [
+        (Some(&one), "'one'"),
+        (Some(&two), "'two'"),
+        (None, "'default'"),
+    ] {
         let extra = at.map_or(json!({}), |at| json!({"context": at}));
         let reply = cell(&server, &id, "x", extra);
         assert_eq!(reply["result"], expected, "{reply}");
         assert_eq!(reply["verdict"]["context"], reply["context"], "{reply}");
     }
     // Each its own process, in its own working directory.
-    let pid = |at: &str| cell(&server, &id, "import os; os.getpid()", json!({"context": at}))["result"].clone();
+    let pid = |at: &str| {
+        cell(
+            &server,
+            &id,
+            "import os; os.getpid()",
+            json!({"context": at}),
+        )["result"]
+            .clone()
+    };
     assert_ne!(pid(&one), pid(&two));
     let cwd = cell(&server, &id, "os.getcwd()", json!({"context": two}));
     assert_eq!(cwd["result"], "'/tmp'", "{cwd}");
@@ -288,7 +334,10 @@ fn contexts_are_independent_interpreters(mode: Mode) {
     assert_eq!(restarted["type"], "context", "{restarted}");
     let gone = cell(&server, &id, "x", json!({"context": one}));
     assert_eq!(gone["error"]["type"], "NameError", "{gone}");
-    assert_eq!(cell(&server, &id, "x", json!({"context": two}))["result"], "'two'");
+    assert_eq!(
+        cell(&server, &id, "x", json!({"context": two}))["result"],
+        "'two'"
+    );
     // Remove: the context is gone, its cells are refused.
     let removed = context(&server, &id, "remove", json!({"context": one}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
@@ -297,7 +346,10 @@ fn contexts_are_independent_interpreters(mode: Mode) {
         json!({"type": "session_exec", "session": id, "code": "x", "context": one}),
     );
     assert_error(&refused, "no context");
-    assert_eq!(cell(&server, &id, "x", json!({"context": two}))["result"], "'two'");
+    assert_eq!(
+        cell(&server, &id, "x", json!({"context": two}))["result"],
+        "'two'"
+    );
     close(&server, &id);
 }
 
@@ -316,14 +368,23 @@ fn contexts_are_capped_and_checked(mode: Mode) {
         &server,
         json!({"type": "session_exec", "session": id, "code": "1", "language": "python", "context": "ctx-1"}),
     );
-    assert_error(&mismatch, "language: context \"ctx-1\" runs bash, not python");
+    assert_error(
+        &mismatch,
+        "language: context \"ctx-1\" runs bash, not python",
+    );
     let unknown = ask(
         &server,
         json!({"type": "session_exec", "session": id, "code": "1", "context": "ctx-99"}),
     );
     assert_error(&unknown, "context: no context \"ctx-99\"");
-    assert_error(&context(&server, &id, "restart", json!({})), "needs \"context\"");
-    assert_error(&context(&server, &id, "remove", json!({"context": "nope"})), "no context");
+    assert_error(
+        &context(&server, &id, "restart", json!({})),
+        "needs \"context\"",
+    );
+    assert_error(
+        &context(&server, &id, "remove", json!({"context": "nope"})),
+        "no context",
+    );
     let removed = context(&server, &id, "remove", json!({"context": "ctx-2"}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
     assert_error(
@@ -371,7 +432,10 @@ fn a_bash_context_keeps_its_state(mode: Mode) {
         "pwd; greet \"$name\"; sh -c 'echo $SHOUT'; echo oops >&2",
         bash.clone(),
     );
-    assert_eq!(second["stdout"], "/tmp/here\nhello world\nloud\n", "{second}");
+    assert_eq!(
+        second["stdout"], "/tmp/here\nhello world\nloud\n",
+        "{second}"
+    );
     assert_eq!(second["stderr"], "oops\n", "{second}");
     // The status of the cell's last command is the verdict's exit code.
     let failed = cell(&server, &id, "true; (exit 3)", bash.clone());
@@ -396,12 +460,18 @@ fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
     cell(&server, &id, "kept=yes; cd /tmp", bash.clone());
     let limited = json!({"language": "bash", "time_limit": "1s"});
     // A command the cell waits for, then a loop in the shell itself.
-    for code in ["sleep 60; echo not-reached", "while :; do :; done; echo not-reached"] {
+    for code in [
+        "sleep 60; echo not-reached",
+        "while :; do :; done; echo not-reached",
+    ] {
         let cut = cell(&server, &id, code, limited.clone());
         assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
         assert_eq!(cut["verdict"]["brig_exit_code"], 124, "{cut}");
         assert_eq!(cut["state_lost"], false, "{cut}");
-        assert!(!cut["stdout"].as_str().unwrap().contains("not-reached"), "{cut}");
+        assert!(
+            !cut["stdout"].as_str().unwrap().contains("not-reached"),
+            "{cut}"
+        );
         let after = cell(&server, &id, "echo $kept $PWD", bash.clone());
         assert_eq!(after["stdout"], "yes /tmp\n", "{after}");
     }
@@ -422,7 +492,12 @@ for fd in /proc/$$/fd/*; do
 done
 sleep 60
 "#;
-    let forged = cell(&server, &id, forge, json!({"language": "bash", "time_limit": "1s"}));
+    let forged = cell(
+        &server,
+        &id,
+        forge,
+        json!({"language": "bash", "time_limit": "1s"}),
+    );
     assert_eq!(forged["stdout"], "forged\n", "{forged}");
     assert_eq!(forged["verdict"]["status"], "timeout", "{forged}");
     assert_eq!(forged["state_lost"], true, "{forged}");
@@ -447,7 +522,10 @@ fn results_count_against_the_output_limit(mode: Mode) {
         &server,
         json!({"type": "session_create", "options": {"output-limit": "8M"}}),
     );
-    let id = reply["session"].as_str().unwrap_or_else(|| panic!("{reply}")).to_string();
+    let id = reply["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .to_string();
     // 3 results of 40 kB: two fit in 100 kB, the third is dropped with a clear error.
     let code = "for _ in range(3):\n    display({'text/html': 'x' * 40000}, raw=True)";
     let reply = cell(&server, &id, code, json!({"output_limit": "100K"}));
@@ -455,7 +533,10 @@ fn results_count_against_the_output_limit(mode: Mode) {
     assert_eq!(results(&reply).len(), 2, "{reply}");
     assert_eq!(reply["error"]["type"], "OutputLimit", "{reply}");
     assert!(
-        reply["error"]["message"].as_str().unwrap().contains("1 result(s) of the cell were dropped"),
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 result(s) of the cell were dropped"),
         "{reply}"
     );
     assert_eq!(reply["state_lost"], false, "{reply}");
@@ -644,26 +725,54 @@ fn the_command_line_shows_rich_results(mode: Mode) {
         &id,
     );
     assert_eq!(assert_success(&output), "a picture\n{'n': 1}\n");
-    assert_eq!(std::fs::read_to_string(results.join("result-1.svg")).unwrap(), "<svg/>");
-    assert_eq!(std::fs::read_to_string(results.join("result-2.json")).unwrap(), r#"{"n":1}"#);
-    let made = at(&["context", "create", "--language", "bash", "--cwd", "/tmp"], &id);
+    assert_eq!(
+        std::fs::read_to_string(results.join("result-1.svg")).unwrap(),
+        "<svg/>"
+    );
+    assert_eq!(
+        std::fs::read_to_string(results.join("result-2.json")).unwrap(),
+        r#"{"n":1}"#
+    );
+    let made = at(
+        &["context", "create", "--language", "bash", "--cwd", "/tmp"],
+        &id,
+    );
     let context = assert_success(&made).trim().to_string();
     assert_eq!(context, "ctx-1");
     let bash_file = dir.file("cell.sh", "pwd; exit_with() { return $1; }; exit_with 6");
     let output = at(
-        &["exec", "--code", bash_file.to_str().unwrap(), "--context", &context],
+        &[
+            "exec",
+            "--code",
+            bash_file.to_str().unwrap(),
+            "--context",
+            &context,
+        ],
         &id,
     );
     assert_eq!(code(&output), 6, "{}", describe(&output));
     assert_eq!(stdout(&output), "/tmp\n", "{}", describe(&output));
     let listed = at(&["context", "list"], &id);
-    assert_eq!(assert_success(&listed), "python\tpython\t-\trunning\nctx-1\tbash\t/tmp\trunning\n");
+    assert_eq!(
+        assert_success(&listed),
+        "python\tpython\t-\trunning\nctx-1\tbash\t/tmp\trunning\n"
+    );
     assert_success(&at(&["context", "remove", "--context", "ctx-1"], &id));
     let output = at(
-        &["exec", "--code", bash_file.to_str().unwrap(), "--context", "ctx-1"],
+        &[
+            "exec",
+            "--code",
+            bash_file.to_str().unwrap(),
+            "--context",
+            "ctx-1",
+        ],
         &id,
     );
     assert_eq!(code(&output), 125, "{}", describe(&output));
-    assert!(stderr(&output).contains("no context"), "{}", describe(&output));
+    assert!(
+        stderr(&output).contains("no context"),
+        "{}",
+        describe(&output)
+    );
     assert_success(&at(&["close"], &id));
 }

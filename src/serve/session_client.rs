@@ -347,8 +347,14 @@ fn exec(args: ExecArgs) -> Result<i32> {
     let mut stdout = std::io::stdout();
     let _ = stdout.write_all(reply["stdout"].as_str().unwrap_or_default().as_bytes());
     // What the cell displayed, as text (the final value's is `result`, below).
-    let results = reply["results"].as_array().map(Vec::as_slice).unwrap_or_default();
-    for shown in results.iter().filter(|bundle| bundle["is_main_result"] != true) {
+    let results = reply["results"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for shown in results
+        .iter()
+        .filter(|bundle| bundle["is_main_result"] != true)
+    {
         if let Some(text) = shown["text/plain"].as_str() {
             let _ = writeln!(stdout, "{text}");
         }
@@ -410,7 +416,10 @@ const RESULT_FILES: &[(&str, &str, bool)] = &[
 /// Writes each result's rich formats to DIR/result-N.EXT (N from 1, in the cell's order).
 fn write_results(dir: &Path, results: &[Value]) -> Result<()> {
     let failed = |path: &Path, err: &dyn std::fmt::Display| {
-        Error::input(format!("--results-dir {}: cannot write it: {err}", path.display()))
+        Error::input(format!(
+            "--results-dir {}: cannot write it: {err}",
+            path.display()
+        ))
     };
     std::fs::create_dir_all(dir).map_err(|err| failed(dir, &err))?;
     for (index, bundle) in results.iter().enumerate() {
@@ -420,7 +429,9 @@ fn write_results(dir: &Path, results: &[Value]) -> Result<()> {
                 (Value::String(text), true) => base64::engine::general_purpose::STANDARD
                     .decode(text)
                     .map_err(|err| {
-                        Error::setup(format!("brig serve sent a {mime} that is not base64: {err}"))
+                        Error::setup(format!(
+                            "brig serve sent a {mime} that is not base64: {err}"
+                        ))
                     })?,
                 (Value::String(text), false) => text.clone().into_bytes(),
                 (value, _) => value.to_string().into_bytes(),
@@ -473,7 +484,11 @@ fn contexts(
                 field("id"),
                 field("language"),
                 field("cwd"),
-                if context["running"] == true { "running" } else { "stopped" }
+                if context["running"] == true {
+                    "running"
+                } else {
+                    "stopped"
+                }
             ),
         };
     }

@@ -229,7 +229,9 @@ impl Session<'_> {
                 let target = self.target(Some(&id), None, "")?;
                 self.stop_interpreter(&id);
                 self.interpreter(&target)?;
-                Ok(json!({"type": "context", "context": describe(&id, target.language, target.cwd.as_ref(), true)}))
+                Ok(
+                    json!({"type": "context", "context": describe(&id, target.language, target.cwd.as_ref(), true)}),
+                )
             }
             ContextAction::Remove => {
                 let id = named("remove")?;
@@ -266,8 +268,13 @@ impl Session<'_> {
         // Started now: a context that cannot run (no such interpreter, a cwd that is not
         // there) is refused at once.
         self.interpreter(&target)?;
-        self.contexts
-            .insert(id.clone(), Context { language, cwd: cwd.clone() });
+        self.contexts.insert(
+            id.clone(),
+            Context {
+                language,
+                cwd: cwd.clone(),
+            },
+        );
         Ok(json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)}))
     }
 
