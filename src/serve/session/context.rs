@@ -285,3 +285,72 @@ impl Session<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(value: Value) -> Map<String, Value> {
+        value.as_object().expect("an object").clone()
+    }
+
+    #[test]
+    fn bundles_hold_mime_types_and_their_data_only() {
+        let fine = [
+            json!({"text/plain": "1", "is_main_result": true}),
+            json!({"image/png": "iVBOR", "text/html": "<b>"}),
+            json!({"application/json": {"a": [1, null]}, "application/vnd.x+json": 3}),
+            json!({}),
+        ];
+        for value in fine {
+            assert_eq!(check_bundle(&bundle(value.clone())), Ok(()), "{value}");
+        }
+        let broken = [
+            json!({"is_main_result": "yes"}),
+            json!({"text/plain": 1}),
+            json!({"image/png": {"not": "text"}}),
+            json!({"plain": "no slash"}),
+            json!({"/html": "no type"}),
+            json!({"text/": "no subtype"}),
+            json!({"text/pl ain": "a space"}),
+            json!({"text/\"x": "a quote"}),
+            json!({"cpu_user_ms": 0}),
+        ];
+        for value in broken {
+            assert!(check_bundle(&bundle(value.clone())).is_err(), "{value}");
+        }
+        let long = format!("text/{}", "x".repeat(200));
+        assert!(check_bundle(&bundle(json!({long: "x"}))).is_err());
+    }
+
+    #[test]
+    fn results_are_kept_in_order_while_they_fit() {
+        let three: Vec<_> = (0..3)
+            .map(|index| bundle(json!({"text/plain": "x".repeat(10 + index)})))
+            .collect();
+        let size = |kept: &[Map<String, Value>]| serde_json::to_vec(kept).unwrap().len() as u64;
+        let (kept, dropped) = keep_results(three.clone(), u64::MAX, 0);
+        assert_eq!((kept.len(), dropped), (3, 0));
+        // Room for the first only: the rest are dropped, a later smaller one too (order).
+        let first = size(&three[..1]) - 2;
+        let (kept, dropped) = keep_results(three.clone(), first, 0);
+        assert_eq!((kept.len(), dropped), (1, 2));
+        let (kept, dropped) = keep_results(three.clone(), 0, 0);
+        assert_eq!((kept.len(), dropped), (0, 3));
+        // Once the interpreter dropped some, what follows is not taken out of order.
+        let (kept, dropped) = keep_results(three, u64::MAX, 4);
+        assert_eq!((kept.len(), dropped), (3, 4));
+    }
+
+    #[test]
+    fn bash_requests_end_with_a_nul_and_the_others_are_json_lines() {
+        assert_eq!(
+            request_line(Language::Bash, 7, "echo hi\n"),
+            b"7\necho hi\n\0"
+        );
+        let line = request_line(Language::Python, 7, "a\nb");
+        assert_eq!(line.last(), Some(&b'\n'));
+        let parsed: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(parsed, json!({"id": 7, "code": "a\nb"}));
+    }
+}
