@@ -9,7 +9,8 @@
 #[macro_use]
 mod common;
 
-use common::serve::{Server, exchange};
+use common::serve::Server;
+use common::session::*;
 use common::*;
 use serde_json::{Value, json};
 
@@ -28,47 +29,9 @@ both_modes!(
     the_command_line_shows_rich_results,
 );
 
-fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
-
-fn create(server: &Server) -> String {
-    let reply = ask(server, json!({"type": "session_create"}));
-    assert_eq!(reply["type"], "session", "{reply}");
-    reply["session"].as_str().expect("an id").to_string()
-}
-
-fn cell(server: &Server, id: &str, code: &str, extra: Value) -> Value {
-    let mut message = json!({"type": "session_exec", "session": id, "code": code});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
-    assert_eq!(reply["type"], "exec", "{reply}");
-    reply
-}
-
 fn context(server: &Server, id: &str, action: &str, extra: Value) -> Value {
-    let mut message = json!({"type": "session_context", "session": id, "action": action});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    ask(server, message)
-}
-
-fn close(server: &Server, id: &str) {
-    let reply = ask(server, json!({"type": "session_close", "session": id}));
-    assert_eq!(reply["type"], "closed", "{reply}");
-}
-
-fn assert_error(reply: &Value, needle: &str) {
-    assert_eq!(reply["type"], "error", "{reply}");
-    let message = reply["message"].as_str().unwrap();
-    assert!(message.contains(needle), "{needle:?} not in {message:?}");
-    assert!(!message.contains('\n'), "{message:?}");
-    assert_eq!(reply["kind"], "bad_input", "{reply}");
-    assert_eq!(reply["exit_code"], 125, "{reply}");
+    let message = json!({"type": "session_context", "session": id, "action": action});
+    ask(server, with(message, extra))
 }
 
 fn results(reply: &Value) -> &Vec<Value> {
@@ -108,9 +71,9 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
         return;
     }
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     // Open at the end of the cell, never saved: it comes back, 640x480 at 100 dpi.
-    let drawn = cell(
+    let drawn = code_cell(
         &server,
         &id,
         "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('t')\nNone",
@@ -131,9 +94,9 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
             .contains("Figure")
     );
     // Closed once shown: the next cell has none; plt.show() twice gives two figures.
-    let after = cell(&server, &id, "len(plt.get_fignums())", json!({}));
+    let after = code_cell(&server, &id, "len(plt.get_fignums())", json!({}));
     assert_eq!(after["result"], "0", "{after}");
-    let shown = cell(
+    let shown = code_cell(
         &server,
         &id,
         "for size in (2, 3):\n    plt.figure(figsize=(size, 1))\n    plt.plot([1, 2])\n    plt.show()",
@@ -146,7 +109,7 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
     assert_eq!(sizes, [(200, 100), (300, 100)], "{shown}");
     assert_eq!(shown["stderr"], "", "{shown}");
     // A figure as the final value is the main result, and comes back once.
-    let value = cell(&server, &id, "plt.figure(figsize=(1, 1))", json!({}));
+    let value = code_cell(&server, &id, "plt.figure(figsize=(1, 1))", json!({}));
     let bundles = results(&value);
     assert_eq!(bundles.len(), 1, "{value}");
     assert_eq!(bundles[0]["is_main_result"], true, "{value}");
@@ -154,12 +117,12 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
         png_size(bundles[0]["image/png"].as_str().unwrap()),
         (100, 100)
     );
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn display_gives_mime_bundles(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let code = r#"
 class Page:
     def _repr_html_(self):
@@ -182,7 +145,7 @@ display({"k": [1, None]})
 print("printed")
 {"answer": 42}
 "#;
-    let reply = cell(&server, &id, code, json!({}));
+    let reply = code_cell(&server, &id, code, json!({}));
     assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
     assert_eq!(reply["stdout"], "printed\n", "{reply}");
     let bundles = results(&reply);
@@ -219,7 +182,7 @@ print("printed")
     assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
     assert_eq!(reply["result"], "{'answer': 42}");
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
-    let odd = cell(
+    let odd = code_cell(
         &server,
         &id,
         "display({'text/html': 'a\\udc80b'}, raw=True)",
@@ -228,14 +191,14 @@ print("printed")
     assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
     assert_eq!(odd["state_lost"], false, "{odd}");
     // A statement last: no main result, no results at all.
-    let quiet = cell(&server, &id, "x = 1", json!({}));
+    let quiet = code_cell(&server, &id, "x = 1", json!({}));
     assert_eq!(quiet["results"], json!([]), "{quiet}");
     // An error: what was displayed before it still comes back.
-    let failed = cell(&server, &id, "display(1)\n1 / 0", json!({}));
+    let failed = code_cell(&server, &id, "display(1)\n1 / 0", json!({}));
     assert_eq!(failed["error"]["type"], "ZeroDivisionError", "{failed}");
     assert_eq!(results(&failed).len(), 1, "{failed}");
     assert_eq!(results(&failed)[0]["text/plain"], "1");
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn node_display_and_final_value(mode: Mode) {
@@ -243,7 +206,7 @@ fn node_display_and_final_value(mode: Mode) {
         return;
     }
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let node = json!({"language": "node"});
     let code = r#"
 display({ 'text/html': '<p>hi</p>', 'text/plain': 'hi' });
@@ -251,7 +214,7 @@ display({ _repr_html_() { return '<em>x</em>'; }, _repr_markdown_: () => '*x*' }
 display([1, 2]);
 ({ a: 1, b: [true, null] })
 "#;
-    let reply = cell(&server, &id, code, node.clone());
+    let reply = code_cell(&server, &id, code, node.clone());
     assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
     let bundles = results(&reply);
     assert_eq!(bundles.len(), 4, "{reply}");
@@ -267,7 +230,7 @@ display([1, 2]);
     );
     assert_eq!(bundles[3]["text/plain"], reply["result"]);
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
-    let odd = cell(
+    let odd = code_cell(
         &server,
         &id,
         "display({ 'text/html': 'a\\udc80b' })",
@@ -276,17 +239,17 @@ display([1, 2]);
     assert_eq!(results(&odd)[0]["text/html"], "a\\udc80b", "{odd}");
     assert_eq!(odd["state_lost"], false, "{odd}");
     // A value JSON cannot hold: text only.
-    let function = cell(&server, &id, "(function f() {})", node);
+    let function = code_cell(&server, &id, "(function f() {})", node);
     let bundles = results(&function);
     assert_eq!(bundles.len(), 1, "{function}");
     assert!(bundles[0].get("application/json").is_none(), "{function}");
     assert_eq!(bundles[0]["text/plain"], "[Function: f]");
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn contexts_are_independent_interpreters(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let one = context(&server, &id, "create", json!({"language": "python"}));
     assert_eq!(one["type"], "context", "{one}");
     let one = one["context"]["id"].as_str().unwrap().to_string();
@@ -294,22 +257,22 @@ fn contexts_are_independent_interpreters(mode: Mode) {
     assert_eq!(two["context"]["cwd"], "/tmp", "{two}");
     let two = two["context"]["id"].as_str().unwrap().to_string();
     assert_ne!(one, two);
-    cell(&server, &id, "x = 'one'", json!({"context": one}));
-    cell(&server, &id, "x = 'two'", json!({"context": two}));
-    cell(&server, &id, "x = 'default'", json!({}));
+    code_cell(&server, &id, "x = 'one'", json!({"context": one}));
+    code_cell(&server, &id, "x = 'two'", json!({"context": two}));
+    code_cell(&server, &id, "x = 'default'", json!({}));
     for (at, expected) in [
         (Some(&one), "'one'"),
         (Some(&two), "'two'"),
         (None, "'default'"),
     ] {
         let extra = at.map_or(json!({}), |at| json!({"context": at}));
-        let reply = cell(&server, &id, "x", extra);
+        let reply = code_cell(&server, &id, "x", extra);
         assert_eq!(reply["result"], expected, "{reply}");
         assert_eq!(reply["verdict"]["context"], reply["context"], "{reply}");
     }
     // Each its own process, in its own working directory.
     let pid = |at: &str| {
-        cell(
+        code_cell(
             &server,
             &id,
             "import os; os.getpid()",
@@ -318,7 +281,7 @@ fn contexts_are_independent_interpreters(mode: Mode) {
             .clone()
     };
     assert_ne!(pid(&one), pid(&two));
-    let cwd = cell(&server, &id, "os.getcwd()", json!({"context": two}));
+    let cwd = code_cell(&server, &id, "os.getcwd()", json!({"context": two}));
     assert_eq!(cwd["result"], "'/tmp'", "{cwd}");
     // Listed: the default context that runs, and both created ones.
     let listed = context(&server, &id, "list", json!({}));
@@ -332,10 +295,10 @@ fn contexts_are_independent_interpreters(mode: Mode) {
     // Restart: a fresh interpreter; the other contexts keep theirs.
     let restarted = context(&server, &id, "restart", json!({"context": one}));
     assert_eq!(restarted["type"], "context", "{restarted}");
-    let gone = cell(&server, &id, "x", json!({"context": one}));
+    let gone = code_cell(&server, &id, "x", json!({"context": one}));
     assert_eq!(gone["error"]["type"], "NameError", "{gone}");
     assert_eq!(
-        cell(&server, &id, "x", json!({"context": two}))["result"],
+        code_cell(&server, &id, "x", json!({"context": two}))["result"],
         "'two'"
     );
     // Remove: the context is gone, its cells are refused.
@@ -345,30 +308,30 @@ fn contexts_are_independent_interpreters(mode: Mode) {
         &server,
         json!({"type": "session_exec", "session": id, "code": "x", "context": one}),
     );
-    assert_error(&refused, "no context");
+    assert_bad_input(&refused, "no context");
     assert_eq!(
-        cell(&server, &id, "x", json!({"context": two}))["result"],
+        code_cell(&server, &id, "x", json!({"context": two}))["result"],
         "'two'"
     );
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn contexts_are_capped_and_checked(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     // Bash contexts are the lightest interpreter to start 16 of.
     for _ in 0..16 {
         let made = context(&server, &id, "create", json!({"language": "bash"}));
         assert_eq!(made["type"], "context", "{made}");
     }
     let refused = context(&server, &id, "create", json!({"language": "bash"}));
-    assert_error(&refused, "16 contexts");
+    assert_bad_input(&refused, "16 contexts");
     // Bad input: each a one-line error naming the field, the session goes on.
     let mismatch = ask(
         &server,
         json!({"type": "session_exec", "session": id, "code": "1", "language": "python", "context": "ctx-1"}),
     );
-    assert_error(
+    assert_bad_input(
         &mismatch,
         "language: context \"ctx-1\" runs bash, not python",
     );
@@ -376,18 +339,18 @@ fn contexts_are_capped_and_checked(mode: Mode) {
         &server,
         json!({"type": "session_exec", "session": id, "code": "1", "context": "ctx-99"}),
     );
-    assert_error(&unknown, "context: no context \"ctx-99\"");
-    assert_error(
+    assert_bad_input(&unknown, "context: no context \"ctx-99\"");
+    assert_bad_input(
         &context(&server, &id, "restart", json!({})),
         "needs \"context\"",
     );
-    assert_error(
+    assert_bad_input(
         &context(&server, &id, "remove", json!({"context": "nope"})),
         "no context",
     );
     let removed = context(&server, &id, "remove", json!({"context": "ctx-2"}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
-    assert_error(
+    assert_bad_input(
         &context(&server, &id, "create", json!({"cwd": "relative"})),
         "cwd",
     );
@@ -395,7 +358,7 @@ fn contexts_are_capped_and_checked(mode: Mode) {
         &server,
         json!({"type": "session_exec", "session": id, "code": "echo a\u{0}b", "context": "ctx-1"}),
     );
-    assert_error(&nul, "NUL");
+    assert_bad_input(&nul, "NUL");
     let bad_action = context(&server, &id, "explode", json!({}));
     assert_eq!(bad_action["type"], "error", "{bad_action}");
     assert_eq!(bad_action["exit_code"], 125, "{bad_action}");
@@ -407,17 +370,17 @@ fn contexts_are_capped_and_checked(mode: Mode) {
     let last = context(&server, &id, "create", json!({"language": "bash"}));
     assert_eq!(last["context"]["id"], "ctx-18", "{last}");
     let full = context(&server, &id, "create", json!({"language": "bash"}));
-    assert_error(&full, "16 contexts");
-    let ok = cell(&server, &id, "echo fine", json!({"context": "ctx-17"}));
+    assert_bad_input(&full, "16 contexts");
+    let ok = code_cell(&server, &id, "echo fine", json!({"context": "ctx-17"}));
     assert_eq!(ok["stdout"], "fine\n", "{ok}");
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn a_bash_context_keeps_its_state(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let bash = json!({"language": "bash"});
-    let first = cell(
+    let first = code_cell(
         &server,
         &id,
         "cd /tmp && mkdir -p here && cd here\nname=world\nexport SHOUT=loud\ngreet() { echo \"hello $1\"; }\necho started",
@@ -426,7 +389,7 @@ fn a_bash_context_keeps_its_state(mode: Mode) {
     assert_eq!(first["verdict"]["status"], "ok", "{first}");
     assert_eq!(first["stdout"], "started\n", "{first}");
     assert_eq!(first["context"], "bash", "{first}");
-    let second = cell(
+    let second = code_cell(
         &server,
         &id,
         "pwd; greet \"$name\"; sh -c 'echo $SHOUT'; echo oops >&2",
@@ -438,33 +401,40 @@ fn a_bash_context_keeps_its_state(mode: Mode) {
     );
     assert_eq!(second["stderr"], "oops\n", "{second}");
     // The status of the cell's last command is the verdict's exit code.
-    let failed = cell(&server, &id, "true; (exit 3)", bash.clone());
+    let failed = code_cell(&server, &id, "true; (exit 3)", bash.clone());
     assert_eq!(failed["verdict"]["status"], "nonzero_exit", "{failed}");
     assert_eq!(failed["verdict"]["exit_code"], 3, "{failed}");
     assert_eq!(failed["error"], Value::Null, "{failed}");
-    let not_found = cell(&server, &id, "no-such-command-here", bash.clone());
+    let not_found = code_cell(&server, &id, "no-such-command-here", bash.clone());
     assert_eq!(not_found["verdict"]["exit_code"], 127, "{not_found}");
+    // A cell's own functions named as the shell's builtins leave its loop alone.
+    let shadowing =
+        "read() { echo mine; }; printf() { echo mine; }; source() { :; }; trap() { :; }";
+    code_cell(&server, &id, shadowing, bash.clone());
+    let after = code_cell(&server, &id, "read; echo $name", bash.clone());
+    assert_eq!(after["stdout"], "mine\nworld\n", "{after}");
+    assert_eq!(after["state_lost"], false, "{after}");
     // `exit` ends the shell: the next cell runs in a fresh one.
-    let exited = cell(&server, &id, "exit 4", bash.clone());
+    let exited = code_cell(&server, &id, "exit 4", bash.clone());
     assert_eq!(exited["state_lost"], true, "{exited}");
-    let fresh = cell(&server, &id, "echo \"[$name]\"", bash);
+    let fresh = code_cell(&server, &id, "echo \"[$name]\"", bash);
     assert_eq!(fresh["stdout"], "[]\n", "{fresh}");
     assert_eq!(fresh["state_lost"], false, "{fresh}");
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let bash = json!({"language": "bash"});
-    cell(&server, &id, "kept=yes; cd /tmp", bash.clone());
+    code_cell(&server, &id, "kept=yes; cd /tmp", bash.clone());
     let limited = json!({"language": "bash", "time_limit": "1s"});
     // A command the cell waits for, then a loop in the shell itself.
     for code in [
         "sleep 60; echo not-reached",
         "while :; do :; done; echo not-reached",
     ] {
-        let cut = cell(&server, &id, code, limited.clone());
+        let cut = code_cell(&server, &id, code, limited.clone());
         assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
         assert_eq!(cut["verdict"]["brig_exit_code"], 124, "{cut}");
         assert_eq!(cut["state_lost"], false, "{cut}");
@@ -472,10 +442,10 @@ fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
             !cut["stdout"].as_str().unwrap().contains("not-reached"),
             "{cut}"
         );
-        let after = cell(&server, &id, "echo $kept $PWD", bash.clone());
+        let after = code_cell(&server, &id, "echo $kept $PWD", bash.clone());
         assert_eq!(after["stdout"], "yes /tmp\n", "{after}");
     }
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 /// Bash-run code writes a well-formed reply on every socket the shell holds (its copy of
@@ -483,16 +453,16 @@ fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
 /// taken, since the kernel does not show the shell back in its read of descriptor 3.
 fn a_forged_reply_from_bash_is_not_taken(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server);
+    let id = create_session(&server, json!({}));
     let bash = json!({"language": "bash"});
-    cell(&server, &id, "kept=yes", bash.clone());
+    code_cell(&server, &id, "kept=yes", bash.clone());
     let forge = r#"
 for fd in /proc/$$/fd/*; do
   case "$(readlink "$fd")" in socket:*) printf '{"id":2,"exit_code":0}\n' >&"${fd##*/}" && echo forged ;; esac
 done
 sleep 60
 "#;
-    let forged = cell(
+    let forged = code_cell(
         &server,
         &id,
         forge,
@@ -504,16 +474,16 @@ sleep 60
     let reason = forged["state_lost_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("did not go back to waiting"), "{forged}");
     // A child of the cell holds no descriptor of the socket to forge with.
-    let child = cell(
+    let child = code_cell(
         &server,
         &id,
         "sh -c 'for fd in /proc/self/fd/*; do readlink $fd; done' | grep -c socket",
         bash.clone(),
     );
     assert_eq!(child["stdout"], "0\n", "{child}");
-    let after = cell(&server, &id, "echo \"[$kept]\"", bash);
+    let after = code_cell(&server, &id, "echo \"[$kept]\"", bash);
     assert_eq!(after["stdout"], "[]\n", "{after}");
-    close(&server, &id);
+    close_session(&server, &id);
 }
 
 fn results_count_against_the_output_limit(mode: Mode) {
@@ -528,7 +498,7 @@ fn results_count_against_the_output_limit(mode: Mode) {
         .to_string();
     // 3 results of 40 kB: two fit in 100 kB, the third is dropped with a clear error.
     let code = "for _ in range(3):\n    display({'text/html': 'x' * 40000}, raw=True)";
-    let reply = cell(&server, &id, code, json!({"output_limit": "100K"}));
+    let reply = code_cell(&server, &id, code, json!({"output_limit": "100K"}));
     assert_eq!(reply["verdict"]["status"], "output_limit", "{reply}");
     assert_eq!(results(&reply).len(), 2, "{reply}");
     assert_eq!(reply["error"]["type"], "OutputLimit", "{reply}");
@@ -541,7 +511,7 @@ fn results_count_against_the_output_limit(mode: Mode) {
     );
     assert_eq!(reply["state_lost"], false, "{reply}");
     // Output first: 90 kB printed leaves no room for a 40 kB result.
-    let printed = cell(
+    let printed = code_cell(
         &server,
         &id,
         "print('y' * 90000)\ndisplay({'text/html': 'x' * 40000}, raw=True)",
@@ -550,7 +520,7 @@ fn results_count_against_the_output_limit(mode: Mode) {
     assert_eq!(printed["verdict"]["status"], "output_limit", "{printed}");
     assert_eq!(printed["results"], json!([]), "{printed}");
     // Results past the interpreter's own bound (16 MiB) are dropped there, bounded.
-    let huge = cell(
+    let huge = code_cell(
         &server,
         &id,
         "for _ in range(5):\n    display({'text/html': 'x' * (4 << 20)}, raw=True)",
@@ -559,36 +529,8 @@ fn results_count_against_the_output_limit(mode: Mode) {
     assert_eq!(huge["verdict"]["status"], "output_limit", "{huge}");
     assert_eq!(results(&huge).len(), 1, "{huge}");
     assert_eq!(huge["state_lost"], false, "{huge}");
-    assert_eq!(cell(&server, &id, "1 + 1", json!({}))["result"], "2");
-    close(&server, &id);
-}
-
-/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
-fn client_copy(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("client-{name}"));
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name);
-    let copied = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(dir.path().join(name))
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let readable = std::process::Command::new("chmod")
-        .args(["-R", "a+rX"])
-        .arg(dir.path())
-        .status()
-        .expect("chmod");
-    assert!(readable.success());
-    dir
-}
-
-fn assert_lines(output: &std::process::Output, expected: &[&str]) {
-    let out = assert_success(output);
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines, expected, "{}", describe(output));
+    assert_eq!(code_cell(&server, &id, "1 + 1", json!({}))["result"], "2");
+    close_session(&server, &id);
 }
 
 const PYTHON_CLIENT_SCRIPT: &str = r#"
@@ -617,15 +559,8 @@ sb.close()
 
 fn python_client_rich_outputs_and_contexts(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", PYTHON_CLIENT_SCRIPT, server.socket()],
-    );
-    command.env("PYTHONPATH", client.path().join("python"));
-    assert_lines(
-        &output_of(command),
+    assert_output_lines(
+        &client_script(mode, "python", PYTHON_CLIENT_SCRIPT, &server),
         &[
             r#"[3, "<b>x</b>", "<svg/>", true, {"a": 1}, "{'a': 1}", ["html"]]"#,
             r#"["ctx-1", "bash", "/tmp", ["/tmp\n"], "1 /\n", 5, "ctx-1"]"#,
@@ -670,21 +605,8 @@ fn node_client_rich_outputs_and_contexts(mode: Mode) {
         return;
     }
     let server = Server::start(mode, &["--pool", "0"]);
-    let client = client_copy("node");
-    let module = client.path().join("node");
-    let output = output_of(command_as(
-        mode,
-        interpreter("node"),
-        &[
-            "-e",
-            NODE_CLIENT_SCRIPT,
-            "--",
-            module.to_str().unwrap(),
-            server.socket(),
-        ],
-    ));
-    assert_lines(
-        &output,
+    assert_output_lines(
+        &client_script(mode, "node", NODE_CLIENT_SCRIPT, &server),
         &[
             r#"[2,"*t*",["markdown"],true,[1,2],"[ 1, 2 ]","ctx-1"]"#,
             r#"["bash","/tmp",["2 /\n"],0]"#,
@@ -700,13 +622,7 @@ fn node_client_rich_outputs_and_contexts(mode: Mode) {
 fn the_command_line_shows_rich_results(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let dir = TempDir::new("session-rich-cli").writable_by_all();
-    let at = |args: &[&str], id: &str| {
-        let mut all = vec!["session"];
-        all.extend_from_slice(&args[..1]);
-        all.extend_from_slice(&["--server", server.socket(), "--session", id]);
-        all.extend_from_slice(&args[1..]);
-        run(mode, &all)
-    };
+    let at = |args: &[&str], id: &str| session_cli(mode, &server, id, args);
     let created = run(mode, &["session", "create", "--server", server.socket()]);
     let id = assert_success(&created).trim().to_string();
     let cell_file = dir.file(

@@ -18,16 +18,19 @@
 # shell and its state stay; the commands the cell runs are killed by the runner's sweep.
 # Outside a cell SIGINT is ignored. A cell that runs `exit` (or fails under `set -e`) ends
 # the shell: the next cell starts a fresh one, its state lost.
-trap '' INT
-printf '{"ready":true}\n' >&3
-while IFS= read -r -u 3 __brig_cell && IFS= read -r -d '' -u 3 __brig_code; do
-    trap 'return 130' INT
+#
+# `builtin`: a cell may define functions named read, printf, source, trap or unset for
+# its own use; the loop still uses bash's own.
+builtin trap '' INT
+builtin printf '{"ready":true}\n' >&3
+while IFS= builtin read -r -u 3 __brig_cell && IFS= builtin read -r -d '' -u 3 __brig_code; do
+    builtin trap 'return 130' INT
     # The code from a here-string (a pipe while it is under 64 KiB): `source` reads all
     # of it before it runs any, and `return` in the trap ends it.
-    source /dev/fd/4 3>&- 4<<<"$__brig_code"
+    builtin source /dev/fd/4 3>&- 4<<<"$__brig_code"
     __brig_status=$?
-    trap '' INT
-    unset __brig_code
-    printf '{"id":%d,"exit_code":%d}\n' "$__brig_cell" "$__brig_status" >&3
+    builtin trap '' INT
+    builtin unset __brig_code
+    builtin printf '{"id":%d,"exit_code":%d}\n' "$__brig_cell" "$__brig_status" >&3
 done
-exit 0
+builtin exit 0
