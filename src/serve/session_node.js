@@ -139,7 +139,6 @@
       }
     }
     if (!('text/plain' in data)) data['text/plain'] = safeInspect(obj);
-    data['text/plain'] = clean(data['text/plain']);
     return data;
   }
 
@@ -163,6 +162,8 @@
 
   function addResult(data, main) {
     const entry = { ...scrub(data), is_main_result: main };
+    // The text as `result` is cut (MAX_TEXT); the rich formats only by MAX_RESULTS.
+    if (typeof entry['text/plain'] === 'string') entry['text/plain'] = clean(entry['text/plain']);
     let size;
     try {
       size = Buffer.byteLength(JSON.stringify(entry));

@@ -149,7 +149,6 @@ def bundle(obj):
             data["text/plain"] = repr(obj)
         except Exception as error:
             data["text/plain"] = f"<repr failed: {type(error).__name__}>"
-    data["text/plain"] = clean(data["text/plain"])
     return data
 
 
@@ -179,6 +178,9 @@ class Results:
     @classmethod
     def add(cls, data, main=False):
         data = dict(scrub(data), is_main_result=main)
+        # The text as `result` is cut (MAX_TEXT); the rich formats only by MAX_RESULTS.
+        if isinstance(data.get("text/plain"), str):
+            data["text/plain"] = clean(data["text/plain"])
         try:
             size = len(json.dumps(data, ensure_ascii=False).encode("utf-8", "backslashreplace"))
         except (TypeError, ValueError):
