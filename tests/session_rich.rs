@@ -474,6 +474,12 @@ sleep 60
     let reason = forged["state_lost_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("did not go back to waiting"), "{forged}");
     // A child of the cell holds no descriptor of the socket to forge with.
+    // Python's reply carries no status: one that does breaks the protocol.
+    let forge_py = "import os, threading\nthreading.Timer(0.3, os.write, (3, b'{\"id\": 1, \"exit_code\": 0}\\n')).start()\nimport time; time.sleep(1)\n1";
+    let forged = code_cell(&server, &id, forge_py, json!({}));
+    assert_eq!(forged["state_lost"], true, "{forged}");
+    let reason = forged["state_lost_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("exit_code"), "{forged}");
     let child = code_cell(
         &server,
         &id,

@@ -204,7 +204,11 @@ struct CellError {
 }
 
 /// The reply to cell `cell` in `line`, or why the line is not one.
-fn cell_reply(line: &Value, cell: u64) -> std::result::Result<CellReply, String> {
+fn cell_reply(
+    line: &Value,
+    cell: u64,
+    language: Language,
+) -> std::result::Result<CellReply, String> {
     let reply: CellReply = serde_json::from_value(line.clone()).map_err(|_| {
         "a line on its control descriptor that is not a well-formed reply".to_string()
     })?;
@@ -216,6 +220,10 @@ fn cell_reply(line: &Value, cell: u64) -> std::result::Result<CellReply, String>
     }
     for bundle in &reply.results {
         context::check_bundle(bundle)?;
+    }
+    // A status is a shell's to give; Python's and Node's come from their error.
+    if reply.exit_code.is_some() && language != Language::Bash {
+        return Err("a reply with an exit_code, which only bash's carry".into());
     }
     Ok(reply)
 }
@@ -1193,7 +1201,7 @@ impl<'p> Session<'p> {
             }
             if !killed {
                 while let Some(line) = interpreter.next_line() {
-                    match (&reply, cell_reply(&line, cell)) {
+                    match (&reply, cell_reply(&line, cell, language)) {
                         (None, Ok(received)) => reply = Some(received),
                         (Some(_), _) => broken = Some("a second reply to one cell".into()),
                         (None, Err(why)) => broken = Some(why),
