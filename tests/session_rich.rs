@@ -181,6 +181,19 @@ print("printed")
     assert_eq!(bundles[5]["text/plain"], "{'answer': 42}");
     assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
     assert_eq!(reply["result"], "{'answer': 42}");
+    // Cells written for a notebook: IPython.display's classes (brig's, without IPython).
+    let notebook = code_cell(
+        &server,
+        &id,
+        "from IPython.display import display, HTML, Markdown, SVG\ndisplay(HTML('<p>h</p>'), Markdown('*m*'))\nSVG('<svg/>')",
+        json!({}),
+    );
+    let bundles = results(&notebook);
+    assert_eq!(bundles.len(), 3, "{notebook}");
+    assert_eq!(bundles[0]["text/html"], "<p>h</p>");
+    assert_eq!(bundles[1]["text/markdown"], "*m*");
+    assert_eq!(bundles[2]["image/svg+xml"], "<svg/>");
+    assert_eq!(bundles[2]["is_main_result"], true);
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
     let odd = code_cell(
         &server,

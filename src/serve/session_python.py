@@ -239,6 +239,59 @@ class PyplotHook:
         return spec
 
 
+# IPython.display's classes for a jail without IPython: cells written for a notebook
+# (`from IPython.display import display, HTML`) run as they are.
+IPYTHON_DISPLAY = """
+from builtins import display
+
+
+class _Shown:
+    def __init__(self, data=None, url=None, filename=None, **_options):
+        if data is None and filename is not None:
+            with open(filename, "rb" if self._binary else "r") as file:
+                data = file.read()
+        self.data = data
+
+    def __repr__(self):
+        return f"<IPython.core.display.{type(self).__name__} object>"
+
+
+def _shown(name, mime, binary=False):
+    method = lambda self: self.data
+    return type(name, (_Shown,), {"_binary": binary, "_repr_" + mime + "_": method})
+
+
+HTML = _shown("HTML", "html")
+Markdown = _shown("Markdown", "markdown")
+SVG = _shown("SVG", "svg")
+Latex = _shown("Latex", "latex")
+Javascript = _shown("Javascript", "javascript")
+JSON = _shown("JSON", "json")
+Image = _shown("Image", "png", binary=True)
+"""
+
+
+class IPythonShim:
+    """An import hook that gives `IPython` and `IPython.display` (the classes above) when
+    the jail has no IPython of its own."""
+
+    def find_spec(self, name, path, target=None):
+        # Last on sys.meta_path: asked only when no IPython was found.
+        if name not in ("IPython", "IPython.display"):
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=(name == "IPython"))
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        if module.__name__ == "IPython":
+            module.__path__ = []
+            module.display = display
+        else:
+            exec(compile(IPYTHON_DISPLAY, "<brig IPython.display>", "exec"), module.__dict__)
+
+
 def setup_rich_outputs():
     # No display in a jail: matplotlib draws with Agg unless the session chose a backend.
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -249,6 +302,7 @@ def setup_rich_outputs():
             and os.path.exists(packaged):
         os.environ["MATPLOTLIBRC"] = packaged
     sys.meta_path.insert(0, PyplotHook())
+    sys.meta_path.append(IPythonShim())
     builtins.display = display
 
 
