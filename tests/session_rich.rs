@@ -567,7 +567,8 @@ py = sb.create_code_context()
 sb.run_code("y = 2", context=py)
 show([c.id for c in sb.list_code_contexts()])
 sb.restart_code_context(py)
-show(sb.run_code("y", context=py).error.type)
+error = sb.run_code("y", context=py).error
+show(error.type, error.name == error.type, error.value == error.message)
 sb.remove_code_context(py)
 try:
     sb.run_code("1", context=py)
@@ -584,7 +585,7 @@ fn python_client_rich_outputs_and_contexts(mode: Mode) {
             r#"[3, "<b>x</b>", "<svg/>", true, {"a": 1}, "{'a': 1}", ["html"]]"#,
             r#"["ctx-1", "bash", "/tmp", ["/tmp\n"], "1 /\n", 5, "ctx-1"]"#,
             r#"[["python", "ctx-1", "ctx-2"]]"#,
-            r#"["NameError"]"#,
+            r#"["NameError", true, true]"#,
             r#"["bad_input", true]"#,
         ],
     );

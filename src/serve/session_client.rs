@@ -139,8 +139,8 @@ pub struct ExecArgs {
     /// Wall-clock limit of this exec (at most the session's --time-limit).
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<Span>,
-    /// Output kept, stdout and stderr together (1 MiB by default, at most 8 MiB); past it
-    /// the exec is stopped.
+    /// Output kept, stdout, stderr and a cell's rich results together (1 MiB by default,
+    /// at most 8 MiB); past it the exec is stopped (results past it are dropped).
     #[arg(long, value_name = "SIZE")]
     pub output_limit: Option<Size>,
     /// Set a variable for the command (repeatable).

@@ -231,6 +231,16 @@ class ExecutionError:
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"
 
+    @property
+    def name(self) -> str:
+        """`type`, by the name code-interpreter SDKs give it."""
+        return self.type
+
+    @property
+    def value(self) -> str:
+        """`message`, by the name code-interpreter SDKs give it."""
+        return self.message
+
 
 # A result's mime types and the attribute each is under.
 _RESULT_TYPES = {
