@@ -108,6 +108,11 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
         .collect();
     assert_eq!(sizes, [(200, 100), (300, 100)], "{shown}");
     assert_eq!(shown["stderr"], "", "{shown}");
+    // A cell that raises still shows what it drew, as a notebook does.
+    let raised = code_cell(&server, &id, "plt.plot([1, 2])\n1 / 0", json!({}));
+    assert_eq!(raised["error"]["type"], "ZeroDivisionError", "{raised}");
+    assert_eq!(results(&raised).len(), 1, "{raised}");
+    assert!(results(&raised)[0]["image/png"].is_string(), "{raised}");
     // A figure as the final value is the main result, and comes back once.
     let value = code_cell(&server, &id, "plt.figure(figsize=(1, 1))", json!({}));
     let bundles = results(&value);
@@ -458,6 +463,13 @@ fn a_bash_cell_is_interrupted_at_its_time_limit(mode: Mode) {
         let after = code_cell(&server, &id, "echo $kept $PWD", bash.clone());
         assert_eq!(after["stdout"], "yes /tmp\n", "{after}");
     }
+    // An output flood is cut the same way, the shell kept.
+    let flood = json!({"language": "bash", "output_limit": "100K"});
+    let cut = code_cell(&server, &id, "yes; echo not-reached", flood);
+    assert_eq!(cut["verdict"]["status"], "output_limit", "{cut}");
+    assert_eq!(cut["state_lost"], false, "{cut}");
+    let after = code_cell(&server, &id, "echo $kept", bash.clone());
+    assert_eq!(after["stdout"], "yes\n", "{after}");
     close_session(&server, &id);
 }
 
