@@ -319,9 +319,27 @@ fn contexts_are_independent_interpreters(mode: Mode) {
         code_cell(&server, &id, "x", json!({"context": two}))["result"],
         "'two'"
     );
-    // Remove: the context is gone, its cells are refused.
+    // Remove: the context is gone with its interpreter (and what it started in its
+    // process group), its cells are refused.
+    let started = code_cell(
+        &server,
+        &id,
+        "import os, subprocess; child = subprocess.Popen(['sleep', '600']); (os.getpid(), child.pid)",
+        json!({"context": one}),
+    );
+    let pids = started["result"]
+        .as_str()
+        .unwrap()
+        .trim_matches(['(', ')'])
+        .replace(' ', "");
     let removed = context(&server, &id, "remove", json!({"context": one}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
+    // Killed at once; gone once the jail's init has reaped them (it looks again until then).
+    let gone = format!(
+        "import os, time\nfor _ in range(200):\n    if not any(os.path.exists(f'/proc/{{p}}') for p in ({pids},)):\n        break\n    time.sleep(0.05)\n[os.path.exists(f'/proc/{{p}}') for p in ({pids},)]"
+    );
+    let left = code_cell(&server, &id, &gone, json!({"context": two}));
+    assert_eq!(left["result"], "[False, False]", "{left}");
     let refused = ask(
         &server,
         json!({"type": "session_exec", "session": id, "code": "x", "context": one}),
