@@ -143,10 +143,15 @@ class Both:
 class Broken:
     def _repr_html_(self):
         raise RuntimeError("no")
+class Odd:
+    def __getattr__(self, name):
+        raise KeyError(name)
+    def __repr__(self):
+        return "odd"
 display(Page(), Picture())
 display(Both())
 display(Broken())
-display({"k": [1, None]})
+display({"k": [1, None]}, Odd())
 print("printed")
 {"answer": 42}
 "#;
@@ -154,7 +159,7 @@ print("printed")
     assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
     assert_eq!(reply["stdout"], "printed\n", "{reply}");
     let bundles = results(&reply);
-    assert_eq!(bundles.len(), 6, "{reply}");
+    assert_eq!(bundles.len(), 7, "{reply}");
     assert_eq!(bundles[0]["text/html"], "<b>bold</b>");
     assert_eq!(bundles[0]["text/markdown"], "**bold**");
     assert!(
@@ -178,13 +183,15 @@ print("printed")
             .contains("Broken")
     );
     assert_eq!(bundles[4]["application/json"], json!({"k": [1, null]}));
-    for bundle in &bundles[..5] {
+    // An object whose __getattr__ raises: its repr.
+    assert_eq!(bundles[5]["text/plain"], "odd");
+    for bundle in &bundles[..6] {
         assert_eq!(bundle["is_main_result"], false, "{reply}");
     }
     // The final value: its bundle, the main result; `result` as before.
-    assert_eq!(bundles[5]["is_main_result"], true);
-    assert_eq!(bundles[5]["text/plain"], "{'answer': 42}");
-    assert_eq!(bundles[5]["application/json"], json!({"answer": 42}));
+    assert_eq!(bundles[6]["is_main_result"], true);
+    assert_eq!(bundles[6]["text/plain"], "{'answer': 42}");
+    assert_eq!(bundles[6]["application/json"], json!({"answer": 42}));
     assert_eq!(reply["result"], "{'answer': 42}");
     // Cells written for a notebook: IPython.display's classes (brig's, without IPython).
     let notebook = code_cell(
@@ -230,23 +237,26 @@ fn node_display_and_final_value(mode: Mode) {
 display({ 'text/html': '<p>hi</p>', 'text/plain': 'hi' });
 display({ _repr_html_() { return '<em>x</em>'; }, _repr_markdown_: () => '*x*' });
 display([1, 2]);
+display(new Proxy({}, { get() { throw new Error('no'); } }));
 ({ a: 1, b: [true, null] })
 "#;
     let reply = code_cell(&server, &id, code, node.clone());
     assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
     let bundles = results(&reply);
-    assert_eq!(bundles.len(), 4, "{reply}");
+    assert_eq!(bundles.len(), 5, "{reply}");
     assert_eq!(bundles[0]["text/html"], "<p>hi</p>");
     assert_eq!(bundles[0]["text/plain"], "hi");
     assert_eq!(bundles[1]["text/html"], "<em>x</em>");
     assert_eq!(bundles[1]["text/markdown"], "*x*");
     assert_eq!(bundles[2]["application/json"], json!([1, 2]));
-    assert_eq!(bundles[3]["is_main_result"], true);
+    // An object whose every property throws: its inspection.
+    assert!(bundles[3]["text/plain"].is_string(), "{reply}");
+    assert_eq!(bundles[4]["is_main_result"], true);
     assert_eq!(
-        bundles[3]["application/json"],
+        bundles[4]["application/json"],
         json!({"a": 1, "b": [true, null]})
     );
-    assert_eq!(bundles[3]["text/plain"], reply["result"]);
+    assert_eq!(bundles[4]["text/plain"], reply["result"]);
     // Text that is not UTF-8 (a lone surrogate) is written out, not a broken reply.
     let odd = code_cell(
         &server,

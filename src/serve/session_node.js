@@ -122,13 +122,13 @@
       }
       return data;
     } else if (obj !== null && obj !== undefined) {
-      const given = typeof obj._repr_mimebundle_ === 'function' ? safeCall(obj, '_repr_mimebundle_') : undefined;
+      const given = hasMethod(obj, '_repr_mimebundle_') ? safeCall(obj, '_repr_mimebundle_') : undefined;
       for (const [key, value] of Object.entries(given && typeof given === 'object' ? given : {})) {
         const kept = isMime(key) ? mimeValue(key, value) : undefined;
         if (kept !== undefined) data[key] = kept;
       }
       for (const [method, mime] of REPR_METHODS) {
-        if (mime in data || typeof obj[method] !== 'function') continue;
+        if (mime in data || !hasMethod(obj, method)) continue;
         const value = mimeValue(mime, safeCall(obj, method));
         if (value !== undefined) data[mime] = value;
       }
@@ -140,6 +140,15 @@
     }
     if (!('text/plain' in data)) data['text/plain'] = safeInspect(obj);
     return data;
+  }
+
+  // Whether obj has a method `name` (false when looking it up throws, as a Proxy may).
+  function hasMethod(obj, name) {
+    try {
+      return typeof obj[name] === 'function';
+    } catch {
+      return false;
+    }
   }
 
   function safeCall(obj, method) {

@@ -108,13 +108,25 @@ def is_figure(obj):
     return figure is not None and isinstance(obj, figure.Figure)
 
 
+def method_of(obj, name):
+    """obj's method `name`, or None (also when looking it up raises: an object whose
+    __getattr__ raises something else than AttributeError still has its repr)."""
+    if isinstance(obj, type):
+        return None
+    try:
+        method = getattr(obj, name, None)
+    except Exception:
+        return None
+    return method if callable(method) else None
+
+
 def bundle(obj):
     """obj's mime bundle: text/plain (its repr) and whatever its _repr_*_ methods (or
     _repr_mimebundle_) give; a dict or list as application/json too; a matplotlib figure
     as image/png. A method that fails or gives None adds nothing."""
     data = {}
-    method = getattr(obj, "_repr_mimebundle_", None)
-    if callable(method) and not isinstance(obj, type):
+    method = method_of(obj, "_repr_mimebundle_")
+    if method is not None:
         try:
             given = method()
             if isinstance(given, tuple):
@@ -126,8 +138,8 @@ def bundle(obj):
         except Exception:
             pass
     for name, mime in REPR_METHODS:
-        method = getattr(obj, name, None)
-        if mime in data or not callable(method) or isinstance(obj, type):
+        method = method_of(obj, name)
+        if mime in data or method is None:
             continue
         try:
             value = method()
