@@ -27,6 +27,7 @@ both_modes!(
     python_client_rich_outputs_and_contexts,
     node_client_rich_outputs_and_contexts,
     the_command_line_shows_rich_results,
+    contexts_count_against_the_session_s_pids,
 );
 
 fn context(server: &Server, id: &str, action: &str, extra: Value) -> Value {
@@ -751,4 +752,54 @@ fn the_command_line_shows_rich_results(mode: Mode) {
         describe(&output)
     );
     assert_success(&at(&["close"], &id));
+}
+
+/// Every context is a process of the session's jail (its process table shows them all):
+/// they count against its limits. As root its pids limit is its cgroup's, and a context
+/// that does not fit is refused with a one-line error while the session goes on
+/// (rootless here, without a usable cgroup, the jail's processes are bounded by
+/// RLIMIT_NPROC, per uid).
+fn contexts_count_against_the_session_s_pids(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let options = match mode {
+        Mode::Root => json!({"options": {"pids": 6}}),
+        Mode::Rootless => json!({}),
+    };
+    let id = create_session(&server, options);
+    let mut made = Vec::new();
+    for _ in 0..16 {
+        let reply = context(&server, &id, "create", json!({"language": "bash"}));
+        if reply["type"] != "context" {
+            assert_eq!(mode, Mode::Root, "{reply}");
+            let message = reply["message"].as_str().unwrap();
+            assert!(
+                message.contains("bash interpreter did not start"),
+                "{message}"
+            );
+            assert!(!message.contains('\n'), "{message}");
+            break;
+        }
+        made.push(reply["context"]["id"].as_str().unwrap().to_string());
+    }
+    match mode {
+        // Init and five shells: the sixth shell is one pid too many.
+        Mode::Root => assert_eq!(made.len(), 5, "{made:?}"),
+        Mode::Rootless => assert_eq!(made.len(), 16, "{made:?}"),
+    }
+    // All of them in the jail's process table, seen from one of them (with builtins
+    // only: at the pids limit a fork fails).
+    let last = made.last().unwrap().clone();
+    let seen = code_cell(
+        &server,
+        &id,
+        "n=0; for f in /proc/[0-9]*/comm; do read -r c < $f; [ \"$c\" = bash ] && n=$((n + 1)); done; echo $n",
+        json!({"context": last}),
+    );
+    assert_eq!(seen["stdout"], format!("{}\n", made.len()), "{seen}");
+    // Room again once one goes.
+    let removed = context(&server, &id, "remove", json!({"context": made[0]}));
+    assert_eq!(removed["type"], "context_removed", "{removed}");
+    let again = context(&server, &id, "create", json!({"language": "bash"}));
+    assert_eq!(again["type"], "context", "{again}");
+    close_session(&server, &id);
 }
