@@ -219,6 +219,11 @@ print("printed")
     // A statement last: no main result, no results at all.
     let quiet = code_cell(&server, &id, "x = 1", json!({}));
     assert_eq!(quiet["results"], json!([]), "{quiet}");
+    // A repr that raises is the cell's error, as before.
+    let bad_repr = "class R:\n    def __repr__(self):\n        raise ValueError('no repr')\nR()";
+    let failed = code_cell(&server, &id, bad_repr, json!({}));
+    assert_eq!(failed["error"]["type"], "ValueError", "{failed}");
+    assert_eq!(failed["state_lost"], false, "{failed}");
     // An error: what was displayed before it still comes back.
     let failed = code_cell(&server, &id, "display(1)\n1 / 0", json!({}));
     assert_eq!(failed["error"]["type"], "ZeroDivisionError", "{failed}");

@@ -123,7 +123,8 @@ def method_of(obj, name):
 def bundle(obj):
     """obj's mime bundle: text/plain (its repr) and whatever its _repr_*_ methods (or
     _repr_mimebundle_) give; a dict or list as application/json too; a matplotlib figure
-    as image/png. A method that fails or gives None adds nothing."""
+    as image/png. A _repr_*_ method that fails or gives None adds nothing; a failing
+    repr raises."""
     data = {}
     method = method_of(obj, "_repr_mimebundle_")
     if method is not None:
@@ -157,10 +158,8 @@ def bundle(obj):
         if value is not None:
             data["application/json"] = value
     if "text/plain" not in data:
-        try:
-            data["text/plain"] = repr(obj)
-        except Exception as error:
-            data["text/plain"] = f"<repr failed: {type(error).__name__}>"
+        # A repr that raises is the cell's error, as in a notebook.
+        data["text/plain"] = repr(obj)
     return data
 
 
