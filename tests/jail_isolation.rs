@@ -47,6 +47,9 @@ fn expected_root_and_etc() -> (BTreeSet<String>, BTreeSet<String>) {
     if Path::new("/etc/ssl/certs").exists() {
         etc.insert("ssl".into());
     }
+    if Path::new("/etc/alternatives").exists() {
+        etc.insert("alternatives".into());
+    }
     if Path::new("/etc/pki/tls/certs").exists() || Path::new("/etc/pki/ca-trust/extracted").exists()
     {
         etc.insert("pki".into());

@@ -14,6 +14,9 @@ need=()
 [[ -x /usr/bin/node ]] || need+=(nodejs)
 # tests/docs.rs runs the clients' install examples: a venv (python3-venv) and npm
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+# tests/session_rich.rs and the client READMEs draw a figure in a session (its PNG comes
+# back without savefig): Debian's matplotlib, with numpy
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
 [[ -x /usr/bin/npm ]] || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)

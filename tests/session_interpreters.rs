@@ -168,7 +168,8 @@ impl Interpreter {
     }
 
     /// The reply to the cell `id`, checked for the fields every reply has: data only (no
-    /// CPU time or status: brig takes those from the kernel).
+    /// CPU time or status: brig takes those from the kernel; the rich results are
+    /// tests/session_rich.rs's).
     fn reply(&mut self, id: u64) -> Value {
         let reply = self.read_line();
         assert_eq!(reply["id"], json!(id), "the reply's id: {reply}");
@@ -179,11 +180,16 @@ impl Interpreter {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["error", "id", "result"], "{reply}");
+        assert_eq!(
+            keys,
+            ["error", "id", "result", "results", "results_dropped"],
+            "{reply}"
+        );
         assert!(
             reply["result"].is_null() || reply["result"].is_string(),
             "{reply}"
         );
+        assert!(reply["results"].is_array(), "{reply}");
         reply
     }
 

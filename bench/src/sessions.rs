@@ -2,13 +2,16 @@
 //! a session created from the warm pool (the protocol spoken directly; closing it is not
 //! timed), a trivial Python cell in a live session, the first stdout byte of a streamed
 //! `print(1)` cell, a background process's start (its `process` reply), bwrap's `true`,
-//! and a bare `python3 -c pass` for scale.
+//! and a bare `python3 -c pass` for scale; with matplotlib, a cell that draws a figure
+//! (which comes back as a PNG) against the same cell in a bare python3 that has matplotlib
+//! imported too, driven over a pipe, its figure saved as a PNG and base64-encoded as the
+//! session does.
 
 use super::serve::{Server, median, run_command};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,6 +54,66 @@ fn ready(socket: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The matplotlib cell of the benchmark.
+const PLOT: &str = "plt.figure(figsize=(6.4, 4.8))\nplt.plot(range(200), [i * i % 97 for i in range(200)])\nplt.title('bench')\nNone";
+
+/// A bare python3 with matplotlib imported that runs PLOT for each line on its stdin and
+/// answers with the length of the PNG's base64 (the session's work: savefig, encode, close).
+const BARE_PLOT_LOOP: &str = r#"
+import base64, io, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+cell = sys.argv[1]
+for line in sys.stdin:
+    exec(cell)
+    out = []
+    for number in plt.get_fignums():
+        buffer = io.BytesIO()
+        plt.figure(number).savefig(buffer, format="png")
+        out.append(base64.b64encode(buffer.getvalue()).decode())
+    plt.close("all")
+    print(sum(map(len, out)), flush=True)
+"#;
+
+struct BarePlot {
+    child: std::process::Child,
+    answers: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl BarePlot {
+    fn start() -> Option<BarePlot> {
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", BARE_PLOT_LOOP, PLOT])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        let answers = std::io::BufReader::new(child.stdout.take()?);
+        let mut bare = BarePlot { child, answers };
+        bare.cell().then_some(bare)
+    }
+
+    /// Runs the cell once; whether it drew a PNG.
+    fn cell(&mut self) -> bool {
+        let mut line = String::new();
+        let sent = self
+            .child
+            .stdin
+            .as_mut()
+            .is_some_and(|stdin| stdin.write_all(b"\n").and_then(|()| stdin.flush()).is_ok());
+        sent && self.answers.read_line(&mut line).is_ok()
+            && line.trim().parse::<u64>().is_ok_and(|size| size > 0)
+    }
+}
+
+impl Drop for BarePlot {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
 pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> SessionsReport {
     let session_pool = 2;
     let pool = session_pool.to_string();
@@ -84,6 +147,21 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
     ];
     if bwrap.is_some() {
         names.push("bwrap true");
+    }
+    // matplotlib imported in both before the first sample.
+    let mut bare_plot = BarePlot::start();
+    if bare_plot.is_some() {
+        let imported = ask(
+            &server.socket,
+            json!({"type": "session_exec", "session": live, "code": format!("import matplotlib.pyplot as plt\n{PLOT}")}),
+        );
+        if imported["results"][0]["image/png"].is_string() {
+            names.push("matplotlib png cell in a live session");
+            names.push("the same cell in a warm bare python3");
+        } else {
+            eprintln!("no matplotlib in the session ({imported}): its benchmark left out");
+            bare_plot = None;
+        }
     }
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let python = ["/usr/bin/python3", "-c", "pass"]
@@ -155,6 +233,22 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
                     run_command(&python);
                     samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
                 }
+                "matplotlib png cell in a live session" => {
+                    let begun = Instant::now();
+                    let reply = ask(
+                        &server.socket,
+                        json!({"type": "session_exec", "session": live, "code": PLOT}),
+                    );
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    assert!(reply["results"][0]["image/png"].is_string(), "{reply}");
+                }
+                "the same cell in a warm bare python3" => {
+                    let bare = bare_plot.as_mut().expect("a bare python3");
+                    let begun = Instant::now();
+                    let drew = bare.cell();
+                    samples[index].push(begun.elapsed().as_secs_f64() * 1000.0);
+                    assert!(drew, "the bare python3 did not draw");
+                }
                 _ => {
                     let begun = Instant::now();
                     run_command(bwrap_true.as_ref().expect("bwrap"));
@@ -192,6 +286,15 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
         "python cell / bare python3 -c pass".to_string(),
         latency_ms["python cell in a live session"] / latency_ms["bare python3 -c pass"],
     );
+    if let (Some(session), Some(bare)) = (
+        latency_ms.get("matplotlib png cell in a live session"),
+        latency_ms.get("the same cell in a warm bare python3"),
+    ) {
+        ratios.insert(
+            "matplotlib png cell / bare python3 (goal <= 1.2)".to_string(),
+            session / bare,
+        );
+    }
     SessionsReport {
         session_pool,
         latency_ms,

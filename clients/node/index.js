@@ -648,18 +648,16 @@ class Sandbox {
   }
 
   /**
-   * Runs a cell in the session's interpreter of `language` (python or node); resolves to
-   * {stdout, stderr, result, error: null | {type, message, traceback}, verdict, stateLost,
-   * stateLostReason, ok}.
+   * Runs a cell in `context` (a context from createCodeContext, or its id), or in the
+   * default context of `language` (python, node or bash; python when neither is given);
+   * resolves to {stdout, stderr, logs: {stdout: [], stderr: []}, result, results: [Result],
+   * text, error: null | {type, message, traceback}, verdict, stateLost, stateLostReason,
+   * context, ok}.
    */
-  async runCode(code, { language = "python", timeout, outputLimit, onStdout, onStderr } = {}) {
-    const body = {
-      type: "session_exec",
-      code,
-      language,
-      time_limit: duration(timeout),
-      output_limit: outputLimit,
-    };
+  async runCode(code, { language, context, timeout, outputLimit, onStdout, onStderr } = {}) {
+    const body = { type: "session_exec", code, time_limit: duration(timeout), output_limit: outputLimit };
+    if (context !== undefined && context !== null) body.context = contextId(context);
+    if (language !== undefined || body.context === undefined) body.language = language ?? "python";
     let reply;
     if (onStdout || onStderr) {
       // Streamed: the output goes to the callbacks as it is produced.
@@ -671,14 +669,22 @@ class Sandbox {
     }
     const verdict = reply.verdict || {};
     const error = reply.error || null;
+    const stdout = reply.stdout ?? "";
+    const stderr = reply.stderr ?? "";
+    const results = (reply.results || []).map(richResult);
+    const main = results.find((result) => result.isMainResult);
     return {
-      stdout: reply.stdout ?? "",
-      stderr: reply.stderr ?? "",
+      stdout,
+      stderr,
+      logs: { stdout: stdout ? [stdout] : [], stderr: stderr ? [stderr] : [] },
       result: reply.result ?? null,
+      results,
+      text: main ? main.text : null,
       error,
       verdict,
       stateLost: Boolean(reply.state_lost),
       stateLostReason: reply.state_lost_reason ?? null,
+      context: reply.context ?? null,
       ok: error === null && verdict.status === "ok",
     };
   }
@@ -698,6 +704,32 @@ class Sandbox {
     await this._request({ type: "session_set_timeout", timeout: duration(timeout) }, "timeout");
   }
 
+  /**
+   * A new interpreter of `language` (python, node or bash) in this session, with state of
+   * its own, started in `cwd` (a path in the jail); resolves to {id, language, cwd}. A
+   * session has at most 16.
+   */
+  async createCodeContext({ language = "python", cwd } = {}) {
+    const reply = await this._request({ type: "session_context", action: "create", language, cwd }, "context");
+    return codeContext(reply.context);
+  }
+
+  /** The contexts created, and the default contexts whose interpreter runs. */
+  async listCodeContexts() {
+    const reply = await this._request({ type: "session_context", action: "list" }, "contexts");
+    return (reply.contexts || []).map(codeContext);
+  }
+
+  /** A fresh interpreter for `context` (a context or its id): its state is lost. */
+  async restartCodeContext(context) {
+    await this._request({ type: "session_context", action: "restart", context: contextId(context) }, "context");
+  }
+
+  /** Ends `context`'s interpreter and forgets the context. */
+  async removeCodeContext(context) {
+    await this._request({ type: "session_context", action: "remove", context: contextId(context) }, "context_removed");
+  }
+
   /** Destroys the session: its processes and its workspace. A second call does nothing. */
   async close() {
     if (this._closed) return;
@@ -713,6 +745,41 @@ class Sandbox {
     const fields = Object.fromEntries(Object.entries(body).filter(([, value]) => value !== undefined));
     return stream(this.socket, { brig: PROTOCOL_VERSION, ...fields, session: this.sessionId }, onFrame);
   }
+}
+
+// A result's mime types and the property each is under.
+const RESULT_TYPES = {
+  "text/plain": "text", "text/html": "html", "text/markdown": "markdown",
+  "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg",
+  "application/pdf": "pdf", "text/latex": "latex", "application/json": "json",
+  "application/javascript": "javascript",
+};
+
+/**
+ * One rich result of a cell (what it displayed, a matplotlib figure, its final value:
+ * `isMainResult`): `text`, `html`, `markdown`, `svg`, `png`/`jpeg`/`pdf` (base64),
+ * `latex`, `json`, `javascript` (undefined when absent), other mime types in `extra`,
+ * and `formats()`.
+ */
+function richResult(bundle) {
+  const result = { isMainResult: Boolean(bundle.is_main_result), extra: {} };
+  for (const [mime, value] of Object.entries(bundle)) {
+    if (mime in RESULT_TYPES) result[RESULT_TYPES[mime]] = value;
+    else if (mime !== "is_main_result") result.extra[mime] = value;
+  }
+  Object.defineProperty(result, "formats", {
+    enumerable: false,
+    value: () => Object.values(RESULT_TYPES).filter((name) => result[name] !== undefined).concat(Object.keys(result.extra)),
+  });
+  return result;
+}
+
+function codeContext(context) {
+  return { id: context.id, language: context.language, cwd: context.cwd ?? null };
+}
+
+function contextId(context) {
+  return typeof context === "object" && context !== null ? context.id : String(context);
 }
 
 /**

@@ -123,6 +123,9 @@ const HOST_ETC_ENTRIES: &[&str] = &[
     "/etc/ssl/certs",
     "/etc/pki/tls/certs",
     "/etc/pki/ca-trust/extracted",
+    // Debian's alternatives: the symlinks through which system libraries are found
+    // (libblas.so.3, so numpy and matplotlib) and commands named; symlinks only.
+    "/etc/alternatives",
 ];
 
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];

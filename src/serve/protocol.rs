@@ -76,6 +76,10 @@ pub enum Request {
         code: Option<String>,
         #[serde(default)]
         language: Option<Language>,
+        /// With `code`: the context (an interpreter of the session) to run it in; without
+        /// it, the language's default context.
+        #[serde(default)]
+        context: Option<String>,
         #[serde(default)]
         stdin: Option<String>,
         #[serde(default)]
@@ -239,6 +243,30 @@ pub enum Request {
         session: String,
         timeout: Span,
     },
+    /// A session's code contexts: independent interpreters (`session_context.rs`).
+    SessionContext {
+        session: String,
+        action: ContextAction,
+        /// create: the context's language (default python).
+        #[serde(default)]
+        language: Option<Language>,
+        /// create: its working directory (a path in the jail; default the session's).
+        #[serde(default)]
+        cwd: Option<std::path::PathBuf>,
+        /// restart, remove: which context.
+        #[serde(default)]
+        context: Option<String>,
+    },
+}
+
+/// What a `session_context` request does.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextAction {
+    Create,
+    List,
+    Restart,
+    Remove,
 }
 
 fn here() -> String {
@@ -256,6 +284,9 @@ pub enum Language {
     #[default]
     Python,
     Node,
+    /// A persistent bash (its cwd, variables, functions and exported environment live
+    /// on between cells).
+    Bash,
 }
 
 impl Request {
@@ -283,7 +314,8 @@ impl Request {
             | Request::SessionStdin { session, .. }
             | Request::SessionSignal { session, .. }
             | Request::SessionKill { session, .. }
-            | Request::SessionClose { session } => Some(session),
+            | Request::SessionClose { session }
+            | Request::SessionContext { session, .. } => Some(session),
             _ => None,
         }
     }

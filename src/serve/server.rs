@@ -861,6 +861,7 @@ impl Server {
             | Request::SessionStdin { .. }
             | Request::SessionSignal { .. }
             | Request::SessionKill { .. }
+            | Request::SessionContext { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self
                     .admit_to_session(&request, &incoming.peer)

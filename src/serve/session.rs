@@ -6,6 +6,8 @@
 //! ends the session on `session_close`, after `idle_timeout` without a request, at
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
+mod context;
+
 use super::kernel::{self, Syscall};
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
@@ -52,6 +54,11 @@ const CONFIRM_MOST: Duration = Duration::from_millis(10);
 const PYTHON_SCRIPT: &str = include_str!("session_python.py");
 const PYTHON_LAUNCH: &str = "import sys; exec(compile(sys.argv[1], '<brig-session>', 'exec'))";
 const NODE_SCRIPT: &str = include_str!("session_node.js");
+const BASH_SCRIPT: &str = include_str!("session_bash.sh");
+/// The longest line brig reads from an interpreter: a reply with its rich results (which
+/// count against the exec's output limit, at most [`protocol::MAX_CAPTURE`], and may
+/// double as JSON escapes them). A longer line breaks the protocol.
+pub const MAX_INTERPRETER_LINE: usize = 2 * protocol::MAX_CAPTURE as usize + (1 << 20);
 
 /// A session as the server opens it.
 #[derive(Debug, Deserialize, Serialize)]
@@ -112,7 +119,7 @@ pub fn pooled(
     let mut session = Session::new(jail, options.clone(), audit_log.cloned());
     // A pool's session answers its first cell at once; a jail without Python still serves
     // commands and files.
-    let _ = session.interpreter(Language::Python);
+    let _ = session.interpreter(&context::Target::default_of(Language::Python));
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
     }
@@ -176,14 +183,25 @@ enum Idle {
     Epoll(Option<u64>, u64),
 }
 
-/// An interpreter's reply to a cell: data only (its result and error). Anything else on
-/// the control descriptor breaks the protocol.
+/// An interpreter's reply to a cell: data only (its result, error, rich results, and a
+/// bash cell's exit status). Anything else on the control descriptor breaks the protocol.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CellReply {
     id: u64,
+    #[serde(default)]
     result: Option<String>,
+    #[serde(default)]
     error: Option<CellError>,
+    /// Mime bundles (`context::check_bundle`).
+    #[serde(default)]
+    results: Vec<serde_json::Map<String, Value>>,
+    /// Results the interpreter dropped to keep its reply within its bound.
+    #[serde(default)]
+    results_dropped: u64,
+    /// Bash: the status of the cell's last command.
+    #[serde(default)]
+    exit_code: Option<u8>,
 }
 
 #[derive(Deserialize, Serialize)]
@@ -196,7 +214,11 @@ struct CellError {
 }
 
 /// The reply to cell `cell` in `line`, or why the line is not one.
-fn cell_reply(line: &Value, cell: u64) -> std::result::Result<CellReply, String> {
+fn cell_reply(
+    line: &Value,
+    cell: u64,
+    language: Language,
+) -> std::result::Result<CellReply, String> {
     let reply: CellReply = serde_json::from_value(line.clone()).map_err(|_| {
         "a line on its control descriptor that is not a well-formed reply".to_string()
     })?;
@@ -206,6 +228,13 @@ fn cell_reply(line: &Value, cell: u64) -> std::result::Result<CellReply, String>
             reply.id
         ));
     }
+    for bundle in &reply.results {
+        context::check_bundle(bundle)?;
+    }
+    // A status is a shell's to give; Python's and Node's come from their error.
+    if reply.exit_code.is_some() && language != Language::Bash {
+        return Err("a reply with an exit_code, which only bash's carry".into());
+    }
     Ok(reply)
 }
 
@@ -214,7 +243,12 @@ struct Session<'p> {
     options: JailOptions,
     audit_log: Option<PathBuf>,
     id: String,
-    interpreters: HashMap<Language, Interpreter>,
+    /// The running interpreters, by context id (`context.rs`).
+    interpreters: HashMap<String, Interpreter>,
+    /// The contexts created by `session_context`, by id (the default ones are not here).
+    contexts: std::collections::BTreeMap<String, context::Context>,
+    /// The number of the next context created.
+    next_context: u64,
     /// Every timeout holds by brig's clock, whatever runs and whatever the client does:
     /// the session's end (session_timeout), ...
     ends_at: Option<Instant>,
@@ -389,6 +423,8 @@ impl<'p> Session<'p> {
             audit_log,
             id: String::new(),
             interpreters: HashMap::new(),
+            contexts: std::collections::BTreeMap::new(),
+            next_context: 1,
             ends_at: None,
             control: None,
             drain_grace: Duration::ZERO,
@@ -525,6 +561,7 @@ impl<'p> Session<'p> {
                 command,
                 code: Some(code),
                 language,
+                context,
                 time_limit,
                 output_limit,
                 stream,
@@ -539,13 +576,10 @@ impl<'p> Session<'p> {
                 },
                 true,
             )
-            .and_then(|()| {
-                let cell = Cell {
-                    code,
-                    language: language.unwrap_or_default(),
-                    stream,
-                };
-                self.run_code(cell, time_limit, output_limit, peer, connection)
+            .and_then(|()| self.target(context.as_deref(), language, &code))
+            .and_then(|target| {
+                let cell = Cell { code, stream };
+                self.run_code(cell, &target, time_limit, output_limit, peer, connection)
             }),
             Request::SessionExec { .. } => Err(Error::input(
                 EXEC_FORM,
@@ -605,6 +639,13 @@ impl<'p> Session<'p> {
                 )
                 .map(Option::unwrap_or_default)
             }
+            Request::SessionContext {
+                action,
+                language,
+                cwd,
+                context,
+                ..
+            } => self.context_request(action, language, cwd, context),
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
@@ -724,7 +765,7 @@ impl<'p> Session<'p> {
         end: ExecEnd,
         captured: &Captured,
         served: crate::verdict::Served,
-        language: Option<Language>,
+        cell_of: Option<&context::Target>,
     ) -> Value {
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
@@ -751,8 +792,9 @@ impl<'p> Session<'p> {
         let mut verdict =
             serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();
         verdict["session"] = json!(self.id);
-        if let Some(language) = language {
-            verdict["language"] = json!(language_name(language));
+        if let Some(target) = cell_of {
+            verdict["language"] = json!(language_name(target.language));
+            verdict["context"] = json!(target.id);
         }
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
@@ -763,16 +805,20 @@ impl<'p> Session<'p> {
         verdict
     }
 
-    /// The session's interpreter of `language`, started if it is not running.
-    fn interpreter(&mut self, language: Language) -> Result<&mut Interpreter> {
-        if !self.interpreters.contains_key(&language) {
-            let interpreter = self.start_interpreter(language)?;
-            self.interpreters.insert(language, interpreter);
+    /// The interpreter of context `target`, started if it is not running.
+    fn interpreter(&mut self, target: &context::Target) -> Result<&mut Interpreter> {
+        if !self.interpreters.contains_key(&target.id) {
+            let interpreter = self.start_interpreter(target.language, target.cwd.clone())?;
+            self.interpreters.insert(target.id.clone(), interpreter);
         }
-        Ok(self.interpreters.get_mut(&language).expect("inserted"))
+        Ok(self.interpreters.get_mut(&target.id).expect("inserted"))
     }
 
-    fn start_interpreter(&mut self, language: Language) -> Result<Interpreter> {
+    fn start_interpreter(
+        &mut self,
+        language: Language,
+        cwd: Option<PathBuf>,
+    ) -> Result<Interpreter> {
         let argv: Vec<String> = match language {
             Language::Python => vec![
                 "python3".into(),
@@ -781,8 +827,16 @@ impl<'p> Session<'p> {
                 PYTHON_SCRIPT.into(),
             ],
             Language::Node => vec!["node".into(), "-e".into(), NODE_SCRIPT.into()],
+            Language::Bash => vec![
+                "bash".into(),
+                "--noprofile".into(),
+                "--norc".into(),
+                "-c".into(),
+                BASH_SCRIPT.into(),
+                "brig-session-bash".into(),
+            ],
         };
-        let program = self.program(argv, Vec::new(), None)?;
+        let program = self.program(argv, Vec::new(), cwd)?;
         let (ours, theirs) = UnixStream::pair()
             .and_then(|(ours, theirs)| {
                 kernel::pass_credentials(&ours)?;
@@ -811,7 +865,7 @@ impl<'p> Session<'p> {
             id,
             pid: None,
             idle: match language {
-                Language::Python => Idle::Receive(socket_inode),
+                Language::Python | Language::Bash => Idle::Receive(socket_inode),
                 Language::Node => Idle::Epoll(None, socket_inode),
             },
             control: ours,
@@ -927,8 +981,8 @@ impl<'p> Session<'p> {
     /// Before a cell: a line that came from the interpreter while no cell ran means its
     /// channel is not its own (a thread of an earlier cell wrote to it): it is killed (the
     /// next cell starts a fresh one), and the reason is returned.
-    fn check_idle_interpreter(&mut self, language: Language) -> Option<String> {
-        let interpreter = self.interpreters.get_mut(&language)?;
+    fn check_idle_interpreter(&mut self, key: &str) -> Option<String> {
+        let interpreter = self.interpreters.get_mut(key)?;
         let line = interpreter.next_line();
         let why = match interpreter.stranger {
             Some(pid) => format!(
@@ -940,7 +994,7 @@ impl<'p> Session<'p> {
             None => return None,
         };
         let id = interpreter.id;
-        self.interpreters.remove(&language);
+        self.interpreters.remove(key);
         let _ = self.jail.signal(id, Signal::SIGKILL, true);
         Some(why)
     }
@@ -948,16 +1002,13 @@ impl<'p> Session<'p> {
     fn run_code(
         &mut self,
         cell: Cell,
+        target: &context::Target,
         time_limit: Option<Span>,
         output_limit: Option<crate::units::Size>,
         peer: Peer,
         connection: &OwnedFd,
     ) -> Result<Value> {
-        let Cell {
-            code,
-            language,
-            stream,
-        } = cell;
+        let Cell { code, stream } = cell;
         let code = code.as_str();
         let (time_limit, limit) = self.limits(time_limit, output_limit)?;
         let mut streaming = match stream {
@@ -968,20 +1019,20 @@ impl<'p> Session<'p> {
             )),
             false => None,
         };
+        let (key, language) = (target.id.as_str(), target.language);
         self.absorb_events();
-        let lost_before = self.check_idle_interpreter(language);
+        let lost_before = self.check_idle_interpreter(key);
         let oom_before = self.oom_kills();
-        let interpreter = self.interpreter(language)?;
+        let interpreter = self.interpreter(target)?;
         interpreter.cells += 1;
         let cell = interpreter.cells;
         let id = interpreter.id;
         let pid = interpreter.pid;
         let cpu_before = pid.and_then(kernel::cpu_time).unwrap_or_default();
-        let mut line = serde_json::to_vec(&json!({"id": cell, "code": code})).expect("JSON");
-        line.push(b'\n');
+        let line = context::request_line(language, cell, code);
         let started = Instant::now();
         if interpreter.control.write_all(&line).is_err() {
-            self.interpreters.remove(&language);
+            self.interpreters.remove(key);
             return Err(Error::setup(
                 "the session's interpreter went away; run the cell again",
             ));
@@ -1001,7 +1052,7 @@ impl<'p> Session<'p> {
         let mut died: Option<Ended> = None;
         loop {
             let until = sooner(deadline, self.end_by());
-            let interpreter = self.interpreters.get_mut(&language).expect("running");
+            let interpreter = self.interpreters.get_mut(key).expect("running");
             let mut fds = vec![
                 PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
                 PollFd::new(interpreter.stdout.as_fd(), PollFlags::POLLIN),
@@ -1048,14 +1099,14 @@ impl<'p> Session<'p> {
             if self.over() {
                 return Err(self.end_error());
             }
-            let interpreter = self.interpreters.get_mut(&language).expect("running");
+            let interpreter = self.interpreters.get_mut(key).expect("running");
             let mut over = false;
             for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
                 over |= !captured.drain_to(index, pipe.as_fd(), streaming.as_mut());
             }
             if !killed {
                 while let Some(line) = interpreter.next_line() {
-                    match (&reply, cell_reply(&line, cell)) {
+                    match (&reply, cell_reply(&line, cell, language)) {
                         (None, Ok(received)) => reply = Some(received),
                         (Some(_), _) => broken = Some("a second reply to one cell".into()),
                         (None, Err(why)) => broken = Some(why),
@@ -1166,7 +1217,7 @@ impl<'p> Session<'p> {
             let groups = self.processes.running_ids();
             self.jail.sweep(&keep, &groups)?;
         }
-        let interpreter = self.interpreters.get_mut(&language).expect("running");
+        let interpreter = self.interpreters.get_mut(key).expect("running");
         captured.drain_to(0, interpreter.stdout.as_fd(), streaming.as_mut());
         captured.drain_to(1, interpreter.stderr.as_fd(), streaming.as_mut());
         // What was streamed goes before the reply (a client that does not read gets
@@ -1201,19 +1252,35 @@ impl<'p> Session<'p> {
             (None, None) => Ended::default(),
         };
         if died.is_some() {
-            self.interpreters.remove(&language);
+            self.interpreters.remove(key);
         }
         let state_lost = died.is_some() || lost_before.is_some();
         let error = answer
             .as_ref()
             .and_then(|answer| answer.error.as_ref())
             .map(|error| serde_json::to_value(error).unwrap_or_default());
+        // Rich results count against the output limit, with stdout and stderr.
+        let (results, results_dropped) = match &mut answer {
+            Some(answer) => context::keep_results(
+                std::mem::take(&mut answer.results),
+                limit.saturating_sub(captured.total()),
+                answer.results_dropped,
+            ),
+            None => (Vec::new(), 0),
+        };
+        let error = error.or_else(|| {
+            (results_dropped > 0).then(|| context::results_cut(results_dropped, limit))
+        });
         let outcome = match (cut, &died) {
             (Some(Cut::OutputLimit), _) => Outcome::OutputLimit,
             (Some(_), _) => Outcome::TimedOut,
             (None, Some(end)) => program_outcome(end),
-            (None, None) if error.is_some() => Outcome::Exited(1),
-            (None, None) => Outcome::Exited(0),
+            (None, None) if results_dropped > 0 => Outcome::OutputLimit,
+            (None, None) => match answer.as_ref().and_then(|answer| answer.exit_code) {
+                Some(code) => Outcome::Exited(i32::from(code)),
+                None if error.is_some() => Outcome::Exited(1),
+                None => Outcome::Exited(0),
+            },
         };
         let (limit, oom_kills) = (time_limit, oom);
         let end = ExecEnd {
@@ -1226,7 +1293,7 @@ impl<'p> Session<'p> {
         let name = language_name(language);
         let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, &captured, served, Some(language));
+        let verdict = self.verdict(end, &captured, served, Some(target));
         let lost_why = match (&broken, unconfirmed, &died) {
             (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
             (None, Some(cut), _) => Some(format!(
@@ -1264,6 +1331,8 @@ impl<'p> Session<'p> {
             "stdout": captured.text(0),
             "stderr": captured.text(1),
             "result": answer.as_ref().and_then(|answer| answer.result.clone()),
+            "results": results,
+            "context": key,
             "error": error.unwrap_or(Value::Null),
             "state_lost": state_lost,
             "state_lost_reason": lost_why.filter(|_| state_lost),
@@ -1290,7 +1359,6 @@ struct ExecEnd {
 /// A cell's fields: its code, its language, and whether its output is streamed.
 struct Cell {
     code: String,
-    language: Language,
     stream: bool,
 }
 
@@ -1367,7 +1435,7 @@ impl Interpreter {
             }
             // A cell's output goes to its pipes: a runaway line here is the program's
             // own writing to descriptor 3, kept within bounds.
-            if self.lines.len() > protocol::MAX_FRAME {
+            if self.lines.len() > MAX_INTERPRETER_LINE {
                 self.lines.clear();
             }
         }
@@ -1409,6 +1477,7 @@ fn language_name(language: Language) -> &'static str {
     match language {
         Language::Python => "python",
         Language::Node => "node",
+        Language::Bash => "bash",
     }
 }
 

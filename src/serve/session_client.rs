@@ -9,6 +9,7 @@ use crate::exit::ExitStatus;
 use crate::options::JailOptions;
 use crate::units::{Size, Span};
 use crate::verdict::{Sinks, printable};
+use base64::Engine;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -139,6 +140,23 @@ pub enum SessionCommand {
         #[command(flatten)]
         which: Which,
     },
+    /// Create, list, restart or remove the session's code contexts (interpreters with
+    /// state of their own); `create` prints the new context's id.
+    Context {
+        #[command(flatten)]
+        at: At,
+        #[arg(value_enum, value_name = "ACTION")]
+        action: ContextActionArg,
+        /// create: the context's language.
+        #[arg(long, value_name = "LANGUAGE", value_enum, default_value = "python")]
+        language: LanguageArg,
+        /// create: its working directory in the jail.
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// restart, remove: the context's id.
+        #[arg(long, value_name = "ID")]
+        context: Option<String>,
+    },
     /// List the sessions open on the server (yours; all of them for root).
     List {
         /// The server's socket.
@@ -217,14 +235,22 @@ pub struct ExecArgs {
     /// variables live on between cells.
     #[arg(long, value_name = "FILE")]
     pub code: Option<PathBuf>,
-    /// The interpreter for --code.
-    #[arg(long, value_name = "LANGUAGE", value_enum, default_value = "python")]
-    pub language: LanguageArg,
+    /// The interpreter for --code: its default context [default: python, or the
+    /// language of --context].
+    #[arg(long, value_name = "LANGUAGE", value_enum)]
+    pub language: Option<LanguageArg>,
+    /// Run --code in this context (see `brig session context`).
+    #[arg(long, value_name = "ID")]
+    pub context: Option<String>,
+    /// Write the cell's rich results (PNG, SVG, HTML, ...) to files in DIR, named
+    /// result-N.EXT; their text is printed either way.
+    #[arg(long, value_name = "DIR")]
+    pub results_dir: Option<PathBuf>,
     /// Wall-clock limit of this exec (at most the session's --time-limit).
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<Span>,
-    /// Output kept, stdout and stderr together (1 MiB by default, at most 8 MiB); past it
-    /// the exec is stopped.
+    /// Output kept, stdout, stderr and a cell's rich results together (1 MiB by default,
+    /// at most 8 MiB); past it the exec is stopped (results past it are dropped).
     #[arg(long, value_name = "SIZE")]
     pub output_limit: Option<Size>,
     /// Set a variable for the command (repeatable).
@@ -256,9 +282,18 @@ pub struct ExecArgs {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ContextActionArg {
+    Create,
+    List,
+    Restart,
+    Remove,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum LanguageArg {
     Python,
     Node,
+    Bash,
 }
 
 /// Runs one `brig session` command; brig's exit status.
@@ -285,6 +320,13 @@ pub fn run(command: SessionCommand) -> Result<i32> {
         SessionCommand::Rm { at, path } => {
             files_client::simple(&at, json!({"type": "session_remove", "path": path}))
         }
+        SessionCommand::Context {
+            at,
+            action,
+            language,
+            cwd,
+            context,
+        } => contexts(&at, action, language, cwd, context),
         SessionCommand::Ls { at, path, depth } => {
             let reply = request(
                 &at.server,
@@ -486,11 +528,14 @@ fn exec(args: ExecArgs) -> Result<i32> {
         (Some(file), true) => {
             let code = String::from_utf8(read_local(file)?)
                 .map_err(|_| Error::input(format!("--code {}: not UTF-8 text", file.display())))?;
-            let language = match args.language {
-                LanguageArg::Python => Language::Python,
-                LanguageArg::Node => Language::Node,
-            };
-            json!({"type": "session_exec", "session": at.session, "code": code, "language": language})
+            let mut message = json!({"type": "session_exec", "session": at.session, "code": code});
+            if let Some(language) = args.language {
+                message["language"] = json!(language_of(language));
+            }
+            if let Some(context) = &args.context {
+                message["context"] = json!(context);
+            }
+            message
         }
         (None, false) => {
             let mut message = json!({
@@ -545,8 +590,24 @@ fn exec(args: ExecArgs) -> Result<i32> {
     };
     let mut stdout = std::io::stdout();
     let _ = stdout.write_all(reply["stdout"].as_str().unwrap_or_default().as_bytes());
+    // What the cell displayed, as text (the final value's is `result`, below).
+    let results = reply["results"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for shown in results
+        .iter()
+        .filter(|bundle| bundle["is_main_result"] != true)
+    {
+        if let Some(text) = shown["text/plain"].as_str() {
+            let _ = writeln!(stdout, "{text}");
+        }
+    }
     if let Some(result) = reply["result"].as_str() {
         let _ = writeln!(stdout, "{result}");
+    }
+    if let Some(dir) = &args.results_dir {
+        write_results(dir, results)?;
     }
     let _ = stdout.flush();
     let mut stderr = std::io::stderr();
@@ -578,6 +639,109 @@ fn verdict_lines(verdict: &Value, sinks: &Sinks) -> i32 {
     verdict["brig_exit_code"]
         .as_i64()
         .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32
+}
+
+fn language_of(language: LanguageArg) -> Language {
+    match language {
+        LanguageArg::Python => Language::Python,
+        LanguageArg::Node => Language::Node,
+        LanguageArg::Bash => Language::Bash,
+    }
+}
+
+/// The files a cell's rich results are written to, by mime type: the extension, and
+/// whether the data is base64.
+const RESULT_FILES: &[(&str, &str, bool)] = &[
+    ("image/png", "png", true),
+    ("image/jpeg", "jpeg", true),
+    ("application/pdf", "pdf", true),
+    ("image/svg+xml", "svg", false),
+    ("text/html", "html", false),
+    ("text/markdown", "md", false),
+    ("text/latex", "tex", false),
+    ("application/json", "json", false),
+];
+
+/// Writes each result's rich formats to DIR/result-N.EXT (N from 1, in the cell's order).
+fn write_results(dir: &Path, results: &[Value]) -> Result<()> {
+    let failed = |path: &Path, err: &dyn std::fmt::Display| {
+        Error::input(format!(
+            "--results-dir {}: cannot write it: {err}",
+            path.display()
+        ))
+    };
+    std::fs::create_dir_all(dir).map_err(|err| failed(dir, &err))?;
+    for (index, bundle) in results.iter().enumerate() {
+        for (mime, extension, base64) in RESULT_FILES {
+            let data = match (&bundle[*mime], base64) {
+                (Value::Null, _) => continue,
+                (Value::String(text), true) => base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|err| {
+                        Error::setup(format!(
+                            "brig serve sent a {mime} that is not base64: {err}"
+                        ))
+                    })?,
+                (Value::String(text), false) => text.clone().into_bytes(),
+                (value, _) => value.to_string().into_bytes(),
+            };
+            let path = dir.join(format!("result-{}.{extension}", index + 1));
+            std::fs::write(&path, data).map_err(|err| failed(&path, &err))?;
+        }
+    }
+    Ok(())
+}
+
+/// `brig session context ACTION`.
+fn contexts(
+    at: &At,
+    action: ContextActionArg,
+    language: LanguageArg,
+    cwd: Option<PathBuf>,
+    context: Option<String>,
+) -> Result<i32> {
+    let action = match action {
+        ContextActionArg::Create => "create",
+        ContextActionArg::List => "list",
+        ContextActionArg::Restart => "restart",
+        ContextActionArg::Remove => "remove",
+    };
+    let mut message = json!({"type": "session_context", "session": at.session, "action": action});
+    if action == "create" {
+        message["language"] = json!(language_of(language));
+    }
+    if let Some(cwd) = cwd {
+        message["cwd"] = json!(cwd);
+    }
+    if let Some(context) = context {
+        message["context"] = json!(context);
+    }
+    let reply = request(&at.server, message)?;
+    let mut stdout = std::io::stdout();
+    let listed = match reply["contexts"].as_array() {
+        Some(all) => all.clone(),
+        None if action == "create" => vec![reply["context"].clone()],
+        None => Vec::new(),
+    };
+    for context in listed {
+        let field = |name: &str| printable(context[name].as_str().unwrap_or("-"));
+        let _ = match action {
+            "create" => writeln!(stdout, "{}", field("id")),
+            _ => writeln!(
+                stdout,
+                "{}\t{}\t{}\t{}",
+                field("id"),
+                field("language"),
+                field("cwd"),
+                if context["running"] == true {
+                    "running"
+                } else {
+                    "stopped"
+                }
+            ),
+        };
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //
 // Request: {"id": N, "code": "..."}. Reply (after the cell's stdout and stderr are flushed):
 // {"id": N, "result": "util.inspect" | null, "error": null | {"type", "message",
-//  "traceback"}}, data only. A line that is not such a request gets an error of type
+//  "traceback"}, "results": [mime bundle, ...], "results_dropped": N}, data only. The
+// results: what the cell passed to display(), then the completion value's bundle
+// (`is_main_result`: text/plain, and application/json when JSON can hold it). A line that is not such a request gets an error of type
 // ProtocolError. EOF on descriptor 3 ends the interpreter with status 0 (after the requests
 // already received). A cell can write to descriptor 3 too: brig takes a reply as the
 // cell's end only once the kernel shows the main thread back in the event loop's wait,
@@ -69,6 +71,129 @@
     get: () => last,
     set(value) {
       Object.defineProperty(globalThis, '_', { value, writable: true, configurable: true, enumerable: true });
+    },
+  });
+
+  // --- Rich outputs: mime bundles. ---
+
+  // The most bytes (as JSON) of a cell's results a reply carries: brig reads a line up to
+  // 17 MiB and counts the results against the exec's output limit (at most 8 MiB).
+  const MAX_RESULTS = 16 << 20;
+  const REPR_METHODS = [
+    ['_repr_html_', 'text/html'], ['_repr_markdown_', 'text/markdown'],
+    ['_repr_svg_', 'image/svg+xml'], ['_repr_png_', 'image/png'], ['_repr_jpeg_', 'image/jpeg'],
+    ['_repr_latex_', 'text/latex'], ['_repr_json_', 'application/json'],
+    ['_repr_javascript_', 'application/javascript'],
+  ];
+  const isMime = (key) => /^[a-z]+\/[^\s"\\]+$/i.test(key);
+  const results = { kept: [], size: 0, dropped: 0 };
+
+  function mimeValue(mime, value) {
+    if (value === undefined || value === null) return undefined;
+    if (mime === 'application/json' || mime.endsWith('+json')) {
+      try {
+        return JSON.stringify(value) === undefined ? undefined : JSON.parse(JSON.stringify(value));
+      } catch {
+        return undefined;
+      }
+    }
+    if (Buffer.isBuffer(value) || value instanceof Uint8Array) return Buffer.from(value).toString('base64');
+    return typeof value === 'string' ? value : undefined;
+  }
+
+  function jsonOf(value) {
+    if (typeof value === 'function' || typeof value === 'symbol' || typeof value === 'bigint') return undefined;
+    return mimeValue('application/json', value);
+  }
+
+  // obj's bundle: a plain object whose keys are all mime types is the bundle itself (as
+  // given: no text/plain added);
+  // otherwise _repr_mimebundle_() and the _repr_*_ methods, text/plain (util.inspect),
+  // and application/json for plain objects and arrays.
+  function bundle(obj, json) {
+    const data = {};
+    const isObject = obj !== null && typeof obj === 'object';
+    const keys = isObject && Object.getPrototypeOf(obj) === Object.prototype ? Object.keys(obj) : [];
+    if (keys.length > 0 && keys.every(isMime)) {
+      // Taken as given, as Python's display(bundle, raw=True).
+      for (const key of keys) {
+        const value = mimeValue(key, obj[key]);
+        if (value !== undefined) data[key] = value;
+      }
+      return data;
+    } else if (obj !== null && obj !== undefined) {
+      const given = hasMethod(obj, '_repr_mimebundle_') ? safeCall(obj, '_repr_mimebundle_') : undefined;
+      for (const [key, value] of Object.entries(given && typeof given === 'object' ? given : {})) {
+        const kept = isMime(key) ? mimeValue(key, value) : undefined;
+        if (kept !== undefined) data[key] = kept;
+      }
+      for (const [method, mime] of REPR_METHODS) {
+        if (mime in data || !hasMethod(obj, method)) continue;
+        const value = mimeValue(mime, safeCall(obj, method));
+        if (value !== undefined) data[mime] = value;
+      }
+      const plain = Array.isArray(obj) || (isObject && Object.getPrototypeOf(obj) === Object.prototype);
+      if (!('application/json' in data) && (json || plain)) {
+        const value = jsonOf(obj);
+        if (value !== undefined) data['application/json'] = value;
+      }
+    }
+    if (!('text/plain' in data)) data['text/plain'] = safeInspect(obj);
+    return data;
+  }
+
+  // Whether obj has a method `name` (false when looking it up throws, as a Proxy may).
+  function hasMethod(obj, name) {
+    try {
+      return typeof obj[name] === 'function';
+    } catch {
+      return false;
+    }
+  }
+
+  function safeCall(obj, method) {
+    try {
+      return obj[method]();
+    } catch {
+      return undefined;
+    }
+  }
+
+  // value with its strings made well-formed (see `clean`), keys and all.
+  function scrub(value) {
+    if (typeof value === 'string') return clean(value, Infinity);
+    if (Array.isArray(value)) return value.map(scrub);
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value).map(([key, item]) => [scrub(key), scrub(item)]));
+    }
+    return value;
+  }
+
+  function addResult(data, main) {
+    const entry = { ...scrub(data), is_main_result: main };
+    // The text as `result` is cut (MAX_TEXT); the rich formats only by MAX_RESULTS.
+    if (typeof entry['text/plain'] === 'string') entry['text/plain'] = clean(entry['text/plain']);
+    let size;
+    try {
+      size = Buffer.byteLength(JSON.stringify(entry));
+    } catch {
+      results.dropped += 1;
+      return;
+    }
+    if (results.size + size > MAX_RESULTS) {
+      results.dropped += 1;
+      return;
+    }
+    results.size += size;
+    results.kept.push(entry);
+  }
+
+  Object.defineProperty(globalThis, 'display', {
+    configurable: true,
+    enumerable: false,
+    writable: true,
+    value: function display(...objs) {
+      for (const obj of objs) addResult(bundle(obj, false), false);
     },
   });
 
@@ -248,13 +373,14 @@
   control.on('error', () => exit(0));
 
   // Lone surrogates are not UTF-8: written out as \udXXX text rather than breaking the reply.
-  // The most characters of a result, message or stack a reply carries: a reply must stay
-  // one line of less than 1 MiB (brig takes a longer line for a broken protocol).
+  // The most characters of a result, message or stack a reply carries (and of a rich
+  // result's text/plain): with the results (at most MAX_RESULTS) a reply stays one line
+  // within the 17 MiB brig reads (a longer line breaks the protocol).
   const MAX_TEXT = 40000;
 
-  function clean(text) {
-    if (typeof text === 'string' && text.length > MAX_TEXT) {
-      text = `${text.slice(0, MAX_TEXT)}... [${text.length - MAX_TEXT} more characters]`;
+  function clean(text, most = MAX_TEXT) {
+    if (typeof text === 'string' && text.length > most) {
+      text = `${text.slice(0, most)}... [${text.length - most} more characters]`;
     }
     return typeof text === 'string'
       ? text.replace(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`)
@@ -266,11 +392,17 @@
   }
 
   function reply(id, result, error) {
-    return send({
+    const message = {
       id: id === undefined ? null : id,
       result: clean(result),
       error: error && { type: clean(error.type), message: clean(error.message), traceback: clean(error.traceback) },
-    });
+      results: results.kept,
+      results_dropped: results.dropped,
+    };
+    results.kept = [];
+    results.size = 0;
+    results.dropped = 0;
+    return send(message);
   }
 
   function protocolError(message) {
@@ -290,11 +422,16 @@
     }
     let result = null;
     let error = null;
+    results.kept = [];
+    results.size = 0;
+    results.dropped = 0;
     try {
       const value = await runCell(request.code);
       if (value !== undefined) {
         last = value;
-        result = util.inspect(value);
+        const main = bundle(value, true);
+        result = main['text/plain'];
+        addResult(main, true);
       }
     } catch (thrown) {
       error = describe(thrown);

@@ -19,6 +19,7 @@
 pub mod limits;
 pub mod net;
 pub mod serve;
+pub mod session;
 
 use std::ffi::OsString;
 use std::io::Read;

@@ -21,6 +21,7 @@ __all__ = [
     "BrigError", "Result", "Client", "run", "status", "PROTOCOL_VERSION",
     "Sandbox", "Execution", "ExecutionError", "CommandResult", "EntryInfo", "list_sessions",
     "CommandHandle", "ProcessInfo",
+    "RichResult", "Logs", "CodeContext",
 ]
 
 PROTOCOL_VERSION = 1
@@ -271,13 +272,95 @@ class ExecutionError:
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"
 
+    @property
+    def name(self) -> str:
+        """`type`, by the name code-interpreter SDKs give it."""
+        return self.type
+
+    @property
+    def value(self) -> str:
+        """`message`, by the name code-interpreter SDKs give it."""
+        return self.message
+
+
+# A result's mime types and the attribute each is under.
+_RESULT_TYPES = {
+    "text/plain": "text", "text/html": "html", "text/markdown": "markdown",
+    "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg",
+    "application/pdf": "pdf", "text/latex": "latex", "application/json": "json",
+    "application/javascript": "javascript",
+}
+
+
+@dataclass
+class RichResult:
+    """One rich result of a cell: what it display()ed, a matplotlib figure, or its final
+    value (`is_main_result`). Each format is an attribute (None when absent): `text`,
+    `html`, `markdown`, `svg`, `png` and `jpeg` and `pdf` (base64), `latex`, `json` (the
+    value), `javascript`; other mime types are in `extra`."""
+
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    pdf: Optional[str] = None
+    latex: Optional[str] = None
+    json: Any = None
+    javascript: Optional[str] = None
+    is_main_result: bool = False
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_bundle(cls, bundle: Dict[str, Any]) -> "RichResult":
+        result = cls(is_main_result=bool(bundle.get("is_main_result", False)))
+        for mime, value in bundle.items():
+            if mime in _RESULT_TYPES:
+                setattr(result, _RESULT_TYPES[mime], value)
+            elif mime != "is_main_result":
+                result.extra[mime] = value
+        return result
+
+    def formats(self) -> List[str]:
+        """The formats this result has, by attribute name (and extra mime types)."""
+        names = [name for name in _RESULT_TYPES.values() if getattr(self, name) is not None]
+        return names + list(self.extra)
+
+    def png_bytes(self) -> Optional[bytes]:
+        """The PNG decoded, or None."""
+        return base64.b64decode(self.png) if self.png is not None else None
+
+
+@dataclass
+class Logs:
+    """A cell's output: its stdout and its stderr (each one string in a list)."""
+
+    stdout: List[str]
+    stderr: List[str]
+
+
+@dataclass
+class CodeContext:
+    """An interpreter of the session with its own state: `id`, `language` (python, node
+    or bash), `cwd`. The default context of each language has the language's name."""
+
+    id: str
+    language: str
+    cwd: Optional[str] = None
+
+    @classmethod
+    def from_reply(cls, context: Dict[str, Any]) -> "CodeContext":
+        return cls(context["id"], context["language"], context.get("cwd"))
+
 
 @dataclass
 class Execution(_Verdicted):
     """One cell: what it printed, the representation of its final expression (`result`,
-    None after a statement), the exception it raised (`error`), the verdict, and
-    `state_lost` when the interpreter was restarted (time limit, out of memory, a broken
-    protocol), and why (`state_lost_reason`)."""
+    None after a statement), its rich results (`results`: what it displayed, its figures,
+    its final value), the exception it raised (`error`), the verdict, and `state_lost`
+    when the interpreter was restarted (time limit, out of memory, a broken protocol), and
+    why (`state_lost_reason`)."""
 
     stdout: str
     stderr: str
@@ -286,10 +369,21 @@ class Execution(_Verdicted):
     verdict: Dict[str, Any]
     state_lost: bool = False
     state_lost_reason: Optional[str] = None
+    results: List[RichResult] = field(default_factory=list)
+    context: Optional[str] = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.status == "ok"
+
+    @property
+    def logs(self) -> Logs:
+        return Logs([self.stdout] if self.stdout else [], [self.stderr] if self.stderr else [])
+
+    @property
+    def text(self) -> Optional[str]:
+        """The main result's text (the final value's representation), or None."""
+        return next((result.text for result in self.results if result.is_main_result), None)
 
 
 @dataclass
@@ -709,12 +803,17 @@ class Sandbox:
     def socket(self) -> str:
         return self._client.socket
 
-    def run_code(self, code: str, language: str = "python", timeout: Any = None,
-                 output_limit: Optional[str] = None, *, on_stdout: OutputCallback = None,
-                 on_stderr: OutputCallback = None) -> Execution:
-        """Runs a cell in the session's interpreter of `language` (python or node). With
+    def run_code(self, code: str, language: Optional[str] = None, timeout: Any = None,
+                 output_limit: Optional[str] = None, context: Any = None, *,
+                 on_stdout: OutputCallback = None, on_stderr: OutputCallback = None) -> Execution:
+        """Runs a cell in `context` (a CodeContext or its id), or in the default context of
+        `language` (python, node or bash; python when neither is given). With
         `on_stdout`/`on_stderr` its output is streamed to them as it is produced."""
-        request: Dict[str, Any] = {"type": "session_exec", "code": code, "language": language}
+        request: Dict[str, Any] = {"type": "session_exec", "code": code}
+        if context is not None:
+            request["context"] = context.id if isinstance(context, CodeContext) else str(context)
+        if language is not None or context is None:
+            request["language"] = language or "python"
         if timeout is not None:
             request["time_limit"] = _duration(timeout)
         if output_limit is not None:
@@ -735,6 +834,8 @@ class Sandbox:
             verdict=reply.get("verdict") or {},
             state_lost=bool(reply.get("state_lost", False)),
             state_lost_reason=reply.get("state_lost_reason"),
+            results=[RichResult.from_bundle(bundle) for bundle in reply.get("results") or []],
+            context=reply.get("context"),
         )
 
     def set_network(self, allow_net: Sequence[str] = (), add_host: Sequence[str] = ()) -> int:
@@ -749,6 +850,30 @@ class Sandbox:
         """Sets the session's end to now + `timeout` (seconds, or a string such as "10m"),
         at most the server's --session-timeout."""
         self._request({"type": "session_set_timeout", "timeout": _duration(timeout)}, "timeout")
+
+    def create_code_context(self, language: str = "python", cwd: Optional[str] = None) -> CodeContext:
+        """A new interpreter of `language` (python, node or bash) in this session, with state
+        of its own, started in `cwd` (a path in the jail) or the session's directory. A
+        session has at most 16."""
+        request: Dict[str, Any] = {"type": "session_context", "action": "create", "language": language}
+        if cwd is not None:
+            request["cwd"] = cwd
+        return CodeContext.from_reply(self._request(request, "context")["context"])
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The contexts created, and the default contexts whose interpreter runs."""
+        reply = self._request({"type": "session_context", "action": "list"}, "contexts")
+        return [CodeContext.from_reply(context) for context in reply.get("contexts", [])]
+
+    def restart_code_context(self, context: Any) -> None:
+        """A fresh interpreter for `context` (a CodeContext or its id): its state is lost."""
+        context_id = context.id if isinstance(context, CodeContext) else str(context)
+        self._request({"type": "session_context", "action": "restart", "context": context_id}, "context")
+
+    def remove_code_context(self, context: Any) -> None:
+        """Ends `context`'s interpreter and forgets the context."""
+        context_id = context.id if isinstance(context, CodeContext) else str(context)
+        self._request({"type": "session_context", "action": "remove", "context": context_id}, "context_removed")
 
     def close(self) -> None:
         """Destroys the session: its processes and its workspace. A second call does nothing."""

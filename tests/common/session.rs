@@ -1,0 +1,118 @@
+//! Session requests for the session tests (tests/session_rich.rs): each on a fresh
+//! connection as the test's own uid (root, which every server admits), with the checks
+//! every such test makes; the command line's `brig session` against a server; a readable
+//! copy of a client.
+
+use super::serve::{Server, exchange};
+use super::*;
+use serde_json::{Value, json};
+
+/// One request on a fresh connection.
+pub fn ask(server: &Server, mut message: Value) -> Value {
+    message["brig"] = json!(1);
+    exchange(&server.socket, message.to_string().as_bytes(), &[])
+}
+
+/// `message` with the fields of `extra` on top.
+pub fn with(mut message: Value, extra: Value) -> Value {
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    message
+}
+
+/// A new session (with `extra`'s fields in its request); its id.
+pub fn create_session(server: &Server, extra: Value) -> String {
+    let reply = ask(server, with(json!({"type": "session_create"}), extra));
+    assert_eq!(reply["type"], "session", "{reply}");
+    reply["session"].as_str().expect("an id").to_string()
+}
+
+/// A code cell's reply, which must be an exec's.
+pub fn code_cell(server: &Server, id: &str, code: &str, extra: Value) -> Value {
+    let message = json!({"type": "session_exec", "session": id, "code": code});
+    let reply = ask(server, with(message, extra));
+    assert_eq!(reply["type"], "exec", "{reply}");
+    reply
+}
+
+pub fn close_session(server: &Server, id: &str) {
+    let reply = ask(server, json!({"type": "session_close", "session": id}));
+    assert_eq!(reply["type"], "closed", "{reply}");
+}
+
+/// A one-line `bad_input` error that says `needle`.
+pub fn assert_bad_input(reply: &Value, needle: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert_eq!(reply["kind"], "bad_input", "{reply}");
+    assert_eq!(reply["exit_code"], 125, "{reply}");
+}
+
+/// `brig session SUBCOMMAND --server S --session ID ARGS...` as `mode`'s user.
+pub fn session_cli(mode: Mode, server: &Server, id: &str, args: &[&str]) -> Output {
+    let mut all = vec!["session"];
+    all.extend_from_slice(&args[..1]);
+    all.extend_from_slice(&["--server", server.socket(), "--session", id]);
+    all.extend_from_slice(&args[1..]);
+    run(mode, &all)
+}
+
+/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
+pub fn client_copy(name: &str) -> TempDir {
+    let dir = TempDir::new(&format!("client-{name}"));
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(name);
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(&source)
+        .arg(dir.path().join(name))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let readable = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir.path())
+        .status()
+        .expect("chmod");
+    assert!(readable.success());
+    dir
+}
+
+/// The output of `script` run as `mode`'s user with a readable copy of the `client`
+/// (`python`: the script gets the socket as sys.argv[1], the client on PYTHONPATH; `node`:
+/// the client module's path as process.argv[1], the socket as process.argv[2]).
+pub fn client_script(mode: Mode, client: &str, script: &str, server: &Server) -> Output {
+    let copy = client_copy(client);
+    let module = copy.path().join(client);
+    let output = if client == "python" {
+        let mut command = command_as(
+            mode,
+            interpreter("python3"),
+            &["-c", script, server.socket()],
+        );
+        command.env("PYTHONPATH", &module);
+        output_of(command)
+    } else {
+        let args = [
+            "-e",
+            script,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+        ];
+        output_of(command_as(mode, interpreter("node"), &args))
+    };
+    drop(copy);
+    output
+}
+
+/// A client script's output, line by line, after it succeeded.
+pub fn assert_output_lines(output: &Output, expected: &[&str]) {
+    let out = assert_success(output);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, expected, "{}", describe(output));
+}
