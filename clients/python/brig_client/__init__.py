@@ -8,6 +8,7 @@ with the request, or are captured by the server and returned in its reply. Sessi
 described in docs/protocol.md: one request per connection.
 """
 
+import base64
 import json
 import os
 import pwd
