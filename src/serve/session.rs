@@ -9,7 +9,8 @@
 use super::kernel::{self, Syscall};
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
-use super::runner::{Report, pipe};
+use super::runner::pipe;
+use super::wire::Report;
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
 use crate::jail::session::{Ended, Event};

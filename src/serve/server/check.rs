@@ -7,7 +7,7 @@ use crate::jail::Program;
 use crate::options::JailOptions;
 use crate::serve::policy;
 use crate::serve::protocol::{self, StdioMode};
-use crate::serve::runner::Job;
+use crate::serve::wire::Job;
 use crate::verdict::Peer;
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -6,8 +6,9 @@ use super::sessions::SessionEntry;
 use super::{Server, refuse};
 use crate::error::{Context, Error, Result};
 use crate::serve::protocol::{self, FrameReader, Read};
-use crate::serve::runner::{self, Job, Report, SessionStart, Start};
+use crate::serve::runner;
 use crate::serve::warm::Warm;
+use crate::serve::wire::{Job, Report, Start};
 use crate::sys;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::Pid;
@@ -80,14 +81,6 @@ pub(super) const SESSIONS: PoolKind = PoolKind {
     warm: None,
     for_session: true,
 };
-
-/// What a new runner is for.
-pub(super) enum Spawn {
-    Pooled { warm: Option<Warm> },
-    SessionPool,
-    ForJob(Box<Job>, Vec<OwnedFd>),
-    ForSession(Box<SessionStart>),
-}
 
 /// A checked request waiting for a runner.
 pub(super) struct Pending {
@@ -172,7 +165,7 @@ impl Server {
                 let Pending { job, fds, .. } = pending;
                 // To answer the client if no runner can be made for it.
                 let connection = fds[0].try_clone().ok();
-                if let Err(err) = self.spawn(Spawn::ForJob(Box::new(job), fds)) {
+                if let Err(err) = self.spawn(Start::ForJob(Box::new(job), fds)) {
                     self.status.running -= 1;
                     self.status.failures += 1;
                     eprintln!("brig serve: {err}");
@@ -246,8 +239,8 @@ impl Server {
             }
             for _ in pooled..wanted {
                 let what = match kind.for_session {
-                    true => Spawn::SessionPool,
-                    false => Spawn::Pooled { warm: kind.warm },
+                    true => Start::SessionPool,
+                    false => Start::Pooled { warm: kind.warm },
                 };
                 if let Err(err) = self.spawn(what) {
                     eprintln!("brig serve: {err}");
@@ -259,7 +252,7 @@ impl Server {
     }
 
     /// Forks a runner: pooled, or for a job, whose descriptors it inherits.
-    pub(super) fn spawn(&mut self, what: Spawn) -> Result<()> {
+    pub(super) fn spawn(&mut self, what: Start) -> Result<()> {
         use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
         let (control, runner_end) = socketpair(
             AddressFamily::Unix,
@@ -269,10 +262,10 @@ impl Server {
         )
         .context(|| "create a socket pair for a runner".into())?;
         let (pooled, warm, for_session) = match &what {
-            Spawn::Pooled { warm } => (true, *warm, false),
-            Spawn::SessionPool => (true, None, true),
-            Spawn::ForJob(..) => (false, None, false),
-            Spawn::ForSession(..) => (false, None, true),
+            Start::Pooled { warm } => (true, *warm, false),
+            Start::SessionPool => (true, None, true),
+            Start::ForJob(..) => (false, None, false),
+            Start::Session(..) => (false, None, true),
         };
         let server = nix::unistd::getpid();
         match sys::fork_process().context(|| "fork a runner".into())? {
@@ -289,32 +282,30 @@ impl Server {
                 // The runner: nothing of the server's but its own ends.
                 let mut keep = vec![runner_end.as_raw_fd()];
                 match &what {
-                    Spawn::ForJob(_, fds) => keep.extend(fds.iter().map(AsRawFd::as_raw_fd)),
-                    Spawn::ForSession(start) => keep.push(start.connection.as_raw_fd()),
+                    Start::ForJob(_, fds) => keep.extend(fds.iter().map(AsRawFd::as_raw_fd)),
+                    Start::Session(start) => keep.push(start.connection.as_raw_fd()),
                     _ => {}
                 }
                 let _ = crate::fds::close_inherited(&keep);
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
                 let audit_log = self.defaults.audit_log.clone();
-                let start = match what {
-                    Spawn::Pooled { warm: None } => Start::Pooled(&self.pool_plan),
-                    Spawn::Pooled { warm: Some(warm) } => Start::Warm(&self.pool_plan, warm),
-                    Spawn::ForJob(job, fds) => Start::ForJob(job, fds),
-                    Spawn::SessionPool => Start::SessionPool(&self.session_plan, &self.defaults),
-                    Spawn::ForSession(start) => Start::Session(start),
+                let prepared = runner::Prepared {
+                    pool_plan: &self.pool_plan,
+                    session_plan: &self.session_plan,
+                    defaults: &self.defaults,
                 };
-                runner::main(runner_end, start, audit_log);
+                runner::main(runner_end, what, prepared, audit_log);
             }
             Some(pid) => {
-                let answering = matches!(what, Spawn::ForJob(..));
+                let answering = matches!(what, Start::ForJob(..));
                 let uid = match &what {
-                    Spawn::ForJob(job, _) => Some(job.peer.uid),
-                    Spawn::ForSession(start) => Some(start.opening.owner.uid),
+                    Start::ForJob(job, _) => Some(job.peer.uid),
+                    Start::Session(start) => Some(start.opening.owner.uid),
                     _ => None,
                 };
                 let (state, session) = match what {
                     _ if pooled => (RunnerState::Assembling, None),
-                    Spawn::ForSession(start) => {
+                    Start::Session(start) => {
                         (RunnerState::Session, Some(SessionEntry::of(&start.opening)))
                     }
                     _ => (RunnerState::Busy, None),

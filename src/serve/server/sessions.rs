@@ -2,15 +2,15 @@
 //! routing a session's requests to its runner, listing sessions.
 
 use super::admit::{Full, full};
-use super::pool::{RunnerState, SESSIONS, Spawn};
+use super::pool::{RunnerState, SESSIONS};
 use super::{Server, with_placeholder};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::serve::policy;
 use crate::serve::protocol::{self, Request};
-use crate::serve::runner::SessionStart;
 use crate::serve::session::{Opening, ToSession};
+use crate::serve::wire::{SessionStart, Start};
 use crate::serve::{session_meta, session_network};
 use crate::verdict::Peer;
 use std::os::fd::{AsFd, OwnedFd};
@@ -164,7 +164,7 @@ impl Server {
                     opening,
                     connection,
                 };
-                self.spawn(Spawn::ForSession(Box::new(start)))?;
+                self.spawn(Start::Session(Box::new(start)))?;
             }
         }
         self.status.sessions += 1;
