@@ -1,7 +1,6 @@
 //! Admission: who may connect (peer credentials, --socket-group), and the per-uid caps
 //! and shares of connections, jails and sessions.
 
-use super::pool::RunnerState;
 use super::{Incoming, Server, refuse};
 use crate::error::{Error, Result};
 use crate::serve::protocol::FrameReader;
@@ -125,7 +124,7 @@ impl Server {
         let of_uid = self
             .runners
             .iter()
-            .filter(|runner| runner.state == RunnerState::Busy && runner.uid == Some(uid))
+            .filter(|runner| runner.runs_for(uid))
             .count();
         full(
             self.status.running,

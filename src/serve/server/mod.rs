@@ -23,14 +23,13 @@ use super::session::DRAINING;
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
 use crate::plan::Plan;
-use crate::sys;
 use crate::verdict::Peer;
 use admit::{Full, resolve_group, share};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use pool::{Pending, Runner, RunnerState};
+use pool::{Pending, Phase, Role, Runner};
 use sessions::SessionAsk;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -47,6 +46,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const DRAIN_KILL_AFTER: Duration = Duration::from_millis(300);
 /// How often a draining server looks at its deadlines.
 const DRAIN_TICK: u16 = 25;
+
+/// What a descriptor the loop polls is.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Signals,
+    Listener,
+    /// A runner's control socket.
+    Runner(Pid),
+    /// A connection whose request is arriving (by its descriptor).
+    Incoming(i32),
+}
 
 /// A connection whose request has not fully arrived.
 struct Incoming {
@@ -250,30 +260,24 @@ impl Server {
 
     /// One poll over every descriptor, and what each has for us.
     fn wait_and_handle(&mut self) {
-        let mut fds: Vec<nix::poll::PollFd> = Vec::new();
         let read = nix::poll::PollFlags::POLLIN;
-        fds.push(nix::poll::PollFd::new(self.signals.as_fd(), read));
+        // Each descriptor polled with what it is; a runner by its pid: handling one event
+        // may reap a runner and spawn another whose control socket gets the same number,
+        // and must not be read (blocking) for the first one's end. An incoming connection
+        // by its descriptor, which stays its own while it is listed.
+        let mut sources = vec![Source::Signals];
+        let mut fds = vec![nix::poll::PollFd::new(self.signals.as_fd(), read)];
         if let Some(listener) = &self.listener {
+            sources.push(Source::Listener);
             fds.push(nix::poll::PollFd::new(listener.as_fd(), read));
         }
-        // Raw descriptors, to look the sources up again after poll borrowed them; a
-        // runner by its pid too: handling one event may reap a runner and spawn another
-        // whose control socket gets the same number, and must not be read (blocking) for
-        // the first one's end.
-        let runners: Vec<(Pid, i32)> = self
-            .runners
-            .iter()
-            .filter(|runner| !runner.silent)
-            .map(|runner| (runner.pid, runner.control.as_raw_fd()))
-            .collect();
-        let runner_fds: Vec<i32> = runners.iter().map(|(_, fd)| *fd).collect();
-        let incoming_fds: Vec<i32> = self
-            .incoming
-            .iter()
-            .map(|incoming| incoming.stream.as_raw_fd())
-            .collect();
-        for fd in runner_fds.iter().chain(&incoming_fds) {
-            fds.push(nix::poll::PollFd::new(sys::borrow_fd(*fd), read));
+        for runner in self.runners.iter().filter(|runner| runner.polled()) {
+            sources.push(Source::Runner(runner.pid));
+            fds.push(nix::poll::PollFd::new(runner.control.as_fd(), read));
+        }
+        for incoming in &self.incoming {
+            sources.push(Source::Incoming(incoming.stream.as_raw_fd()));
+            fds.push(nix::poll::PollFd::new(incoming.stream.as_fd(), read));
         }
         // Idle, the server sleeps until something happens; with deadlines to keep (slow
         // requests, the queue, draining, a pool backing off) it looks again soon.
@@ -291,32 +295,22 @@ impl Server {
         if nix::poll::poll(&mut fds, timeout).is_err() {
             return;
         }
-        let ready: Vec<bool> = fds
-            .iter()
-            .map(|fd| fd.revents().is_some_and(|events| !events.is_empty()))
+        let ready: Vec<Source> = sources
+            .into_iter()
+            .zip(&fds)
+            .filter(|(_, fd)| fd.revents().is_some_and(|events| !events.is_empty()))
+            .map(|(source, _)| source)
             .collect();
-        let mut index = 0;
-        if ready[index] {
-            self.handle_signals();
-        }
-        index += 1;
-        if self.listener.is_some() {
-            if ready[index] {
-                self.accept();
+        drop(fds);
+        for source in ready {
+            match source {
+                Source::Signals => self.handle_signals(),
+                Source::Listener => self.accept(),
+                Source::Runner(pid) => {
+                    self.handle_runner(pid);
+                }
+                Source::Incoming(fd) => self.handle_incoming(fd),
             }
-            index += 1;
-        }
-        for (pid, _) in runners {
-            if ready[index] {
-                self.handle_runner(pid);
-            }
-            index += 1;
-        }
-        for fd in incoming_fds {
-            if ready[index] {
-                self.handle_incoming(fd);
-            }
-            index += 1;
         }
     }
 
@@ -360,13 +354,12 @@ impl Server {
         // session's runner ends its session. The server waits for every runner, so that
         // nothing of it is left once it has exited.
         for runner in &mut self.runners {
-            if runner.state != RunnerState::Busy {
+            if !matches!(runner.role, Role::Job { .. }) {
                 let _ = nix::sys::socket::shutdown(
                     runner.control.as_raw_fd(),
                     nix::sys::socket::Shutdown::Both,
                 );
-                runner.silent = true;
-                runner.pooled = false;
+                runner.phase = Phase::Closed;
             }
         }
     }
@@ -383,10 +376,10 @@ impl Server {
             while self.handle_runner(pid) {}
             if let Some(at) = self.runners.iter().position(|runner| runner.pid == pid) {
                 let runner = self.runners.remove(at);
-                match runner.state {
-                    RunnerState::Busy => self.status.running -= 1,
-                    RunnerState::Session => self.status.sessions -= 1,
-                    _ => {}
+                match runner.role {
+                    Role::Job { .. } => self.status.running -= 1,
+                    Role::Session(_) => self.status.sessions -= 1,
+                    Role::Pool(_) => {}
                 }
             }
             self.dispatch_queued();
@@ -553,12 +546,12 @@ impl Server {
         let max_jails = self.args.max_jails;
         let per_uid = self.jails_per_uid;
         let waited = self.args.queue_timeout;
-        while let Some(at) = self
+        while let Some(pending) = self
             .queue
             .iter()
             .position(|pending| pending.deadline <= now)
+            .and_then(|at| self.queue.remove(at))
         {
-            let pending = self.queue.remove(at).expect("found");
             self.status.refused += 1;
             let uid = pending.job.peer.uid;
             let message = match self.full_for(uid) {
@@ -585,7 +578,7 @@ impl Server {
                     runner.control.as_raw_fd(),
                     nix::sys::socket::Shutdown::Both,
                 );
-                runner.silent = true;
+                runner.phase = Phase::Closed;
                 if kill {
                     let _ = nix::sys::signal::kill(runner.pid, Signal::SIGKILL);
                 }

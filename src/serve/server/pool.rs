@@ -5,6 +5,7 @@
 use super::sessions::SessionEntry;
 use super::{Server, refuse};
 use crate::error::{Context, Error, Result};
+use crate::jail::Program;
 use crate::serve::protocol::{self, FrameReader, Read};
 use crate::serve::runner;
 use crate::serve::warm::Warm;
@@ -24,53 +25,11 @@ pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Requests waiting for a slot at most; more are refused at once.
 pub(super) const MAX_QUEUE: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum RunnerState {
-    Assembling,
-    Ready,
-    Busy,
-    /// Serving a session (not counted in --max-jails).
-    Session,
-}
-
 /// A kind of pooled jail: cold or with a warm interpreter, or a session's.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct PoolKind {
     pub(super) warm: Option<Warm>,
     pub(super) for_session: bool,
-}
-
-pub(super) struct Runner {
-    pub(super) pid: Pid,
-    pub(super) control: OwnedFd,
-    pub(super) reader: FrameReader,
-    pub(super) state: RunnerState,
-    /// In the pool: not handed a job yet.
-    pub(super) pooled: bool,
-    /// Its jail runs a warm interpreter, for that interpreter's requests only.
-    pub(super) warm: Option<Warm>,
-    /// A session's jail: pooled for one (`pooled`), or serving it.
-    pub(super) for_session: bool,
-    pub(super) session: Option<SessionEntry>,
-    /// Its end of the control socket closed: no longer polled (it stays listed until
-    /// SIGCHLD reaps it).
-    pub(super) silent: bool,
-    /// Busy with a run whose client has no answer yet: the pool's refill waits for it.
-    pub(super) answering: bool,
-    /// Whose run or session it serves (its client's uid), for the per-uid shares.
-    pub(super) uid: Option<u32>,
-}
-
-impl Runner {
-    /// In the pool of `kind` (ready or being assembled).
-    pub(super) fn in_pool(&self, kind: PoolKind) -> bool {
-        self.pooled && self.warm == kind.warm && self.for_session == kind.for_session
-    }
-
-    /// In the pool of `kind` and ready for a request.
-    pub(super) fn ready_in(&self, kind: PoolKind) -> bool {
-        self.in_pool(kind) && self.state == RunnerState::Ready
-    }
 }
 
 pub(super) const COLD: PoolKind = PoolKind {
@@ -82,47 +41,174 @@ pub(super) const SESSIONS: PoolKind = PoolKind {
     for_session: true,
 };
 
+impl PoolKind {
+    /// Whether a pooled jail of this kind may take a run of `program`, `pool_shape` if the
+    /// run's jail has the pool's shape: a cold one any such run, a warm one only what its
+    /// interpreter serves as a cold start would, a session's none.
+    pub(super) fn serves(self, pool_shape: bool, program: &Program) -> bool {
+        pool_shape && !self.for_session && self.warm.is_none_or(|warm| warm.serves(program))
+    }
+}
+
+/// What a runner is for.
+pub(super) enum Role {
+    /// In the pool of its kind: not handed a request yet.
+    Pool(PoolKind),
+    /// Runs one client's program (counted in --max-jails and its uid's share).
+    Job {
+        uid: u32,
+        /// Its client has no answer yet: the pool's refill waits for it.
+        answering: bool,
+    },
+    /// Serves a session (counted in --max-sessions, not --max-jails).
+    Session(Box<SessionEntry>),
+}
+
+/// Where a runner is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// A pooled runner assembling its jail.
+    Assembling,
+    /// A pooled runner whose jail waits for a request.
+    Ready,
+    /// Serving its job or session (from its fork, for a runner made for one).
+    Busy,
+    /// Done for the server: its pooled jail failed, or its control socket is shut or
+    /// closed. Not polled, handed nothing; it stays listed (its role still counts in the
+    /// caps) until SIGCHLD reaps it.
+    Closed,
+}
+
+/// A runner the server forked, from its fork until it is reaped.
+pub(super) struct Runner {
+    pub(super) pid: Pid,
+    pub(super) control: OwnedFd,
+    pub(super) reader: FrameReader,
+    pub(super) role: Role,
+    pub(super) phase: Phase,
+}
+
+impl Runner {
+    /// In the pool of `kind` (ready or being assembled).
+    pub(super) fn in_pool(&self, kind: PoolKind) -> bool {
+        matches!(self.role, Role::Pool(its) if its == kind) && self.phase != Phase::Closed
+    }
+
+    /// In the pool of `kind` and ready for a request.
+    pub(super) fn ready_in(&self, kind: PoolKind) -> bool {
+        matches!(self.role, Role::Pool(its) if its == kind) && self.phase == Phase::Ready
+    }
+
+    /// Its control socket is read for reports.
+    pub(super) fn polled(&self) -> bool {
+        self.phase != Phase::Closed
+    }
+
+    /// Runs a program whose client has no answer yet.
+    pub(super) fn answering(&self) -> bool {
+        matches!(
+            self.role,
+            Role::Job {
+                answering: true,
+                ..
+            }
+        )
+    }
+
+    /// Runs a program of `uid`'s.
+    pub(super) fn runs_for(&self, uid: u32) -> bool {
+        matches!(self.role, Role::Job { uid: its, .. } if its == uid)
+    }
+
+    /// The session it serves.
+    pub(super) fn session(&self) -> Option<&SessionEntry> {
+        match &self.role {
+            Role::Session(session) => Some(session),
+            _ => None,
+        }
+    }
+
+    pub(super) fn session_mut(&mut self) -> Option<&mut SessionEntry> {
+        match &mut self.role {
+            Role::Session(session) => Some(session),
+            _ => None,
+        }
+    }
+
+    /// The pooled jail in `phase` that may take a run of `program` (`pool_shape`: see
+    /// `PoolKind::serves`).
+    fn may_take(&self, phase: Phase, pool_shape: bool, program: &Program) -> bool {
+        self.phase == phase
+            && matches!(self.role, Role::Pool(kind) if kind.serves(pool_shape, program))
+    }
+
+    fn is_warm(&self) -> bool {
+        matches!(self.role, Role::Pool(PoolKind { warm: Some(_), .. }))
+    }
+}
+
+/// The ready pooled runner (its index) for a run of `program`, a warm one first.
+pub(super) fn ready_for(runners: &[Runner], pool_shape: bool, program: &Program) -> Option<usize> {
+    let ready = |warm: bool| {
+        runners.iter().position(|runner| {
+            runner.is_warm() == warm && runner.may_take(Phase::Ready, pool_shape, program)
+        })
+    };
+    ready(true).or_else(|| ready(false))
+}
+
+/// A run of the pool's shape finds no ready jail, but one being assembled could take it:
+/// it will be ready sooner than a new one would.
+pub(super) fn should_wait_for_pool(
+    runners: &[Runner],
+    pool_shape: bool,
+    program: &Program,
+) -> bool {
+    pool_shape
+        && ready_for(runners, pool_shape, program).is_none()
+        && runners
+            .iter()
+            .any(|runner| runner.may_take(Phase::Assembling, pool_shape, program))
+}
+
+/// How many pooled jails of `kind` are ready.
+pub(super) fn ready_count(runners: &[Runner], kind: PoolKind) -> usize {
+    runners
+        .iter()
+        .filter(|runner| runner.ready_in(kind))
+        .count()
+}
+
+/// How many jails of `kind` to start assembling now for the pool to hold `wanted`. While
+/// a client waits for its answer, none if one of the kind is ready: building takes the
+/// CPUs that client's run needs.
+pub(super) fn to_build(runners: &[Runner], kind: PoolKind, wanted: usize) -> usize {
+    if runners.iter().any(Runner::answering) && ready_count(runners, kind) > 0 {
+        return 0;
+    }
+    let pooled = runners.iter().filter(|runner| runner.in_pool(kind)).count();
+    wanted.saturating_sub(pooled)
+}
+
+/// How long the pool waits before it builds again, after `failures_in_a_row`.
+pub(super) fn backoff(failures_in_a_row: u32) -> Option<Duration> {
+    let beyond = failures_in_a_row.checked_sub(FAILURES_BEFORE_BACKOFF)?;
+    Some(BACKOFF.saturating_mul(1 << beyond.min(6)).min(MAX_BACKOFF))
+}
+
 /// A checked request waiting for a runner.
 pub(super) struct Pending {
     pub(super) job: Job,
     /// The connection, then the client's streams in `fds` mode.
     pub(super) fds: Vec<OwnedFd>,
+    /// Its jail has the pool's shape.
     pub(super) pooled: bool,
     pub(super) deadline: Instant,
 }
 
 impl Server {
-    /// Whether `runner`'s jail can take `pending`: any pooled jail a request of the pool's
-    /// shape, a warm one only what its interpreter can serve as a cold start would.
-    pub(super) fn suits(runner: &Runner, pending: &Pending) -> bool {
-        runner.pooled
-            && !runner.for_session
-            && pending.pooled
-            && runner
-                .warm
-                .is_none_or(|warm| warm.serves(&pending.job.program))
-    }
-
-    /// The ready pooled runner for `pending`, a warm one first.
-    pub(super) fn ready_for(&self, pending: &Pending) -> Option<usize> {
-        let ready = |warm: bool| {
-            self.runners.iter().position(|runner| {
-                runner.warm.is_some() == warm
-                    && runner.state == RunnerState::Ready
-                    && Self::suits(runner, pending)
-            })
-        };
-        ready(true).or_else(|| ready(false))
-    }
-
-    /// A pooled request finds no ready jail, but one is being assembled: it will be
-    /// ready sooner than a new one would.
-    pub(super) fn should_wait_for_pool(&self, pending: &Pending) -> bool {
-        pending.pooled
-            && self.ready_for(pending).is_none()
-            && self.runners.iter().any(|runner| {
-                runner.state == RunnerState::Assembling && Self::suits(runner, pending)
-            })
+    fn ready_for(&self, pending: &Pending) -> Option<usize> {
+        ready_for(&self.runners, pending.pooled, &pending.job.program)
     }
 
     pub(super) fn dispatch(&mut self, pending: Pending) {
@@ -144,15 +230,16 @@ impl Server {
         match self.ready_for(&pending) {
             Some(at) => {
                 self.status.pooled_runs += 1;
-                if self.runners[at].warm.is_some() {
+                if self.runners[at].is_warm() {
                     self.status.warm_runs += 1;
                 }
                 let runner = &mut self.runners[at];
                 let fds: Vec<BorrowedFd> = pending.fds.iter().map(AsFd::as_fd).collect();
-                runner.state = RunnerState::Busy;
-                runner.pooled = false;
-                runner.answering = true;
-                runner.uid = Some(pending.job.peer.uid);
+                runner.role = Role::Job {
+                    uid: pending.job.peer.uid,
+                    answering: true,
+                };
+                runner.phase = Phase::Busy;
                 if protocol::write_frame(runner.control.as_fd(), &pending.job, &fds).is_err() {
                     refuse(
                         &pending.fds[0],
@@ -177,33 +264,15 @@ impl Server {
         }
     }
 
-    /// How many pooled jails of `kind` are ready.
-    pub(super) fn ready_count(&self, kind: PoolKind) -> usize {
-        self.runners
-            .iter()
-            .filter(|runner| runner.ready_in(kind))
-            .count()
-    }
-
     pub(super) fn count_ready(&mut self) {
-        self.status.ready = self.ready_count(COLD);
-        self.status.warm_ready = self.ready_count(PoolKind {
-            warm: Some(Warm::Python),
+        let warm = |warm| PoolKind {
+            warm: Some(warm),
             ..COLD
-        });
-        self.status.warm_node_ready = self.ready_count(PoolKind {
-            warm: Some(Warm::Node),
-            ..COLD
-        });
-        self.status.session_ready = self.ready_count(SESSIONS);
-    }
-
-    /// How long the pool waits before it builds again, after `failures_in_a_row`.
-    pub(super) fn backoff(&self) -> Option<Duration> {
-        let beyond = self
-            .failures_in_a_row
-            .checked_sub(FAILURES_BEFORE_BACKOFF)?;
-        Some(BACKOFF.saturating_mul(1 << beyond.min(6)).min(MAX_BACKOFF))
+        };
+        self.status.ready = ready_count(&self.runners, COLD);
+        self.status.warm_ready = ready_count(&self.runners, warm(Warm::Python));
+        self.status.warm_node_ready = ready_count(&self.runners, warm(Warm::Node));
+        self.status.session_ready = ready_count(&self.runners, SESSIONS);
     }
 
     /// Keeps --pool cold, --warm-python and --warm-node warm jails and --session-pool
@@ -225,19 +294,8 @@ impl Server {
             (warm(Warm::Node), self.args.warm_node),
             (SESSIONS, self.args.session_pool),
         ];
-        // While a client waits for its answer, the next jail is built only if the pool
-        // has none ready of its kind: building takes the CPUs that client's run needs.
-        let answering = self.runners.iter().any(|runner| runner.answering);
         for (kind, wanted) in kinds {
-            let pooled = self
-                .runners
-                .iter()
-                .filter(|runner| runner.in_pool(kind))
-                .count();
-            if answering && self.ready_count(kind) > 0 {
-                continue;
-            }
-            for _ in pooled..wanted {
+            for _ in 0..to_build(&self.runners, kind, wanted) {
                 let what = match kind.for_session {
                     true => Start::SessionPool,
                     false => Start::Pooled { warm: kind.warm },
@@ -261,12 +319,6 @@ impl Server {
             SockFlag::SOCK_CLOEXEC,
         )
         .context(|| "create a socket pair for a runner".into())?;
-        let (pooled, warm, for_session) = match &what {
-            Start::Pooled { warm } => (true, *warm, false),
-            Start::SessionPool => (true, None, true),
-            Start::ForJob(..) => (false, None, false),
-            Start::Session(..) => (false, None, true),
-        };
         let server = nix::unistd::getpid();
         match sys::fork_process().context(|| "fork a runner".into())? {
             None => {
@@ -297,31 +349,32 @@ impl Server {
                 runner::main(runner_end, what, prepared, audit_log);
             }
             Some(pid) => {
-                let answering = matches!(what, Start::ForJob(..));
-                let uid = match &what {
-                    Start::ForJob(job, _) => Some(job.peer.uid),
-                    Start::Session(start) => Some(start.opening.owner.uid),
-                    _ => None,
-                };
-                let (state, session) = match what {
-                    _ if pooled => (RunnerState::Assembling, None),
-                    Start::Session(start) => {
-                        (RunnerState::Session, Some(SessionEntry::of(&start.opening)))
+                let (role, phase) = match what {
+                    Start::Pooled { warm } => {
+                        (Role::Pool(PoolKind { warm, ..COLD }), Phase::Assembling)
                     }
-                    _ => (RunnerState::Busy, None),
+                    Start::SessionPool => (Role::Pool(SESSIONS), Phase::Assembling),
+                    Start::ForJob(job, _) => {
+                        let uid = job.peer.uid;
+                        (
+                            Role::Job {
+                                uid,
+                                answering: true,
+                            },
+                            Phase::Busy,
+                        )
+                    }
+                    Start::Session(start) => {
+                        let entry = SessionEntry::of(&start.opening);
+                        (Role::Session(Box::new(entry)), Phase::Busy)
+                    }
                 };
                 self.runners.push(Runner {
                     pid,
                     control,
                     reader: FrameReader::default(),
-                    state,
-                    pooled,
-                    warm,
-                    for_session,
-                    session,
-                    silent: false,
-                    answering,
-                    uid,
+                    role,
+                    phase,
                 });
                 Ok(())
             }
@@ -333,7 +386,7 @@ impl Server {
         let Some(at) = self
             .runners
             .iter()
-            .position(|runner| runner.pid == pid && !runner.silent)
+            .position(|runner| runner.pid == pid && runner.polled())
         else {
             return false;
         };
@@ -344,7 +397,7 @@ impl Server {
         match read {
             Ok(Read::Frame(body, _)) => match serde_json::from_slice::<Report>(&body) {
                 Ok(Report::Ready) => {
-                    self.runners[at].state = RunnerState::Ready;
+                    self.runners[at].phase = Phase::Ready;
                     if self.failures_in_a_row > 1 {
                         eprintln!(
                             "brig serve: pooled jails assemble again, after {} failure(s) in a row",
@@ -356,22 +409,27 @@ impl Server {
                     self.dispatch_queued();
                 }
                 Ok(Report::Answered) => {
-                    self.runners[at].answering = false;
+                    if let Role::Job { answering, .. } = &mut self.runners[at].role {
+                        *answering = false;
+                    }
                 }
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
                     let runner = &mut self.runners[at];
-                    let line = match runner.state {
+                    let line = match runner.phase {
                         // A ready jail's program ended while it waited (a warm interpreter).
-                        RunnerState::Ready => format!("brig serve: {message}"),
+                        Phase::Ready => format!("brig serve: {message}"),
                         _ => format!(
                             "brig serve: a pooled jail failed to assemble: {message} (the pool retries, waiting longer each time; failures in a row are counted in --status, not logged)"
                         ),
                     };
-                    runner.pooled = false;
+                    // Out of the pool; it has nothing more to say, and ends.
+                    if let Role::Pool(_) = runner.role {
+                        runner.phase = Phase::Closed;
+                    }
                     self.count_ready();
-                    let backoff = self.backoff();
+                    let backoff = backoff(self.failures_in_a_row);
                     // One line for a run of failures; --status counts them all.
                     if self.failures_in_a_row == 1 {
                         eprintln!("{line}");
@@ -386,13 +444,9 @@ impl Server {
             },
             Ok(Read::Partial) => return false,
             // The runner is ending; SIGCHLD removes it. Until then, poll would report EOF
-            // again and again: stop watching its socket by marking it.
+            // again and again: stop watching its socket.
             Ok(Read::Closed) | Err(_) => {
-                let runner = &mut self.runners[at];
-                if runner.state != RunnerState::Busy {
-                    runner.pooled = false;
-                }
-                runner.silent = true;
+                self.runners[at].phase = Phase::Closed;
                 return false;
             }
         }
@@ -402,12 +456,12 @@ impl Server {
     /// Starts the queued requests that may start now, oldest first; a request whose uid
     /// is at its share lets those of other uids by.
     pub(super) fn dispatch_queued(&mut self) {
-        while let Some(at) = self
+        while let Some(pending) = self
             .queue
             .iter()
             .position(|pending| self.may_start(pending))
+            .and_then(|at| self.queue.remove(at))
         {
-            let pending = self.queue.remove(at).expect("found");
             self.dispatch(pending);
         }
         self.status.queued = self.queue.len();
@@ -416,6 +470,7 @@ impl Server {
     /// Whether `pending` may start now: a slot free for its uid, and no pooled jail of
     /// its kind about to be ready.
     pub(super) fn may_start(&self, pending: &Pending) -> bool {
-        self.full_for(pending.job.peer.uid).is_none() && !self.should_wait_for_pool(pending)
+        self.full_for(pending.job.peer.uid).is_none()
+            && !should_wait_for_pool(&self.runners, pending.pooled, &pending.job.program)
     }
 }

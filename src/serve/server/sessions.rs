@@ -2,7 +2,7 @@
 //! routing a session's requests to its runner, listing sessions.
 
 use super::admit::{Full, full};
-use super::pool::{RunnerState, SESSIONS};
+use super::pool::{Phase, Role, Runner, SESSIONS};
 use super::{Server, with_placeholder};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
@@ -52,7 +52,7 @@ impl Server {
         let of_uid = self
             .runners
             .iter()
-            .filter_map(|runner| runner.session.as_ref())
+            .filter_map(Runner::session)
             .filter(|session| session.owner.uid == peer.uid)
             .count();
         let (max, per_uid) = (self.args.max_sessions, self.sessions_per_uid);
@@ -146,9 +146,8 @@ impl Server {
                 let entry = SessionEntry::of(&opening);
                 let open = ToSession::Open(opening);
                 protocol::write_frame(runner.control.as_fd(), &open, &[connection.as_fd()])?;
-                runner.pooled = false;
-                runner.state = RunnerState::Session;
-                runner.session = Some(entry);
+                runner.role = Role::Session(Box::new(entry));
+                runner.phase = Phase::Busy;
                 self.count_ready();
             }
             _ => {
@@ -186,17 +185,14 @@ impl Server {
                 "brig serve: no session {id} (closed, expired or never created)"
             ))
         };
-        let runner = self
+        let (control, session) = self
             .runners
             .iter_mut()
-            .find(|runner| {
-                runner
-                    .session
-                    .as_ref()
-                    .is_some_and(|session| session.id == id)
+            .find_map(|runner| match &mut runner.role {
+                Role::Session(session) if session.id == id => Some((&runner.control, session)),
+                _ => None,
             })
             .ok_or_else(gone)?;
-        let session = runner.session.as_mut().expect("found");
         if peer.uid != session.owner.uid && peer.uid != 0 {
             return Err(Error::input(format!(
                 "brig serve: session {id} belongs to another user (uid {}); use your own",
@@ -218,11 +214,11 @@ impl Server {
         let frame = ToSession::Request { peer };
         // Non-blocking: a runner that stopped reading must not stop the server.
         let _ = nix::fcntl::fcntl(
-            &runner.control,
+            control,
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         );
         protocol::write_frame(
-            runner.control.as_fd(),
+            control.as_fd(),
             &frame,
             &[connection.as_fd(), memfd.as_fd()],
         )
@@ -251,7 +247,7 @@ impl Server {
         let owned = self
             .runners
             .iter()
-            .filter_map(|runner| runner.session.as_ref())
+            .filter_map(Runner::session)
             .find(|session| session.id == id && (session.owner.uid == peer.uid || peer.uid == 0));
         let Some(session) = owned else {
             return Ok(());
@@ -288,7 +284,7 @@ impl Server {
         let sessions: Vec<serde_json::Value> = self
             .runners
             .iter_mut()
-            .filter_map(|runner| runner.session.as_mut())
+            .filter_map(Runner::session_mut)
             .filter(|session| peer.uid == 0 || peer.uid == own || peer.uid == session.owner.uid)
             .filter(|session| session_meta::matches(&session.metadata, filter))
             .map(|session| {
