@@ -158,3 +158,42 @@ pub(super) fn is_stream_or_file(fd: &OwnedFd) -> bool {
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
     !link.to_string_lossy().starts_with("anon_inode:")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_has_the_pools_shape_when_it_sets_only_what_a_run_gives_its_program() {
+        // The client's options, as the protocol carries them -> a pooled jail may run it
+        for (options, expected) in [
+            (serde_json::json!({}), true),
+            (serde_json::json!({"command": ["sh", "-c", "true"]}), true),
+            (
+                serde_json::json!({
+                    "command": ["python3", "-c", "1"],
+                    "env": ["A=1"],
+                    "chdir": "/tmp",
+                    "time-limit": "5s",
+                    "quiet-limits": true,
+                }),
+                true,
+            ),
+            // Any other option changes the jail's shape.
+            (
+                serde_json::json!({"command": ["true"], "memory": "64M"}),
+                false,
+            ),
+            (serde_json::json!({"allow-net": ["example.com"]}), false),
+            (serde_json::json!({"home-size": "10M"}), false),
+            (serde_json::json!({"cpus": 1.0}), false),
+            (serde_json::json!({"env-pass": ["HOME"]}), false),
+            // Set to what it is by default, an option still says nothing of its shape.
+            (serde_json::json!({"quiet-limits": false}), true),
+        ] {
+            let client: JailOptions =
+                serde_json::from_value(options.clone()).expect("valid options");
+            assert_eq!(has_pool_shape(&client), expected, "{options}");
+        }
+    }
+}

@@ -474,3 +474,436 @@ impl Server {
             && !should_wait_for_pool(&self.runners, pending.pooled, &pending.job.program)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(argv: &[&str], env: &[&str]) -> Program {
+        Program {
+            argv: argv.iter().map(|arg| arg.to_string()).collect(),
+            env: env.iter().map(|var| var.to_string()).collect(),
+            chdir: "/".into(),
+        }
+    }
+
+    const PYTHON: PoolKind = PoolKind {
+        warm: Some(Warm::Python),
+        for_session: false,
+    };
+    const NODE: PoolKind = PoolKind {
+        warm: Some(Warm::Node),
+        for_session: false,
+    };
+
+    /// A runner as the server lists it; its control socket is /dev/null (nothing here
+    /// reads or writes it).
+    fn runner(role: Role, phase: Phase) -> Runner {
+        let null = std::fs::File::open("/dev/null").expect("open /dev/null");
+        Runner {
+            pid: Pid::from_raw(1),
+            control: OwnedFd::from(null),
+            reader: FrameReader::default(),
+            role,
+            phase,
+        }
+    }
+
+    /// Runners as the server lists them, by role and phase.
+    type Listed = Vec<(Role, Phase)>;
+
+    fn job(answering: bool) -> Role {
+        Role::Job {
+            uid: 1000,
+            answering,
+        }
+    }
+
+    #[test]
+    fn a_pooled_jail_takes_only_the_runs_its_kind_serves_as_a_cold_start_would() {
+        // (kind, the run has the pool's shape, argv, env) -> may take it
+        let any = ["sh", "-c", "echo hi"];
+        for (kind, pool_shape, argv, env, expected) in [
+            // A cold jail: any run of the pool's shape.
+            (COLD, true, &any[..], &[][..], true),
+            (
+                COLD,
+                true,
+                &["python3", "-I", "x.py"][..],
+                &["PYTHONPATH=/x"][..],
+                true,
+            ),
+            (COLD, false, &any[..], &[][..], false),
+            // A session's pooled jail takes no run.
+            (SESSIONS, true, &any[..], &[][..], false),
+            // A warm Python: python3 (or its path) with -c CODE, a script or stdin.
+            (
+                PYTHON,
+                true,
+                &["python3", "-c", "print(1)"][..],
+                &[][..],
+                true,
+            ),
+            (
+                PYTHON,
+                true,
+                &["/usr/bin/python3", "main.py"][..],
+                &[][..],
+                true,
+            ),
+            (
+                PYTHON,
+                true,
+                &["python3", "main.py", "--flag"][..],
+                &[][..],
+                true,
+            ),
+            (PYTHON, true, &["python3"][..], &[][..], true),
+            (PYTHON, true, &["python3", "-"][..], &[][..], true),
+            (
+                PYTHON,
+                false,
+                &["python3", "-c", "print(1)"][..],
+                &[][..],
+                false,
+            ),
+            // ... not -c without its code, another option of its own, another program,
+            // nor a variable that acts at startup (already done).
+            (PYTHON, true, &["python3", "-c"][..], &[][..], false),
+            (
+                PYTHON,
+                true,
+                &["python3", "-I", "main.py"][..],
+                &[][..],
+                false,
+            ),
+            (
+                PYTHON,
+                true,
+                &["python3", "-m", "http.server"][..],
+                &[][..],
+                false,
+            ),
+            (PYTHON, true, &["python", "main.py"][..], &[][..], false),
+            (
+                PYTHON,
+                true,
+                &["/opt/python3", "main.py"][..],
+                &[][..],
+                false,
+            ),
+            (PYTHON, true, &["node", "-e", "0"][..], &[][..], false),
+            (
+                PYTHON,
+                true,
+                &["python3", "main.py"][..],
+                &["PYTHONPATH=/x"][..],
+                false,
+            ),
+            (
+                PYTHON,
+                true,
+                &["python3", "main.py"][..],
+                &["PYTHONSAFEPATH=1"][..],
+                false,
+            ),
+            (
+                PYTHON,
+                true,
+                &["python3", "main.py"][..],
+                &["NODE_OPTIONS=x"][..],
+                true,
+            ),
+            (
+                PYTHON,
+                true,
+                &["python3", "main.py"][..],
+                &["HOME=/tmp"][..],
+                true,
+            ),
+            // A warm Node: node with -e CODE, a script or stdin; no NODE_* variable.
+            (NODE, true, &["node", "-e", "0"][..], &[][..], true),
+            (NODE, true, &["/usr/bin/node", "main.js"][..], &[][..], true),
+            (NODE, true, &["node", "-"][..], &[][..], true),
+            (NODE, true, &["node", "-e"][..], &[][..], false),
+            (
+                NODE,
+                true,
+                &["node", "--require", "x", "main.js"][..],
+                &[][..],
+                false,
+            ),
+            (NODE, true, &["nodejs", "main.js"][..], &[][..], false),
+            (NODE, true, &["python3", "-c", "1"][..], &[][..], false),
+            (
+                NODE,
+                true,
+                &["node", "main.js"][..],
+                &["NODE_OPTIONS=--x"][..],
+                false,
+            ),
+            (
+                NODE,
+                true,
+                &["node", "main.js"][..],
+                &["PYTHONPATH=/x"][..],
+                true,
+            ),
+        ] {
+            assert_eq!(
+                kind.serves(pool_shape, &program(argv, env)),
+                expected,
+                "{kind:?}, pool shape {pool_shape}: {argv:?} with {env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_run_goes_to_a_ready_warm_jail_first_then_a_ready_cold_one() {
+        let python = program(&["python3", "-c", "1"], &[]);
+        let shell = program(&["sh", "-c", "true"], &[]);
+        let pool = |kind| Role::Pool(kind);
+        let session = || {
+            let opening = crate::serve::session::Opening {
+                id: "0f".into(),
+                owner: crate::verdict::Peer {
+                    uid: 1000,
+                    gid: 1000,
+                    pid: 1,
+                },
+                session_timeout_ms: 60_000,
+                idle_timeout_ms: 60_000,
+                drain_grace_ms: 0,
+                metadata: Default::default(),
+                limits: Default::default(),
+            };
+            Role::Session(Box::new(SessionEntry::of(&opening)))
+        };
+        // (runners, the run has the pool's shape, program) -> the runner it goes to
+        let cases: Vec<(Listed, bool, &Program, Option<usize>)> = vec![
+            (vec![], true, &shell, None),
+            (vec![(pool(COLD), Phase::Ready)], true, &shell, Some(0)),
+            (vec![(pool(COLD), Phase::Ready)], false, &shell, None),
+            // Not ready yet, done with, or taken.
+            (vec![(pool(COLD), Phase::Assembling)], true, &shell, None),
+            (vec![(pool(COLD), Phase::Closed)], true, &shell, None),
+            (vec![(job(true), Phase::Busy)], true, &shell, None),
+            (vec![(session(), Phase::Busy)], true, &shell, None),
+            (vec![(pool(SESSIONS), Phase::Ready)], true, &shell, None),
+            // Warm first, when it serves the run; cold otherwise.
+            (
+                vec![(pool(COLD), Phase::Ready), (pool(PYTHON), Phase::Ready)],
+                true,
+                &python,
+                Some(1),
+            ),
+            (
+                vec![(pool(COLD), Phase::Ready), (pool(PYTHON), Phase::Ready)],
+                true,
+                &shell,
+                Some(0),
+            ),
+            (vec![(pool(PYTHON), Phase::Ready)], true, &shell, None),
+            (
+                vec![(pool(NODE), Phase::Ready), (pool(COLD), Phase::Ready)],
+                true,
+                &python,
+                Some(1),
+            ),
+            (
+                vec![(pool(PYTHON), Phase::Closed), (pool(COLD), Phase::Ready)],
+                true,
+                &python,
+                Some(1),
+            ),
+            // The first of its kind.
+            (
+                vec![
+                    (pool(COLD), Phase::Assembling),
+                    (pool(COLD), Phase::Ready),
+                    (pool(COLD), Phase::Ready),
+                ],
+                true,
+                &shell,
+                Some(1),
+            ),
+        ];
+        for (runners, pool_shape, program, expected) in cases {
+            let shape: Vec<String> = runners
+                .iter()
+                .map(|(role, phase)| format!("{}:{phase:?}", describe(role)))
+                .collect();
+            let runners: Vec<Runner> = runners
+                .into_iter()
+                .map(|(role, phase)| runner(role, phase))
+                .collect();
+            assert_eq!(
+                ready_for(&runners, pool_shape, program),
+                expected,
+                "{shape:?}, pool shape {pool_shape}: {:?}",
+                program.argv
+            );
+        }
+    }
+
+    fn describe(role: &Role) -> String {
+        match role {
+            Role::Pool(kind) => format!("pool {kind:?}"),
+            Role::Job { answering, .. } => format!("job (answering {answering})"),
+            Role::Session(_) => "session".into(),
+        }
+    }
+
+    #[test]
+    fn a_run_waits_for_a_pooled_jail_being_assembled_only_when_none_is_ready() {
+        let python = program(&["python3", "-c", "1"], &[]);
+        let shell = program(&["sh", "-c", "true"], &[]);
+        // (runners, the run has the pool's shape, program) -> it waits
+        for (runners, pool_shape, program, expected) in [
+            (vec![], true, &shell, false),
+            (vec![(COLD, Phase::Assembling)], true, &shell, true),
+            (vec![(COLD, Phase::Assembling)], false, &shell, false),
+            (
+                vec![(COLD, Phase::Assembling), (COLD, Phase::Ready)],
+                true,
+                &shell,
+                false,
+            ),
+            (vec![(COLD, Phase::Closed)], true, &shell, false),
+            (vec![(SESSIONS, Phase::Assembling)], true, &shell, false),
+            // A warm one being assembled is waited for only by what it would serve.
+            (vec![(PYTHON, Phase::Assembling)], true, &python, true),
+            (vec![(PYTHON, Phase::Assembling)], true, &shell, false),
+            (
+                vec![(PYTHON, Phase::Assembling), (COLD, Phase::Ready)],
+                true,
+                &python,
+                false,
+            ),
+        ] {
+            let runners: Vec<Runner> = runners
+                .iter()
+                .map(|(kind, phase)| runner(Role::Pool(*kind), *phase))
+                .collect();
+            let kinds: Vec<String> = runners
+                .iter()
+                .map(|runner| format!("{}:{:?}", describe(&runner.role), runner.phase))
+                .collect();
+            assert_eq!(
+                should_wait_for_pool(&runners, pool_shape, program),
+                expected,
+                "{kinds:?}, pool shape {pool_shape}: {:?}",
+                program.argv
+            );
+        }
+    }
+
+    #[test]
+    fn the_pool_builds_what_it_lacks_but_not_while_a_client_waits_and_one_is_ready() {
+        // (runners, kind, wanted) -> how many to build
+        for (runners, kind, wanted, expected) in [
+            (vec![], COLD, 2, 2),
+            (vec![], COLD, 0, 0),
+            (vec![(Role::Pool(COLD), Phase::Assembling)], COLD, 2, 1),
+            (vec![(Role::Pool(COLD), Phase::Ready)], COLD, 2, 1),
+            // Gone from the pool: failed, shut, or taken by a run.
+            (vec![(Role::Pool(COLD), Phase::Closed)], COLD, 2, 2),
+            (vec![(job(false), Phase::Busy)], COLD, 2, 2),
+            // Other kinds are counted apart.
+            (vec![(Role::Pool(PYTHON), Phase::Ready)], COLD, 1, 1),
+            (vec![(Role::Pool(COLD), Phase::Ready)], SESSIONS, 1, 1),
+            // More than wanted (--pool lowered? never): none.
+            (
+                vec![
+                    (Role::Pool(COLD), Phase::Ready),
+                    (Role::Pool(COLD), Phase::Ready),
+                ],
+                COLD,
+                1,
+                0,
+            ),
+            // A client waits for its answer: none while one of the kind is ready...
+            (
+                vec![(job(true), Phase::Busy), (Role::Pool(COLD), Phase::Ready)],
+                COLD,
+                3,
+                0,
+            ),
+            // ... but the pool is refilled when it has none ready.
+            (vec![(job(true), Phase::Busy)], COLD, 2, 2),
+            (
+                vec![
+                    (job(true), Phase::Busy),
+                    (Role::Pool(COLD), Phase::Assembling),
+                ],
+                COLD,
+                2,
+                1,
+            ),
+            (
+                vec![(job(true), Phase::Busy), (Role::Pool(PYTHON), Phase::Ready)],
+                COLD,
+                1,
+                1,
+            ),
+            // An answered run does not hold the pool back.
+            (
+                vec![(job(false), Phase::Busy), (Role::Pool(COLD), Phase::Ready)],
+                COLD,
+                3,
+                2,
+            ),
+        ] {
+            let shape: Vec<String> = runners
+                .iter()
+                .map(|(role, phase)| format!("{}:{phase:?}", describe(role)))
+                .collect();
+            let runners: Vec<Runner> = runners
+                .into_iter()
+                .map(|(role, phase)| runner(role, phase))
+                .collect();
+            assert_eq!(
+                to_build(&runners, kind, wanted),
+                expected,
+                "{shape:?}: {kind:?}, {wanted} wanted"
+            );
+        }
+    }
+
+    #[test]
+    fn the_pool_backs_off_after_failures_in_a_row_doubling_up_to_a_minute() {
+        let secs = Duration::from_secs;
+        for (failures, expected) in [
+            (0, None),
+            (1, None),
+            (2, None),
+            (3, Some(secs(1))),
+            (4, Some(secs(2))),
+            (5, Some(secs(4))),
+            (8, Some(secs(32))),
+            (9, Some(secs(60))),
+            (10, Some(secs(60))),
+            (u32::MAX, Some(secs(60))),
+        ] {
+            assert_eq!(backoff(failures), expected, "{failures} failures in a row");
+        }
+    }
+
+    #[test]
+    fn a_runner_counts_for_its_uid_only_while_its_role_is_a_job() {
+        for (role, phase, uid, expected) in [
+            (job(true), Phase::Busy, 1000, true),
+            (job(false), Phase::Closed, 1000, true),
+            (job(true), Phase::Busy, 1001, false),
+            (Role::Pool(COLD), Phase::Ready, 1000, false),
+        ] {
+            let runner = runner(role, phase);
+            assert_eq!(
+                runner.runs_for(uid),
+                expected,
+                "{}:{phase:?} for uid {uid}",
+                describe(&runner.role)
+            );
+        }
+    }
+}
