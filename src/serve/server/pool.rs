@@ -479,10 +479,11 @@ impl Server {
 mod tests {
     use super::*;
 
-    fn program(argv: &[&str], env: &[&str]) -> Program {
+    /// `argv` and `env` split at spaces.
+    fn program(argv: &str, env: &str) -> Program {
         Program {
-            argv: argv.iter().map(|arg| arg.to_string()).collect(),
-            env: env.iter().map(|var| var.to_string()).collect(),
+            argv: argv.split_whitespace().map(String::from).collect(),
+            env: env.split_whitespace().map(String::from).collect(),
             chdir: "/".into(),
         }
     }
@@ -496,21 +497,36 @@ mod tests {
         for_session: false,
     };
 
-    /// A runner as the server lists it; its control socket is /dev/null (nothing here
-    /// reads or writes it).
-    fn runner(role: Role, phase: Phase) -> Runner {
-        let null = std::fs::File::open("/dev/null").expect("open /dev/null");
-        Runner {
-            pid: Pid::from_raw(1),
-            control: OwnedFd::from(null),
-            reader: FrameReader::default(),
-            role,
-            phase,
-        }
-    }
-
     /// Runners as the server lists them, by role and phase.
     type Listed = Vec<(Role, Phase)>;
+
+    /// The runners, each with /dev/null for a control socket (nothing here reads or
+    /// writes it), and how they read in a failing assertion.
+    fn runners(listed: Listed) -> (Vec<Runner>, String) {
+        let shape: Vec<String> = listed
+            .iter()
+            .map(|(role, phase)| format!("{}:{phase:?}", describe(role)))
+            .collect();
+        let runners = listed
+            .into_iter()
+            .map(|(role, phase)| Runner {
+                pid: Pid::from_raw(1),
+                control: OwnedFd::from(std::fs::File::open("/dev/null").expect("/dev/null")),
+                reader: FrameReader::default(),
+                role,
+                phase,
+            })
+            .collect();
+        (runners, shape.join(", "))
+    }
+
+    fn describe(role: &Role) -> String {
+        match role {
+            Role::Pool(kind) => format!("pool {kind:?}"),
+            Role::Job { answering, .. } => format!("job (answering {answering})"),
+            Role::Session(_) => "session".into(),
+        }
+    }
 
     fn job(answering: bool) -> Role {
         Role::Job {
@@ -519,136 +535,73 @@ mod tests {
         }
     }
 
+    fn session() -> Role {
+        let opening = crate::serve::session::Opening {
+            id: "0f".into(),
+            owner: crate::verdict::Peer {
+                uid: 1000,
+                gid: 1000,
+                pid: 1,
+            },
+            session_timeout_ms: 60_000,
+            idle_timeout_ms: 60_000,
+            drain_grace_ms: 0,
+            metadata: Default::default(),
+            limits: Default::default(),
+        };
+        Role::Session(Box::new(SessionEntry::of(&opening)))
+    }
+
     #[test]
     fn a_pooled_jail_takes_only_the_runs_its_kind_serves_as_a_cold_start_would() {
         // (kind, the run has the pool's shape, argv, env) -> may take it
-        let any = ["sh", "-c", "echo hi"];
         for (kind, pool_shape, argv, env, expected) in [
             // A cold jail: any run of the pool's shape.
-            (COLD, true, &any[..], &[][..], true),
-            (
-                COLD,
-                true,
-                &["python3", "-I", "x.py"][..],
-                &["PYTHONPATH=/x"][..],
-                true,
-            ),
-            (COLD, false, &any[..], &[][..], false),
+            (COLD, true, "sh -c true", "", true),
+            (COLD, true, "python3 -I x.py", "PYTHONPATH=/x", true),
+            (COLD, false, "sh -c true", "", false),
             // A session's pooled jail takes no run.
-            (SESSIONS, true, &any[..], &[][..], false),
+            (SESSIONS, true, "sh -c true", "", false),
             // A warm Python: python3 (or its path) with -c CODE, a script or stdin.
-            (
-                PYTHON,
-                true,
-                &["python3", "-c", "print(1)"][..],
-                &[][..],
-                true,
-            ),
-            (
-                PYTHON,
-                true,
-                &["/usr/bin/python3", "main.py"][..],
-                &[][..],
-                true,
-            ),
-            (
-                PYTHON,
-                true,
-                &["python3", "main.py", "--flag"][..],
-                &[][..],
-                true,
-            ),
-            (PYTHON, true, &["python3"][..], &[][..], true),
-            (PYTHON, true, &["python3", "-"][..], &[][..], true),
-            (
-                PYTHON,
-                false,
-                &["python3", "-c", "print(1)"][..],
-                &[][..],
-                false,
-            ),
+            (PYTHON, true, "python3 -c print(1)", "", true),
+            (PYTHON, true, "/usr/bin/python3 main.py", "", true),
+            (PYTHON, true, "python3 main.py --flag", "", true),
+            (PYTHON, true, "python3", "", true),
+            (PYTHON, true, "python3 -", "", true),
+            (PYTHON, false, "python3 -c print(1)", "", false),
             // ... not -c without its code, another option of its own, another program,
-            // nor a variable that acts at startup (already done).
-            (PYTHON, true, &["python3", "-c"][..], &[][..], false),
+            // nor a variable that acts at startup (which is done).
+            (PYTHON, true, "python3 -c", "", false),
+            (PYTHON, true, "python3 -I main.py", "", false),
+            (PYTHON, true, "python3 -m http.server", "", false),
+            (PYTHON, true, "python main.py", "", false),
+            (PYTHON, true, "/opt/python3 main.py", "", false),
+            (PYTHON, true, "node -e 0", "", false),
+            (PYTHON, true, "python3 main.py", "PYTHONPATH=/x", false),
             (
                 PYTHON,
                 true,
-                &["python3", "-I", "main.py"][..],
-                &[][..],
+                "python3 main.py",
+                "HOME=/tmp PYTHONSAFEPATH=1",
                 false,
             ),
             (
                 PYTHON,
                 true,
-                &["python3", "-m", "http.server"][..],
-                &[][..],
-                false,
-            ),
-            (PYTHON, true, &["python", "main.py"][..], &[][..], false),
-            (
-                PYTHON,
-                true,
-                &["/opt/python3", "main.py"][..],
-                &[][..],
-                false,
-            ),
-            (PYTHON, true, &["node", "-e", "0"][..], &[][..], false),
-            (
-                PYTHON,
-                true,
-                &["python3", "main.py"][..],
-                &["PYTHONPATH=/x"][..],
-                false,
-            ),
-            (
-                PYTHON,
-                true,
-                &["python3", "main.py"][..],
-                &["PYTHONSAFEPATH=1"][..],
-                false,
-            ),
-            (
-                PYTHON,
-                true,
-                &["python3", "main.py"][..],
-                &["NODE_OPTIONS=x"][..],
-                true,
-            ),
-            (
-                PYTHON,
-                true,
-                &["python3", "main.py"][..],
-                &["HOME=/tmp"][..],
+                "python3 main.py",
+                "NODE_OPTIONS=x HOME=/tmp",
                 true,
             ),
             // A warm Node: node with -e CODE, a script or stdin; no NODE_* variable.
-            (NODE, true, &["node", "-e", "0"][..], &[][..], true),
-            (NODE, true, &["/usr/bin/node", "main.js"][..], &[][..], true),
-            (NODE, true, &["node", "-"][..], &[][..], true),
-            (NODE, true, &["node", "-e"][..], &[][..], false),
-            (
-                NODE,
-                true,
-                &["node", "--require", "x", "main.js"][..],
-                &[][..],
-                false,
-            ),
-            (NODE, true, &["nodejs", "main.js"][..], &[][..], false),
-            (NODE, true, &["python3", "-c", "1"][..], &[][..], false),
-            (
-                NODE,
-                true,
-                &["node", "main.js"][..],
-                &["NODE_OPTIONS=--x"][..],
-                false,
-            ),
-            (
-                NODE,
-                true,
-                &["node", "main.js"][..],
-                &["PYTHONPATH=/x"][..],
-                true,
-            ),
+            (NODE, true, "node -e 0", "", true),
+            (NODE, true, "/usr/bin/node main.js", "", true),
+            (NODE, true, "node -", "", true),
+            (NODE, true, "node -e", "", false),
+            (NODE, true, "node --require x main.js", "", false),
+            (NODE, true, "nodejs main.js", "", false),
+            (NODE, true, "python3 -c 1", "", false),
+            (NODE, true, "node main.js", "NODE_OPTIONS=--x", false),
+            (NODE, true, "node main.js", "PYTHONPATH=/x", true),
         ] {
             assert_eq!(
                 kind.serves(pool_shape, &program(argv, env)),
@@ -660,212 +613,141 @@ mod tests {
 
     #[test]
     fn a_run_goes_to_a_ready_warm_jail_first_then_a_ready_cold_one() {
-        let python = program(&["python3", "-c", "1"], &[]);
-        let shell = program(&["sh", "-c", "true"], &[]);
-        let pool = |kind| Role::Pool(kind);
-        let session = || {
-            let opening = crate::serve::session::Opening {
-                id: "0f".into(),
-                owner: crate::verdict::Peer {
-                    uid: 1000,
-                    gid: 1000,
-                    pid: 1,
-                },
-                session_timeout_ms: 60_000,
-                idle_timeout_ms: 60_000,
-                drain_grace_ms: 0,
-                metadata: Default::default(),
-                limits: Default::default(),
-            };
-            Role::Session(Box::new(SessionEntry::of(&opening)))
-        };
-        // (runners, the run has the pool's shape, program) -> the runner it goes to
-        let cases: Vec<(Listed, bool, &Program, Option<usize>)> = vec![
-            (vec![], true, &shell, None),
-            (vec![(pool(COLD), Phase::Ready)], true, &shell, Some(0)),
-            (vec![(pool(COLD), Phase::Ready)], false, &shell, None),
+        use Phase::{Assembling, Busy, Closed, Ready};
+        let pool = Role::Pool;
+        // (runners, the run has the pool's shape, argv) -> the runner it goes to
+        let cases: Vec<(Listed, bool, &str, Option<usize>)> = vec![
+            (vec![], true, "sh", None),
+            (vec![(pool(COLD), Ready)], true, "sh", Some(0)),
+            (vec![(pool(COLD), Ready)], false, "sh", None),
             // Not ready yet, done with, or taken.
-            (vec![(pool(COLD), Phase::Assembling)], true, &shell, None),
-            (vec![(pool(COLD), Phase::Closed)], true, &shell, None),
-            (vec![(job(true), Phase::Busy)], true, &shell, None),
-            (vec![(session(), Phase::Busy)], true, &shell, None),
-            (vec![(pool(SESSIONS), Phase::Ready)], true, &shell, None),
+            (vec![(pool(COLD), Assembling)], true, "sh", None),
+            (vec![(pool(COLD), Closed)], true, "sh", None),
+            (vec![(job(true), Busy)], true, "sh", None),
+            (vec![(session(), Busy)], true, "sh", None),
+            (vec![(pool(SESSIONS), Ready)], true, "sh", None),
             // Warm first, when it serves the run; cold otherwise.
             (
-                vec![(pool(COLD), Phase::Ready), (pool(PYTHON), Phase::Ready)],
+                vec![(pool(COLD), Ready), (pool(PYTHON), Ready)],
                 true,
-                &python,
+                "python3 -",
                 Some(1),
             ),
             (
-                vec![(pool(COLD), Phase::Ready), (pool(PYTHON), Phase::Ready)],
+                vec![(pool(COLD), Ready), (pool(PYTHON), Ready)],
                 true,
-                &shell,
+                "sh",
                 Some(0),
             ),
-            (vec![(pool(PYTHON), Phase::Ready)], true, &shell, None),
+            (vec![(pool(PYTHON), Ready)], true, "sh", None),
             (
-                vec![(pool(NODE), Phase::Ready), (pool(COLD), Phase::Ready)],
+                vec![(pool(NODE), Ready), (pool(COLD), Ready)],
                 true,
-                &python,
+                "python3 -",
                 Some(1),
             ),
             (
-                vec![(pool(PYTHON), Phase::Closed), (pool(COLD), Phase::Ready)],
+                vec![(pool(PYTHON), Closed), (pool(COLD), Ready)],
                 true,
-                &python,
+                "python3 -",
                 Some(1),
             ),
-            // The first of its kind.
+            // The first ready of its kind.
             (
                 vec![
-                    (pool(COLD), Phase::Assembling),
-                    (pool(COLD), Phase::Ready),
-                    (pool(COLD), Phase::Ready),
+                    (pool(COLD), Assembling),
+                    (pool(COLD), Ready),
+                    (pool(COLD), Ready),
                 ],
                 true,
-                &shell,
+                "sh",
                 Some(1),
             ),
         ];
-        for (runners, pool_shape, program, expected) in cases {
-            let shape: Vec<String> = runners
-                .iter()
-                .map(|(role, phase)| format!("{}:{phase:?}", describe(role)))
-                .collect();
-            let runners: Vec<Runner> = runners
-                .into_iter()
-                .map(|(role, phase)| runner(role, phase))
-                .collect();
+        for (listed, pool_shape, argv, expected) in cases {
+            let (runners, shape) = runners(listed);
             assert_eq!(
-                ready_for(&runners, pool_shape, program),
+                ready_for(&runners, pool_shape, &program(argv, "")),
                 expected,
-                "{shape:?}, pool shape {pool_shape}: {:?}",
-                program.argv
+                "[{shape}], pool shape {pool_shape}: {argv}"
             );
-        }
-    }
-
-    fn describe(role: &Role) -> String {
-        match role {
-            Role::Pool(kind) => format!("pool {kind:?}"),
-            Role::Job { answering, .. } => format!("job (answering {answering})"),
-            Role::Session(_) => "session".into(),
         }
     }
 
     #[test]
     fn a_run_waits_for_a_pooled_jail_being_assembled_only_when_none_is_ready() {
-        let python = program(&["python3", "-c", "1"], &[]);
-        let shell = program(&["sh", "-c", "true"], &[]);
-        // (runners, the run has the pool's shape, program) -> it waits
-        for (runners, pool_shape, program, expected) in [
-            (vec![], true, &shell, false),
-            (vec![(COLD, Phase::Assembling)], true, &shell, true),
-            (vec![(COLD, Phase::Assembling)], false, &shell, false),
+        use Phase::{Assembling, Closed, Ready};
+        let pool = Role::Pool;
+        // (runners, the run has the pool's shape, argv) -> it waits
+        let cases: Vec<(Listed, bool, &str, bool)> = vec![
+            (vec![], true, "sh", false),
+            (vec![(pool(COLD), Assembling)], true, "sh", true),
+            (vec![(pool(COLD), Assembling)], false, "sh", false),
             (
-                vec![(COLD, Phase::Assembling), (COLD, Phase::Ready)],
+                vec![(pool(COLD), Assembling), (pool(COLD), Ready)],
                 true,
-                &shell,
+                "sh",
                 false,
             ),
-            (vec![(COLD, Phase::Closed)], true, &shell, false),
-            (vec![(SESSIONS, Phase::Assembling)], true, &shell, false),
+            (vec![(pool(COLD), Closed)], true, "sh", false),
+            (vec![(pool(SESSIONS), Assembling)], true, "sh", false),
             // A warm one being assembled is waited for only by what it would serve.
-            (vec![(PYTHON, Phase::Assembling)], true, &python, true),
-            (vec![(PYTHON, Phase::Assembling)], true, &shell, false),
+            (vec![(pool(PYTHON), Assembling)], true, "python3 -", true),
+            (vec![(pool(PYTHON), Assembling)], true, "sh", false),
             (
-                vec![(PYTHON, Phase::Assembling), (COLD, Phase::Ready)],
+                vec![(pool(PYTHON), Assembling), (pool(COLD), Ready)],
                 true,
-                &python,
+                "python3 -",
                 false,
             ),
-        ] {
-            let runners: Vec<Runner> = runners
-                .iter()
-                .map(|(kind, phase)| runner(Role::Pool(*kind), *phase))
-                .collect();
-            let kinds: Vec<String> = runners
-                .iter()
-                .map(|runner| format!("{}:{:?}", describe(&runner.role), runner.phase))
-                .collect();
+        ];
+        for (listed, pool_shape, argv, expected) in cases {
+            let (runners, shape) = runners(listed);
             assert_eq!(
-                should_wait_for_pool(&runners, pool_shape, program),
+                should_wait_for_pool(&runners, pool_shape, &program(argv, "")),
                 expected,
-                "{kinds:?}, pool shape {pool_shape}: {:?}",
-                program.argv
+                "[{shape}], pool shape {pool_shape}: {argv}"
             );
         }
     }
 
     #[test]
     fn the_pool_builds_what_it_lacks_but_not_while_a_client_waits_and_one_is_ready() {
+        use Phase::{Assembling, Busy, Closed, Ready};
+        let pool = Role::Pool;
         // (runners, kind, wanted) -> how many to build
-        for (runners, kind, wanted, expected) in [
+        let cases: Vec<(Listed, PoolKind, usize, usize)> = vec![
             (vec![], COLD, 2, 2),
             (vec![], COLD, 0, 0),
-            (vec![(Role::Pool(COLD), Phase::Assembling)], COLD, 2, 1),
-            (vec![(Role::Pool(COLD), Phase::Ready)], COLD, 2, 1),
-            // Gone from the pool: failed, shut, or taken by a run.
-            (vec![(Role::Pool(COLD), Phase::Closed)], COLD, 2, 2),
-            (vec![(job(false), Phase::Busy)], COLD, 2, 2),
-            // Other kinds are counted apart.
-            (vec![(Role::Pool(PYTHON), Phase::Ready)], COLD, 1, 1),
-            (vec![(Role::Pool(COLD), Phase::Ready)], SESSIONS, 1, 1),
-            // More than wanted (--pool lowered? never): none.
-            (
-                vec![
-                    (Role::Pool(COLD), Phase::Ready),
-                    (Role::Pool(COLD), Phase::Ready),
-                ],
-                COLD,
-                1,
-                0,
-            ),
+            (vec![(pool(COLD), Assembling)], COLD, 2, 1),
+            (vec![(pool(COLD), Ready)], COLD, 2, 1),
+            (vec![(pool(COLD), Ready), (pool(COLD), Ready)], COLD, 1, 0),
+            // Gone from the pool: failed or shut, or taken by a run.
+            (vec![(pool(COLD), Closed)], COLD, 2, 2),
+            (vec![(job(false), Busy)], COLD, 2, 2),
+            // Each kind is counted apart.
+            (vec![(pool(PYTHON), Ready)], COLD, 1, 1),
+            (vec![(pool(COLD), Ready)], SESSIONS, 1, 1),
             // A client waits for its answer: none while one of the kind is ready...
+            (vec![(job(true), Busy), (pool(COLD), Ready)], COLD, 3, 0),
+            // ... but a kind with none ready is refilled.
+            (vec![(job(true), Busy)], COLD, 2, 2),
             (
-                vec![(job(true), Phase::Busy), (Role::Pool(COLD), Phase::Ready)],
-                COLD,
-                3,
-                0,
-            ),
-            // ... but the pool is refilled when it has none ready.
-            (vec![(job(true), Phase::Busy)], COLD, 2, 2),
-            (
-                vec![
-                    (job(true), Phase::Busy),
-                    (Role::Pool(COLD), Phase::Assembling),
-                ],
+                vec![(job(true), Busy), (pool(COLD), Assembling)],
                 COLD,
                 2,
                 1,
             ),
-            (
-                vec![(job(true), Phase::Busy), (Role::Pool(PYTHON), Phase::Ready)],
-                COLD,
-                1,
-                1,
-            ),
+            (vec![(job(true), Busy), (pool(PYTHON), Ready)], COLD, 1, 1),
             // An answered run does not hold the pool back.
-            (
-                vec![(job(false), Phase::Busy), (Role::Pool(COLD), Phase::Ready)],
-                COLD,
-                3,
-                2,
-            ),
-        ] {
-            let shape: Vec<String> = runners
-                .iter()
-                .map(|(role, phase)| format!("{}:{phase:?}", describe(role)))
-                .collect();
-            let runners: Vec<Runner> = runners
-                .into_iter()
-                .map(|(role, phase)| runner(role, phase))
-                .collect();
+            (vec![(job(false), Busy), (pool(COLD), Ready)], COLD, 3, 2),
+        ];
+        for (listed, kind, wanted, expected) in cases {
+            let (runners, shape) = runners(listed);
             assert_eq!(
                 to_build(&runners, kind, wanted),
                 expected,
-                "{shape:?}: {kind:?}, {wanted} wanted"
+                "[{shape}]: {kind:?}, {wanted} wanted"
             );
         }
     }
@@ -875,14 +757,12 @@ mod tests {
         let secs = Duration::from_secs;
         for (failures, expected) in [
             (0, None),
-            (1, None),
             (2, None),
             (3, Some(secs(1))),
             (4, Some(secs(2))),
             (5, Some(secs(4))),
             (8, Some(secs(32))),
             (9, Some(secs(60))),
-            (10, Some(secs(60))),
             (u32::MAX, Some(secs(60))),
         ] {
             assert_eq!(backoff(failures), expected, "{failures} failures in a row");
@@ -890,20 +770,18 @@ mod tests {
     }
 
     #[test]
-    fn a_runner_counts_for_its_uid_only_while_its_role_is_a_job() {
-        for (role, phase, uid, expected) in [
-            (job(true), Phase::Busy, 1000, true),
-            (job(false), Phase::Closed, 1000, true),
-            (job(true), Phase::Busy, 1001, false),
-            (Role::Pool(COLD), Phase::Ready, 1000, false),
-        ] {
-            let runner = runner(role, phase);
-            assert_eq!(
-                runner.runs_for(uid),
-                expected,
-                "{}:{phase:?} for uid {uid}",
-                describe(&runner.role)
-            );
+    fn a_runner_counts_in_its_uids_share_while_its_role_is_its_job() {
+        // (runner, uid) -> counted for the uid
+        let cases: Vec<(Listed, u32, bool)> = vec![
+            (vec![(job(true), Phase::Busy)], 1000, true),
+            (vec![(job(false), Phase::Closed)], 1000, true),
+            (vec![(job(true), Phase::Busy)], 1001, false),
+            (vec![(session(), Phase::Busy)], 1000, false),
+            (vec![(Role::Pool(COLD), Phase::Ready)], 1000, false),
+        ];
+        for (listed, uid, expected) in cases {
+            let (runners, shape) = runners(listed);
+            assert_eq!(runners[0].runs_for(uid), expected, "{shape} for uid {uid}");
         }
     }
 }
