@@ -12,6 +12,7 @@ use crate::serve::protocol::{self, Request};
 use crate::serve::session::{Opening, ToSession};
 use crate::serve::wire::{SessionStart, Start};
 use crate::serve::{session_meta, session_network};
+use crate::units::{Size, Span};
 use crate::verdict::Peer;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -71,23 +72,12 @@ impl Server {
             }
             None => {}
         }
-        let within = |field: &str, asked: Option<crate::units::Span>, ours: crate::units::Span| {
-            match asked {
-                Some(asked) if asked.0.is_zero() => Err(Error::input(format!(
-                    "{field}: must be longer than 0; e.g. 10m"
-                ))),
-                Some(asked) if asked.0 > ours.0 => Err(Error::input(format!(
-                    "{field} {asked}: longer than this server allows ({ours}); ask for at most {ours}"
-                ))),
-                asked => Ok(asked.unwrap_or(ours).0),
-            }
-        };
-        let session_timeout = within(
+        let session_timeout = at_most(
             "session_timeout",
             session_timeout,
             self.args.session_timeout,
         )?;
-        let idle_timeout = within("idle_timeout", idle_timeout, self.args.idle_timeout)?;
+        let idle_timeout = at_most("idle_timeout", idle_timeout, self.args.idle_timeout)?;
         if !client.command.is_empty() {
             return Err(Error::input(
                 "session_create: options take no \"command\"; run programs with session_exec",
@@ -96,11 +86,7 @@ impl Server {
         client.report = None;
         client.report_fd = None;
         client.audit_log = None;
-        let pooled = workspace_size.is_none()
-            && serde_json::to_value(&client)
-                .ok()
-                .and_then(|value| value.as_object().map(|object| object.is_empty()))
-                .unwrap_or(false);
+        let pooled = has_pool_shape(&client, workspace_size);
         client.home_size = workspace_size.or(client.home_size);
         // A session's workspace_size is its jail's --home-size.
         let origins: policy::Origins = workspace_size
@@ -312,12 +298,36 @@ impl Server {
         serde_json::json!({"type": "sessions", "sessions": sessions})
     }
 }
+/// A session's timeout as asked (`field`), or the server's when not asked: longer than 0,
+/// and no longer than the server's.
+pub(super) fn at_most(field: &str, asked: Option<Span>, ours: Span) -> Result<Duration> {
+    match asked {
+        Some(asked) if asked.0.is_zero() => Err(Error::input(format!(
+            "{field}: must be longer than 0; e.g. 10m"
+        ))),
+        Some(asked) if asked.0 > ours.0 => Err(Error::input(format!(
+            "{field} {asked}: longer than this server allows ({ours}); ask for at most {ours}"
+        ))),
+        asked => Ok(asked.unwrap_or(ours).0),
+    }
+}
+
+/// A session asking for nothing of its own (no option, no workspace size) gets a jail
+/// of the session pool's shape.
+pub(super) fn has_pool_shape(client: &JailOptions, workspace_size: Option<Size>) -> bool {
+    workspace_size.is_none()
+        && serde_json::to_value(client)
+            .ok()
+            .and_then(|value| value.as_object().map(|object| object.is_empty()))
+            .unwrap_or(false)
+}
+
 /// What a `session_create` asks for.
 pub(super) struct SessionAsk {
     pub(super) options: JailOptions,
-    pub(super) session_timeout: Option<crate::units::Span>,
-    pub(super) idle_timeout: Option<crate::units::Span>,
-    pub(super) workspace_size: Option<crate::units::Size>,
+    pub(super) session_timeout: Option<Span>,
+    pub(super) idle_timeout: Option<Span>,
+    pub(super) workspace_size: Option<Size>,
     pub(super) metadata: session_meta::Metadata,
 }
 
@@ -334,6 +344,72 @@ impl SessionEntry {
             metadata: opening.metadata.clone(),
             limits: opening.limits.clone(),
             activity: session_meta::Activity::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    #[test]
+    fn a_session_timeout_is_the_servers_unless_asked_shorter() {
+        let span = |text: &str| text.parse::<Span>().expect("a span");
+        // (asked, the server's) -> the timeout, or what the one-line error says
+        for (asked, ours, expected) in [
+            (None, "10m", Ok(600)),
+            (Some("5m"), "10m", Ok(300)),
+            (Some("10m"), "10m", Ok(600)),
+            (Some("1s"), "10m", Ok(1)),
+            (
+                Some("11m"),
+                "10m",
+                Err("idle_timeout 660s: longer than this server allows (600s)"),
+            ),
+            (
+                Some("0s"),
+                "10m",
+                Err("idle_timeout: must be longer than 0"),
+            ),
+        ] {
+            let got = at_most("idle_timeout", asked.map(span), span(ours));
+            match (got, expected) {
+                (Ok(got), Ok(secs)) => assert_eq!(got.as_secs(), secs, "{asked:?} of {ours}"),
+                (Err(err), Err(says)) => {
+                    assert_eq!(err.kind(), ErrorKind::BadInput, "{asked:?} of {ours}");
+                    assert!(err.to_string().contains(says), "{asked:?} of {ours}: {err}");
+                }
+                (got, expected) => panic!("{asked:?} of {ours}: {got:?}, not {expected:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_session_gets_a_pooled_jail_only_when_it_asks_for_nothing_of_its_own() {
+        // (the client's options, workspace_size) -> a jail of the session pool's shape
+        for (options, workspace_size, expected) in [
+            (serde_json::json!({}), None, true),
+            (serde_json::json!({}), Some(Size(1 << 20)), false),
+            (serde_json::json!({"memory": "64M"}), None, false),
+            (
+                serde_json::json!({"allow-net": ["example.com"]}),
+                None,
+                false,
+            ),
+            // An empty list, as a default, is nothing of its own.
+            (serde_json::json!({"allow-net": []}), None, true),
+            (serde_json::json!({"env": ["A=1"]}), None, false),
+            (serde_json::json!({"net": "filtered"}), None, false),
+            (serde_json::json!({"quiet-limits": false}), None, true),
+        ] {
+            let client: JailOptions =
+                serde_json::from_value(options.clone()).expect("valid options");
+            assert_eq!(
+                has_pool_shape(&client, workspace_size),
+                expected,
+                "{options}, workspace_size {workspace_size:?}"
+            );
         }
     }
 }
