@@ -34,7 +34,6 @@ use sessions::SessionAsk;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long a client has to send its whole request; then it is answered with an error
@@ -93,7 +92,7 @@ struct Server {
 /// `brig serve`: serves until SIGTERM or SIGINT, then drains. The exit status.
 pub fn serve(args: ServeArgs) -> Result<i32> {
     if args.status {
-        return print_status(&args.socket);
+        return super::client::print_status(&args.socket);
     }
     let mut defaults = defaults(&args)?;
     if args.warm_python > 0 && defaults.output_limit.is_some() {
@@ -589,31 +588,4 @@ impl Server {
 /// Answers a request with one error frame (the connection then closes).
 fn refuse(connection: &impl AsFd, error: &Error) {
     let _ = protocol::write_frame(connection.as_fd(), &Reply::error(error), &[]);
-}
-
-/// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
-fn print_status(socket: &Path) -> Result<i32> {
-    let stream = super::client::connect(socket)?;
-    protocol::write_frame(
-        stream.as_fd(),
-        &serde_json::json!({"brig": protocol::VERSION, "type": "status"}),
-        &[],
-    )?;
-    let (body, _) = FrameReader::default()
-        .read_blocking(&stream)?
-        .ok_or_else(|| {
-            Error::setup("brig serve --status: the server closed the connection without an answer")
-        })?;
-    match serde_json::from_slice::<Reply>(&body) {
-        Ok(Reply::Status(status)) => {
-            let yaml = serde_saphyr::to_string(&status)
-                .map_err(|err| Error::setup(format!("print the status: {err}")))?;
-            print!("{yaml}");
-            Ok(0)
-        }
-        Ok(Reply::Error { message, .. }) => Err(Error::setup(message)),
-        _ => Err(Error::setup(
-            "brig serve --status: an answer that is not a status",
-        )),
-    }
 }
