@@ -37,7 +37,7 @@ pub(super) fn full(in_use: usize, of_uid: usize, max: usize, per_uid: usize) -> 
 }
 
 /// Whether a uid holding `open` connections may open one more (`cap` 0: no cap).
-pub(super) fn may_connect(open: usize, cap: usize) -> bool {
+fn may_connect(open: usize, cap: usize) -> bool {
     cap == 0 || open < cap
 }
 
@@ -135,7 +135,7 @@ impl Server {
     }
 
     /// The connections of `uid` the server holds: requests being sent or waiting.
-    pub(super) fn connections_of(&self, uid: u32) -> usize {
+    fn connections_of(&self, uid: u32) -> usize {
         let incoming = self
             .incoming
             .iter()
@@ -150,7 +150,7 @@ impl Server {
     }
 }
 /// The supplementary groups of process `pid`, from /proc.
-pub(super) fn supplementary_groups(pid: i32) -> Vec<u32> {
+fn supplementary_groups(pid: i32) -> Vec<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

@@ -13,8 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Options a run gives its program; any other a client sets changes the jail's shape,
 /// and the run gets a jail built for it instead of a pooled one.
-pub(super) const PER_RUN_OPTIONS: [&str; 5] =
-    ["command", "env", "chdir", "time-limit", "quiet-limits"];
+const PER_RUN_OPTIONS: [&str; 5] = ["command", "env", "chdir", "time-limit", "quiet-limits"];
 
 pub(super) fn has_pool_shape(client: &JailOptions) -> bool {
     let value = serde_json::to_value(client).unwrap_or_default();
@@ -121,7 +120,7 @@ impl Server {
     }
 
     /// The program of a run in a pooled jail: as `Plan::resolve` would give it.
-    pub(super) fn pooled_program(&self, options: &JailOptions) -> Result<Program> {
+    fn pooled_program(&self, options: &JailOptions) -> Result<Program> {
         if options.command.is_empty() {
             return Err(Error::input(
                 "no program to run: give one after the options, e.g. `brig run --server S -- python3 main.py`",
@@ -145,7 +144,7 @@ impl Server {
 }
 /// Files, pipes, sockets and terminals may become a program's streams; not directories,
 /// epoll or event descriptors, or other exotica a client might send.
-pub(super) fn is_stream_or_file(fd: &OwnedFd) -> bool {
+fn is_stream_or_file(fd: &OwnedFd) -> bool {
     use nix::sys::stat::SFlag;
     let Ok(stat) = nix::sys::stat::fstat(fd) else {
         return false;

@@ -65,7 +65,7 @@ pub(super) fn listen(path: &Path, group: Option<nix::unistd::Gid>) -> Result<Uni
 }
 
 /// Binds at `inner`, in brig's private directory, and renames the socket to `path`.
-pub(super) fn bind_privately(
+fn bind_privately(
     path: &Path,
     inner: &Path,
     group: Option<nix::unistd::Gid>,
@@ -116,7 +116,7 @@ pub(super) fn bind_privately(
 /// else can rename or remove the server's socket. Otherwise someone who can write
 /// the directory (a member of its group, say the --socket-group) could rename the
 /// socket away and put anything in its place while the server runs.
-pub(super) fn check_socket_dir(path: &Path, dir: &Path) -> Result<()> {
+fn check_socket_dir(path: &Path, dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let real = std::fs::canonicalize(dir).map_err(|err| {
         Error::input(format!(

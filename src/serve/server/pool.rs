@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 /// After a pooled jail fails to assemble this many times in a row, the pool waits
 /// BACKOFF, twice as long after each further failure, up to MAX_BACKOFF.
-pub(super) const FAILURES_BEFORE_BACKOFF: u32 = 3;
-pub(super) const BACKOFF: Duration = Duration::from_secs(1);
-pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(60);
+const FAILURES_BEFORE_BACKOFF: u32 = 3;
+const BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Requests waiting for a slot at most; more are refused at once.
-pub(super) const MAX_QUEUE: usize = 1024;
+const MAX_QUEUE: usize = 1024;
 
 /// A kind of pooled jail: cold or with a warm interpreter, or a session's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub(super) struct PoolKind {
     pub(super) for_session: bool,
 }
 
-pub(super) const COLD: PoolKind = PoolKind {
+const COLD: PoolKind = PoolKind {
     warm: None,
     for_session: false,
 };
@@ -90,7 +90,7 @@ pub(super) struct Runner {
 
 impl Runner {
     /// In the pool of `kind` (ready or being assembled).
-    pub(super) fn in_pool(&self, kind: PoolKind) -> bool {
+    fn in_pool(&self, kind: PoolKind) -> bool {
         matches!(self.role, Role::Pool(its) if its == kind) && self.phase != Phase::Closed
     }
 
@@ -105,7 +105,7 @@ impl Runner {
     }
 
     /// Runs a program whose client has no answer yet.
-    pub(super) fn answering(&self) -> bool {
+    fn answering(&self) -> bool {
         matches!(
             self.role,
             Role::Job {
@@ -148,7 +148,7 @@ impl Runner {
 }
 
 /// The ready pooled runner (its index) for a run of `program`, a warm one first.
-pub(super) fn ready_for(runners: &[Runner], pool_shape: bool, program: &Program) -> Option<usize> {
+fn ready_for(runners: &[Runner], pool_shape: bool, program: &Program) -> Option<usize> {
     let ready = |warm: bool| {
         runners.iter().position(|runner| {
             runner.is_warm() == warm && runner.may_take(Phase::Ready, pool_shape, program)
@@ -159,11 +159,7 @@ pub(super) fn ready_for(runners: &[Runner], pool_shape: bool, program: &Program)
 
 /// A run of the pool's shape finds no ready jail, but one being assembled could take it:
 /// it will be ready sooner than a new one would.
-pub(super) fn should_wait_for_pool(
-    runners: &[Runner],
-    pool_shape: bool,
-    program: &Program,
-) -> bool {
+fn should_wait_for_pool(runners: &[Runner], pool_shape: bool, program: &Program) -> bool {
     pool_shape
         && ready_for(runners, pool_shape, program).is_none()
         && runners
@@ -172,7 +168,7 @@ pub(super) fn should_wait_for_pool(
 }
 
 /// How many pooled jails of `kind` are ready.
-pub(super) fn ready_count(runners: &[Runner], kind: PoolKind) -> usize {
+fn ready_count(runners: &[Runner], kind: PoolKind) -> usize {
     runners
         .iter()
         .filter(|runner| runner.ready_in(kind))
@@ -182,7 +178,7 @@ pub(super) fn ready_count(runners: &[Runner], kind: PoolKind) -> usize {
 /// How many jails of `kind` to start assembling now for the pool to hold `wanted`. While
 /// a client waits for its answer, none if one of the kind is ready: building takes the
 /// CPUs that client's run needs.
-pub(super) fn to_build(runners: &[Runner], kind: PoolKind, wanted: usize) -> usize {
+fn to_build(runners: &[Runner], kind: PoolKind, wanted: usize) -> usize {
     if runners.iter().any(Runner::answering) && ready_count(runners, kind) > 0 {
         return 0;
     }
@@ -191,7 +187,7 @@ pub(super) fn to_build(runners: &[Runner], kind: PoolKind, wanted: usize) -> usi
 }
 
 /// How long the pool waits before it builds again, after `failures_in_a_row`.
-pub(super) fn backoff(failures_in_a_row: u32) -> Option<Duration> {
+fn backoff(failures_in_a_row: u32) -> Option<Duration> {
     let beyond = failures_in_a_row.checked_sub(FAILURES_BEFORE_BACKOFF)?;
     Some(BACKOFF.saturating_mul(1 << beyond.min(6)).min(MAX_BACKOFF))
 }
@@ -469,7 +465,7 @@ impl Server {
 
     /// Whether `pending` may start now: a slot free for its uid, and no pooled jail of
     /// its kind about to be ready.
-    pub(super) fn may_start(&self, pending: &Pending) -> bool {
+    fn may_start(&self, pending: &Pending) -> bool {
         self.full_for(pending.job.peer.uid).is_none()
             && !should_wait_for_pool(&self.runners, pending.pooled, &pending.job.program)
     }

@@ -300,7 +300,7 @@ impl Server {
 }
 /// A session's timeout as asked (`field`), or the server's when not asked: longer than 0,
 /// and no longer than the server's.
-pub(super) fn at_most(field: &str, asked: Option<Span>, ours: Span) -> Result<Duration> {
+fn at_most(field: &str, asked: Option<Span>, ours: Span) -> Result<Duration> {
     match asked {
         Some(asked) if asked.0.is_zero() => Err(Error::input(format!(
             "{field}: must be longer than 0; e.g. 10m"
