@@ -267,7 +267,8 @@ impl Programs {
                 end: ended(code, signal, &usage),
             });
         }
-        self.ended_groups.retain(|_, group| group_has_members(*group));
+        self.ended_groups
+            .retain(|_, group| group_has_members(*group));
     }
 }
 

@@ -278,8 +278,11 @@ impl Session<'_> {
         Ok(json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)}))
     }
 
-    /// Kills the interpreter of context `id`, if it runs (its state goes with it).
-    fn stop_interpreter(&mut self, id: &str) {
+    /// Ends the interpreter of context `id`, if it runs, and its state with it: it is
+    /// forgotten and its process group killed (what its cells started; the jail's init
+    /// reaches the group also when the interpreter itself has just ended). Every path
+    /// that ends an interpreter comes here.
+    pub(super) fn stop_interpreter(&mut self, id: &str) {
         if let Some(interpreter) = self.interpreters.remove(id) {
             let _ = self.jail.signal(interpreter.id, Signal::SIGKILL, true);
         }
