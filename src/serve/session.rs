@@ -680,7 +680,7 @@ impl<'p> Session<'p> {
             .find(|(_, interpreter)| interpreter.id == id)
             .map(|(key, _)| key.clone());
         if let Some(key) = key {
-            self.stop_interpreter(&key);
+            self.interpreter_ended(&key);
         }
     }
 
@@ -1264,7 +1264,7 @@ impl<'p> Session<'p> {
             (None, None) => Ended::default(),
         };
         if died.is_some() {
-            self.stop_interpreter(key);
+            self.interpreter_ended(key);
         }
         let state_lost = died.is_some() || lost_before.is_some();
         let error = answer
