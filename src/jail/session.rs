@@ -160,17 +160,7 @@ impl<'p> SessionJail<'p> {
                     other => self.queued.extend(event(other)),
                 }
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            let mut fds = [
-                nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
-                nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
-            ];
-            let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
-                .unwrap_or(nix::poll::PollTimeout::MAX);
-            if nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false)) {
+            if !self.await_report(deadline) {
                 return Ok(());
             }
         }
@@ -196,20 +186,26 @@ impl<'p> SessionJail<'p> {
                 self.queued.extend(arrived.into_iter().filter_map(event));
                 continue;
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            let mut fds = [
-                nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
-                nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
-            ];
-            let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
-                .unwrap_or(nix::poll::PollTimeout::MAX);
-            if nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false)) {
+            if !self.await_report(deadline) {
                 return None;
             }
         }
+    }
+
+    /// Waits until the jail reports something; false once `deadline` has passed or the
+    /// jail's init has died (nothing more will come).
+    fn await_report(&self, deadline: std::time::Instant) -> bool {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = [
+            nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
+        ];
+        let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
+            .unwrap_or(nix::poll::PollTimeout::MAX);
+        !nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false))
     }
 
     /// Readable when the jail has [`Event`]s to read.
