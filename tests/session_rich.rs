@@ -1,7 +1,9 @@
 //! Rich outputs, contexts and the bash context of `brig serve` sessions, for real, as root
 //! and rootless: a matplotlib figure comes back as a PNG without savefig; display() of
 //! html, markdown, svg and json; the final value's bundle; Node's display(); several
-//! independent interpreters per session (create, list, restart, remove, a cap); a
+//! independent interpreters per session (create, list, restart, remove, a cap; what a
+//! removed, restarted or dead interpreter started goes with it; a cell's time limit spares
+//! the other contexts); a
 //! persistent bash (cwd, variables, functions, exit status, interrupt); a reply forged by
 //! bash-run code is not taken; results count against the output limit; bad input is a
 //! one-line error.
