@@ -1,7 +1,9 @@
 //! Rich outputs, contexts and the bash context of `brig serve` sessions, for real, as root
 //! and rootless: a matplotlib figure comes back as a PNG without savefig; display() of
 //! html, markdown, svg and json; the final value's bundle; Node's display(); several
-//! independent interpreters per session (create, list, restart, remove, a cap); a
+//! independent interpreters per session (create, list, restart, remove, a cap; what a
+//! removed, restarted or dead interpreter started goes with it; a cell's time limit spares
+//! the other contexts); a
 //! persistent bash (cwd, variables, functions, exit status, interrupt); a reply forged by
 //! bash-run code is not taken; results count against the output limit; bad input is a
 //! one-line error.
@@ -19,6 +21,9 @@ both_modes!(
     display_gives_mime_bundles,
     node_display_and_final_value,
     contexts_are_independent_interpreters,
+    an_ended_context_takes_its_process_group,
+    a_dead_interpreter_takes_its_process_group,
+    a_cell_s_time_limit_spares_the_other_contexts,
     contexts_are_capped_and_checked,
     a_bash_context_keeps_its_state,
     a_bash_cell_is_interrupted_at_its_time_limit,
@@ -350,12 +355,8 @@ fn contexts_are_independent_interpreters(mode: Mode) {
         .replace(' ', "");
     let removed = context(&server, &id, "remove", json!({"context": one}));
     assert_eq!(removed["type"], "context_removed", "{removed}");
-    // Killed at once; gone once the jail's init has reaped them (it looks again until then).
-    let gone = format!(
-        "import os, time\nfor _ in range(200):\n    if not any(os.path.exists(f'/proc/{{p}}') for p in ({pids},)):\n        break\n    time.sleep(0.05)\n[os.path.exists(f'/proc/{{p}}') for p in ({pids},)]"
-    );
-    let left = code_cell(&server, &id, &gone, json!({"context": two}));
-    assert_eq!(left["result"], "[False, False]", "{left}");
+    let left = still_there(&server, &id, &pids, json!({"context": two}));
+    assert_eq!(left, "[False, False]");
     let refused = ask(
         &server,
         json!({"type": "session_exec", "session": id, "code": "x", "context": one}),
@@ -365,6 +366,132 @@ fn contexts_are_independent_interpreters(mode: Mode) {
         code_cell(&server, &id, "x", json!({"context": two}))["result"],
         "'two'"
     );
+    close_session(&server, &id);
+}
+
+/// Which of `pids` (comma-separated) still run in the session's jail, as a Python list of
+/// booleans, asked in the context `at`: killed processes are gone once the jail's init has
+/// reaped them (it looks again until then, at most 10 s).
+fn still_there(server: &Server, id: &str, pids: &str, at: Value) -> String {
+    let code = format!(
+        "import os, time\nfor _ in range(200):\n    if not any(os.path.exists(f'/proc/{{p}}') for p in ({pids},)):\n        break\n    time.sleep(0.05)\n[os.path.exists(f'/proc/{{p}}') for p in ({pids},)]"
+    );
+    let reply = code_cell(server, id, &code, at);
+    reply["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no result: {reply}"))
+        .to_string()
+}
+
+/// A cell of context `at` that starts `sleep 600` in the background: the interpreter's pid
+/// and the sleep's, comma-separated.
+fn start_a_sleep(server: &Server, id: &str, at: Value) -> String {
+    let started = code_cell(
+        server,
+        id,
+        "import os, subprocess; child = subprocess.Popen(['sleep', '600']); (os.getpid(), child.pid)",
+        at,
+    );
+    started["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no result: {started}"))
+        .trim_matches(['(', ')'])
+        .replace(' ', "")
+}
+
+/// Removing or restarting a context ends what its cells started (the interpreter's process
+/// group), every time. brig signals the group, then closes the interpreter's socket, at
+/// which the interpreter exits; when the jail's init reaped it before it read the signal,
+/// it used to drop the signal and the sleep lived on. Repeated: that order is the
+/// scheduler's.
+fn an_ended_context_takes_its_process_group(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    for round in 0..10 {
+        let made = context(&server, &id, "create", json!({}));
+        let at = made["context"]["id"].as_str().unwrap().to_string();
+        let pids = start_a_sleep(&server, &id, json!({"context": at}));
+        let action = if round % 2 == 0 { "remove" } else { "restart" };
+        let done = context(&server, &id, action, json!({"context": at}));
+        assert!(
+            ["context_removed", "context"].contains(&done["type"].as_str().unwrap()),
+            "{done}"
+        );
+        let left = still_there(&server, &id, &pids, json!({}));
+        assert_eq!(
+            left, "[False, False]",
+            "round {round}: {action} left {pids}"
+        );
+        if action == "restart" {
+            context(&server, &id, "remove", json!({"context": at}));
+        }
+    }
+    close_session(&server, &id);
+}
+
+/// An interpreter that dies, in a cell or between cells, takes what its cells started
+/// with it (its process group), as a removed one does: Python, and bash.
+fn a_dead_interpreter_takes_its_process_group(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    // In a cell: the reply says the state is lost; the sleep is gone.
+    let died = code_cell(
+        &server,
+        &id,
+        "import os, subprocess\nchild = subprocess.Popen(['sleep', '600'])\nprint(child.pid, flush=True)\nos._exit(3)",
+        json!({}),
+    );
+    assert_eq!(died["state_lost"], true, "{died}");
+    let sleep = died["stdout"].as_str().unwrap().trim().to_string();
+    assert_eq!(still_there(&server, &id, &sleep, json!({})), "[False]");
+    // Between cells: a context whose interpreter exits after its reply.
+    let made = context(&server, &id, "create", json!({}));
+    let at = made["context"]["id"].as_str().unwrap().to_string();
+    let pids = start_a_sleep(&server, &id, json!({"context": at}));
+    let exits = code_cell(
+        &server,
+        &id,
+        "import os, threading; threading.Timer(0.2, os._exit, [0]).start()",
+        json!({"context": at}),
+    );
+    assert_eq!(exits["verdict"]["status"], "ok", "{exits}");
+    assert_eq!(
+        still_there(&server, &id, &pids, json!({})),
+        "[False, False]"
+    );
+    // Bash: a job in the background, then the shell exits.
+    let died = code_cell(
+        &server,
+        &id,
+        "sleep 600 &\necho $!\nexit 3",
+        json!({"language": "bash"}),
+    );
+    assert_eq!(died["state_lost"], true, "{died}");
+    let sleep = died["stdout"].as_str().unwrap().trim().to_string();
+    assert!(sleep.parse::<u32>().is_ok(), "{died}");
+    assert_eq!(still_there(&server, &id, &sleep, json!({})), "[False]");
+    close_session(&server, &id);
+}
+
+/// A cell interrupted at its time limit ends what the session's cells started, but not
+/// the other contexts' interpreters (their state stays).
+fn a_cell_s_time_limit_spares_the_other_contexts(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    let made = context(&server, &id, "create", json!({}));
+    let other = made["context"]["id"].as_str().unwrap().to_string();
+    code_cell(&server, &id, "x = 'kept'", json!({"context": other}));
+    // Interrupted, and then (it ignores the interruption) killed and restarted.
+    for code in [
+        "import time; time.sleep(600)",
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)",
+    ] {
+        let cut = code_cell(&server, &id, code, json!({"time_limit": "1s"}));
+        assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
+        let kept = code_cell(&server, &id, "x", json!({"context": other}));
+        assert_eq!(kept["result"], "'kept'", "{kept}");
+        assert_eq!(kept["state_lost"], false, "{kept}");
+    }
     close_session(&server, &id);
 }
 

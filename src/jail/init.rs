@@ -125,8 +125,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
     ) else {
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
-    // pid -> id
-    let mut programs: std::collections::HashMap<Pid, u32> = Default::default();
+    let mut programs = Programs::default();
     loop {
         let read = nix::poll::PollFlags::POLLIN;
         let mut fds = [
@@ -139,7 +138,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
         let command_ready = fds[0].any().unwrap_or(false);
         // Signals other than SIGCHLD are brig's business, not the session's programs'.
         while let Ok(Some(_)) = signals.read_signal() {}
-        reap_programs(&mut programs, channel);
+        programs.reap(channel);
         if !command_ready {
             continue;
         }
@@ -156,9 +155,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 match spawned {
                     // The program said its pid itself (Message::Started), before it
                     // exec'd.
-                    Ok(pid) => {
-                        programs.insert(pid, id);
-                    }
+                    Ok(pid) => programs.spawned(pid, id),
                     Err(errno) => {
                         channel.send(&Message::ProgramError {
                             id,
@@ -179,49 +176,105 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 }
             }
             Some((Command::Signal { id, signal, group }, _)) => {
-                let found = programs.iter().find(|(_, of)| **of == id);
-                if let (Some((pid, _)), Ok(signal)) = (found, Signal::try_from(signal)) {
-                    // The program leads its own process group: -pid is the group.
-                    let target = if group {
-                        Pid::from_raw(-pid.as_raw())
-                    } else {
-                        *pid
-                    };
-                    let _ = kill(target, signal);
+                if let Ok(signal) = Signal::try_from(signal) {
+                    programs.signal(id, signal, group);
                 }
             }
             Some((Command::Sweep { keep, keep_groups }, _)) => {
-                let pids_of = |ids: &[u32]| -> Vec<Pid> {
-                    programs
-                        .iter()
-                        .filter(|(_, id)| ids.contains(id))
-                        .map(|(pid, _)| *pid)
-                        .collect()
-                };
-                sweep(plan, &pids_of(&keep), &pids_of(&keep_groups));
-                reap_programs(&mut programs, channel);
+                sweep(plan, &programs.pids(&keep), &programs.groups(&keep_groups));
+                programs.reap(channel);
                 channel.send(&Message::Swept);
             }
         }
     }
 }
 
-/// Reaps every child that exited; a session's program gets its [`Message::Ended`].
-fn reap_programs(programs: &mut std::collections::HashMap<Pid, u32>, channel: &ChildEnd) {
-    while let Ok(Some((pid, status, usage))) = sys::wait4_any_nohang() {
-        let Some(id) = programs.remove(&pid) else {
-            continue;
-        };
-        let (code, signal) = match status {
-            WaitStatus::Exited(_, code) => (Some(code), None),
-            WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
-            _ => (None, None),
-        };
-        channel.send(&Message::Ended {
-            id,
-            end: ended(code, signal, &usage),
-        });
+/// A session's programs as its init knows them: each leads a process group of its own
+/// (what it starts), whose number is the program's pid.
+#[derive(Default)]
+struct Programs {
+    /// The running programs: pid -> id.
+    running: std::collections::HashMap<Pid, u32>,
+    /// Programs that ended while processes of their group lived on: id -> the group.
+    /// brig's group signal must still reach those: brig cannot know that a program
+    /// ended just before its signal arrives (an interpreter it removes sees its socket
+    /// close and exits; init reaps it before it reads the signal), and what the program
+    /// started would outlive it. Dropped once the group is empty (its number may then
+    /// be reused).
+    ended_groups: std::collections::HashMap<u32, Pid>,
+}
+
+impl Programs {
+    fn spawned(&mut self, pid: Pid, id: u32) {
+        self.running.insert(pid, id);
+        // A group that had this number is empty (the number was free to reuse).
+        self.ended_groups.retain(|_, group| *group != pid);
     }
+
+    /// Sends `signal` to program `id`, or to its process group with `group` (also
+    /// when the program itself has ended).
+    fn signal(&self, id: u32, signal: Signal, group: bool) {
+        let running = self.running.iter().find(|(_, of)| **of == id);
+        let target = match (running, group) {
+            // The program leads its own process group: -pid is the group.
+            (Some((pid, _)), true) => Pid::from_raw(-pid.as_raw()),
+            (Some((pid, _)), false) => *pid,
+            (None, true) => match self.ended_groups.get(&id) {
+                Some(group) => Pid::from_raw(-group.as_raw()),
+                None => return,
+            },
+            (None, false) => return,
+        };
+        let _ = kill(target, signal);
+    }
+
+    /// The pids of the running programs `ids`.
+    fn pids(&self, ids: &[u32]) -> Vec<Pid> {
+        self.running
+            .iter()
+            .filter(|(_, id)| ids.contains(id))
+            .map(|(pid, _)| *pid)
+            .collect()
+    }
+
+    /// The process groups of programs `ids`, running or not.
+    fn groups(&self, ids: &[u32]) -> Vec<Pid> {
+        let ended = self
+            .ended_groups
+            .iter()
+            .filter(|(id, _)| ids.contains(id))
+            .map(|(_, group)| *group);
+        self.pids(ids).into_iter().chain(ended).collect()
+    }
+
+    /// Reaps every child that exited; a program gets its [`Message::Ended`], and its
+    /// group is remembered while processes are left in it.
+    fn reap(&mut self, channel: &ChildEnd) {
+        while let Ok(Some((pid, status, usage))) = sys::wait4_any_nohang() {
+            let Some(id) = self.running.remove(&pid) else {
+                continue;
+            };
+            if group_has_members(pid) {
+                self.ended_groups.insert(id, pid);
+            }
+            let (code, signal) = match status {
+                WaitStatus::Exited(_, code) => (Some(code), None),
+                WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+                _ => (None, None),
+            };
+            channel.send(&Message::Ended {
+                id,
+                end: ended(code, signal, &usage),
+            });
+        }
+        self.ended_groups
+            .retain(|_, group| group_has_members(*group));
+    }
+}
+
+/// Whether process group `group` has a process in it (a zombie counts until reaped).
+fn group_has_members(group: Pid) -> bool {
+    kill(Pid::from_raw(-group.as_raw()), None) != Err(nix::errno::Errno::ESRCH)
 }
 
 /// SIGKILLs every process of the jail but init and `keep`, pass after pass over the

@@ -160,20 +160,52 @@ impl<'p> SessionJail<'p> {
                     other => self.queued.extend(event(other)),
                 }
             }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            let mut fds = [
-                nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
-                nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
-            ];
-            let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
-                .unwrap_or(nix::poll::PollTimeout::MAX);
-            if nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false)) {
+            if !self.await_report(deadline) {
                 return Ok(());
             }
         }
+    }
+
+    /// Waits until program `id` has ended and the jail's init has reaped it (no longer
+    /// counted against the session's pids), at most [`SWEEP_WAIT`]; its end, or None when
+    /// it did not come in time. Other events wait for [`Self::events`].
+    pub fn wait_for_end(&mut self, id: u32) -> Option<Ended> {
+        let ended = |event: &Event| matches!(event, Event::Ended { id: of, .. } if *of == id);
+        let deadline = std::time::Instant::now() + SWEEP_WAIT;
+        let mut index = 0;
+        loop {
+            if let Some(at) = self.queued[index..].iter().position(ended) {
+                return match self.queued.remove(index + at) {
+                    Event::Ended { end, .. } => Some(end),
+                    _ => None,
+                };
+            }
+            index = self.queued.len();
+            let arrived = self.jail.channel.read_available(&mut self.pending);
+            if !arrived.is_empty() {
+                self.queued.extend(arrived.into_iter().filter_map(event));
+                continue;
+            }
+            if !self.await_report(deadline) {
+                return None;
+            }
+        }
+    }
+
+    /// Waits until the jail reports something; false once `deadline` has passed or the
+    /// jail's init has died (nothing more will come).
+    fn await_report(&self, deadline: std::time::Instant) -> bool {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = [
+            nix::poll::PollFd::new(self.events_fd(), nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(self.init_fd(), nix::poll::PollFlags::POLLIN),
+        ];
+        let timeout = nix::poll::PollTimeout::try_from(left.as_millis().max(1) as i32)
+            .unwrap_or(nix::poll::PollTimeout::MAX);
+        !nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[1].any().unwrap_or(false))
     }
 
     /// Readable when the jail has [`Event`]s to read.

@@ -672,10 +672,27 @@ impl<'p> Session<'p> {
         }
     }
 
-    /// Program `id` ended: if it was an interpreter, the next cell starts a fresh one.
+    /// Program `id` ended: if it was an interpreter, what it started goes with it, and
+    /// the next cell starts a fresh one.
     fn forget_interpreter(&mut self, id: u32) {
+        let key = self
+            .interpreters
+            .iter()
+            .find(|(_, interpreter)| interpreter.id == id)
+            .map(|(key, _)| key.clone());
+        if let Some(key) = key {
+            self.interpreter_ended(&key);
+        }
+    }
+
+    /// The program ids of the running interpreters (but `but`'s): an interrupted cell's
+    /// sweep keeps them, the other contexts' too (not what their cells started).
+    fn interpreter_ids(&self, but: Option<u32>) -> Vec<u32> {
         self.interpreters
-            .retain(|_, interpreter| interpreter.id != id);
+            .values()
+            .map(|interpreter| interpreter.id)
+            .filter(|id| Some(*id) != but)
+            .collect()
     }
 
     /// The time and output limits of one exec: those asked for, held to the session's
@@ -923,6 +940,8 @@ impl<'p> Session<'p> {
                 }
             }
             if ended {
+                // What it started, if anything, goes with it.
+                let _ = self.jail.signal(id, Signal::SIGKILL, true);
                 captured.drain(1, interpreter.stderr.as_fd());
                 let why = failure.take().unwrap_or_else(|| {
                     format!("it ended before it was ready: {}", captured.text(1).trim())
@@ -994,9 +1013,7 @@ impl<'p> Session<'p> {
             }
             None => return None,
         };
-        let id = interpreter.id;
-        self.interpreters.remove(key);
-        let _ = self.jail.signal(id, Signal::SIGKILL, true);
+        self.stop_interpreter(key);
         Some(why)
     }
 
@@ -1033,7 +1050,7 @@ impl<'p> Session<'p> {
         let line = context::request_line(language, cell, code);
         let started = Instant::now();
         if interpreter.control.write_all(&line).is_err() {
-            self.interpreters.remove(key);
+            self.stop_interpreter(key);
             return Err(Error::setup(
                 "the session's interpreter went away; run the cell again",
             ));
@@ -1187,7 +1204,7 @@ impl<'p> Session<'p> {
                     cut = Some(why);
                     self.jail.signal(id, Signal::SIGINT, false)?;
                     let groups = self.processes.running_ids();
-                    self.jail.sweep(&[id], &groups)?;
+                    self.jail.sweep(&self.interpreter_ids(None), &groups)?;
                     // From the end of the sweep, which may take a while (a fork bomb's).
                     deadline = Some(Instant::now() + INTERRUPT_GRACE);
                 }
@@ -1199,7 +1216,7 @@ impl<'p> Session<'p> {
                     }
                     self.jail.signal(id, Signal::SIGKILL, true)?;
                     let groups = self.processes.running_ids();
-                    self.jail.sweep(&[], &groups)?;
+                    self.jail.sweep(&self.interpreter_ids(Some(id)), &groups)?;
                     killed = true;
                     deadline = None;
                 }
@@ -1209,12 +1226,7 @@ impl<'p> Session<'p> {
         let wall = started.elapsed();
         if cut.is_some() || broken.is_some() {
             // What the cell started, and what it forks while it is interrupted.
-            let keep: Vec<u32> = self
-                .interpreters
-                .values()
-                .map(|i| i.id)
-                .filter(|of| died.is_none() || *of != id)
-                .collect();
+            let keep = self.interpreter_ids(died.map(|_| id));
             let groups = self.processes.running_ids();
             self.jail.sweep(&keep, &groups)?;
         }
@@ -1253,7 +1265,7 @@ impl<'p> Session<'p> {
             (None, None) => Ended::default(),
         };
         if died.is_some() {
-            self.interpreters.remove(key);
+            self.interpreter_ended(key);
         }
         let state_lost = died.is_some() || lost_before.is_some();
         let error = answer

@@ -278,11 +278,24 @@ impl Session<'_> {
         Ok(json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)}))
     }
 
-    /// Kills the interpreter of context `id`, if it runs (its state goes with it).
-    fn stop_interpreter(&mut self, id: &str) {
-        if let Some(interpreter) = self.interpreters.remove(id) {
-            let _ = self.jail.signal(interpreter.id, Signal::SIGKILL, true);
+    /// Ends the interpreter of context `id`, if it runs, and its state with it: it is
+    /// forgotten and its process group killed (what its cells started), and this returns
+    /// once the jail's init has reaped it (its pid no longer counts against the session's
+    /// pids).
+    pub(super) fn stop_interpreter(&mut self, id: &str) {
+        if let Some(program) = self.interpreter_ended(id) {
+            self.jail.wait_for_end(program);
         }
+    }
+
+    /// Forgets the interpreter of context `id`, which has ended or is to end, and kills
+    /// its process group: what its cells started goes with it (the jail's init reaches
+    /// the group also when the interpreter itself has ended). Its program id, if it ran.
+    /// Every path that ends an interpreter comes here.
+    pub(super) fn interpreter_ended(&mut self, id: &str) -> Option<u32> {
+        let interpreter = self.interpreters.remove(id)?;
+        let _ = self.jail.signal(interpreter.id, Signal::SIGKILL, true);
+        Some(interpreter.id)
     }
 }
 
