@@ -15,11 +15,12 @@ use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
 use crate::jail::session::{Ended, Event};
-use crate::jail::{Outcome, Program, RunReport, SessionJail};
+use crate::jail::outcome::{self, EndedBy, ProgramEnd, Spent};
+use crate::jail::{Outcome, OutputCounts, Program, RunReport, SessionJail};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::units::Span;
-use crate::verdict::{Peer, Sinks, Verdict};
+use crate::verdict::{Peer, SessionExec, Sinks, Verdict};
 use base64::Engine;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
@@ -355,6 +356,19 @@ enum Cut {
     OutputLimit,
     /// The client went away: nobody waits for the result.
     ClientGone,
+}
+
+impl Cut {
+    /// What brig ended the exec for, as the one outcome decision takes it: a client gone
+    /// stops it (the program's own word, else killed), as a pooled run's.
+    fn ended_by(cut: Option<Cut>) -> EndedBy {
+        match cut {
+            None => EndedBy::Program,
+            Some(Cut::TimeLimit) => EndedBy::TimeLimit,
+            Some(Cut::OutputLimit) => EndedBy::OutputLimit,
+            Some(Cut::ClientGone) => EndedBy::Stopped,
+        }
+    }
 }
 
 fn nonblocking(fd: &impl AsFd) {
@@ -758,14 +772,14 @@ impl<'p> Session<'p> {
             .unwrap_or(0)
     }
 
-    /// The exec's verdict as JSON, with the session's id (and the language of a cell);
-    /// the server's audit line.
+    /// The exec's verdict as JSON, with the session's id and what ran (a cell's
+    /// language and context, a command's pid); the server's audit line.
     fn verdict(
         &mut self,
         end: ExecEnd,
-        captured: &Captured,
+        output: OutputCounts,
         served: crate::verdict::Served,
-        cell_of: Option<&context::Target>,
+        ran: Ran,
     ) -> Value {
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
@@ -774,28 +788,35 @@ impl<'p> Session<'p> {
             usage.cpu_user_usec = None;
             usage.cpu_sys_usec = None;
         }
-        let report = RunReport {
-            outcome: end.outcome,
-            time_limit: end.limit.map(Span),
+        let spent = Spent {
             wall: end.wall,
             cpu_user: Duration::from_micros(end.ended.cpu_user_us),
             cpu_sys: Duration::from_micros(end.ended.cpu_sys_us),
             max_rss_kib: end.ended.max_rss_kib,
-            cgroup_version: self.jail.cgroup_version(),
-            cgroup_usage: usage,
-            out_of_memory: end.oom_kills > 0,
-            output: Some(captured.counts()),
-            seccomp_log: None,
-            network: None,
-            host_ids: self.jail.host_ids(),
         };
-        let mut verdict =
-            serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();
-        verdict["session"] = json!(self.id);
-        if let Some(target) = cell_of {
-            verdict["language"] = json!(language_name(target.language));
-            verdict["context"] = json!(target.id);
-        }
+        let cgroup = (self.jail.cgroup_version(), usage);
+        let time_limit = end.limit.map(Span);
+        let mut report =
+            RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
+        report.out_of_memory = end.oom_kills > 0;
+        report.output = Some(output);
+        let mut verdict = Verdict::of_run(self.plan(), &report);
+        verdict.in_session = Some(SessionExec {
+            session: self.id.clone(),
+            language: match &ran {
+                Ran::Cell(target) => Some(target.language),
+                Ran::Command { .. } => None,
+            },
+            context: match &ran {
+                Ran::Cell(target) => Some(target.id.clone()),
+                Ran::Command { .. } => None,
+            },
+            pid: match ran {
+                Ran::Cell(_) => None,
+                Ran::Command { pid } => Some(pid),
+            },
+        });
+        let verdict = serde_json::to_value(verdict).unwrap_or_default();
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
@@ -1271,17 +1292,23 @@ impl<'p> Session<'p> {
         let error = error.or_else(|| {
             (results_dropped > 0).then(|| context::results_cut(results_dropped, limit))
         });
-        let outcome = match (cut, &died) {
-            (Some(Cut::OutputLimit), _) => Outcome::OutputLimit,
-            (Some(_), _) => Outcome::TimedOut,
-            (None, Some(end)) => program_outcome(end),
-            (None, None) if results_dropped > 0 => Outcome::OutputLimit,
-            (None, None) => match answer.as_ref().and_then(|answer| answer.exit_code) {
-                Some(code) => Outcome::Exited(i32::from(code)),
-                None if error.is_some() => Outcome::Exited(1),
-                None => Outcome::Exited(0),
-            },
+        // The cell's end, decided as every program's is: the interpreter's death as init
+        // reported it, else its answer (a bash cell's status; an error is 1); what brig
+        // ended it for (rich results cut to fit are an output cut).
+        let program = match (&died, &answer) {
+            (Some(end), _) => Some(ProgramEnd::of_session(end, None)),
+            (None, Some(answer)) => Some(ProgramEnd::Exited(match answer.exit_code {
+                Some(code) => i32::from(code),
+                None if error.is_some() => 1,
+                None => 0,
+            })),
+            (None, None) => None,
         };
+        let ended_by = match cut {
+            None if results_dropped > 0 => EndedBy::OutputLimit,
+            cut => Cut::ended_by(cut),
+        };
+        let outcome = outcome::decide(program, None, ended_by)?;
         let (limit, oom_kills) = (time_limit, oom);
         let end = ExecEnd {
             outcome,
@@ -1293,7 +1320,7 @@ impl<'p> Session<'p> {
         let name = language_name(language);
         let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, &captured, served, Some(target));
+        let verdict = self.verdict(end, captured.counts(), served, Ran::Cell(target));
         let lost_why = match (&broken, unconfirmed, &died) {
             (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
             (None, Some(cut), _) => Some(format!(
@@ -1345,6 +1372,13 @@ impl<'p> Session<'p> {
         }
         Ok(reply)
     }
+}
+
+/// What an exec ran, as its verdict names it.
+enum Ran<'t> {
+    Cell(&'t context::Target),
+    /// A command, with its pid in the jail (None when the jail never said it).
+    Command { pid: Option<u32> },
 }
 
 /// How one exec ended, for its verdict.
@@ -1439,18 +1473,6 @@ impl Interpreter {
                 self.lines.clear();
             }
         }
-    }
-}
-
-fn program_outcome(end: &Ended) -> Outcome {
-    match (end.code, end.signal) {
-        (Some(code), _) => Outcome::Exited(code),
-        (None, signal) => Outcome::Signaled {
-            signal: signal.unwrap_or(libc::SIGKILL),
-            seccomp: false,
-            syscall: None,
-            cpu: Some(Duration::from_micros(end.cpu_user_us + end.cpu_sys_us)),
-        },
     }
 }
 

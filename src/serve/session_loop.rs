@@ -431,14 +431,9 @@ impl<'p> Session<'p> {
             let mut process = self.processes.watched.remove(&id).expect("listed");
             process.finish_output();
             let end = process.ended.expect("ended");
-            let outcome = match (process.failure.take(), process.cut) {
-                (Some((code, message)), _) if code != 125 || end.code == Some(125) => {
-                    Outcome::ExecFailed { code, message }
-                }
-                (_, Some(Cut::TimeLimit | Cut::ClientGone)) => Outcome::TimedOut,
-                (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
-                (_, None) => program_outcome(&end),
-            };
+            let program = ProgramEnd::of_session(&end, process.failure.take());
+            let outcome = outcome::decide(Some(program), None, Cut::ended_by(process.cut))
+                .expect("decide errs only when the program's end is unknown");
             let exec_end = ExecEnd {
                 outcome,
                 limit: process.time_limit,
@@ -450,8 +445,8 @@ impl<'p> Session<'p> {
                 peer: process.peer,
                 argv: &process.argv,
             };
-            let mut verdict = self.verdict(exec_end, &process.captured, served, None);
-            verdict["pid"] = json!(process.pid);
+            let ran = Ran::Command { pid: process.pid };
+            let verdict = self.verdict(exec_end, process.captured.counts(), served, ran);
             if let Some(mut foreground) = process.foreground.take() {
                 let reply = match foreground.stream {
                     true => json!({
