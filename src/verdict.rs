@@ -108,7 +108,9 @@ pub struct SessionExec {
 }
 
 /// A field that is there, null or not (absent is `None`, by its default).
-fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Option<Option<u32>>, D::Error> {
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Option<u32>>, D::Error> {
     Option::<u32>::deserialize(deserializer).map(Some)
 }
 

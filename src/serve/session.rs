@@ -14,9 +14,9 @@ use super::protocol::{self, FrameReader, Language, Reply, Request};
 use super::runner::{Report, pipe};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
-use crate::jail::session::{Ended, Event};
 use crate::jail::outcome::{self, EndedBy, ProgramEnd, Spent};
-use crate::jail::{Outcome, OutputCounts, Program, RunReport, SessionJail};
+use crate::jail::session::{Ended, Event};
+use crate::jail::{Outcome, Output, OutputCounts, Program, RunReport, SessionJail};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::units::Span;
@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -265,88 +265,6 @@ struct Session<'p> {
     watches: super::watch::Watches,
     /// The programs the session's loop watches (commands, background processes).
     processes: session_loop::Processes,
-}
-
-/// Output kept of one exec: stdout and stderr together up to a limit (what is read past
-/// it is counted, not kept). A streamed or background exec's is counted only.
-struct Captured {
-    kept: [Vec<u8>; 2],
-    bytes: [u64; 2],
-    limit: u64,
-    keep: bool,
-}
-
-impl Captured {
-    fn new(limit: u64) -> Captured {
-        Captured::counting(limit, true)
-    }
-
-    fn counting(limit: u64, keep: bool) -> Captured {
-        Captured {
-            kept: [Vec::new(), Vec::new()],
-            bytes: [0, 0],
-            limit,
-            keep,
-        }
-    }
-
-    /// Reads what `pipe` has now into stream `index`; false once the limit is passed.
-    fn drain(&mut self, index: usize, pipe: BorrowedFd) -> bool {
-        self.drain_to(index, pipe, None)
-    }
-
-    /// [`Captured::drain`], and what is within the limit sent on to a streaming client.
-    fn drain_to(
-        &mut self,
-        index: usize,
-        pipe: BorrowedFd,
-        mut stream: Option<&mut session_process::CellStream>,
-    ) -> bool {
-        let mut chunk = [0u8; 64 * 1024];
-        while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
-            let before = self.total();
-            self.take(index, &chunk[..count]);
-            let room = self.limit.saturating_sub(before).min(count as u64) as usize;
-            if let Some(stream) = stream.as_deref_mut()
-                && room > 0
-            {
-                stream.send(index, &chunk[..room]);
-            }
-        }
-        self.total() <= self.limit
-    }
-
-    /// Counts what was read of stream `index`, and keeps it within the limit.
-    fn take(&mut self, index: usize, read: &[u8]) {
-        self.bytes[index] += read.len() as u64;
-        if self.keep {
-            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
-            let room = self.limit.saturating_sub(kept).min(read.len() as u64) as usize;
-            self.kept[index].extend_from_slice(&read[..room]);
-        }
-    }
-
-    fn total(&self) -> u64 {
-        self.bytes[0] + self.bytes[1]
-    }
-
-    /// Bytes kept, stdout and stderr together.
-    fn kept(&self) -> usize {
-        self.kept[0].len() + self.kept[1].len()
-    }
-
-    fn text(&self, index: usize) -> String {
-        String::from_utf8_lossy(&self.kept[index]).into_owned()
-    }
-
-    fn counts(&self) -> crate::jail::OutputCounts {
-        crate::jail::OutputCounts {
-            stdout_bytes: self.bytes[0],
-            stderr_bytes: self.bytes[1],
-            truncated: self.total() > self.limit,
-            stderr_mid_line: false,
-        }
-    }
 }
 
 /// Why an exec ended early.
@@ -898,7 +816,9 @@ impl<'p> Session<'p> {
         };
         // Ready, or why not: what it wrote, or why it could not be run.
         let deadline = Instant::now() + STARTUP;
-        let mut captured = Captured::new(4096);
+        // What it says on stderr if it fails to start.
+        let mut startup = interpreter.collector(4096)?;
+        startup.capture(4096);
         let mut failure = None;
         loop {
             let mut fds = vec![
@@ -914,7 +834,7 @@ impl<'p> Session<'p> {
                 let _ = self.jail.signal(id, Signal::SIGKILL, true);
                 return Err(self.end_error());
             }
-            captured.drain(1, interpreter.stderr.as_fd());
+            startup.pump(1);
             if let Some(line) = interpreter.next_line() {
                 if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
                     return match self.learn_idle(&mut interpreter, deadline) {
@@ -943,10 +863,11 @@ impl<'p> Session<'p> {
                 }
             }
             if ended {
-                captured.drain(1, interpreter.stderr.as_fd());
-                let why = failure.take().unwrap_or_else(|| {
-                    format!("it ended before it was ready: {}", captured.text(1).trim())
-                });
+                startup.pump(1);
+                let stderr = startup.into_captured().stderr;
+                let why = failure
+                    .take()
+                    .unwrap_or_else(|| format!("it ended before it was ready: {}", stderr.trim()));
                 return Err(Error::setup(format!(
                     "the session's {} interpreter did not start: {why}",
                     language_name(language)
@@ -1058,7 +979,12 @@ impl<'p> Session<'p> {
                 "the session's interpreter went away; run the cell again",
             ));
         }
-        let mut captured = Captured::counting(limit, !stream);
+        // The cell's output: kept for the reply, or streamed as it is read.
+        let mut output = self.interpreters[key].collector(limit)?;
+        match stream {
+            true => output.to_caller(),
+            false => output.capture(limit),
+        }
         let mut deadline = time_limit.map(|limit| started + limit);
         let mut cut = None;
         // The reply as it came, until the kernel shows the interpreter waiting again.
@@ -1120,11 +1046,15 @@ impl<'p> Session<'p> {
             if self.over() {
                 return Err(self.end_error());
             }
-            let interpreter = self.interpreters.get_mut(key).expect("running");
             let mut over = false;
-            for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
-                over |= !captured.drain_to(index, pipe.as_fd(), streaming.as_mut());
+            for index in 0..2 {
+                over |= !output.pump_to(index, |index, kept| {
+                    if let Some(stream) = streaming.as_mut() {
+                        stream.send(index, kept);
+                    }
+                });
             }
+            let interpreter = self.interpreters.get_mut(key).expect("running");
             if !killed {
                 while let Some(line) = interpreter.next_line() {
                     match (&reply, cell_reply(&line, cell, language)) {
@@ -1238,9 +1168,14 @@ impl<'p> Session<'p> {
             let groups = self.processes.running_ids();
             self.jail.sweep(&keep, &groups)?;
         }
-        let interpreter = self.interpreters.get_mut(key).expect("running");
-        captured.drain_to(0, interpreter.stdout.as_fd(), streaming.as_mut());
-        captured.drain_to(1, interpreter.stderr.as_fd(), streaming.as_mut());
+        for index in 0..2 {
+            output.pump_to(index, |index, kept| {
+                if let Some(stream) = streaming.as_mut() {
+                    stream.send(index, kept);
+                }
+            });
+        }
+        let captured = output.into_captured();
         // What was streamed goes before the reply (a client that does not read gets
         // what it took, the rest counted as dropped).
         let mut dropped = None;
@@ -1284,7 +1219,7 @@ impl<'p> Session<'p> {
         let (results, results_dropped) = match &mut answer {
             Some(answer) => context::keep_results(
                 std::mem::take(&mut answer.results),
-                limit.saturating_sub(captured.total()),
+                limit.saturating_sub(captured.counts.stdout_bytes + captured.counts.stderr_bytes),
                 answer.results_dropped,
             ),
             None => (Vec::new(), 0),
@@ -1320,7 +1255,7 @@ impl<'p> Session<'p> {
         let name = language_name(language);
         let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, captured.counts(), served, Ran::Cell(target));
+        let verdict = self.verdict(end, captured.counts, served, Ran::Cell(target));
         let lost_why = match (&broken, unconfirmed, &died) {
             (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
             (None, Some(cut), _) => Some(format!(
@@ -1355,8 +1290,8 @@ impl<'p> Session<'p> {
         let mut reply = json!({
             "type": "exec",
             "verdict": verdict,
-            "stdout": captured.text(0),
-            "stderr": captured.text(1),
+            "stdout": captured.stdout,
+            "stderr": captured.stderr,
             "result": answer.as_ref().and_then(|answer| answer.result.clone()),
             "results": results,
             "context": key,
@@ -1378,7 +1313,9 @@ impl<'p> Session<'p> {
 enum Ran<'t> {
     Cell(&'t context::Target),
     /// A command, with its pid in the jail (None when the jail never said it).
-    Command { pid: Option<u32> },
+    Command {
+        pid: Option<u32>,
+    },
 }
 
 /// How one exec ended, for its verdict.
@@ -1407,6 +1344,17 @@ struct CommandExec {
 }
 
 impl Interpreter {
+    /// A collector of its output (copies of its pipes) for one cell, or its start: the
+    /// one bounded collector, stdout and stderr together within `limit`.
+    fn collector(&self, limit: u64) -> Result<Output> {
+        let copy = |pipe: &OwnedFd| {
+            pipe.try_clone()
+                .map_err(|err| Error::setup(format!("copy the interpreter's output pipe: {err}")))
+        };
+        Output::of_pipes(copy(&self.stdout)?, copy(&self.stderr)?, limit)
+            .map_err(|errno| Error::os("watch the interpreter's output", errno))
+    }
+
     /// Whether system call `number` on descriptor `first` is a read of descriptor 3, and
     /// descriptor 3 still the interpreter's end of its socket pair (`inode`).
     fn reads_socket(
