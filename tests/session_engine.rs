@@ -9,6 +9,7 @@
 mod common;
 
 use common::serve::{Server, ask, close_session as close, create_session as create, send_frame};
+use common::session::with;
 use common::*;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixStream;
@@ -25,11 +26,10 @@ const BOTH_STREAMS: &str =
     "head -c 600 /dev/zero | tr '\\0' a; head -c 600 /dev/zero | tr '\\0' b >&2; sleep 300";
 
 fn exec(server: &Server, id: &str, fields: Value) -> Value {
-    let mut message = json!({"type": "session_exec", "session": id});
-    for (key, value) in fields.as_object().unwrap() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
+    let reply = ask(
+        server,
+        with(json!({"type": "session_exec", "session": id}), fields),
+    );
     assert_eq!(reply["type"], "exec", "{reply}");
     reply
 }
@@ -125,10 +125,10 @@ fn an_exec_whose_client_leaves_is_stopped(mode: Mode) {
             2,
         ),
     ] {
-        let mut message = json!({"brig": 1, "type": "session_exec", "session": id});
-        for (key, value) in request.as_object().unwrap() {
-            message[key] = value.clone();
-        }
+        let message = with(
+            json!({"brig": 1, "type": "session_exec", "session": id}),
+            request.clone(),
+        );
         let stream = UnixStream::connect(server.socket()).unwrap();
         send_frame(&stream, message.to_string().as_bytes(), &[]);
         // Hung up once it runs (the session serves a stat meanwhile).
