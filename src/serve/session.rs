@@ -817,7 +817,13 @@ impl<'p> Session<'p> {
         // Ready, or why not: what it wrote, or why it could not be run.
         let deadline = Instant::now() + STARTUP;
         // What it says on stderr if it fails to start.
-        let mut startup = interpreter.collector(4096)?;
+        let mut startup = match interpreter.collector(4096) {
+            Ok(collector) => collector,
+            Err(err) => {
+                let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                return Err(err);
+            }
+        };
         startup.capture(4096);
         let mut failure = None;
         loop {
@@ -966,6 +972,12 @@ impl<'p> Session<'p> {
         let lost_before = self.check_idle_interpreter(key);
         let oom_before = self.oom_kills();
         let interpreter = self.interpreter(target)?;
+        // The cell's output: kept for the reply, or streamed as it is read.
+        let mut output = interpreter.collector(limit)?;
+        match stream {
+            true => output.to_caller(),
+            false => output.capture(limit),
+        }
         interpreter.cells += 1;
         let cell = interpreter.cells;
         let id = interpreter.id;
@@ -978,12 +990,6 @@ impl<'p> Session<'p> {
             return Err(Error::setup(
                 "the session's interpreter went away; run the cell again",
             ));
-        }
-        // The cell's output: kept for the reply, or streamed as it is read.
-        let mut output = self.interpreters[key].collector(limit)?;
-        match stream {
-            true => output.to_caller(),
-            false => output.capture(limit),
         }
         let mut deadline = time_limit.map(|limit| started + limit);
         let mut cut = None;
