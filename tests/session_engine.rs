@@ -36,7 +36,8 @@ fn exec(server: &Server, id: &str, fields: Value) -> Value {
 
 /// A limit of 1000 bytes: 600 of stdout and 400 of stderr are kept, the rest cut and
 /// the jail's program killed (a limit per stream would keep both whole and wait for the
-/// sleep). The same for a command and a bash cell; each verdict names what ran.
+/// sleep). The same for a command and a bash cell; each verdict says the cap that held
+/// and why it ended, and names what ran.
 fn the_output_limit_holds_for_stdout_and_stderr_together(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
@@ -55,6 +56,10 @@ fn the_output_limit_holds_for_stdout_and_stderr_together(mode: Mode) {
         assert_eq!(verdict["status"], "output_limit", "{reply}");
         assert_eq!(verdict["brig_exit_code"], 124, "{reply}");
         assert_eq!(verdict["output_truncated"], true, "{reply}");
+        // The cap that held, and the line brig prints for it.
+        assert_eq!(verdict["limits"]["output_limit_bytes"], 1000, "{reply}");
+        let explanation = verdict["explanation"].as_str().unwrap_or_default();
+        assert!(explanation.contains("output limit of"), "{reply}");
         assert_eq!(reply["stdout"], "a".repeat(600), "{reply}");
         assert_eq!(reply["stderr"], "b".repeat(400), "{reply}");
         assert_eq!(verdict["stdout_bytes"], 600, "{reply}");

@@ -16,11 +16,11 @@ use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
 use crate::jail::outcome::{self, EndedBy, ProgramEnd, Spent};
 use crate::jail::session::{Ended, Event};
-use crate::jail::{Outcome, Output, OutputCounts, Program, RunReport, SessionJail};
+use crate::jail::{Captured, Outcome, Output, Program, RunReport, SessionJail};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::units::Span;
-use crate::verdict::{Peer, SessionExec, Sinks, Verdict};
+use crate::verdict::{Peer, RunContext, SessionExec, Sinks, Verdict};
 use base64::Engine;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
@@ -695,7 +695,7 @@ impl<'p> Session<'p> {
     fn verdict(
         &mut self,
         end: ExecEnd,
-        output: OutputCounts,
+        output: &Captured,
         served: crate::verdict::Served,
         ran: Ran,
     ) -> Value {
@@ -717,8 +717,14 @@ impl<'p> Session<'p> {
         let mut report =
             RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
         report.out_of_memory = end.oom_kills > 0;
-        report.output = Some(output);
-        let mut verdict = Verdict::of_run(self.plan(), &report);
+        report.output = Some(output.counts);
+        // The cap that held is the exec's (none for a background process that asked for
+        // none): its verdict says it, and its explanation at the cut, as a capture's does.
+        let context = match output.limit {
+            u64::MAX => RunContext::default(),
+            limit => RunContext::captured(limit),
+        };
+        let mut verdict = Verdict::of_run_in(self.plan(), &report, context);
         verdict.in_session = Some(SessionExec {
             session: self.id.clone(),
             language: match &ran {
@@ -1261,7 +1267,7 @@ impl<'p> Session<'p> {
         let name = language_name(language);
         let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, captured.counts, served, Ran::Cell(target));
+        let verdict = self.verdict(end, &captured, served, Ran::Cell(target));
         let lost_why = match (&broken, unconfirmed, &died) {
             (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
             (None, Some(cut), _) => Some(format!(

@@ -445,7 +445,7 @@ impl<'p> Session<'p> {
                 argv: &process.argv,
             };
             let ran = Ran::Command { pid: process.pid };
-            let verdict = self.verdict(exec_end, process.captured.counts, served, ran);
+            let verdict = self.verdict(exec_end, &process.captured, served, ran);
             if let Some(mut foreground) = process.foreground.take() {
                 let captured = &mut process.captured;
                 let kept = captured.stdout.len() + captured.stderr.len();

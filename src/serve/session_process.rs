@@ -8,8 +8,8 @@
 //! [`Listener`]s: frames queued for them are written without blocking, within bounds.
 
 use super::Cut;
-use crate::jail::output::{Captured, Output};
 use crate::jail::session::Ended;
+use crate::jail::{Captured, Output};
 use crate::verdict::Peer;
 use base64::Engine;
 use nix::errno::Errno;
