@@ -82,6 +82,36 @@ pub struct Verdict {
     /// run`, `brig run --server`, `brig session exec`; null when the program ended by
     /// itself.
     pub explanation: Option<String>,
+    /// A session's exec: its session's id, and its cell's language and context or its
+    /// command's pid; absent on every other path (and then the JSON is as before).
+    #[serde(flatten)]
+    pub in_session: Option<SessionExec>,
+}
+
+/// The verdict's fields of an exec in a session (`session_exec`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionExec {
+    pub session: String,
+    /// A code cell's language and context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<crate::serve::protocol::Language>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    /// A command's pid in the jail: present for a command, null when the jail never said
+    /// it (it could not be started); absent for a cell.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub pid: Option<Option<u32>>,
+}
+
+/// A field that is there, null or not (absent is `None`, by its default).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -218,6 +248,7 @@ impl Verdict {
             unenforced,
             explanation: explain(plan, run, status, output_limit),
             error,
+            in_session: None,
         }
     }
 
@@ -250,6 +281,7 @@ impl Verdict {
             network: None,
             unenforced: None,
             explanation: None,
+            in_session: None,
         }
     }
 
@@ -940,6 +972,12 @@ mod tests {
             }),
             unenforced: Some("memory".into()),
             explanation: Some("why".into()),
+            in_session: Some(SessionExec {
+                session: "s1".into(),
+                language: Some(crate::serve::protocol::Language::Bash),
+                context: Some("bash-1".into()),
+                pid: Some(None),
+            }),
         };
         let empty = |status: Status| Verdict {
             limits: None,
@@ -950,10 +988,20 @@ mod tests {
             error: None,
             error_kind: None,
             error_stage: None,
+            in_session: None,
             ..full(status)
         };
+        let command = |status: Status| Verdict {
+            in_session: Some(SessionExec {
+                session: "s2".into(),
+                language: None,
+                context: None,
+                pid: Some(Some(7)),
+            }),
+            ..empty(status)
+        };
         for status in statuses {
-            for verdict in [full(status), empty(status)] {
+            for verdict in [full(status), empty(status), command(status)] {
                 let written = verdict.to_json();
                 let read: Verdict = serde_json::from_str(&written).unwrap();
                 assert_eq!(read, verdict, "{written}");

@@ -1,11 +1,12 @@
-//! How a run ended, decided in one place for every path (one-shot, pooled, warm; a
-//! session exec next): the facts its watcher gathered — the program's own end as the
+//! How a run ended, decided in one place for every path (one-shot, pooled, warm, a
+//! session's command or cell): the facts its watcher gathered — the program's own end as the
 //! jail's init reported it, init's status, what brig ended the jail for (its deadline,
 //! the output cut, an OOM notification, being stopped) — become an [`Outcome`]
 //! ([`decide`]); the outcome and what the kernel counted (an OOM kill, the CPU time
 //! against `--cpu-time`, a network cap) become the verdict's status and brig's exit
 //! status ([`Outcome::decision`]). Both are pure functions, tested as tables below.
 
+use super::channel::Ended;
 use super::output::Counts;
 use crate::cgroup::{Usage, Version};
 use crate::error::{Error, Result};
@@ -47,7 +48,9 @@ pub enum EndedBy {
     Program,
     TimeLimit,
     OutputLimit,
-    /// brig was told to stop and the program outlived the grace period.
+    /// brig was told to stop and the program outlived the grace period; or nobody waits
+    /// for the result any more (a session exec's client went away): brig killed it, as
+    /// a pooled run's `ClientWatcher` kills the jail of a client gone.
     Stopped,
     /// The kernel OOM-killed a process of the jail (v1; v2 ends the jail itself).
     OutOfMemory,
@@ -66,6 +69,27 @@ pub enum ProgramEnd {
         code: u8,
         message: String,
     },
+}
+
+impl ProgramEnd {
+    /// A session program's end as the jail's init reported it (`Ended`), and its failure
+    /// to start if it reported one: an exec failure (126, 127) is the end; a setup
+    /// failure (125) is, once the process exited with it (it does, at once).
+    pub fn of_session(ended: &Ended, failure: Option<(u8, String)>) -> ProgramEnd {
+        match (failure, ended.code) {
+            (Some((code, message)), status)
+                if i32::from(code) != ExitStatus::BRIG_FAILED
+                    || status == Some(ExitStatus::BRIG_FAILED) =>
+            {
+                ProgramEnd::ExecFailed { code, message }
+            }
+            (_, Some(code)) => ProgramEnd::Exited(code),
+            (_, None) => ProgramEnd::Signaled {
+                signal: ended.signal.unwrap_or(libc::SIGKILL),
+                cpu: Some(Duration::from_micros(ended.cpu_user_us + ended.cpu_sys_us)),
+            },
+        }
+    }
 }
 
 /// What else the verdict's status depends on, besides the outcome: what the kernel and
@@ -103,10 +127,11 @@ impl Decision {
     };
 }
 
-/// The outcome of a run from its facts. brig's own cut of the output comes first (the
-/// program may report its death by brig's kill), then the program's own end as init
-/// reported it (a program that ended by itself just before the deadline did end by
-/// itself), then brig's reason for ending the jail. A jail whose init the kernel killed
+/// The outcome of a run from its facts. A cut brig made comes first — its output limit,
+/// its deadline: brig's clock is the authority, and the program may report its death by
+/// brig's kill, or an end that raced the kill — then the program's own end as init
+/// reported it, then brig's other reasons for ending the jail (being stopped, an OOM
+/// notification), after which the program's own word is the better account. A jail whose init the kernel killed
 /// before it reported anything (an OOM kill of the cgroup with memory.oom.group) was
 /// killed by that signal. Init ending before the program did, by itself, is a bug.
 pub fn decide(
@@ -120,6 +145,7 @@ pub fn decide(
             Ok(Outcome::ExecFailed { code, message })
         }
         (EndedBy::OutputLimit, _, _) => Ok(Outcome::OutputLimit),
+        (EndedBy::TimeLimit, _, _) => Ok(Outcome::TimedOut),
         (_, Some(ProgramEnd::Exited(code)), _) => Ok(Outcome::Exited(code)),
         (_, Some(ProgramEnd::Signaled { signal, cpu }), _) => Ok(Outcome::Signaled {
             signal,
@@ -127,7 +153,6 @@ pub fn decide(
             syscall: None,
             cpu,
         }),
-        (EndedBy::TimeLimit, None, _) => Ok(Outcome::TimedOut),
         (EndedBy::Stopped | EndedBy::OutOfMemory, None, _) => Ok(killed(libc::SIGKILL)),
         // The kernel killed the whole jail, init included: an OOM kill of the cgroup
         // (memory.oom.group) — the verdict tells which.
@@ -348,9 +373,14 @@ mod tests {
             (None, init_killed, By::OutputLimit, Outcome::OutputLimit),
             (Some(P::Exited(0)), init_exited, By::OutputLimit, Outcome::OutputLimit),
             (Some(not_found()), init_exited, By::OutputLimit, failed()),
-            // The deadline: a program that ended by itself first did; killed by it, timeout.
-            (Some(P::Exited(0)), init_killed, By::TimeLimit, Outcome::Exited(0)),
+            // The deadline, brig's clock: a timeout, whatever the program reported.
+            (Some(P::Exited(0)), init_killed, By::TimeLimit, Outcome::TimedOut),
+            (Some(killed.clone()), None, By::TimeLimit, Outcome::TimedOut),
             (None, init_killed, By::TimeLimit, Outcome::TimedOut),
+            (Some(not_found()), None, By::TimeLimit, failed()),
+            // Stopped (a session exec's client gone too): the program's word, else killed.
+            (Some(P::Exited(2)), None, By::Stopped, Outcome::Exited(2)),
+            (Some(killed.clone()), None, By::Stopped, signaled(KILL, Some(5))),
             // Stopped, or OOM-notified (v1): killed.
             (None, init_killed, By::Stopped, signaled(KILL, None)),
             (None, init_killed, By::OutOfMemory, signaled(KILL, None)),
@@ -364,6 +394,41 @@ mod tests {
         // Init ending by itself before the program: a bug, said as such.
         let err = decide(None, init_exited, By::Program).unwrap_err();
         assert!(err.to_string().contains("this is a bug"), "{err}");
+    }
+
+    /// A session program's end from init's word: its status, its signal (with its CPU
+    /// time), or its failure to start.
+    #[test]
+    fn a_session_program_s_end() {
+        let ended = |code, signal| Ended {
+            code,
+            signal,
+            cpu_user_us: 3000,
+            cpu_sys_us: 2000,
+            max_rss_kib: 1,
+        };
+        let fail = |code: u8| Some((code, "why".to_string()));
+        let failed = |code| ProgramEnd::ExecFailed {
+            code,
+            message: "why".into(),
+        };
+        let brig_failed = Some(ExitStatus::BRIG_FAILED);
+        #[rustfmt::skip]
+        let table = [
+            (ended(Some(0), None), None, ProgramEnd::Exited(0)),
+            (ended(Some(3), None), None, ProgramEnd::Exited(3)),
+            (ended(None, Some(15)), None, ProgramEnd::Signaled { signal: 15, cpu: Some(Duration::from_millis(5)) }),
+            (ended(None, None), None, ProgramEnd::Signaled { signal: KILL, cpu: Some(Duration::from_millis(5)) }),
+            (ended(Some(127), None), fail(127), failed(127)),
+            (ended(Some(126), None), fail(126), failed(126)),
+            (ended(brig_failed, None), fail(125), failed(125)),
+            // A setup failure said, then another end: the end is what it was.
+            (ended(None, Some(KILL)), fail(125), ProgramEnd::Signaled { signal: KILL, cpu: Some(Duration::from_millis(5)) }),
+        ];
+        for (end, failure, expected) in table {
+            let what = format!("{end:?} {failure:?}");
+            assert_eq!(ProgramEnd::of_session(&end, failure), expected, "{what}");
+        }
     }
 
     /// Each outcome with what was counted, and the status and exit codes it gives.

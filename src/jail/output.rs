@@ -2,14 +2,15 @@
 //! brig, which takes at most the limit of both **together** (`--output-limit`; for a
 //! captured run 1 MiB unless asked, at most `protocol::MAX_CAPTURE`) through a fixed
 //! buffer: past the limit the output is cut and the jail killed (status `output_limit`).
-//! What is taken goes to one of three sinks, the same for both streams: brig's own stdout
-//! and stderr (`brig run --output-limit`), a server's client's descriptors (relayed), or
+//! What is taken goes to one of four sinks, the same for both streams: brig's own stdout
+//! and stderr (`brig run --output-limit`), a server's client's descriptors (relayed),
 //! memory (captured for a reply; bounded by the limit, never more than a chunk read past
-//! it). A client that does not take what is relayed to it within [`CLIENT_PATIENCE`]
+//! it), or whoever pumps it (a session's runner, which streams it to its clients and keeps
+//! a background process's backlog: [`Output::pump_to`]). A client that does not take what is relayed to it within [`CLIENT_PATIENCE`]
 //! loses the rest (counted, not forwarded), so that nothing waits on it.
 //!
 //! The collector is driven by whoever watches the program: the supervisor's poll loop
-//! ([`Output::pump`] on a readable pipe), or, for a program whose supervisor already runs
+//! ([`Output::pump`] on a readable pipe), a session's runner's loops, or, for a program whose supervisor already runs
 //! (a warm interpreter given its request), a thread of its own ([`Output::collect`]).
 
 use nix::errno::Errno;
@@ -69,6 +70,8 @@ enum Sink {
     Client { fd: OwnedFd, stalled: bool },
     /// Kept for a reply (bounded by the limit).
     Memory(Vec<u8>),
+    /// Kept by nobody here: what is within the limit goes to the pump's caller only.
+    Caller,
 }
 
 /// How long brig waits for a server's client to take output it relays.
@@ -140,6 +143,14 @@ impl Output {
         }
     }
 
+    /// Keeps nothing itself: what is within the limit goes to whoever pumps
+    /// ([`Output::pump_to`]), which streams it on.
+    pub fn to_caller(&mut self) {
+        for stream in &mut self.streams {
+            stream.sink = Sink::Caller;
+        }
+    }
+
     pub fn is_capturing(&self) -> bool {
         matches!(self.streams[0].sink, Sink::Memory(_))
     }
@@ -157,6 +168,12 @@ impl Output {
     /// exceeded: the caller kills the jail (what comes after the cut is counted, never
     /// kept).
     pub fn pump(&mut self, index: usize) -> bool {
+        self.pump_to(index, |_, _| {})
+    }
+
+    /// [`Output::pump`], and what is within the limit also handed to `taker` (stream
+    /// index, bytes), read by read.
+    pub fn pump_to(&mut self, index: usize, mut taker: impl FnMut(usize, &[u8])) -> bool {
         loop {
             let Some(pipe) = &self.streams[index].pipe else {
                 return true;
@@ -182,6 +199,10 @@ impl Output {
                 Sink::Client { stalled: true, .. } => {}
                 Sink::Client { fd, stalled } => *stalled = !forward_within(fd.as_fd(), bytes),
                 Sink::Memory(kept) => kept.extend_from_slice(bytes),
+                Sink::Caller => {}
+            }
+            if allowed > 0 {
+                taker(index, bytes);
             }
             if index == 1 && allowed > 0 {
                 self.counts.stderr_mid_line = self.buffer[allowed - 1] != b'\n';
@@ -206,6 +227,14 @@ impl Output {
                     break;
                 }
             }
+        }
+    }
+
+    /// Stops reading: what is still in the pipes is left there (processes the program
+    /// left running may hold them open).
+    pub fn close(&mut self) {
+        for stream in &mut self.streams {
+            stream.pipe = None;
         }
     }
 
@@ -336,6 +365,31 @@ mod tests {
             }
         );
         assert_eq!(captured.limit, 10);
+    }
+
+    /// A caller's collector keeps nothing itself: it hands on what is within the limit,
+    /// read by read, and counts the rest.
+    #[test]
+    fn a_caller_gets_what_is_within_the_limit() {
+        let (mut output, ends) = Output::new(5).unwrap();
+        output.to_caller();
+        std::fs::File::from(ends.stdout).write_all(b"abc").unwrap();
+        std::fs::File::from(ends.stderr)
+            .write_all(b"defgh")
+            .unwrap();
+        let mut taken = Vec::new();
+        assert!(output.pump_to(0, |index, bytes| taken.push((index, bytes.to_vec()))));
+        assert!(!output.pump_to(1, |index, bytes| taken.push((index, bytes.to_vec()))));
+        assert_eq!(taken, [(0, b"abc".to_vec()), (1, b"de".to_vec())]);
+        output.close();
+        assert!(output.open_pipes().is_empty());
+        let captured = output.into_captured();
+        assert_eq!(
+            (captured.stdout.as_str(), captured.stderr.as_str()),
+            ("", "")
+        );
+        assert_eq!(captured.counts.stderr_bytes, 5);
+        assert!(captured.counts.truncated);
     }
 
     /// A collector on its own thread ends when its pipes do, keeping everything within

@@ -15,12 +15,13 @@ use super::runner::pipe;
 use super::wire::Report;
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
+use crate::jail::outcome::{self, EndedBy, ProgramEnd, Spent};
 use crate::jail::session::{Ended, Event};
-use crate::jail::{Outcome, Program, RunReport, SessionJail};
+use crate::jail::{Captured, Outcome, Output, Program, RunReport, SessionJail};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::units::Span;
-use crate::verdict::{Peer, Sinks, Verdict};
+use crate::verdict::{Peer, RunContext, SessionExec, Sinks, Verdict};
 use base64::Engine;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
@@ -28,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -267,88 +268,6 @@ struct Session<'p> {
     processes: session_loop::Processes,
 }
 
-/// Output kept of one exec: stdout and stderr together up to a limit (what is read past
-/// it is counted, not kept). A streamed or background exec's is counted only.
-struct Captured {
-    kept: [Vec<u8>; 2],
-    bytes: [u64; 2],
-    limit: u64,
-    keep: bool,
-}
-
-impl Captured {
-    fn new(limit: u64) -> Captured {
-        Captured::counting(limit, true)
-    }
-
-    fn counting(limit: u64, keep: bool) -> Captured {
-        Captured {
-            kept: [Vec::new(), Vec::new()],
-            bytes: [0, 0],
-            limit,
-            keep,
-        }
-    }
-
-    /// Reads what `pipe` has now into stream `index`; false once the limit is passed.
-    fn drain(&mut self, index: usize, pipe: BorrowedFd) -> bool {
-        self.drain_to(index, pipe, None)
-    }
-
-    /// [`Captured::drain`], and what is within the limit sent on to a streaming client.
-    fn drain_to(
-        &mut self,
-        index: usize,
-        pipe: BorrowedFd,
-        mut stream: Option<&mut session_process::CellStream>,
-    ) -> bool {
-        let mut chunk = [0u8; 64 * 1024];
-        while let Ok(count @ 1..) = nix::unistd::read(pipe, &mut chunk) {
-            let before = self.total();
-            self.take(index, &chunk[..count]);
-            let room = self.limit.saturating_sub(before).min(count as u64) as usize;
-            if let Some(stream) = stream.as_deref_mut()
-                && room > 0
-            {
-                stream.send(index, &chunk[..room]);
-            }
-        }
-        self.total() <= self.limit
-    }
-
-    /// Counts what was read of stream `index`, and keeps it within the limit.
-    fn take(&mut self, index: usize, read: &[u8]) {
-        self.bytes[index] += read.len() as u64;
-        if self.keep {
-            let kept = (self.kept[0].len() + self.kept[1].len()) as u64;
-            let room = self.limit.saturating_sub(kept).min(read.len() as u64) as usize;
-            self.kept[index].extend_from_slice(&read[..room]);
-        }
-    }
-
-    fn total(&self) -> u64 {
-        self.bytes[0] + self.bytes[1]
-    }
-
-    /// Bytes kept, stdout and stderr together.
-    fn kept(&self) -> usize {
-        self.kept[0].len() + self.kept[1].len()
-    }
-
-    fn text(&self, index: usize) -> String {
-        String::from_utf8_lossy(&self.kept[index]).into_owned()
-    }
-
-    fn counts(&self) -> crate::jail::OutputCounts {
-        crate::jail::OutputCounts {
-            stdout_bytes: self.bytes[0],
-            stderr_bytes: self.bytes[1],
-            truncated: self.total() > self.limit,
-            stderr_mid_line: false,
-        }
-    }
-}
-
 /// Why an exec ended early.
 #[derive(Clone, Copy, PartialEq)]
 enum Cut {
@@ -356,6 +275,19 @@ enum Cut {
     OutputLimit,
     /// The client went away: nobody waits for the result.
     ClientGone,
+}
+
+impl Cut {
+    /// What brig ended the exec for, as the one outcome decision takes it: a client gone
+    /// stops it (the program's own word, else killed), as a pooled run's.
+    fn ended_by(cut: Option<Cut>) -> EndedBy {
+        match cut {
+            None => EndedBy::Program,
+            Some(Cut::TimeLimit) => EndedBy::TimeLimit,
+            Some(Cut::OutputLimit) => EndedBy::OutputLimit,
+            Some(Cut::ClientGone) => EndedBy::Stopped,
+        }
+    }
 }
 
 fn nonblocking(fd: &impl AsFd) {
@@ -776,14 +708,14 @@ impl<'p> Session<'p> {
             .unwrap_or(0)
     }
 
-    /// The exec's verdict as JSON, with the session's id (and the language of a cell);
-    /// the server's audit line.
+    /// The exec's verdict as JSON, with the session's id and what ran (a cell's
+    /// language and context, a command's pid); the server's audit line.
     fn verdict(
         &mut self,
         end: ExecEnd,
-        captured: &Captured,
+        output: &Captured,
         served: crate::verdict::Served,
-        cell_of: Option<&context::Target>,
+        ran: Ran,
     ) -> Value {
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
@@ -792,28 +724,41 @@ impl<'p> Session<'p> {
             usage.cpu_user_usec = None;
             usage.cpu_sys_usec = None;
         }
-        let report = RunReport {
-            outcome: end.outcome,
-            time_limit: end.limit.map(Span),
+        let spent = Spent {
             wall: end.wall,
             cpu_user: Duration::from_micros(end.ended.cpu_user_us),
             cpu_sys: Duration::from_micros(end.ended.cpu_sys_us),
             max_rss_kib: end.ended.max_rss_kib,
-            cgroup_version: self.jail.cgroup_version(),
-            cgroup_usage: usage,
-            out_of_memory: end.oom_kills > 0,
-            output: Some(captured.counts()),
-            seccomp_log: None,
-            network: None,
-            host_ids: self.jail.host_ids(),
         };
-        let mut verdict =
-            serde_json::to_value(Verdict::of_run(self.plan(), &report)).unwrap_or_default();
-        verdict["session"] = json!(self.id);
-        if let Some(target) = cell_of {
-            verdict["language"] = json!(language_name(target.language));
-            verdict["context"] = json!(target.id);
-        }
+        let cgroup = (self.jail.cgroup_version(), usage);
+        let time_limit = end.limit.map(Span);
+        let mut report =
+            RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
+        report.out_of_memory = end.oom_kills > 0;
+        report.output = Some(output.counts);
+        // The cap that held is the exec's (none for a background process that asked for
+        // none): its verdict says it, and its explanation at the cut, as a capture's does.
+        let context = match output.limit {
+            u64::MAX => RunContext::default(),
+            limit => RunContext::captured(limit),
+        };
+        let mut verdict = Verdict::of_run_in(self.plan(), &report, context);
+        verdict.in_session = Some(SessionExec {
+            session: self.id.clone(),
+            language: match &ran {
+                Ran::Cell(target) => Some(target.language),
+                Ran::Command { .. } => None,
+            },
+            context: match &ran {
+                Ran::Cell(target) => Some(target.id.clone()),
+                Ran::Command { .. } => None,
+            },
+            pid: match ran {
+                Ran::Cell(_) => None,
+                Ran::Command { pid } => Some(pid),
+            },
+        });
+        let verdict = serde_json::to_value(verdict).unwrap_or_default();
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
@@ -895,7 +840,15 @@ impl<'p> Session<'p> {
         };
         // Ready, or why not: what it wrote, or why it could not be run.
         let deadline = Instant::now() + STARTUP;
-        let mut captured = Captured::new(4096);
+        // What it says on stderr if it fails to start.
+        let mut startup = match interpreter.collector(4096) {
+            Ok(collector) => collector,
+            Err(err) => {
+                let _ = self.jail.signal(id, Signal::SIGKILL, true);
+                return Err(err);
+            }
+        };
+        startup.capture(4096);
         let mut failure = None;
         loop {
             let mut fds = vec![
@@ -911,7 +864,7 @@ impl<'p> Session<'p> {
                 let _ = self.jail.signal(id, Signal::SIGKILL, true);
                 return Err(self.end_error());
             }
-            captured.drain(1, interpreter.stderr.as_fd());
+            startup.pump(1);
             if let Some(line) = interpreter.next_line() {
                 if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
                     return match self.learn_idle(&mut interpreter, deadline) {
@@ -942,10 +895,11 @@ impl<'p> Session<'p> {
             if ended {
                 // What it started, if anything, goes with it.
                 let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                captured.drain(1, interpreter.stderr.as_fd());
-                let why = failure.take().unwrap_or_else(|| {
-                    format!("it ended before it was ready: {}", captured.text(1).trim())
-                });
+                startup.pump(1);
+                let stderr = startup.into_captured().stderr;
+                let why = failure
+                    .take()
+                    .unwrap_or_else(|| format!("it ended before it was ready: {}", stderr.trim()));
                 return Err(Error::setup(format!(
                     "the session's {} interpreter did not start: {why}",
                     language_name(language)
@@ -1042,6 +996,12 @@ impl<'p> Session<'p> {
         let lost_before = self.check_idle_interpreter(key);
         let oom_before = self.oom_kills();
         let interpreter = self.interpreter(target)?;
+        // The cell's output: kept for the reply, or streamed as it is read.
+        let mut output = interpreter.collector(limit)?;
+        match stream {
+            true => output.to_caller(),
+            false => output.capture(limit),
+        }
         interpreter.cells += 1;
         let cell = interpreter.cells;
         let id = interpreter.id;
@@ -1055,7 +1015,6 @@ impl<'p> Session<'p> {
                 "the session's interpreter went away; run the cell again",
             ));
         }
-        let mut captured = Captured::counting(limit, !stream);
         let mut deadline = time_limit.map(|limit| started + limit);
         let mut cut = None;
         // The reply as it came, until the kernel shows the interpreter waiting again.
@@ -1117,11 +1076,15 @@ impl<'p> Session<'p> {
             if self.over() {
                 return Err(self.end_error());
             }
-            let interpreter = self.interpreters.get_mut(key).expect("running");
             let mut over = false;
-            for (index, pipe) in [(0, &interpreter.stdout), (1, &interpreter.stderr)] {
-                over |= !captured.drain_to(index, pipe.as_fd(), streaming.as_mut());
+            for index in 0..2 {
+                over |= !output.pump_to(index, |index, kept| {
+                    if let Some(stream) = streaming.as_mut() {
+                        stream.send(index, kept);
+                    }
+                });
             }
+            let interpreter = self.interpreters.get_mut(key).expect("running");
             if !killed {
                 while let Some(line) = interpreter.next_line() {
                     match (&reply, cell_reply(&line, cell, language)) {
@@ -1230,9 +1193,14 @@ impl<'p> Session<'p> {
             let groups = self.processes.running_ids();
             self.jail.sweep(&keep, &groups)?;
         }
-        let interpreter = self.interpreters.get_mut(key).expect("running");
-        captured.drain_to(0, interpreter.stdout.as_fd(), streaming.as_mut());
-        captured.drain_to(1, interpreter.stderr.as_fd(), streaming.as_mut());
+        for index in 0..2 {
+            output.pump_to(index, |index, kept| {
+                if let Some(stream) = streaming.as_mut() {
+                    stream.send(index, kept);
+                }
+            });
+        }
+        let captured = output.into_captured();
         // What was streamed goes before the reply (a client that does not read gets
         // what it took, the rest counted as dropped).
         let mut dropped = None;
@@ -1276,7 +1244,7 @@ impl<'p> Session<'p> {
         let (results, results_dropped) = match &mut answer {
             Some(answer) => context::keep_results(
                 std::mem::take(&mut answer.results),
-                limit.saturating_sub(captured.total()),
+                limit.saturating_sub(captured.counts.stdout_bytes + captured.counts.stderr_bytes),
                 answer.results_dropped,
             ),
             None => (Vec::new(), 0),
@@ -1284,17 +1252,23 @@ impl<'p> Session<'p> {
         let error = error.or_else(|| {
             (results_dropped > 0).then(|| context::results_cut(results_dropped, limit))
         });
-        let outcome = match (cut, &died) {
-            (Some(Cut::OutputLimit), _) => Outcome::OutputLimit,
-            (Some(_), _) => Outcome::TimedOut,
-            (None, Some(end)) => program_outcome(end),
-            (None, None) if results_dropped > 0 => Outcome::OutputLimit,
-            (None, None) => match answer.as_ref().and_then(|answer| answer.exit_code) {
-                Some(code) => Outcome::Exited(i32::from(code)),
-                None if error.is_some() => Outcome::Exited(1),
-                None => Outcome::Exited(0),
-            },
+        // The cell's end, decided as every program's is: the interpreter's death as init
+        // reported it, else its answer (a bash cell's status; an error is 1); what brig
+        // ended it for (rich results cut to fit are an output cut).
+        let program = match (&died, &answer) {
+            (Some(end), _) => Some(ProgramEnd::of_session(end, None)),
+            (None, Some(answer)) => Some(ProgramEnd::Exited(match answer.exit_code {
+                Some(code) => i32::from(code),
+                None if error.is_some() => 1,
+                None => 0,
+            })),
+            (None, None) => None,
         };
+        let ended_by = match cut {
+            None if results_dropped > 0 => EndedBy::OutputLimit,
+            cut => Cut::ended_by(cut),
+        };
+        let outcome = outcome::decide(program, None, ended_by)?;
         let (limit, oom_kills) = (time_limit, oom);
         let end = ExecEnd {
             outcome,
@@ -1306,7 +1280,7 @@ impl<'p> Session<'p> {
         let name = language_name(language);
         let argv = [name.to_string(), code.to_string()];
         let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, &captured, served, Some(target));
+        let verdict = self.verdict(end, &captured, served, Ran::Cell(target));
         let lost_why = match (&broken, unconfirmed, &died) {
             (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
             (None, Some(cut), _) => Some(format!(
@@ -1341,8 +1315,8 @@ impl<'p> Session<'p> {
         let mut reply = json!({
             "type": "exec",
             "verdict": verdict,
-            "stdout": captured.text(0),
-            "stderr": captured.text(1),
+            "stdout": captured.stdout,
+            "stderr": captured.stderr,
             "result": answer.as_ref().and_then(|answer| answer.result.clone()),
             "results": results,
             "context": key,
@@ -1358,6 +1332,15 @@ impl<'p> Session<'p> {
         }
         Ok(reply)
     }
+}
+
+/// What an exec ran, as its verdict names it.
+enum Ran<'t> {
+    Cell(&'t context::Target),
+    /// A command, with its pid in the jail (None when the jail never said it).
+    Command {
+        pid: Option<u32>,
+    },
 }
 
 /// How one exec ended, for its verdict.
@@ -1386,6 +1369,17 @@ struct CommandExec {
 }
 
 impl Interpreter {
+    /// A collector of its output (copies of its pipes) for one cell, or its start: the
+    /// one bounded collector, stdout and stderr together within `limit`.
+    fn collector(&self, limit: u64) -> Result<Output> {
+        let copy = |pipe: &OwnedFd| {
+            pipe.try_clone()
+                .map_err(|err| Error::setup(format!("copy the interpreter's output pipe: {err}")))
+        };
+        Output::of_pipes(copy(&self.stdout)?, copy(&self.stderr)?, limit)
+            .map_err(|errno| Error::os("watch the interpreter's output", errno))
+    }
+
     /// Whether system call `number` on descriptor `first` is a read of descriptor 3, and
     /// descriptor 3 still the interpreter's end of its socket pair (`inode`).
     fn reads_socket(
@@ -1452,18 +1446,6 @@ impl Interpreter {
                 self.lines.clear();
             }
         }
-    }
-}
-
-fn program_outcome(end: &Ended) -> Outcome {
-    match (end.code, end.signal) {
-        (Some(code), _) => Outcome::Exited(code),
-        (None, signal) => Outcome::Signaled {
-            signal: signal.unwrap_or(libc::SIGKILL),
-            seccomp: false,
-            syscall: None,
-            cpu: Some(Duration::from_micros(end.cpu_user_us + end.cpu_sys_us)),
-        },
     }
 }
 

@@ -10,6 +10,7 @@ use super::session_process::{
     Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, MAX_RUNNING, Watch, Watched, parse_signal,
 };
 use super::*;
+use crate::jail::Output;
 use std::collections::BTreeMap;
 
 /// The most output a reply queued for a client carries (escaped as JSON, at most six
@@ -84,11 +85,9 @@ impl Processes {
             false => PollFlags::POLLIN,
         };
         for (id, process) in &self.watched {
-            for (index, pipe) in process.pipes.iter().enumerate() {
-                if let Some(pipe) = pipe {
-                    sources.push(Source::Output(*id, index));
-                    fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
-                }
+            for (index, pipe) in process.output.iter().flat_map(Output::open_pipes) {
+                sources.push(Source::Output(*id, index));
+                fds.push(PollFd::new(pipe, PollFlags::POLLIN));
             }
             if process.stdin_wanted()
                 && let Some(stdin) = &process.stdin
@@ -431,14 +430,9 @@ impl<'p> Session<'p> {
             let mut process = self.processes.watched.remove(&id).expect("listed");
             process.finish_output();
             let end = process.ended.expect("ended");
-            let outcome = match (process.failure.take(), process.cut) {
-                (Some((code, message)), _) if code != 125 || end.code == Some(125) => {
-                    Outcome::ExecFailed { code, message }
-                }
-                (_, Some(Cut::TimeLimit | Cut::ClientGone)) => Outcome::TimedOut,
-                (_, Some(Cut::OutputLimit)) => Outcome::OutputLimit,
-                (_, None) => program_outcome(&end),
-            };
+            let program = ProgramEnd::of_session(&end, process.failure.take());
+            let outcome = outcome::decide(Some(program), None, Cut::ended_by(process.cut))
+                .expect("decide errs only when the program's end is unknown");
             let exec_end = ExecEnd {
                 outcome,
                 limit: process.time_limit,
@@ -450,9 +444,11 @@ impl<'p> Session<'p> {
                 peer: process.peer,
                 argv: &process.argv,
             };
-            let mut verdict = self.verdict(exec_end, &process.captured, served, None);
-            verdict["pid"] = json!(process.pid);
+            let ran = Ran::Command { pid: process.pid };
+            let verdict = self.verdict(exec_end, &process.captured, served, ran);
             if let Some(mut foreground) = process.foreground.take() {
+                let captured = &mut process.captured;
+                let kept = captured.stdout.len() + captured.stderr.len();
                 let reply = match foreground.stream {
                     true => json!({
                         "type": "exec",
@@ -462,11 +458,11 @@ impl<'p> Session<'p> {
                     false => json!({
                         "type": "exec",
                         "verdict": verdict,
-                        "stdout": process.captured.text(0),
-                        "stderr": process.captured.text(1),
+                        "stdout": std::mem::take(&mut captured.stdout),
+                        "stderr": std::mem::take(&mut captured.stderr),
                     }),
                 };
-                if process.captured.kept() <= QUEUED_OUTPUT {
+                if kept <= QUEUED_OUTPUT {
                     foreground.client.queue(&reply, None);
                     self.close_client(foreground.client);
                 } else {
@@ -819,35 +815,34 @@ impl<'p> Session<'p> {
         }
         let program = self.program(exec.command, exec.env, exec.chdir)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
-        let (stdout_read, stdout_write) = pipe("the session")?;
-        let (stderr_read, stderr_write) = pipe("the session")?;
+        // The one collector makes the output pipes (the jail's ends blocking, its own
+        // not); it keeps the output for the reply of a foreground exec that does not
+        // stream, and hands it on to the watcher otherwise.
+        let (mut output, ends) = Output::new(limit)
+            .map_err(|errno| Error::os("create the pipes for a command's output", errno))?;
+        match !form.background && !form.stream {
+            true => output.capture(limit),
+            false => output.to_caller(),
+        }
         let oom_before = self.oom_kills();
         let id = self.jail.spawn(
             &program,
-            &[
-                stdin_read.as_fd(),
-                stdout_write.as_fd(),
-                stderr_write.as_fd(),
-            ],
+            &[stdin_read.as_fd(), ends.stdout.as_fd(), ends.stderr.as_fd()],
         )?;
-        drop((stdin_read, stdout_write, stderr_write));
-        for fd in [&stdin_write, &stdout_read, &stderr_read] {
-            nonblocking(fd);
-        }
+        drop((stdin_read, ends));
+        nonblocking(&stdin_write);
         let watch = Watch {
             argv: program.argv,
             tag: form.tag.clone(),
             peer,
             background: form.background,
-            keep: !form.background && !form.stream,
             time_limit,
-            output_limit: limit,
             oom_before,
         };
         let stdin = exec.stdin.unwrap_or_default().into_bytes();
         // A foreground command's stdin closes after the request's; a background
         // process's stays open for session_stdin.
-        let mut watched = Watched::new(id, watch, [stdout_read, stderr_read], stdin_write, stdin);
+        let mut watched = Watched::new(id, watch, output, stdin_write, stdin);
         watched.feed_stdin();
         Ok((id, watched))
     }

@@ -1,12 +1,15 @@
 //! A program a session's runner watches while it serves other requests: a command run in
 //! the foreground (its client waits for the verdict, streamed or not) or in the background
 //! (clients list it, connect to it, write its stdin, signal it). One type, [`Watched`]:
-//! its pipes → a bounded collector (the exec's [`Captured`] counts, a per-process
-//! [`Backlog`] for clients that connect later) → its outcome. Clients attached to it are
+//! its pipes → the one bounded collector (`jail::Output`, stdout and stderr together
+//! within the exec's limit, kept for its reply or handed to this module) → chunks to its
+//! clients and a background process's bounded backlog (for clients that connect later)
+//! → its outcome (`jail::outcome`). Clients attached to it are
 //! [`Listener`]s: frames queued for them are written without blocking, within bounds.
 
-use super::{Captured, Cut};
+use super::Cut;
 use crate::jail::session::Ended;
+use crate::jail::{Captured, Output};
 use crate::verdict::Peer;
 use base64::Engine;
 use nix::errno::Errno;
@@ -301,12 +304,13 @@ pub struct Watched {
     pub background: bool,
     pub started_unix_ms: u64,
     pub started: Instant,
-    /// stdout, stderr: None once at their end.
-    pub pipes: [Option<OwnedFd>; 2],
+    /// Its output's collector (its stdout and stderr pipes); None once its output ended.
+    pub output: Option<Output>,
     pub stdin: Option<OwnedFd>,
     stdin_pending: Vec<u8>,
     /// Close stdin once what is pending is written.
     stdin_close: bool,
+    /// What the collector counted and kept for the reply, once its output ended.
     pub captured: Captured,
     chunker: Chunker,
     backlog: VecDeque<Chunk>,
@@ -332,24 +336,22 @@ pub struct Watch {
     /// Who started it (its verdict's audit line names them).
     pub peer: Peer,
     pub background: bool,
-    /// Whether its output is kept for its reply (a foreground exec that does not stream).
-    pub keep: bool,
     pub time_limit: Option<Duration>,
-    pub output_limit: u64,
     pub oom_before: u64,
 }
 
 impl Watched {
+    /// Watched with `output`, its collector: capturing for a reply (a foreground exec
+    /// that does not stream), or handing what it reads to the watcher.
     pub fn new(
         id: u32,
         watch: Watch,
-        pipes: [OwnedFd; 2],
+        output: Output,
         stdin: OwnedFd,
         stdin_data: Vec<u8>,
     ) -> Watched {
         let background = watch.background;
         let started = Instant::now();
-        let [stdout, stderr] = pipes;
         Watched {
             id,
             pid: None,
@@ -362,12 +364,12 @@ impl Watched {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |since| since.as_millis() as u64),
             started,
-            pipes: [Some(stdout), Some(stderr)],
+            output: Some(output),
             // A foreground command's stdin is what the request gave, then its end.
             stdin_close: !background,
             stdin: Some(stdin),
             stdin_pending: stdin_data,
-            captured: Captured::counting(watch.output_limit, watch.keep),
+            captured: Captured::default(),
             chunker: Chunker::new(),
             backlog: VecDeque::new(),
             backlog_bytes: 0,
@@ -439,39 +441,19 @@ impl Watched {
         }
     }
 
-    /// Reads what pipe `index` has now; true once the output limit is passed.
+    /// Reads what pipe `index` has now (the collector counts it, keeps it for the reply
+    /// or hands on what is within the limit: to whoever streams it, to the backlog);
+    /// true when the output limit was passed.
     pub fn read(&mut self, index: usize) -> bool {
-        let mut buffer = [0u8; 64 * 1024];
-        while let Some(pipe) = &self.pipes[index] {
-            match nix::unistd::read(pipe, &mut buffer) {
-                Ok(0) => self.pipes[index] = None,
-                Ok(count) => self.take(index, &buffer[..count]),
-                Err(Errno::EINTR) => {}
-                Err(_) => break,
-            }
-        }
-        self.over_limit()
-    }
-
-    pub fn over_limit(&self) -> bool {
-        self.captured.total() > self.captured.limit
-    }
-
-    /// Output as read: counted, kept for the reply or the backlog, sent to whoever
-    /// streams it (up to the output limit).
-    fn take(&mut self, index: usize, read: &[u8]) {
-        let before = self.captured.total();
-        self.captured.take(index, read);
-        let room = self
-            .captured
-            .limit
-            .saturating_sub(before)
-            .min(read.len() as u64) as usize;
-        if room == 0 {
-            return;
-        }
-        let chunk = self.chunker.chunk(index, &read[..room]);
-        self.publish(chunk);
+        let Some(mut output) = self.output.take() else {
+            return false;
+        };
+        let within = output.pump_to(index, |index, kept| {
+            let chunk = self.chunker.chunk(index, kept);
+            self.publish(chunk);
+        });
+        self.output = Some(output);
+        !within
     }
 
     fn publish(&mut self, chunk: Option<Chunk>) {
@@ -509,13 +491,17 @@ impl Watched {
     }
 
     /// Its end: what is left in its pipes is read (once: processes it left running may
-    /// hold them open), a character cut short is sent as it is.
+    /// hold them open), a character cut short is sent as it is; the collector gives what
+    /// it kept and counted, and goes.
     pub fn finish_output(&mut self) {
         for index in 0..2 {
             self.read(index);
-            self.pipes[index] = None;
             let rest = self.chunker.rest(index);
             self.publish(rest);
+        }
+        if let Some(mut output) = self.output.take() {
+            output.close();
+            self.captured = output.into_captured();
         }
         self.stdin = None;
     }
