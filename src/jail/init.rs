@@ -150,33 +150,52 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
             }
             Some((Command::Spawn { id, program }, stdio)) => {
                 let spawned = sys::spawn_sharing_memory(&mut || {
-                    child::become_program(plan, &program, Some(&stdio), channel, Some(id))
+                    child::become_program(plan, &program, Some(&stdio), channel, Some(id), false)
                 });
                 drop(stdio);
-                match spawned {
-                    // The program said its pid itself (Message::Started), before it
-                    // exec'd.
-                    Ok(pid) => {
-                        programs.insert(pid, id);
-                    }
+                started(&mut programs, id, spawned, channel);
+            }
+            Some((
+                Command::SpawnTerminal {
+                    id,
+                    program,
+                    cols,
+                    rows,
+                },
+                _,
+            )) => {
+                // The jail's own devpts (init's /dev/ptmx is the jail's), never the
+                // host's; the master goes to brig at once and is closed here, so no
+                // program of the jail ever holds it.
+                let slave = match sys::open_terminal(cols, rows) {
+                    Ok((master, slave)) => match channel.hand_over(master) {
+                        Ok(()) => slave,
+                        Err(_) => continue,
+                    },
                     Err(errno) => {
-                        channel.send(&Message::ProgramError {
-                            id,
-                            code: ExitStatus::BRIG_FAILED as u8,
-                            message: format!(
-                                "start the program's process inside the jail: {}",
-                                errno.desc()
-                            ),
-                        });
-                        channel.send(&Message::Ended {
-                            id,
-                            end: Ended {
-                                code: Some(ExitStatus::BRIG_FAILED),
-                                ..Ended::default()
-                            },
-                        });
+                        channel.hand_over_nothing(errno);
+                        continue;
                     }
-                }
+                };
+                let stdio = [0, 1, 2].map(|_| slave.try_clone());
+                let spawned = match stdio {
+                    [Ok(a), Ok(b), Ok(c)] => {
+                        let stdio = vec![a, b, c];
+                        sys::spawn_sharing_memory(&mut || {
+                            child::become_program(
+                                plan,
+                                &program,
+                                Some(&stdio),
+                                channel,
+                                Some(id),
+                                true,
+                            )
+                        })
+                    }
+                    _ => Err(nix::errno::Errno::EMFILE),
+                };
+                drop(slave);
+                started(&mut programs, id, spawned, channel);
             }
             Some((Command::Signal { id, signal, group }, _)) => {
                 let found = programs.iter().find(|(_, of)| **of == id);
@@ -202,6 +221,40 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 reap_programs(&mut programs, channel);
                 channel.send(&Message::Swept);
             }
+        }
+    }
+}
+
+/// A program's spawn: watched once started (it said its pid itself, Message::Started,
+/// before it exec'd), else reported failed and ended.
+fn started(
+    programs: &mut std::collections::HashMap<Pid, u32>,
+    id: u32,
+    spawned: Result<Pid, nix::errno::Errno>,
+    channel: &ChildEnd,
+) {
+    match spawned {
+        // The program said its pid itself (Message::Started), before it
+        // exec'd.
+        Ok(pid) => {
+            programs.insert(pid, id);
+        }
+        Err(errno) => {
+            channel.send(&Message::ProgramError {
+                id,
+                code: ExitStatus::BRIG_FAILED as u8,
+                message: format!(
+                    "start the program's process inside the jail: {}",
+                    errno.desc()
+                ),
+            });
+            channel.send(&Message::Ended {
+                id,
+                end: Ended {
+                    code: Some(ExitStatus::BRIG_FAILED),
+                    ..Ended::default()
+                },
+            });
         }
     }
 }

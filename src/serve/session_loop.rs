@@ -559,6 +559,57 @@ impl<'p> Session<'p> {
                 time_limit,
                 output_limit,
                 stream,
+                tag,
+                pty: Some(size),
+                ..
+            }) => {
+                let exec = CommandExec {
+                    command,
+                    stdin,
+                    env,
+                    chdir,
+                    time_limit,
+                    output_limit,
+                };
+                let form = Form {
+                    stream,
+                    background: true,
+                    tag,
+                };
+                match self.start_terminal(exec, form, size, peer) {
+                    Ok((id, mut watched)) => {
+                        // Answered once the jail's init says its pid (an event).
+                        watched.announce = Some(Listener::new(connection).answering(Some(memfd)));
+                        self.processes.watched.insert(id, watched);
+                        return;
+                    }
+                    Err(err) => (connection, memfd, error_reply(&err)),
+                }
+            }
+            Ok(Request::SessionResize {
+                pid,
+                tag,
+                cols,
+                rows,
+                ..
+            }) => {
+                let size = super::protocol::PtySize { cols, rows };
+                let reply = self.resize_terminal(pid, tag.as_deref(), size);
+                (
+                    connection,
+                    memfd,
+                    reply.unwrap_or_else(|err| error_reply(&err)),
+                )
+            }
+            Ok(Request::SessionExec {
+                command,
+                code: None,
+                stdin,
+                env,
+                chdir,
+                time_limit,
+                output_limit,
+                stream,
                 background,
                 tag,
                 ..
@@ -622,11 +673,12 @@ impl<'p> Session<'p> {
                 pid,
                 tag,
                 data,
+                base64,
                 close,
                 ..
             }) => {
-                let reply = self
-                    .find_process("session_stdin", pid, tag.as_deref())
+                let reply = session_pty::stdin_bytes(data, base64).and_then(|data| {
+                    self.find_process("session_stdin", pid, tag.as_deref())
                     .and_then(|id| {
                         let process = self.processes.watched.get_mut(&id).expect("found");
                         let pid = process.pid.unwrap_or_default();
@@ -635,15 +687,21 @@ impl<'p> Session<'p> {
                                 "session_stdin: process {pid} has ended; see session_ps"
                             )));
                         }
+                        if close && process.pty.is_some() {
+                            return Err(Error::input(format!(
+                                "session_stdin: process {pid} reads a terminal, which has no end to close; send \"\\u0004\" (Ctrl-D) for end of input, or session_kill"
+                            )));
+                        }
                         process
-                            .queue_stdin(data.as_bytes(), close)
+                            .queue_stdin(&data, close)
                             .map(|written| {
                                 json!({"type": "stdin", "pid": pid, "written": written, "closed": close})
                             })
                             .map_err(|why| {
                                 Error::input(format!("session_stdin: process {pid}: {why}"))
                             })
-                    });
+                    })
+                });
                 (
                     connection,
                     memfd,
@@ -702,7 +760,12 @@ impl<'p> Session<'p> {
     }
 
     /// The process a request names, by pid or tag.
-    fn find_process(&self, what: &str, pid: Option<u32>, tag: Option<&str>) -> Result<u32> {
+    pub(super) fn find_process(
+        &self,
+        what: &str,
+        pid: Option<u32>,
+        tag: Option<&str>,
+    ) -> Result<u32> {
         let found = match (pid, tag) {
             // A pid the jail reuses names its running process first.
             (Some(pid), None) => self

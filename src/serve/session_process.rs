@@ -5,6 +5,7 @@
 //! [`Backlog`] for clients that connect later) → its outcome. Clients attached to it are
 //! [`Listener`]s: frames queued for them are written without blocking, within bounds.
 
+use super::protocol::PtySize;
 use super::{Captured, Cut};
 use crate::jail::session::Ended;
 use crate::verdict::Peer;
@@ -36,7 +37,10 @@ pub const MAX_LISTENERS: usize = 8;
 /// The longest tag.
 pub const MAX_TAG: usize = 128;
 
-const STREAMS: [&str; 2] = ["stdout", "stderr"];
+/// An output frame's `stream`: a command's pipes, or a terminal's one stream.
+const STREAMS: [&str; 3] = ["stdout", "stderr", "pty"];
+/// The index of a terminal's stream in [`STREAMS`].
+const TERMINAL: usize = 2;
 
 /// One piece of output as it was read.
 struct Chunk {
@@ -323,6 +327,10 @@ pub struct Watched {
     pub oom_before: u64,
     pub foreground: Option<Foreground>,
     pub listeners: Vec<Listener>,
+    /// A program on a terminal (`session_pty.rs`): its size, and the master (only the
+    /// runner holds it) while it runs; its output is read from the master, as pipe 0.
+    pub pty: Option<PtySize>,
+    pub terminal: Option<OwnedFd>,
 }
 
 /// How a program is to be watched.
@@ -381,6 +389,8 @@ impl Watched {
             oom_before: watch.oom_before,
             foreground: None,
             listeners: Vec::new(),
+            pty: None,
+            terminal: None,
         }
     }
 
@@ -447,6 +457,8 @@ impl Watched {
                 Ok(0) => self.pipes[index] = None,
                 Ok(count) => self.take(index, &buffer[..count]),
                 Err(Errno::EINTR) => {}
+                // A terminal's master once no process holds its slave any more.
+                Err(Errno::EIO) => self.pipes[index] = None,
                 Err(_) => break,
             }
         }
@@ -470,7 +482,10 @@ impl Watched {
         if room == 0 {
             return;
         }
-        let chunk = self.chunker.chunk(index, &read[..room]);
+        let mut chunk = self.chunker.chunk(index, &read[..room]);
+        if let Some(chunk) = chunk.as_mut().filter(|_| self.pty.is_some()) {
+            chunk.stream = TERMINAL;
+        }
         self.publish(chunk);
     }
 
@@ -514,10 +529,14 @@ impl Watched {
         for index in 0..2 {
             self.read(index);
             self.pipes[index] = None;
-            let rest = self.chunker.rest(index);
+            let mut rest = self.chunker.rest(index);
+            if let Some(chunk) = rest.as_mut().filter(|_| self.pty.is_some()) {
+                chunk.stream = TERMINAL;
+            }
             self.publish(rest);
         }
         self.stdin = None;
+        self.terminal = None;
     }
 
     /// Attaches a client: the `process` frame, then what the backlog holds, then (if it
@@ -565,6 +584,7 @@ impl Watched {
             "status": status,
             "started_unix_ms": self.started_unix_ms,
             "backlog_dropped": self.backlog_dropped,
+            "pty": self.pty,
         })
     }
 }

@@ -1,0 +1,385 @@
+//! Programs on a terminal in a session (`session_exec` with `pty`), for real, as root and
+//! rootless: the terminal is the jail's own (/dev/pts/N of the jail's devpts), input
+//! echoes and runs commands, the window follows `session_resize` (SIGWINCH), Ctrl-C
+//! interrupts the foreground job, exit ends it with a verdict; the attacks (TIOCSTI,
+//! TIOCLINUX, the host's terminals, the master) fail with exact errors; it ends with its
+//! session; another uid cannot reach it; bad requests are one-line errors.
+
+#[macro_use]
+mod common;
+
+use common::serve::{
+    Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
+    send_frame,
+};
+use common::*;
+use serde_json::{Value, json};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+both_modes!(
+    a_terminal_runs_the_jail_s_shell,
+    resize_reaches_the_program_as_sigwinch,
+    ctrl_c_interrupts_the_foreground_job,
+    terminal_escapes_fail,
+    a_terminal_ends_with_its_session,
+    bad_terminal_requests_are_one_line_errors,
+);
+
+#[test]
+fn another_uid_cannot_reach_a_session_s_terminal() {
+    if !require_root() {
+        return;
+    }
+    let server = Server::start(Mode::Root, &["--pool", "0", "--socket-group", "65534"]);
+    let id = create(&server, json!({}));
+    let started = start(&server, &id, json!({}));
+    let pid = started["pid"].as_u64().unwrap();
+    for request in [
+        json!({"type": "session_connect", "session": id, "pid": pid}),
+        json!({"type": "session_resize", "session": id, "pid": pid, "cols": 10, "rows": 10}),
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": "id\n"}),
+        json!({"type": "session_exec", "session": id, "pty": {"cols": 80, "rows": 24}}),
+    ] {
+        let mut request = request;
+        request["brig"] = json!(1);
+        let output = exchange_as_nobody(server.socket(), &request);
+        assert!(
+            stdout(&output).contains("belongs to another user"),
+            "{request}: {}",
+            describe(&output)
+        );
+    }
+    close(&server, &id);
+}
+
+/// Starts a program on an 80×24 terminal (`extra`: its command, env, tag); its
+/// `process` frame.
+fn start(server: &Server, id: &str, extra: Value) -> Value {
+    let mut request =
+        json!({"type": "session_exec", "session": id, "pty": {"cols": 80, "rows": 24}});
+    for (key, value) in extra.as_object().unwrap() {
+        request[key] = value.clone();
+    }
+    let reply = ask(server, request);
+    assert_eq!(reply["type"], "process", "{reply}");
+    assert_eq!(reply["running"], true, "{reply}");
+    assert_eq!(reply["background"], true, "{reply}");
+    assert_eq!(reply["pty"], json!({"cols": 80, "rows": 24}), "{reply}");
+    reply
+}
+
+/// A connection to process `pid`: its `process` frame is read.
+fn connect(server: &Server, id: &str, pid: u64) -> UnixStream {
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    let request = json!({"brig": 1, "type": "session_connect", "session": id, "pid": pid});
+    send_frame(&stream, request.to_string().as_bytes(), &[]);
+    let first = read_reply(&stream).expect("a process frame");
+    assert_eq!(first["type"], "process", "{first}");
+    stream
+}
+
+fn input(server: &Server, id: &str, pid: u64, data: &str) {
+    let reply = ask(
+        server,
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": data}),
+    );
+    assert_eq!(reply["type"], "stdin", "{reply}");
+}
+
+/// The terminal's output until it contains `wanted` (every frame's stream is "pty");
+/// all of it. The wait is bounded by the frame reader (30 s a frame).
+fn read_until(stream: &UnixStream, wanted: &str) -> String {
+    let mut got = String::new();
+    while !got.contains(wanted) {
+        let frame =
+            read_reply(stream).unwrap_or_else(|| panic!("closed before {wanted:?}: {got:?}"));
+        assert_eq!(
+            frame["type"], "output",
+            "before {wanted:?}: {frame} after {got:?}"
+        );
+        assert_eq!(frame["stream"], "pty", "{frame}");
+        got.push_str(frame["data"].as_str().unwrap_or_default());
+    }
+    got
+}
+
+/// Frames until the `exited` one.
+fn until_exited(stream: &UnixStream) -> Value {
+    loop {
+        let frame = read_reply(stream).expect("a frame");
+        if frame["type"] != "output" {
+            return frame;
+        }
+    }
+}
+
+fn assert_error(reply: &Value, needle: &str) {
+    assert_eq!(reply["type"], "error", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains(needle), "{needle:?} not in {message:?}");
+    assert!(!message.contains('\n'), "{message:?}");
+    assert_eq!(reply["exit_code"], 125, "{reply}");
+    assert_eq!(reply["kind"], "bad_input", "{reply}");
+}
+
+fn a_terminal_runs_the_jail_s_shell(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let started = start(&server, &id, json!({"tag": "shell"}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    // The arithmetic shows the shell ran the line (its echo shows `$((6*7))`).
+    input(&server, &id, pid, "tty; echo \"hi-$((6*7))\"; stty size\n");
+    let seen = read_until(&stream, "24 80");
+    assert!(seen.contains("tty; echo"), "input echoes: {seen:?}");
+    assert!(seen.contains("hi-42"), "{seen:?}");
+    // The jail's own devpts, a fresh instance: its first terminal.
+    assert!(seen.contains("/dev/pts/0"), "{seen:?}");
+    // Resized, the shell's next command sees the new size.
+    let resized = ask(
+        &server,
+        json!({"type": "session_resize", "session": id, "tag": "shell", "cols": 100, "rows": 30}),
+    );
+    assert_eq!(
+        resized,
+        json!({"type": "resized", "pid": pid, "cols": 100, "rows": 30})
+    );
+    input(&server, &id, pid, "stty size\n");
+    read_until(&stream, "30 100");
+    let listed = ask(&server, json!({"type": "session_ps", "session": id}));
+    let shell = &listed["processes"][0];
+    assert_eq!(shell["pty"], json!({"cols": 100, "rows": 30}), "{listed}");
+    // Exit ends it with its verdict.
+    input(&server, &id, pid, "exit 3\n");
+    let end = until_exited(&stream);
+    assert_eq!(end["type"], "exited", "{end}");
+    assert_eq!(end["verdict"]["exit_code"], 3, "{end}");
+    close(&server, &id);
+}
+
+fn resize_reaches_the_program_as_sigwinch(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // `wait` returns at a trapped signal: the trap runs at once.
+    let script =
+        "trap 'echo winch $(stty size)' WINCH; echo ready; while :; do sleep 1 & wait; done";
+    let started = start(&server, &id, json!({"command": ["sh", "-c", script]}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    read_until(&stream, "ready");
+    let resized = ask(
+        &server,
+        json!({"type": "session_resize", "session": id, "pid": pid, "cols": 132, "rows": 43}),
+    );
+    assert_eq!(resized["type"], "resized", "{resized}");
+    read_until(&stream, "winch 43 132");
+    let killed = ask(
+        &server,
+        json!({"type": "session_kill", "session": id, "pid": pid}),
+    );
+    assert_eq!(killed["type"], "signaled", "{killed}");
+    let end = until_exited(&stream);
+    assert_eq!(end["verdict"]["signal"], "SIGKILL", "{end}");
+    close(&server, &id);
+}
+
+fn ctrl_c_interrupts_the_foreground_job(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let started = start(&server, &id, json!({}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    input(&server, &id, pid, "sleep 300\n");
+    // Once `sleep` runs (exec'd: the shell made its group the terminal's foreground
+    // one before), Ctrl-C goes to it through the terminal's line discipline.
+    let sleeping = || {
+        let reply = ask(
+            &server,
+            json!({"type": "session_exec", "session": id, "command": ["sh", "-c", "cat /proc/[0-9]*/comm 2>/dev/null"]}),
+        );
+        reply["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line == "sleep")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), sleeping),
+        "sleep does not run"
+    );
+    input(&server, &id, pid, "\u{3}");
+    input(&server, &id, pid, "echo \"status-$?\"\n");
+    // 128 + SIGINT.
+    read_until(&stream, "status-130");
+    assert!(!sleeping(), "sleep survived Ctrl-C");
+    close(&server, &id);
+}
+
+fn terminal_escapes_fail(mode: Mode) {
+    if !require(
+        "python3",
+        "install python3 on the host",
+        std::path::Path::new("/usr/bin/python3").exists(),
+    ) {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // Typing into the terminal (TIOCSTI) and the console's TIOCLINUX, on the program's
+    // own controlling terminal: refused by brig's seccomp profile (EPERM), which is what
+    // stops them where the kernel's dev.tty.legacy_tiocsti allows TIOCSTI.
+    let probe = r#"
+import errno, fcntl, os, termios
+for name, request, arg in [("TIOCSTI", termios.TIOCSTI, b"x"), ("TIOCLINUX", 0x541C, b"\x07")]:
+    try:
+        fcntl.ioctl(0, request, arg)
+        print(name, "allowed")
+    except OSError as err:
+        print(name, "refused", errno.errorcode[err.errno])
+print("stdin", os.readlink("/proc/self/fd/0"), os.ttyname(0))
+print("pts", sorted(os.listdir("/dev/pts")))
+print("console", os.path.exists("/dev/console"))
+fds = []
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    try:
+        fds += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except PermissionError:
+        print("fds of", pid, "refused")
+    except FileNotFoundError:
+        pass
+print("masters", [fd for fd in fds if "ptmx" in fd])
+print("done")
+"#;
+    let started = start(&server, &id, json!({"command": ["python3", "-c", probe]}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    let seen = read_until(&stream, "done");
+    let seen = seen.replace("\r\n", "\n");
+    for expected in [
+        "TIOCSTI refused EPERM\n",
+        "TIOCLINUX refused EPERM\n",
+        // Its terminal is the jail's devpts' first; the jail's /dev/pts holds nothing
+        // else (a fresh instance: no host terminal), and there is no /dev/console.
+        "stdin /dev/pts/0 /dev/pts/0\n",
+        "pts ['0', 'ptmx']\n",
+        "console False\n",
+        // The master is held by brig's runner alone: no process of the jail has it (the
+        // jail's init, undumpable, does not show its descriptors).
+        "fds of 1 refused\n",
+        "masters []\n",
+    ] {
+        assert!(seen.contains(expected), "{expected:?} not in {seen:?}");
+    }
+    assert_eq!(until_exited(&stream)["verdict"]["exit_code"], 0);
+    // A program without a terminal cannot open one through /dev/tty (ENXIO: it has no
+    // controlling terminal), nor the host's console.
+    let reply = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sh", "-c", "cat /dev/tty; cat /dev/console"]}),
+    );
+    let stderr = reply["stderr"].as_str().unwrap_or_default();
+    assert!(
+        stderr.contains("/dev/tty: No such device or address"),
+        "{reply}"
+    );
+    assert!(
+        stderr.contains("/dev/console: No such file or directory"),
+        "{reply}"
+    );
+    close(&server, &id);
+}
+
+fn a_terminal_ends_with_its_session(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("pty"));
+    let id = create(&server, json!({}));
+    start(
+        &server,
+        &id,
+        json!({"env": [marker], "command": ["sleep", "300"]}),
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || processes_with_environ(&marker)
+            .len()
+            == 1),
+        "the terminal's program does not run"
+    );
+    close(&server, &id);
+    assert!(
+        wait_until(Duration::from_secs(60), || processes_with_environ(&marker)
+            .is_empty()),
+        "the terminal's program outlived its session"
+    );
+}
+
+fn bad_terminal_requests_are_one_line_errors(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let exec = |extra: Value| {
+        let mut request = json!({"type": "session_exec", "session": id});
+        for (key, value) in extra.as_object().unwrap() {
+            request[key] = value.clone();
+        }
+        ask(&server, request)
+    };
+    assert_error(
+        &exec(json!({"pty": {"cols": 0, "rows": 24}})),
+        "pty: a terminal of 0 cols",
+    );
+    assert_error(
+        &exec(json!({"pty": {"cols": 80, "rows": 5000}})),
+        "from 1 to 1000",
+    );
+    assert_error(
+        &exec(json!({"pty": {"cols": 80, "rows": 24}, "code": "1", "language": "python"})),
+        "not a code cell",
+    );
+    assert_error(
+        &exec(json!({"pty": {"cols": 80, "rows": 24}, "command": ["sh"], "stream": true})),
+        "drop \"stream\"",
+    );
+    assert_error(
+        &exec(json!({"pty": {"cols": "wide", "rows": 24}})),
+        "malformed request",
+    );
+    let shell = start(&server, &id, json!({"command": ["sleep", "300"]}));
+    let pid = shell["pid"].as_u64().unwrap();
+    let plain = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sleep", "300"], "background": true}),
+    );
+    let plain_pid = plain["pid"].as_u64().unwrap();
+    let resize = |pid: u64, cols: u64| {
+        ask(
+            &server,
+            json!({"type": "session_resize", "session": id, "pid": pid, "cols": cols, "rows": 24}),
+        )
+    };
+    assert_error(&resize(plain_pid, 80), "has no terminal");
+    assert_error(&resize(999, 80), "no process with pid 999");
+    assert_error(&resize(pid, 0), "session_resize: a terminal of 0 cols");
+    assert_error(
+        &ask(
+            &server,
+            json!({"type": "session_stdin", "session": id, "pid": pid, "data": "", "close": true}),
+        ),
+        "Ctrl-D",
+    );
+    assert_error(
+        &ask(
+            &server,
+            json!({"type": "session_stdin", "session": id, "pid": pid, "data": "x", "base64": "eA=="}),
+        ),
+        "both \"data\" and \"base64\"",
+    );
+    // Bytes as base64 reach it; the session still serves, and the process still runs.
+    let written = ask(
+        &server,
+        json!({"type": "session_stdin", "session": id, "pid": pid, "base64": "/wA="}),
+    );
+    assert_eq!(written["written"], 2, "{written}");
+    let listed = ask(&server, json!({"type": "session_ps", "session": id}));
+    assert_eq!(listed["processes"].as_array().unwrap().len(), 2, "{listed}");
+    close(&server, &id);
+}
