@@ -12,6 +12,7 @@ use common::serve::{
     Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
     send_frame,
 };
+use common::session::{assert_output_lines, client_script};
 use common::*;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixStream;
@@ -24,6 +25,8 @@ both_modes!(
     terminal_escapes_fail,
     a_terminal_ends_with_its_session,
     bad_terminal_requests_are_one_line_errors,
+    python_client_terminals,
+    node_client_terminals,
 );
 
 #[test]
@@ -382,4 +385,91 @@ fn bad_terminal_requests_are_one_line_errors(mode: Mode) {
     let listed = ask(&server, json!({"type": "session_ps", "session": id}));
     assert_eq!(listed["processes"].as_array().unwrap().len(), 2, "{listed}");
     close(&server, &id);
+}
+
+const PYTHON_CLIENT_SCRIPT: &str = r#"
+import json, sys
+import brig_client
+show = lambda *values: print(json.dumps(values))
+sb = brig_client.Sandbox(socket=sys.argv[1])
+seen = []
+term = sb.pty.create(size=(80, 24), on_data=seen.append, cmd="read line; echo got-$line; stty size; exit 4")
+show([p.pid for p in sb.commands.list()] == [term.pid])
+# The resize is in force once it returns: the line read after it sees the new size.
+term.resize((100, 30))
+term.send_input(b"x\n")
+result = term.wait()
+show(result.exit_code, "got-x" in result.stdout, "30 100" in result.stdout,
+     all(isinstance(chunk, bytes) for chunk in seen), b"".join(seen).decode() == result.stdout)
+sleeper = sb.pty.create(cmd=["sleep", "300"])
+sleeper.send_input("\x03")
+show(sleeper.wait().verdict["signal"])
+shell = sb.pty.create()
+shell.kill()
+show(shell.wait().verdict["signal"])
+try:
+    sb.pty.create(size=(0, 24))
+except brig_client.BrigError as error:
+    show(error.kind, "from 1 to 1000" in str(error))
+sb.close()
+"#;
+
+fn python_client_terminals(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    assert_output_lines(
+        &client_script(mode, "python", PYTHON_CLIENT_SCRIPT, &server),
+        &[
+            "[true]",
+            "[4, true, true, true, true]",
+            "[2]",
+            "[9]",
+            r#"["bad_input", true]"#,
+        ],
+    );
+}
+
+const NODE_CLIENT_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+const show = (...values) => console.log(JSON.stringify(values));
+(async () => {
+  const sb = await brig.Sandbox.create({ socket });
+  let seen = "";
+  let ready;
+  const readyNow = new Promise((resolve) => { ready = resolve; });
+  const onData = (data) => {
+    seen += data.toString("utf8");
+    if (seen.includes("ready")) ready();
+  };
+  const term = await sb.pty.create({ cols: 80, rows: 24, onData, cmd: "echo ready; read line; echo got-$line; stty size; exit 4" });
+  // Output arrives while it runs.
+  await readyNow;
+  await term.resize({ cols: 120, rows: 40 });
+  await term.sendInput("y\n");
+  const result = await term.wait();
+  show(result.exitCode, seen.includes("got-y"), seen.includes("40 120"), result.stdout === seen);
+  const sleeper = await sb.pty.create({ cmd: ["sleep", "300"] });
+  await sleeper.sendInput(Buffer.from([3]));
+  show((await sleeper.wait()).verdict.signal);
+  const shell = await sb.pty.create();
+  await shell.kill();
+  show((await shell.wait()).verdict.signal);
+  try {
+    await sb.pty.create({ cols: 80, rows: 0 });
+  } catch (error) {
+    show(error.kind, error.message.includes("from 1 to 1000"));
+  }
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn node_client_terminals(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    assert_output_lines(
+        &client_script(mode, "node", NODE_CLIENT_SCRIPT, &server),
+        &["[4,true,true,true]", "[2]", "[9]", r#"["bad_input",true]"#],
+    );
 }
