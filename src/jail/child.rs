@@ -225,12 +225,19 @@ pub fn become_program(
         fail(Error::os("give the program a process group of its own", errno).at(Stage::Spawn));
     }
     // Its pid in the jail, said at once (init's spawn returns only once it has exec'd):
-    // a background process's start is answered with it.
-    if let Some(id) = session {
-        channel.send(&Message::Started {
-            id,
-            pid: std::process::id(),
-        });
+    // a background process's start is answered with it. On a terminal, once the
+    // terminal is its controlling one (below): a Ctrl-C typed after the answer reaches it
+    // (typed before, with no session on the terminal, it would signal nobody).
+    let say_started = || {
+        if let Some(id) = session {
+            channel.send(&Message::Started {
+                id,
+                pid: std::process::id(),
+            });
+        }
+    };
+    if !terminal {
+        say_started();
     }
     if let Some(stdio) = stdio
         && let Err(err) = take_stdio(stdio)
@@ -245,6 +252,9 @@ pub fn become_program(
             )
             .at(Stage::Descriptors),
         );
+    }
+    if terminal {
+        say_started();
     }
     if let Err(err) = drop_privileges(plan, program) {
         fail(err);
