@@ -741,3 +741,17 @@ pub fn take_controlling_terminal(terminal: RawFd) -> Result<(), Errno> {
     // SAFETY: TIOCSCTTY takes an int by value (0: do not steal it from another session).
     Errno::result(unsafe { libc::ioctl(terminal, libc::TIOCSCTTY, 0 as libc::c_int) }).map(drop)
 }
+
+/// TIOCGWINSZ: the window of the terminal `terminal` is, (cols, rows); None when it is
+/// not a terminal (or says 0 × 0).
+pub fn window_size(terminal: BorrowedFd) -> Option<(u16, u16)> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: the kernel writes one winsize to the pointer, which points at `size`.
+    let ret = unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+    (ret == 0 && size.ws_col > 0 && size.ws_row > 0).then_some((size.ws_col, size.ws_row))
+}

@@ -12,7 +12,7 @@ use common::serve::{
     Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
     send_frame,
 };
-use common::session::{assert_output_lines, client_script};
+use common::session::{assert_output_lines, client_script, session_cli};
 use common::*;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixStream;
@@ -27,6 +27,7 @@ both_modes!(
     bad_terminal_requests_are_one_line_errors,
     python_client_terminals,
     node_client_terminals,
+    the_command_line_attaches_a_terminal,
 );
 
 #[test]
@@ -472,4 +473,51 @@ fn node_client_terminals(mode: Mode) {
         &client_script(mode, "node", NODE_CLIENT_SCRIPT, &server),
         &["[4,true,true,true]", "[2]", "[9]", r#"["bad_input",true]"#],
     );
+}
+
+fn the_command_line_attaches_a_terminal(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    // The session is the CLI's user's (rootless: not the test's).
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    let id = assert_success(&created).trim().to_string();
+    // Without a terminal of its own, `brig session pty` types its standard input into
+    // the jail's shell (80 × 24) and exits as the shell did.
+    let typed = TempFile::new(
+        "pty-input",
+        "echo \"hi-$((6*7))\"; tty; stty size; exit 3\n",
+    );
+    let mut command = command(
+        mode,
+        &[
+            "session",
+            "pty",
+            "--server",
+            server.socket(),
+            "--session",
+            &id,
+        ],
+    );
+    command.stdin(std::fs::File::open(typed.path()).unwrap());
+    let output = output_of(command);
+    let seen = stdout(&output);
+    assert_eq!(output.status.code(), Some(3), "{}", describe(&output));
+    for expected in ["hi-42", "/dev/pts/0", "24 80"] {
+        assert!(seen.contains(expected), "{expected:?} not in {seen:?}");
+    }
+    // A program of its own, tagged; then listed as ended.
+    let output = session_cli(
+        mode,
+        &server,
+        &id,
+        &["pty", "--tag", "t", "--", "sh", "-c", "exit 5"],
+    );
+    assert_eq!(output.status.code(), Some(5), "{}", describe(&output));
+    let listed = assert_success(&session_cli(mode, &server, &id, &["ps"]));
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.contains("exited 5") && line.contains(" t ")),
+        "{listed}"
+    );
+    assert_success(&session_cli(mode, &server, &id, &["close"]));
 }
