@@ -12,7 +12,7 @@ use common::serve::{
     Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
     send_frame,
 };
-use common::session::{assert_output_lines, client_script, session_cli};
+use common::session::{assert_bad_input, assert_output_lines, client_script, session_cli};
 use common::*;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixStream;
@@ -116,15 +116,6 @@ fn until_exited(stream: &UnixStream) -> Value {
             return frame;
         }
     }
-}
-
-fn assert_error(reply: &Value, needle: &str) {
-    assert_eq!(reply["type"], "error", "{reply}");
-    let message = reply["message"].as_str().unwrap();
-    assert!(message.contains(needle), "{needle:?} not in {message:?}");
-    assert!(!message.contains('\n'), "{message:?}");
-    assert_eq!(reply["exit_code"], 125, "{reply}");
-    assert_eq!(reply["kind"], "bad_input", "{reply}");
 }
 
 fn a_terminal_runs_the_jail_s_shell(mode: Mode) {
@@ -327,23 +318,23 @@ fn bad_terminal_requests_are_one_line_errors(mode: Mode) {
         }
         ask(&server, request)
     };
-    assert_error(
+    assert_bad_input(
         &exec(json!({"pty": {"cols": 0, "rows": 24}})),
         "pty: a terminal of 0 cols",
     );
-    assert_error(
+    assert_bad_input(
         &exec(json!({"pty": {"cols": 80, "rows": 5000}})),
         "from 1 to 1000",
     );
-    assert_error(
+    assert_bad_input(
         &exec(json!({"pty": {"cols": 80, "rows": 24}, "code": "1", "language": "python"})),
         "not a code cell",
     );
-    assert_error(
+    assert_bad_input(
         &exec(json!({"pty": {"cols": 80, "rows": 24}, "command": ["sh"], "stream": true})),
         "drop \"stream\"",
     );
-    assert_error(
+    assert_bad_input(
         &exec(json!({"pty": {"cols": "wide", "rows": 24}})),
         "malformed request",
     );
@@ -360,17 +351,17 @@ fn bad_terminal_requests_are_one_line_errors(mode: Mode) {
             json!({"type": "session_resize", "session": id, "pid": pid, "cols": cols, "rows": 24}),
         )
     };
-    assert_error(&resize(plain_pid, 80), "has no terminal");
-    assert_error(&resize(999, 80), "no process with pid 999");
-    assert_error(&resize(pid, 0), "session_resize: a terminal of 0 cols");
-    assert_error(
+    assert_bad_input(&resize(plain_pid, 80), "has no terminal");
+    assert_bad_input(&resize(999, 80), "no process with pid 999");
+    assert_bad_input(&resize(pid, 0), "session_resize: a terminal of 0 cols");
+    assert_bad_input(
         &ask(
             &server,
             json!({"type": "session_stdin", "session": id, "pid": pid, "data": "", "close": true}),
         ),
         "Ctrl-D",
     );
-    assert_error(
+    assert_bad_input(
         &ask(
             &server,
             json!({"type": "session_stdin", "session": id, "pid": pid, "data": "x", "base64": "eA=="}),

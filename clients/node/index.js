@@ -472,6 +472,23 @@ class Files {
   }
 }
 
+/**
+ * A `session_connect` to the process `which` names ({pid} or {tag}), its `process` frame
+ * read: {frame, connection, reader, early} (frames read after it wait in `early`).
+ */
+async function attach(sandbox, which) {
+  const attached = await stream(sandbox.socket, {
+    brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, ...which,
+  }, () => {}, { keep: true });
+  try {
+    expect(attached.frame, "process", "session_connect");
+  } catch (error) {
+    attached.connection.destroy();
+    throw error;
+  }
+  return attached;
+}
+
 function commandResult(verdict, stdout, stderr) {
   verdict = verdict || {};
   return { exitCode: verdict.brig_exit_code ?? verdict.exit_code ?? 125, stdout, stderr, verdict };
@@ -574,17 +591,9 @@ class Commands {
 
   /** Attaches to a process by pid (or `{tag}`); `wait()` on the handle reads its output. */
   async connect(pid, { tag } = {}) {
-    const sandbox = this._sandbox;
-    const attached = await stream(sandbox.socket, {
-      brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId,
+    const attached = await attach(this._sandbox, {
       ...(pid !== undefined && pid !== null ? { pid } : {}), ...(tag !== undefined ? { tag } : {}),
-    }, () => {}, { keep: true });
-    try {
-      expect(attached.frame, "process", "session_connect");
-    } catch (error) {
-      attached.connection.destroy();
-      throw error;
-    }
+    });
     // Read no further until wait(): the server bounds what waits for a slow reader; the
     // frames already read are kept for wait().
     attached.connection.pause();
@@ -681,15 +690,7 @@ class Pty {
       time_limit: duration(timeout),
       tag,
     }, "process");
-    const attached = await stream(sandbox.socket, {
-      brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, pid: reply.pid,
-    }, () => {}, { keep: true });
-    try {
-      expect(attached.frame, "process", "session_connect");
-    } catch (error) {
-      attached.connection.destroy();
-      throw error;
-    }
+    const attached = await attach(sandbox, { pid: reply.pid });
     return new PtyHandle(this, reply.pid, reply.tag, attached, onData);
   }
 

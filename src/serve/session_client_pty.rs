@@ -125,15 +125,7 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
 
 /// A terminal's output to this command's stdout, as it is.
 fn write_output(frame: &Value) -> Result<()> {
-    let bytes = match (frame["data"].as_str(), frame["base64"].as_str()) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|err| {
-                Error::setup(format!("brig serve sent output that is not base64: {err}"))
-            })?,
-        (None, None) => Vec::new(),
-    };
+    let bytes = super::processes::output_bytes(frame)?;
     let mut stdout = std::io::stdout();
     stdout
         .write_all(&bytes)

@@ -550,42 +550,6 @@ impl<'p> Session<'p> {
         memfd: OwnedFd,
     ) {
         let immediate = match request {
-            Ok(Request::SessionExec {
-                command,
-                code: None,
-                stdin,
-                env,
-                chdir,
-                time_limit,
-                output_limit,
-                stream,
-                tag,
-                pty: Some(size),
-                ..
-            }) => {
-                let exec = CommandExec {
-                    command,
-                    stdin,
-                    env,
-                    chdir,
-                    time_limit,
-                    output_limit,
-                };
-                let form = Form {
-                    stream,
-                    background: true,
-                    tag,
-                };
-                match self.start_terminal(exec, form, size, peer) {
-                    Ok((id, mut watched)) => {
-                        // Answered once the jail's init says its pid (an event).
-                        watched.announce = Some(Listener::new(connection).answering(Some(memfd)));
-                        self.processes.watched.insert(id, watched);
-                        return;
-                    }
-                    Err(err) => (connection, memfd, error_reply(&err)),
-                }
-            }
             Ok(Request::SessionResize {
                 pid,
                 tag,
@@ -612,8 +576,9 @@ impl<'p> Session<'p> {
                 stream,
                 background,
                 tag,
+                pty,
                 ..
-            }) if !command.is_empty() => {
+            }) if !command.is_empty() || pty.is_some() => {
                 let exec = CommandExec {
                     command,
                     stdin,
@@ -624,10 +589,11 @@ impl<'p> Session<'p> {
                 };
                 let form = Form {
                     stream,
-                    background,
+                    // A terminal's program runs in the background.
+                    background: background || pty.is_some(),
                     tag,
                 };
-                match self.start_command(exec, form, peer, connection, memfd) {
+                match self.start_command(exec, form, pty, peer, connection, memfd) {
                     Ok(()) => return,
                     Err((connection, memfd, err)) => (connection, memfd, error_reply(&err)),
                 }
@@ -824,11 +790,15 @@ impl<'p> Session<'p> {
         &mut self,
         exec: CommandExec,
         form: Form,
+        pty: Option<super::protocol::PtySize>,
         peer: Peer,
         connection: OwnedFd,
         memfd: OwnedFd,
     ) -> std::result::Result<(), (OwnedFd, OwnedFd, Error)> {
-        let result = self.spawn_watched(exec, &form, peer);
+        let result = match pty {
+            Some(size) => self.start_terminal(exec, &form, size, peer),
+            None => self.spawn_watched(exec, &form, peer),
+        };
         let (id, mut watched) = match result {
             Ok(started) => started,
             Err(err) => return Err((connection, memfd, err)),
@@ -848,22 +818,9 @@ impl<'p> Session<'p> {
         Ok(())
     }
 
-    fn spawn_watched(
-        &mut self,
-        exec: CommandExec,
-        form: &Form,
-        peer: Peer,
-    ) -> Result<(u32, Watched)> {
-        check_form(form, false)?;
-        let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
-        if form.background {
-            // A background process lives until it is killed or the session ends; it
-            // has the limits its request asks for, and no others.
-            time_limit = time_limit.filter(|_| exec.time_limit.is_some());
-            if exec.output_limit.is_none() {
-                limit = u64::MAX;
-            }
-        }
+    /// Whether the session may start another command: fewer than [`MAX_RUNNING`] run,
+    /// and none has the tag `form` asks for.
+    pub(super) fn check_room(&self, form: &Form) -> Result<()> {
         if self.processes.running_ids().len() >= MAX_RUNNING {
             return Err(Error::input(format!(
                 "session_exec: the session runs {MAX_RUNNING} commands already (the most); end one (session_kill) first"
@@ -880,6 +837,26 @@ impl<'p> Session<'p> {
                 "tag: a running process of the session has the tag {tag:?} already; choose another"
             )));
         }
+        Ok(())
+    }
+
+    fn spawn_watched(
+        &mut self,
+        exec: CommandExec,
+        form: &Form,
+        peer: Peer,
+    ) -> Result<(u32, Watched)> {
+        check_form(form, false)?;
+        let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
+        if form.background {
+            // A background process lives until it is killed or the session ends; it
+            // has the limits its request asks for, and no others.
+            time_limit = time_limit.filter(|_| exec.time_limit.is_some());
+            if exec.output_limit.is_none() {
+                limit = u64::MAX;
+            }
+        }
+        self.check_room(form)?;
         let program = self.program(exec.command, exec.env, exec.chdir)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         let (stdout_read, stdout_write) = pipe("the session")?;

@@ -10,7 +10,7 @@
 
 use super::protocol::PtySize;
 use super::session_loop::{Form, check_form};
-use super::session_process::{MAX_RUNNING, Watch, Watched};
+use super::session_process::{Watch, Watched};
 use super::*;
 
 /// The largest window side, in characters (a terminal's size is a u16 to the kernel; a
@@ -68,28 +68,13 @@ impl<'p> Session<'p> {
     pub(super) fn start_terminal(
         &mut self,
         exec: CommandExec,
-        form: Form,
+        form: &Form,
         size: PtySize,
         peer: Peer,
     ) -> Result<(u32, Watched)> {
-        check_form(&form, false)?;
+        check_form(form, false)?;
         check_size("pty", size)?;
-        if self.processes.running_ids().len() >= MAX_RUNNING {
-            return Err(Error::input(format!(
-                "session_exec: the session runs {MAX_RUNNING} commands already (the most); end one (session_kill) first"
-            )));
-        }
-        if let Some(tag) = &form.tag
-            && self
-                .processes
-                .watched
-                .values()
-                .any(|p| p.running() && p.tag.as_ref() == Some(tag))
-        {
-            return Err(Error::input(format!(
-                "tag: a running process of the session has the tag {tag:?} already; choose another"
-            )));
-        }
+        self.check_room(form)?;
         let command = match exec.command.is_empty() {
             true => ["/bin/sh", "-c", SHELL].map(String::from).to_vec(),
             false => exec.command,
@@ -117,7 +102,7 @@ impl<'p> Session<'p> {
         nonblocking(&master);
         let watch = Watch {
             argv: program.argv,
-            tag: form.tag,
+            tag: form.tag.clone(),
             peer,
             background: true,
             keep: false,

@@ -580,6 +580,16 @@ def _expect(reply: Dict[str, Any], expected: str, what: str) -> Dict[str, Any]:
     return reply
 
 
+def _program_fields(request: Dict[str, Any], env: Any, cwd: Optional[str], timeout: Any) -> None:
+    """A program's `env` (a dict or a list of "K=V"), `cwd` and `timeout` into its request."""
+    if env:
+        request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
+    if cwd is not None:
+        request["chdir"] = cwd
+    if timeout is not None:
+        request["time_limit"] = _duration(timeout)
+
+
 def _command_result(verdict: Dict[str, Any], stdout: str, stderr: str) -> CommandResult:
     code = verdict.get("brig_exit_code")
     if code is None:
@@ -686,12 +696,7 @@ class Commands:
         request: Dict[str, Any] = {"type": "session_exec", "command": argv}
         if stdin is not None:
             request["stdin"] = stdin
-        if env:
-            request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
-        if cwd is not None:
-            request["chdir"] = cwd
-        if timeout is not None:
-            request["time_limit"] = _duration(timeout)
+        _program_fields(request, env, cwd, timeout)
         if output_limit is not None:
             request["output_limit"] = output_limit
         if background:
@@ -821,12 +826,7 @@ class Pty:
         request: Dict[str, Any] = {"type": "session_exec", "pty": {"cols": int(cols), "rows": int(rows)}}
         if cmd is not None:
             request["command"] = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(arg) for arg in cmd]
-        if env:
-            request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
-        if cwd is not None:
-            request["chdir"] = cwd
-        if timeout is not None:
-            request["time_limit"] = _duration(timeout)
+        _program_fields(request, env, cwd, timeout)
         if tag is not None:
             request["tag"] = tag
         reply = self._sandbox._request(request, "process")
