@@ -308,6 +308,29 @@ fn a_terminal_ends_with_its_session(mode: Mode) {
     );
 }
 
+/// Root only: a session's `pids` option needs a cgroup brig may write (rootless here, the
+/// host has none to give; there the default RLIMIT_NPROC holds instead).
+#[test]
+fn a_terminal_counts_against_the_session_s_pids() {
+    if !require_root() {
+        return;
+    }
+    let server = Server::start(Mode::Root, &["--pool", "0"]);
+    // The session's cgroup holds what a terminal's program starts, as for any of the
+    // session's processes.
+    let id = create(&server, json!({"options": {"pids": 16}}));
+    let script = "for i in $(seq 40); do sleep 300 & done; echo all-started; wait";
+    let started = start(&server, &id, json!({"command": ["sh", "-c", script]}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    let seen = read_until(&stream, "fork");
+    let end = until_exited(&stream);
+    assert!(!seen.contains("all-started"), "{seen:?}");
+    assert_ne!(end["verdict"]["exit_code"], 0, "{end}");
+    assert_eq!(end["verdict"]["pids_peak"], 16, "{end}");
+    close(&server, &id);
+}
+
 fn bad_terminal_requests_are_one_line_errors(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
