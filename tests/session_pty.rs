@@ -24,6 +24,7 @@ both_modes!(
     ctrl_c_interrupts_the_foreground_job,
     terminal_escapes_fail,
     a_terminal_ends_with_its_session,
+    a_cut_cell_leaves_a_terminal_s_jobs_alone,
     bad_terminal_requests_are_one_line_errors,
     python_client_terminals,
     node_client_terminals,
@@ -328,6 +329,54 @@ fn a_terminal_counts_against_the_session_s_pids() {
     assert!(!seen.contains("all-started"), "{seen:?}");
     assert_ne!(end["verdict"]["exit_code"], 0, "{end}");
     assert_eq!(end["verdict"]["pids_peak"], 16, "{end}");
+    close(&server, &id);
+}
+
+fn a_cut_cell_leaves_a_terminal_s_jobs_alone(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // An interactive bash on a terminal has job control: each job is a process group of
+    // its own, in the terminal's session.
+    let started = start(&server, &id, json!({"command": ["bash", "-i"]}));
+    let pid = started["pid"].as_u64().unwrap();
+    let stream = connect(&server, &id, pid);
+    // `J%sB` with `O`: the line it prints says JOB, its echo does not.
+    input(
+        &server,
+        &id,
+        pid,
+        "sleep 302 & printf 'J%sB %s %s\\n' O $(cut -d' ' -f5 /proc/$!/stat) $$\n",
+    );
+    let mut seen = read_until(&stream, "JOB ");
+    while !seen[seen.find("JOB ").unwrap()..].contains('\n') {
+        seen += &read_until(&stream, "\n");
+    }
+    let numbers: Vec<u64> = seen[seen.find("JOB ").unwrap() + 4..]
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let [group, shell] = numbers[..] else {
+        panic!("no job line in {seen:?}")
+    };
+    assert_ne!(group, shell, "the job has a group of its own");
+    // A cell cut at its time limit: the sweep kills what the cell started, not the
+    // terminal's job.
+    let cut = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "while True:\n    pass", "time_limit": "1s"}),
+    );
+    assert_eq!(cut["verdict"]["status"], "timeout", "{cut}");
+    let reply = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sh", "-c", format!("cat /proc/{group}/cmdline | tr '\\0' ' '")]}),
+    );
+    assert_eq!(
+        reply["stdout"], "sleep 302 ",
+        "the job survives the sweep: {reply}"
+    );
     close(&server, &id);
 }
 

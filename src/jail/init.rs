@@ -281,8 +281,9 @@ fn reap_programs(programs: &mut std::collections::HashMap<Pid, u32>, channel: &C
 /// jail's own /proc until none is left (a process forked during a pass is caught by the
 /// next; a killed one forks no more). With `--proc host`, /proc shows other pids than
 /// the jail's: everything is killed instead, `keep` too.
-/// Kills every process of the jail but init, `keep`, and the process groups `groups`
-/// lead (a program's group: what it started, unless that left the group).
+/// Kills every process of the jail but init, `keep`, and the process groups and sessions
+/// `groups` lead (a program's group: what it started, unless that left the group; a
+/// terminal's program's session: its shell's jobs).
 fn sweep(plan: &Plan, keep: &[Pid], groups: &[Pid]) {
     let own_proc = plan
         .mounts
@@ -309,9 +310,14 @@ fn sweep(plan: &Plan, keep: &[Pid], groups: &[Pid]) {
             if stat.as_ref().and_then(Stat::state) == Some('Z') {
                 continue;
             }
-            // proc(5): field 5 is the process group.
-            let group = stat.and_then(|stat| stat.field(5));
-            if group.is_some_and(|group| groups.iter().any(|pid| pid.as_raw() as u64 == group)) {
+            // proc(5): field 5 is the process group, 6 the session. A program on a
+            // terminal leads a session: its shell's jobs have groups of their own in it.
+            let led = |field: usize| {
+                stat.as_ref()
+                    .and_then(|stat| stat.field(field))
+                    .is_some_and(|leader| groups.iter().any(|pid| pid.as_raw() as u64 == leader))
+            };
+            if led(5) || led(6) {
                 continue;
             }
             found = true;
