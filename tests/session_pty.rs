@@ -25,6 +25,7 @@ both_modes!(
     terminal_escapes_fail,
     a_terminal_ends_with_its_session,
     a_cut_cell_leaves_a_terminal_s_jobs_alone,
+    a_flood_nobody_reads_is_bounded,
     bad_terminal_requests_are_one_line_errors,
     python_client_terminals,
     node_client_terminals,
@@ -377,6 +378,51 @@ fn a_cut_cell_leaves_a_terminal_s_jobs_alone(mode: Mode) {
         reply["stdout"], "sleep 302 ",
         "the job survives the sweep: {reply}"
     );
+    close(&server, &id);
+}
+
+fn a_flood_nobody_reads_is_bounded(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    // 3 MB through the terminal with nobody connected: the backlog keeps the latest
+    // MiB, the rest is dropped and counted; the program is not held up.
+    let flood = "head -c 3000000 /dev/zero | tr '\\0' x; echo end";
+    let started = start(
+        &server,
+        &id,
+        json!({"command": ["sh", "-c", flood], "tag": "flood"}),
+    );
+    let pid = started["pid"].as_u64().unwrap();
+    let ended = || {
+        let list = ask(&server, json!({"type": "session_ps", "session": id}));
+        list["processes"][0]["running"] == false
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), ended),
+        "the flood did not end"
+    );
+    let list = ask(&server, json!({"type": "session_ps", "session": id}));
+    let dropped = list["processes"][0]["backlog_dropped"].as_u64().unwrap();
+    assert!(dropped >= 3_000_000 - (1 << 20), "{list}");
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    let request = json!({"brig": 1, "type": "session_connect", "session": id, "pid": pid});
+    send_frame(&stream, request.to_string().as_bytes(), &[]);
+    assert_eq!(read_reply(&stream).unwrap()["type"], "process");
+    let mut kept = String::new();
+    let end = loop {
+        let frame = read_reply(&stream).expect("a frame");
+        if frame["type"] != "output" {
+            break frame;
+        }
+        kept.push_str(frame["data"].as_str().unwrap_or_default());
+    };
+    assert!(kept.len() <= 1 << 20, "{} bytes kept", kept.len());
+    assert!(
+        kept.ends_with("end\r\n"),
+        "{:?}",
+        &kept[kept.len().saturating_sub(20)..]
+    );
+    assert_eq!(end["verdict"]["exit_code"], 0, "{end}");
     close(&server, &id);
 }
 
