@@ -10,7 +10,7 @@ mod common;
 
 use common::serve::{
     Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,
-    send_frame,
+    runners, send_frame,
 };
 use common::session::{assert_bad_input, assert_output_lines, client_script, session_cli};
 use common::*;
@@ -291,11 +291,27 @@ fn a_terminal_ends_with_its_session(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let marker = format!("BRIG_TEST_MARKER={}", unique("pty"));
     let id = create(&server, json!({}));
+    let runner = *runners(&server).last().expect("the session's runner");
+    // The runner's descriptors of terminals' masters (one terminal: its output, its
+    // input, the master itself).
+    let masters = || {
+        std::fs::read_dir(format!("/proc/{runner}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| target.to_string_lossy().contains("ptmx"))
+            .count()
+    };
+    let started = start(&server, &id, json!({"command": ["sh", "-c", "exit 0"]}));
+    let stream = connect(&server, &id, started["pid"].as_u64().unwrap());
+    assert_eq!(until_exited(&stream)["type"], "exited");
+    assert_eq!(masters(), 0, "an ended terminal's master is closed");
     start(
         &server,
         &id,
         json!({"env": [marker], "command": ["sleep", "300"]}),
     );
+    assert_eq!(masters(), 3);
     assert!(
         wait_until(Duration::from_secs(30), || processes_with_environ(&marker)
             .len()
