@@ -5,7 +5,7 @@ use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Result of a fork-like `clone3`.
 pub enum Cloned {
@@ -696,4 +696,62 @@ pub fn receive_fd(socket: BorrowedFd) -> Option<OwnedFd> {
     let mut byte = [0u8; 1];
     let (_, fds) = receive_with_fds(socket, &mut byte).ok()?;
     fds.into_iter().next()
+}
+
+/// Opens a new terminal of the devpts instance mounted at the caller's /dev/pts (through
+/// /dev/ptmx, a link to pts/ptmx in a jail): its master and its slave (TIOCGPTPEER, the
+/// slave of exactly this master, no path looked up), both close-on-exec and neither
+/// made anyone's controlling terminal, the window `cols` × `rows`.
+pub fn open_terminal(cols: u16, rows: u16) -> Result<(OwnedFd, OwnedFd), Errno> {
+    let flags =
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY | nix::fcntl::OFlag::O_CLOEXEC;
+    let master = nix::fcntl::open("/dev/ptmx", flags, nix::sys::stat::Mode::empty())?;
+    // SAFETY: unlockpt takes a descriptor this process holds (TIOCSPTLCK with 0).
+    Errno::result(unsafe { libc::unlockpt(master.as_raw_fd()) })?;
+    set_window_size(master.as_fd(), cols, rows)?;
+    // SAFETY: TIOCGPTPEER takes open(2) flags by value and returns a new descriptor,
+    // which nothing else owns.
+    let slave = Errno::result(unsafe {
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as libc::c_ulong,
+        )
+    })?;
+    // SAFETY: `slave` was just returned by the kernel for this process.
+    Ok((master, unsafe { OwnedFd::from_raw_fd(slave) }))
+}
+
+/// TIOCSWINSZ: the terminal's window is `cols` × `rows` (its foreground process group
+/// gets SIGWINCH when that changes).
+pub fn set_window_size(terminal: BorrowedFd, cols: u16, rows: u16) -> Result<(), Errno> {
+    let size = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: the kernel reads one winsize from the pointer, which points at `size`.
+    Errno::result(unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCSWINSZ, &size) }).map(drop)
+}
+
+/// TIOCSCTTY: the terminal `terminal` becomes the controlling terminal of the caller, a
+/// session leader without one.
+pub fn take_controlling_terminal(terminal: RawFd) -> Result<(), Errno> {
+    // SAFETY: TIOCSCTTY takes an int by value (0: do not steal it from another session).
+    Errno::result(unsafe { libc::ioctl(terminal, libc::TIOCSCTTY, 0 as libc::c_int) }).map(drop)
+}
+
+/// TIOCGWINSZ: the window of the terminal `terminal` is, (cols, rows); None when it is
+/// not a terminal (or says 0 × 0).
+pub fn window_size(terminal: BorrowedFd) -> Option<(u16, u16)> {
+    let mut size = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: the kernel writes one winsize to the pointer, which points at `size`.
+    let ret = unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCGWINSZ, &mut size) };
+    (ret == 0 && size.ws_col > 0 && size.ws_row > 0).then_some((size.ws_col, size.ws_row))
 }

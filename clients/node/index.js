@@ -475,6 +475,23 @@ class Files {
   }
 }
 
+/**
+ * A `session_connect` to the process `which` names ({pid} or {tag}), its `process` frame
+ * read: {frame, connection, reader, early} (frames read after it wait in `early`).
+ */
+async function attach(sandbox, which) {
+  const attached = await stream(sandbox.socket, {
+    brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, ...which,
+  }, () => {}, { keep: true });
+  try {
+    expect(attached.frame, "process", "session_connect");
+  } catch (error) {
+    attached.connection.destroy();
+    throw error;
+  }
+  return attached;
+}
+
 function commandResult(verdict, stdout, stderr) {
   verdict = verdict || {};
   return { exitCode: verdict.brig_exit_code ?? verdict.exit_code ?? 125, stdout, stderr, verdict };
@@ -577,17 +594,9 @@ class Commands {
 
   /** Attaches to a process by pid (or `{tag}`); `wait()` on the handle reads its output. */
   async connect(pid, { tag } = {}) {
-    const sandbox = this._sandbox;
-    const attached = await stream(sandbox.socket, {
-      brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId,
+    const attached = await attach(this._sandbox, {
       ...(pid !== undefined && pid !== null ? { pid } : {}), ...(tag !== undefined ? { tag } : {}),
-    }, () => {}, { keep: true });
-    try {
-      expect(attached.frame, "process", "session_connect");
-    } catch (error) {
-      attached.connection.destroy();
-      throw error;
-    }
+    });
     // Read no further until wait(): the server bounds what waits for a slow reader; the
     // frames already read are kept for wait().
     attached.connection.pause();
@@ -616,6 +625,96 @@ class Commands {
 }
 
 /**
+ * A program on a terminal of the session's jail (`sandbox.pty.create()`): its output
+ * goes to `onData` (a Buffer) as it arrives; `sendInput()` (keys: "\x03" is Ctrl-C),
+ * `resize({cols, rows})`, `kill()`, `wait()` for its result {exitCode, stdout (the
+ * terminal's output as text), stderr: "", verdict}.
+ */
+class PtyHandle {
+  constructor(pty, pid, tag, attached, onData) {
+    this._pty = pty;
+    this.pid = pid;
+    this.tag = tag ?? null;
+    const output = [];
+    this._ended = new Promise((resolve, reject) => {
+      const { connection, reader } = attached;
+      reader.onFrame = (frame) => {
+        if (frame.type !== "output") return resolve(frame);
+        const data = frame.data !== undefined ? Buffer.from(frame.data, "utf8") : Buffer.from(frame.base64 || "", "base64");
+        output.push(data);
+        if (onData) onData(data);
+      };
+      connection.removeAllListeners("end");
+      connection.removeAllListeners("error");
+      connection.on("end", () => reject(new BrigError("brig serve closed the connection before the terminal's program ended")));
+      connection.on("error", (error) => reject(new BrigError(error.message)));
+      for (const frame of attached.early.splice(0)) reader.onFrame(frame);
+    }).finally(() => attached.connection.destroy());
+    // A rejection nobody waits for is not an unhandled one; wait() sees it.
+    this._ended.catch(() => {});
+    this._output = output;
+  }
+
+  /** Writes `data` (a Buffer, or text as UTF-8) to the terminal, as typed. */
+  sendInput(data) { return this._pty.sendInput(this.pid, data); }
+
+  /** The terminal's new size: the program gets SIGWINCH. */
+  resize({ cols, rows }) { return this._pty.resize(this.pid, { cols, rows }); }
+
+  /** SIGKILL to its process group. */
+  kill() { return this._pty.kill(this.pid); }
+
+  /** Resolves once the program ends: {exitCode, stdout, stderr, verdict}. */
+  async wait() {
+    const end = expect(await this._ended, "exited", "session_connect");
+    return commandResult(end.verdict, Buffer.concat(this._output).toString("utf8"), "");
+  }
+}
+
+/** `sandbox.pty`: programs on a terminal of the jail's own devpts. */
+class Pty {
+  constructor(sandbox) {
+    this._sandbox = sandbox;
+  }
+
+  /**
+   * Starts `cmd` (an argv array or a shell command line; by default the jail's shell,
+   * bash -i or sh -i) on a terminal of `cols` × `rows`; TERM is xterm-256color unless
+   * `envs` sets it. Resolves to a PtyHandle, connected: `onData` gets its output.
+   */
+  async create({ cols = 80, rows = 24, onData, cmd, envs, cwd, timeout, tag } = {}) {
+    const sandbox = this._sandbox;
+    const reply = await sandbox._request({
+      type: "session_exec",
+      pty: { cols, rows },
+      command: cmd === undefined ? undefined : typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd.map(String),
+      env: envs && !Array.isArray(envs) ? Object.entries(envs).map(([k, v]) => `${k}=${v}`) : envs,
+      chdir: cwd,
+      time_limit: duration(timeout),
+      tag,
+    }, "process");
+    const attached = await attach(sandbox, { pid: reply.pid });
+    return new PtyHandle(this, reply.pid, reply.tag, attached, onData);
+  }
+
+  /** Writes `data` (a Buffer, or text as UTF-8) to the terminal of `pid`. */
+  async sendInput(pid, data) {
+    const bytes = Buffer.isBuffer(data) || data instanceof Uint8Array ? Buffer.from(data) : Buffer.from(String(data), "utf8");
+    await this._sandbox._request({ type: "session_stdin", pid, base64: bytes.toString("base64") }, "stdin");
+  }
+
+  /** The terminal of `pid` is now `cols` × `rows`. */
+  async resize(pid, { cols, rows }) {
+    await this._sandbox._request({ type: "session_resize", pid, cols, rows }, "resized");
+  }
+
+  /** SIGKILL to the process group of `pid`. */
+  async kill(pid) {
+    await this._sandbox._request({ type: "session_kill", pid }, "signaled");
+  }
+}
+
+/**
  * A session on `brig serve`: a jail whose interpreters keep their globals and whose
  * workspace (/home/sandbox) keeps its files until `close()`, `idleTimeout` or
  * `sessionTimeout`. Server failures (an unknown or closed session, a refused option or
@@ -628,6 +727,7 @@ class Sandbox {
     this.workspace = workspace;
     this.files = new Files(this);
     this.commands = new Commands(this);
+    this.pty = new Pty(this);
     this._timeoutMs = timeoutMs;
     this._closed = false;
   }
@@ -795,4 +895,4 @@ async function listSessions({ socket, metadata = {}, timeoutMs } = {}) {
   return reply.sessions || [];
 }
 
-module.exports = { run, status, Sandbox, CommandHandle, listSessions, BrigError, PROTOCOL_VERSION };
+module.exports = { run, status, Sandbox, CommandHandle, PtyHandle, listSessions, BrigError, PROTOCOL_VERSION };

@@ -90,6 +90,16 @@ pub enum Command {
     /// Start `program` as program `id`, in a process group of its own, with the
     /// descriptors sent along as its 0, 1, 2, ...
     Spawn { id: u32, program: Program },
+    /// Start `program` as program `id` on a new terminal of the jail's devpts, `cols` ×
+    /// `rows`: init opens it, hands its master to brig over the descriptor socket (or,
+    /// when it cannot, a message without one: the errno's number as its payload), and
+    /// the program gets the slave as its 0, 1, 2 and controlling terminal.
+    SpawnTerminal {
+        id: u32,
+        program: Program,
+        cols: u16,
+        rows: u16,
+    },
     /// Send `signal` to program `id`, or to its process group with `group`.
     Signal { id: u32, signal: i32, group: bool },
     /// SIGKILL every process of the jail but init, the programs `keep`, and the
@@ -154,6 +164,13 @@ impl ChildEnd {
         .collect()
     }
 
+    /// Tells brig a descriptor it waits for could not be made: `errno` instead of it.
+    pub fn hand_over_nothing(&self, errno: Errno) {
+        if let Some(socket) = self.descriptors.as_ref() {
+            let _ = crate::sys::send_with_fds(socket.as_fd(), &(errno as i32).to_le_bytes(), &[]);
+        }
+    }
+
     /// Hands brig a descriptor made inside the jail.
     pub fn hand_over(&self, fd: OwnedFd) -> Result<(), Errno> {
         let socket = self.descriptors.as_ref().ok_or(Errno::EBADF)?;
@@ -211,6 +228,20 @@ impl ChildEnd {
                     program,
                 };
                 Some((command, fds))
+            }
+            b'T' => {
+                let size = |at: usize| -> Option<u16> {
+                    Some(u16::from_le_bytes(
+                        payload.get(at..at + 2)?.try_into().ok()?,
+                    ))
+                };
+                let command = Command::SpawnTerminal {
+                    id: number(0)?,
+                    cols: size(4)?,
+                    rows: size(6)?,
+                    program: decode_program(payload.get(8..)?)?,
+                };
+                Some((command, Vec::new()))
             }
             b'K' => Some((
                 Command::Signal {
@@ -284,6 +315,25 @@ impl ParentEnd {
         }
     }
 
+    /// The descriptor the jail hands over next (a terminal's master), or the errno it
+    /// sent instead ([`ChildEnd::hand_over_nothing`]); blocks until it comes (poll
+    /// [`Self::descriptors_fd`] first).
+    pub fn receive_handed(&self) -> Result<OwnedFd, Errno> {
+        let socket = self.descriptors.as_ref().ok_or(Errno::EBADF)?;
+        let mut errno = [0u8; 4];
+        let (count, fds) = crate::sys::receive_with_fds(socket.as_fd(), &mut errno)?;
+        match fds.into_iter().next() {
+            Some(fd) => Ok(fd),
+            None if count == 4 => Err(Errno::from_raw(i32::from_le_bytes(errno))),
+            None => Err(Errno::EPIPE),
+        }
+    }
+
+    /// The descriptor socket, to poll for what the jail hands over.
+    pub fn descriptors_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.descriptors.as_ref().map(AsFd::as_fd)
+    }
+
     /// The descriptor the jail handed over, once it is ready.
     pub fn take_handed_over(&self) -> Option<OwnedFd> {
         crate::sys::receive_fd(self.descriptors.as_ref()?.as_fd())
@@ -312,6 +362,18 @@ impl ParentEnd {
                 let mut payload = id.to_le_bytes().to_vec();
                 payload.extend_from_slice(&encode_program(program));
                 (b'S', payload)
+            }
+            Command::SpawnTerminal {
+                id,
+                program,
+                cols,
+                rows,
+            } => {
+                let mut payload = id.to_le_bytes().to_vec();
+                payload.extend_from_slice(&cols.to_le_bytes());
+                payload.extend_from_slice(&rows.to_le_bytes());
+                payload.extend_from_slice(&encode_program(program));
+                (b'T', payload)
             }
             Command::Signal { id, signal, group } => {
                 let mut payload = id.to_le_bytes().to_vec();

@@ -70,7 +70,7 @@ pub fn run(
     // The program's process shares init's memory until its exec (vfork-like): cheaper
     // than a fork, whose copy of brig the exec would only tear down again.
     let spawned = sys::spawn_sharing_memory(&mut || {
-        become_program(plan, &program, stdio.as_deref(), &channel, None)
+        become_program(plan, &program, stdio.as_deref(), &channel, None, false)
     });
     // Only the program holds its streams: a client's pipe closes when the program ends.
     drop(stdio);
@@ -196,6 +196,7 @@ pub fn become_program(
     stdio: Option<&[std::os::fd::OwnedFd]>,
     channel: &ChildEnd,
     session: Option<u32>,
+    terminal: bool,
 ) -> ! {
     let fail = |err: Error| -> ! {
         match session {
@@ -208,26 +209,52 @@ pub fn become_program(
         }
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
+    // A program on a terminal leads a session of its own (and so a process group), the
+    // terminal its controlling one (given below with its stdio): its line discipline's
+    // Ctrl-C and SIGWINCH reach its foreground group.
+    if terminal && let Err(errno) = nix::unistd::setsid() {
+        fail(Error::os("give the program a session of its own", errno).at(Stage::Spawn));
+    }
     // A session's program leads a process group of its own, so that one signal reaches
     // what it started.
     if session.is_some()
+        && !terminal
         && let Err(errno) =
             nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
     {
         fail(Error::os("give the program a process group of its own", errno).at(Stage::Spawn));
     }
     // Its pid in the jail, said at once (init's spawn returns only once it has exec'd):
-    // a background process's start is answered with it.
-    if let Some(id) = session {
-        channel.send(&Message::Started {
-            id,
-            pid: std::process::id(),
-        });
+    // a background process's start is answered with it. On a terminal, once the
+    // terminal is its controlling one (below): a Ctrl-C typed after the answer reaches it
+    // (typed before, with no session on the terminal, it would signal nobody).
+    let say_started = || {
+        if let Some(id) = session {
+            channel.send(&Message::Started {
+                id,
+                pid: std::process::id(),
+            });
+        }
+    };
+    if !terminal {
+        say_started();
     }
     if let Some(stdio) = stdio
         && let Err(err) = take_stdio(stdio)
     {
         fail(err);
+    }
+    if terminal && let Err(errno) = sys::take_controlling_terminal(0) {
+        fail(
+            Error::os(
+                "make the jail's terminal the program's controlling terminal",
+                errno,
+            )
+            .at(Stage::Descriptors),
+        );
+    }
+    if terminal {
+        say_started();
     }
     if let Err(err) = drop_privileges(plan, program) {
         fail(err);

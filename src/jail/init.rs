@@ -149,31 +149,52 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
             }
             Some((Command::Spawn { id, program }, stdio)) => {
                 let spawned = sys::spawn_sharing_memory(&mut || {
-                    child::become_program(plan, &program, Some(&stdio), channel, Some(id))
+                    child::become_program(plan, &program, Some(&stdio), channel, Some(id), false)
                 });
                 drop(stdio);
-                match spawned {
-                    // The program said its pid itself (Message::Started), before it
-                    // exec'd.
-                    Ok(pid) => programs.spawned(pid, id),
+                started(&mut programs, id, spawned, channel);
+            }
+            Some((
+                Command::SpawnTerminal {
+                    id,
+                    program,
+                    cols,
+                    rows,
+                },
+                _,
+            )) => {
+                // The jail's own devpts (init's /dev/ptmx is the jail's), never the
+                // host's; the master goes to brig at once and is closed here, so no
+                // program of the jail ever holds it.
+                let slave = match sys::open_terminal(cols, rows) {
+                    Ok((master, slave)) => match channel.hand_over(master) {
+                        Ok(()) => slave,
+                        Err(_) => continue,
+                    },
                     Err(errno) => {
-                        channel.send(&Message::ProgramError {
-                            id,
-                            code: ExitStatus::BRIG_FAILED as u8,
-                            message: format!(
-                                "start the program's process inside the jail: {}",
-                                errno.desc()
-                            ),
-                        });
-                        channel.send(&Message::Ended {
-                            id,
-                            end: Ended {
-                                code: Some(ExitStatus::BRIG_FAILED),
-                                ..Ended::default()
-                            },
-                        });
+                        channel.hand_over_nothing(errno);
+                        continue;
                     }
-                }
+                };
+                let stdio = [0, 1, 2].map(|_| slave.try_clone());
+                let spawned = match stdio {
+                    [Ok(a), Ok(b), Ok(c)] => {
+                        let stdio = vec![a, b, c];
+                        sys::spawn_sharing_memory(&mut || {
+                            child::become_program(
+                                plan,
+                                &program,
+                                Some(&stdio),
+                                channel,
+                                Some(id),
+                                true,
+                            )
+                        })
+                    }
+                    _ => Err(nix::errno::Errno::EMFILE),
+                };
+                drop(slave);
+                started(&mut programs, id, spawned, channel);
             }
             Some((Command::Signal { id, signal, group }, _)) => {
                 if let Ok(signal) = Signal::try_from(signal) {
@@ -185,6 +206,36 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                 programs.reap(channel);
                 channel.send(&Message::Swept);
             }
+        }
+    }
+}
+
+/// A program's spawn: watched once started (it said its pid itself, Message::Started,
+/// before it exec'd), else reported failed and ended.
+fn started(
+    programs: &mut Programs,
+    id: u32,
+    spawned: Result<Pid, nix::errno::Errno>,
+    channel: &ChildEnd,
+) {
+    match spawned {
+        Ok(pid) => programs.spawned(pid, id),
+        Err(errno) => {
+            channel.send(&Message::ProgramError {
+                id,
+                code: ExitStatus::BRIG_FAILED as u8,
+                message: format!(
+                    "start the program's process inside the jail: {}",
+                    errno.desc()
+                ),
+            });
+            channel.send(&Message::Ended {
+                id,
+                end: Ended {
+                    code: Some(ExitStatus::BRIG_FAILED),
+                    ..Ended::default()
+                },
+            });
         }
     }
 }
@@ -281,8 +332,9 @@ fn group_has_members(group: Pid) -> bool {
 /// jail's own /proc until none is left (a process forked during a pass is caught by the
 /// next; a killed one forks no more). With `--proc host`, /proc shows other pids than
 /// the jail's: everything is killed instead, `keep` too.
-/// Kills every process of the jail but init, `keep`, and the process groups `groups`
-/// lead (a program's group: what it started, unless that left the group).
+/// Kills every process of the jail but init, `keep`, and the process groups and sessions
+/// `groups` lead (a program's group: what it started, unless that left the group; a
+/// terminal's program's session: its shell's jobs).
 fn sweep(plan: &Plan, keep: &[Pid], groups: &[Pid]) {
     let own_proc = plan
         .mounts
@@ -309,9 +361,14 @@ fn sweep(plan: &Plan, keep: &[Pid], groups: &[Pid]) {
             if stat.as_ref().and_then(Stat::state) == Some('Z') {
                 continue;
             }
-            // proc(5): field 5 is the process group.
-            let group = stat.and_then(|stat| stat.field(5));
-            if group.is_some_and(|group| groups.iter().any(|pid| pid.as_raw() as u64 == group)) {
+            // proc(5): field 5 is the process group, 6 the session. A program on a
+            // terminal leads a session: its shell's jobs have groups of their own in it.
+            let led = |field: usize| {
+                stat.as_ref()
+                    .and_then(|stat| stat.field(field))
+                    .is_some_and(|leader| groups.iter().any(|pid| pid.as_raw() as u64 == leader))
+            };
+            if led(5) || led(6) {
                 continue;
             }
             found = true;

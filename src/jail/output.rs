@@ -185,6 +185,11 @@ impl Output {
                 }
                 Ok(count) => count,
                 Err(Errno::EINTR) => continue,
+                // A terminal's master once no process holds its slave any more.
+                Err(Errno::EIO) => {
+                    self.streams[index].pipe = None;
+                    return true;
+                }
                 Err(_) => return true, // EAGAIN: nothing more for now
             };
             if index == 0 {
@@ -228,6 +233,12 @@ impl Output {
                 }
             }
         }
+    }
+
+    /// Reads stream `index` no more (a terminal's output is one stream: its second is a
+    /// copy of the first, never read).
+    pub fn without(&mut self, index: usize) {
+        self.streams[index].pipe = None;
     }
 
     /// Stops reading: what is still in the pipes is left there (processes the program

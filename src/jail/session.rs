@@ -127,6 +127,60 @@ impl<'p> SessionJail<'p> {
         Ok(id)
     }
 
+    /// Starts `program` on a new terminal of the jail's own devpts (`cols` × `rows`),
+    /// opened by the jail's init: the terminal is its stdin, stdout, stderr and
+    /// controlling terminal, and it leads a session of its own. Its id, and the
+    /// terminal's master, which only brig holds.
+    pub fn spawn_terminal(
+        &mut self,
+        program: &Program,
+        cols: u16,
+        rows: u16,
+    ) -> Result<(u32, std::os::fd::OwnedFd)> {
+        program.check()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let command = Command::SpawnTerminal {
+            id,
+            program: program.clone(),
+            cols,
+            rows,
+        };
+        let channel = &self.jail.channel;
+        channel
+            .send_command(&command, &[])
+            .context(|| "hand the program to the session's jail".into())
+            .at(Stage::Spawn)?;
+        // Init answers at once; a jail whose init cannot get a CPU (or died) is given up.
+        let socket = channel
+            .descriptors_fd()
+            .expect("a session's jail has a descriptor socket");
+        let mut fds = [
+            nix::poll::PollFd::new(socket, nix::poll::PollFlags::POLLIN),
+            nix::poll::PollFd::new(self.jail.init_pidfd(), nix::poll::PollFlags::POLLIN),
+        ];
+        let timeout = nix::poll::PollTimeout::try_from(SWEEP_WAIT.as_millis() as i32)
+            .unwrap_or(nix::poll::PollTimeout::MAX);
+        let arrived =
+            nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[0].any().unwrap_or(false));
+        if !arrived {
+            return Err(crate::error::Error::setup(
+                "the session's jail did not open a terminal (its init did not answer)",
+            )
+            .at(Stage::Spawn));
+        }
+        let master = channel
+            .receive_handed()
+            .map_err(|errno| {
+                crate::error::Error::os(
+                    "open a terminal of the jail's /dev/ptmx (its devpts)",
+                    errno,
+                )
+            })
+            .at(Stage::Spawn)?;
+        Ok((id, master))
+    }
+
     /// Sends `signal` to program `id` (to its process group with `group`).
     pub fn signal(&self, id: u32, signal: Signal, group: bool) -> Result<()> {
         let command = Command::Signal {

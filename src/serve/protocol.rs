@@ -99,6 +99,10 @@ pub enum Request {
         /// A background process's name, for the requests below instead of its pid.
         #[serde(default)]
         tag: Option<String>,
+        /// Start it on a terminal of the jail's own devpts, this size (a background
+        /// process; without a command, the jail's shell).
+        #[serde(default)]
+        pty: Option<PtySize>,
     },
     /// The session's processes (`session_processes.rs`).
     SessionPs {
@@ -122,8 +126,21 @@ pub enum Request {
         tag: Option<String>,
         #[serde(default)]
         data: String,
+        /// Bytes as base64 instead of `data` (a terminal's input need not be text).
+        #[serde(default)]
+        base64: Option<String>,
         #[serde(default)]
         close: bool,
+    },
+    /// A terminal's new size (TIOCSWINSZ: its foreground process group gets SIGWINCH).
+    SessionResize {
+        session: String,
+        #[serde(default)]
+        pid: Option<u32>,
+        #[serde(default)]
+        tag: Option<String>,
+        cols: u16,
+        rows: u16,
     },
     /// Sends a signal (a name, `TERM` or `SIGTERM`, or a number) to a process's group.
     SessionSignal {
@@ -312,6 +329,7 @@ impl Request {
             | Request::SessionPs { session }
             | Request::SessionConnect { session, .. }
             | Request::SessionStdin { session, .. }
+            | Request::SessionResize { session, .. }
             | Request::SessionSignal { session, .. }
             | Request::SessionKill { session, .. }
             | Request::SessionClose { session }
@@ -319,6 +337,14 @@ impl Request {
             _ => None,
         }
     }
+}
+
+/// A terminal's size, in characters.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]

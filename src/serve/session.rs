@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 mod session_loop;
 #[path = "session_process.rs"]
 mod session_process;
+#[path = "session_pty.rs"]
+mod session_pty;
 
 /// The one-line error for an exec that is neither a command nor a cell.
 const EXEC_FORM: &str =
@@ -1492,6 +1494,12 @@ pub fn check_request(request: &Request) -> Result<()> {
                 workspace::MAX_CHUNK
             )))
         }
+        Request::SessionExec {
+            code,
+            stream,
+            pty: Some(size),
+            ..
+        } => session_pty::check_exec(*size, code.is_some(), *stream),
         Request::SessionExec { command, code, .. } if command.is_empty() == code.is_none() => {
             Err(Error::input(EXEC_FORM))
         }

@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "session_client_processes.rs"]
 mod processes;
+#[path = "session_client_pty.rs"]
+mod pty;
 pub use processes::Which;
 
 #[derive(Subcommand, Debug)]
@@ -132,6 +134,19 @@ pub enum SessionCommand {
         /// The signal.
         #[arg(long, value_name = "SIGNAL")]
         signal: String,
+    },
+    /// Start a program (`-- ARGV...`; by default the jail's shell) on a terminal of the
+    /// session's jail and attach this terminal to it (raw mode; a resize follows) until it
+    /// ends; exit as it did. Without a terminal, standard input is typed into it.
+    Pty {
+        #[command(flatten)]
+        at: At,
+        /// A tag for it (for `connect`, `signal`, `kill` by --tag).
+        #[arg(long, value_name = "TAG")]
+        tag: Option<String>,
+        /// The program and its arguments.
+        #[arg(last = true, value_name = "ARGV")]
+        command: Vec<String>,
     },
     /// Kill a process's group (SIGKILL).
     Kill {
@@ -358,6 +373,7 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             processes::signal(&at, &which, Some(&signal))
         }
         SessionCommand::Kill { at, which } => processes::signal(&at, &which, None),
+        SessionCommand::Pty { at, tag, command } => pty::attach(&at, command, tag),
         SessionCommand::Close { at } => {
             request(
                 &at.server,

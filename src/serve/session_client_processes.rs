@@ -64,9 +64,9 @@ pub fn stream(socket: &Path, mut message: Value, end: &str) -> Result<Value> {
     }
 }
 
-/// An `output` frame's bytes to this command's stdout or stderr, at once.
-fn print_output(frame: &Value) -> Result<()> {
-    let bytes = match (frame["data"].as_str(), frame["base64"].as_str()) {
+/// An `output` frame's bytes (`data` text, or `base64`).
+pub(super) fn output_bytes(frame: &Value) -> Result<Vec<u8>> {
+    Ok(match (frame["data"].as_str(), frame["base64"].as_str()) {
         (Some(text), _) => text.as_bytes().to_vec(),
         (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
             .decode(encoded)
@@ -74,7 +74,12 @@ fn print_output(frame: &Value) -> Result<()> {
                 Error::setup(format!("brig serve sent output that is not base64: {err}"))
             })?,
         (None, None) => Vec::new(),
-    };
+    })
+}
+
+/// An `output` frame's bytes to this command's stdout or stderr, at once.
+fn print_output(frame: &Value) -> Result<()> {
+    let bytes = output_bytes(frame)?;
     let written = match frame["stream"].as_str() {
         Some("stderr") => {
             let mut stderr = std::io::stderr();

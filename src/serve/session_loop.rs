@@ -546,6 +546,21 @@ impl<'p> Session<'p> {
         memfd: OwnedFd,
     ) {
         let immediate = match request {
+            Ok(Request::SessionResize {
+                pid,
+                tag,
+                cols,
+                rows,
+                ..
+            }) => {
+                let size = super::protocol::PtySize { cols, rows };
+                let reply = self.resize_terminal(pid, tag.as_deref(), size);
+                (
+                    connection,
+                    memfd,
+                    reply.unwrap_or_else(|err| error_reply(&err)),
+                )
+            }
             Ok(Request::SessionExec {
                 command,
                 code: None,
@@ -557,8 +572,9 @@ impl<'p> Session<'p> {
                 stream,
                 background,
                 tag,
+                pty,
                 ..
-            }) if !command.is_empty() => {
+            }) if !command.is_empty() || pty.is_some() => {
                 let exec = CommandExec {
                     command,
                     stdin,
@@ -569,10 +585,11 @@ impl<'p> Session<'p> {
                 };
                 let form = Form {
                     stream,
-                    background,
+                    // A terminal's program runs in the background.
+                    background: background || pty.is_some(),
                     tag,
                 };
-                match self.start_command(exec, form, peer, connection, memfd) {
+                match self.start_command(exec, form, pty, peer, connection, memfd) {
                     Ok(()) => return,
                     Err((connection, memfd, err)) => (connection, memfd, error_reply(&err)),
                 }
@@ -618,11 +635,12 @@ impl<'p> Session<'p> {
                 pid,
                 tag,
                 data,
+                base64,
                 close,
                 ..
             }) => {
-                let reply = self
-                    .find_process("session_stdin", pid, tag.as_deref())
+                let reply = session_pty::stdin_bytes(data, base64).and_then(|data| {
+                    self.find_process("session_stdin", pid, tag.as_deref())
                     .and_then(|id| {
                         let process = self.processes.watched.get_mut(&id).expect("found");
                         let pid = process.pid.unwrap_or_default();
@@ -631,15 +649,21 @@ impl<'p> Session<'p> {
                                 "session_stdin: process {pid} has ended; see session_ps"
                             )));
                         }
+                        if close && process.pty.is_some() {
+                            return Err(Error::input(format!(
+                                "session_stdin: process {pid} reads a terminal, which has no end to close; send \"\\u0004\" (Ctrl-D) for end of input, or session_kill"
+                            )));
+                        }
                         process
-                            .queue_stdin(data.as_bytes(), close)
+                            .queue_stdin(&data, close)
                             .map(|written| {
                                 json!({"type": "stdin", "pid": pid, "written": written, "closed": close})
                             })
                             .map_err(|why| {
                                 Error::input(format!("session_stdin: process {pid}: {why}"))
                             })
-                    });
+                    })
+                });
                 (
                     connection,
                     memfd,
@@ -698,7 +722,12 @@ impl<'p> Session<'p> {
     }
 
     /// The process a request names, by pid or tag.
-    fn find_process(&self, what: &str, pid: Option<u32>, tag: Option<&str>) -> Result<u32> {
+    pub(super) fn find_process(
+        &self,
+        what: &str,
+        pid: Option<u32>,
+        tag: Option<&str>,
+    ) -> Result<u32> {
         let found = match (pid, tag) {
             // A pid the jail reuses names its running process first.
             (Some(pid), None) => self
@@ -757,11 +786,15 @@ impl<'p> Session<'p> {
         &mut self,
         exec: CommandExec,
         form: Form,
+        pty: Option<super::protocol::PtySize>,
         peer: Peer,
         connection: OwnedFd,
         memfd: OwnedFd,
     ) -> std::result::Result<(), (OwnedFd, OwnedFd, Error)> {
-        let result = self.spawn_watched(exec, &form, peer);
+        let result = match pty {
+            Some(size) => self.start_terminal(exec, &form, size, peer),
+            None => self.spawn_watched(exec, &form, peer),
+        };
         let (id, mut watched) = match result {
             Ok(started) => started,
             Err(err) => return Err((connection, memfd, err)),
@@ -781,22 +814,9 @@ impl<'p> Session<'p> {
         Ok(())
     }
 
-    fn spawn_watched(
-        &mut self,
-        exec: CommandExec,
-        form: &Form,
-        peer: Peer,
-    ) -> Result<(u32, Watched)> {
-        check_form(form, false)?;
-        let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
-        if form.background {
-            // A background process lives until it is killed or the session ends; it
-            // has the limits its request asks for, and no others.
-            time_limit = time_limit.filter(|_| exec.time_limit.is_some());
-            if exec.output_limit.is_none() {
-                limit = u64::MAX;
-            }
-        }
+    /// Whether the session may start another command: fewer than [`MAX_RUNNING`] run,
+    /// and none has the tag `form` asks for.
+    pub(super) fn check_room(&self, form: &Form) -> Result<()> {
         if self.processes.running_ids().len() >= MAX_RUNNING {
             return Err(Error::input(format!(
                 "session_exec: the session runs {MAX_RUNNING} commands already (the most); end one (session_kill) first"
@@ -813,6 +833,26 @@ impl<'p> Session<'p> {
                 "tag: a running process of the session has the tag {tag:?} already; choose another"
             )));
         }
+        Ok(())
+    }
+
+    fn spawn_watched(
+        &mut self,
+        exec: CommandExec,
+        form: &Form,
+        peer: Peer,
+    ) -> Result<(u32, Watched)> {
+        check_form(form, false)?;
+        let (mut time_limit, mut limit) = self.limits(exec.time_limit, exec.output_limit)?;
+        if form.background {
+            // A background process lives until it is killed or the session ends; it
+            // has the limits its request asks for, and no others.
+            time_limit = time_limit.filter(|_| exec.time_limit.is_some());
+            if exec.output_limit.is_none() {
+                limit = u64::MAX;
+            }
+        }
+        self.check_room(form)?;
         let program = self.program(exec.command, exec.env, exec.chdir)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         // The one collector makes the output pipes (the jail's ends blocking, its own

@@ -8,6 +8,7 @@
 //! [`Listener`]s: frames queued for them are written without blocking, within bounds.
 
 use super::Cut;
+use super::protocol::PtySize;
 use crate::jail::session::Ended;
 use crate::jail::{Captured, Output};
 use crate::verdict::Peer;
@@ -39,7 +40,10 @@ pub const MAX_LISTENERS: usize = 8;
 /// The longest tag.
 pub const MAX_TAG: usize = 128;
 
-const STREAMS: [&str; 2] = ["stdout", "stderr"];
+/// An output frame's `stream`: a command's pipes, or a terminal's one stream.
+const STREAMS: [&str; 3] = ["stdout", "stderr", "pty"];
+/// The index of a terminal's stream in [`STREAMS`].
+const TERMINAL: usize = 2;
 
 /// One piece of output as it was read.
 struct Chunk {
@@ -327,6 +331,10 @@ pub struct Watched {
     pub oom_before: u64,
     pub foreground: Option<Foreground>,
     pub listeners: Vec<Listener>,
+    /// A program on a terminal (`session_pty.rs`): its size, and the master (only the
+    /// runner holds it) while it runs; its output is read from the master, as pipe 0.
+    pub pty: Option<PtySize>,
+    pub terminal: Option<OwnedFd>,
 }
 
 /// How a program is to be watched.
@@ -383,6 +391,8 @@ impl Watched {
             oom_before: watch.oom_before,
             foreground: None,
             listeners: Vec::new(),
+            pty: None,
+            terminal: None,
         }
     }
 
@@ -448,8 +458,13 @@ impl Watched {
         let Some(mut output) = self.output.take() else {
             return false;
         };
+        // A terminal's output is one stream, the terminal's.
+        let terminal = self.pty.is_some();
         let within = output.pump_to(index, |index, kept| {
-            let chunk = self.chunker.chunk(index, kept);
+            let mut chunk = self.chunker.chunk(index, kept);
+            if let Some(chunk) = chunk.as_mut().filter(|_| terminal) {
+                chunk.stream = TERMINAL;
+            }
             self.publish(chunk);
         });
         self.output = Some(output);
@@ -496,7 +511,10 @@ impl Watched {
     pub fn finish_output(&mut self) {
         for index in 0..2 {
             self.read(index);
-            let rest = self.chunker.rest(index);
+            let mut rest = self.chunker.rest(index);
+            if let Some(chunk) = rest.as_mut().filter(|_| self.pty.is_some()) {
+                chunk.stream = TERMINAL;
+            }
             self.publish(rest);
         }
         if let Some(mut output) = self.output.take() {
@@ -504,6 +522,7 @@ impl Watched {
             self.captured = output.into_captured();
         }
         self.stdin = None;
+        self.terminal = None;
     }
 
     /// Attaches a client: the `process` frame, then what the backlog holds, then (if it
@@ -551,6 +570,7 @@ impl Watched {
             "status": status,
             "started_unix_ms": self.started_unix_ms,
             "backlog_dropped": self.backlog_dropped,
+            "pty": self.pty,
         })
     }
 }

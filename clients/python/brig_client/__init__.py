@@ -580,6 +580,16 @@ def _expect(reply: Dict[str, Any], expected: str, what: str) -> Dict[str, Any]:
     return reply
 
 
+def _program_fields(request: Dict[str, Any], env: Any, cwd: Optional[str], timeout: Any) -> None:
+    """A program's `env` (a dict or a list of "K=V"), `cwd` and `timeout` into its request."""
+    if env:
+        request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
+    if cwd is not None:
+        request["chdir"] = cwd
+    if timeout is not None:
+        request["time_limit"] = _duration(timeout)
+
+
 def _command_result(verdict: Dict[str, Any], stdout: str, stderr: str) -> CommandResult:
     code = verdict.get("brig_exit_code")
     if code is None:
@@ -686,12 +696,7 @@ class Commands:
         request: Dict[str, Any] = {"type": "session_exec", "command": argv}
         if stdin is not None:
             request["stdin"] = stdin
-        if env:
-            request["env"] = [f"{k}={v}" for k, v in env.items()] if isinstance(env, dict) else list(env)
-        if cwd is not None:
-            request["chdir"] = cwd
-        if timeout is not None:
-            request["time_limit"] = _duration(timeout)
+        _program_fields(request, env, cwd, timeout)
         if output_limit is not None:
             request["output_limit"] = output_limit
         if background:
@@ -744,6 +749,117 @@ class Commands:
         self._sandbox._request({"type": "session_stdin", "pid": pid, "close": True}, "stdin")
 
 
+def _frame_bytes(frame: Dict[str, Any]) -> bytes:
+    """An `output` frame's bytes (`data` text, or `base64`)."""
+    if "data" in frame:
+        return frame["data"].encode("utf-8")
+    return base64.b64decode(frame.get("base64", ""))
+
+
+class PtyHandle:
+    """A program on a terminal of the session's jail (`pty.create()`): `send_input()`
+    (keys, bytes: b"\\x03" is Ctrl-C), `resize()`, `kill()`, `wait()` for its output
+    (to `on_data` as bytes) and its result (`stdout`: the terminal's output as text)."""
+
+    def __init__(self, pty: "Pty", pid: int, tag: Optional[str], connection: _socket.socket,
+                 on_data: Optional[Callable[[bytes], Any]]):
+        self._pty = pty
+        self.pid = pid
+        self.tag = tag
+        self._connection: Optional[_socket.socket] = connection
+        self._on_data = on_data
+
+    def send_input(self, data: Any) -> None:
+        """Writes `data` (bytes, or text as UTF-8) to the terminal, as typed."""
+        self._pty.send_input(self.pid, data)
+
+    def resize(self, size: Tuple[int, int]) -> None:
+        """The terminal's new size, (cols, rows): the program gets SIGWINCH."""
+        self._pty.resize(self.pid, size)
+
+    def kill(self) -> None:
+        """SIGKILL to its process group."""
+        self._pty.kill(self.pid)
+
+    def wait(self, on_data: Optional[Callable[[bytes], Any]] = None) -> CommandResult:
+        """Reads the terminal's output until the program ends (to `on_data`, else the
+        `on_data` given to `create()`); its result."""
+        on_data = on_data or self._on_data
+        connection, self._connection = self._connection, None
+        if connection is None:
+            connection = self._pty._sandbox._client._open(
+                {"brig": PROTOCOL_VERSION, "type": "session_connect",
+                 "session": self._pty._sandbox.session_id, "pid": self.pid}, [])
+            _expect(_read_frame(connection), "process", "session_connect")
+        output: List[bytes] = []
+        with connection:
+            while True:
+                frame = _read_frame(connection)
+                if frame.get("type") != "output":
+                    end = _expect(frame, "exited", "session_connect")
+                    break
+                data = _frame_bytes(frame)
+                output.append(data)
+                if on_data is not None:
+                    on_data(data)
+        text = b"".join(output).decode("utf-8", errors="replace")
+        return _command_result(end.get("verdict") or {}, text, "")
+
+    def __repr__(self) -> str:
+        return f"PtyHandle(pid={self.pid}, tag={self.tag!r})"
+
+
+class Pty:
+    """`Sandbox.pty`: programs on a terminal of the jail's own devpts."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sandbox = sandbox
+
+    def create(self, size: Tuple[int, int] = (80, 24), on_data: Optional[Callable[[bytes], Any]] = None, *,
+               cmd: Any = None, env: Any = None, cwd: Optional[str] = None, timeout: Any = None,
+               tag: Optional[str] = None) -> PtyHandle:
+        """Starts `cmd` (an argv list or a shell command line; by default the jail's
+        shell, bash -i or sh -i) on a terminal of `size` (cols, rows); TERM is
+        xterm-256color unless `env` sets it. It runs until it exits, is killed, or the
+        session ends; `on_data` gets its output (bytes) during `wait()`."""
+        cols, rows = size
+        request: Dict[str, Any] = {"type": "session_exec", "pty": {"cols": int(cols), "rows": int(rows)}}
+        if cmd is not None:
+            request["command"] = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(arg) for arg in cmd]
+        _program_fields(request, env, cwd, timeout)
+        if tag is not None:
+            request["tag"] = tag
+        reply = self._sandbox._request(request, "process")
+        pid = int(reply["pid"])
+        # Connected at once: output from its start on is this handle's (the backlog
+        # keeps the latest MiB whoever connects).
+        connection = self._sandbox._client._open(
+            {"brig": PROTOCOL_VERSION, "type": "session_connect", "session": self._sandbox.session_id,
+             "pid": pid}, [])
+        try:
+            _expect(_read_frame(connection), "process", "session_connect")
+        except BaseException:
+            connection.close()
+            raise
+        return PtyHandle(self, pid, reply.get("tag"), connection, on_data)
+
+    def send_input(self, pid: int, data: Any) -> None:
+        """Writes `data` (bytes, or text as UTF-8) to the terminal of `pid`."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        self._sandbox._request({"type": "session_stdin", "pid": pid,
+                                "base64": base64.b64encode(raw).decode("ascii")}, "stdin")
+
+    def resize(self, pid: int, size: Tuple[int, int]) -> None:
+        """The terminal of `pid` is now `size` (cols, rows)."""
+        cols, rows = size
+        self._sandbox._request({"type": "session_resize", "pid": pid, "cols": int(cols), "rows": int(rows)},
+                               "resized")
+
+    def kill(self, pid: int) -> None:
+        """SIGKILL to the process group of `pid`."""
+        self._sandbox._request({"type": "session_kill", "pid": pid}, "signaled")
+
+
 class Sandbox:
     """A session on `brig serve`: a jail whose interpreters keep their globals and whose
     workspace (/home/sandbox) keeps its files until `close()`, `idle_timeout` or
@@ -774,6 +890,7 @@ class Sandbox:
         self._client = Client(socket, timeout) if socket else Client(timeout=timeout)
         self.files = Files(self)
         self.commands = Commands(self)
+        self.pty = Pty(self)
         self._closed = False
         self.workspace = "/home/sandbox"
         if _session is not None:

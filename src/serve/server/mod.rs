@@ -490,6 +490,7 @@ impl Server {
             | Request::SessionPs { .. }
             | Request::SessionConnect { .. }
             | Request::SessionStdin { .. }
+            | Request::SessionResize { .. }
             | Request::SessionSignal { .. }
             | Request::SessionKill { .. }
             | Request::SessionContext { .. }
