@@ -1,7 +1,7 @@
 //! The audit log (`--audit-log`): one whole JSON line per run, even from many concurrent
 //! runs, with the time, the caller's uid, argv, the config's digest and the verdict.
 //! (The seccomp kill report and `--seccomp-log`, which read the kernel's audit records,
-//! are in tests/attacks.rs with the probe they use.)
+//! are in tests/jail/attacks.rs with the probe they use.)
 
 use crate::common;
 

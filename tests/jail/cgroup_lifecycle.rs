@@ -3,7 +3,7 @@
 //! by the next run; no descriptor into the cgroup tree reaches the jail; and without a
 //! usable cgroup (rootless here) explicit limits fail closed while the defaults run
 //! unenforced, with a warning. On this host these are the v1 hierarchies; cgroup v2 is
-//! tests/cgroup_v2.rs, in a VM.
+//! tests/operators/cgroup_v2.rs, in a VM.
 
 use crate::common;
 

@@ -301,7 +301,7 @@ const NET_SCRIPT: &str = r#"
 import errno, socket
 lines = open("/proc/net/dev").read().splitlines()[2:]
 print("ifaces", *sorted(line.split(":")[0].strip() for line in lines))
-# UDP here; TCP on the jail's own lo is tests/first_minutes.rs.
+# UDP here; TCP on the jail's own lo is tests/operators/first_minutes.rs.
 server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 server.bind(("127.0.0.1", 0))
 server.settimeout(5)

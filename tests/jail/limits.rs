@@ -2,9 +2,9 @@
 //! floods and daemons, each stopped by the limit meant for it, and the verdict that tells
 //! which limit ended the run; rlimits, and limits from a YAML config. On this host brig runs
 //! as root on the cgroup v1 hierarchies; rootless it has no cgroup, so the cgroup limits
-//! are root-only tests here (cgroup v2, delegation included, is tests/cgroup_v2.rs, in a
-//! VM). The verdict itself is tests/verdict.rs; cgroup creation, placement and removal
-//! tests/cgroup_lifecycle.rs; the audit log tests/audit.rs.
+//! are root-only tests here (cgroup v2, delegation included, is tests/operators/cgroup_v2.rs, in a
+//! VM). The verdict itself is tests/jail/verdict.rs; cgroup creation, placement and removal
+//! tests/jail/cgroup_lifecycle.rs; the audit log tests/jail/audit.rs.
 //!
 //! Every run goes through `jail`/`finish` (tests/common/limits.rs), which also check that
 //! brig removed its jail's cgroups (`<hierarchy>/brig/jail-<brig's pid>-*`) before it

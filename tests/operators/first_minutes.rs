@@ -330,7 +330,7 @@ fn rootless_brig_uses_a_chowned_v1_cgroup() {
     let v1 = std::path::Path::new("/sys/fs/cgroup/memory").is_dir();
     if !require(
         "a cgroup v1 memory hierarchy",
-        "run on a hybrid or v1 host (on pure v2, tests/cgroup_v2.rs covers delegation)",
+        "run on a hybrid or v1 host (on pure v2, tests/operators/cgroup_v2.rs covers delegation)",
         v1,
     ) {
         return;

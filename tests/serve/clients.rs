@@ -2,7 +2,7 @@
 //! real server, as root and rootless: a run with captured output, a run with the
 //! caller's own streams (Python), a refused request, and the status; sessions
 //! (docs/protocol.md) through each client's `Sandbox`, streamed output and background
-//! processes (`tests/session_processes.rs` has the protocol's own); and the agent tool
+//! processes (`tests/serve/session_processes.rs` has the protocol's own); and the agent tool
 //! example (deploy/clients/agent_tool.py) on them.
 
 use crate::common;

@@ -693,7 +693,7 @@ fn a_jail_of_another_shape_is_built_for_the_request(mode: Mode) {
     );
 }
 
-/// Rootless on this host brig has no cgroup (tests/rootless_limits.rs), so a server asked
+/// Rootless on this host brig has no cgroup (tests/jail/rootless_limits.rs), so a server asked
 /// for --memory and --pids cannot enforce them: it refuses to start, once, with the fix,
 /// exit 125, which the shipped unit names in RestartPreventExitStatus= (no restart loop).
 #[test]

@@ -168,7 +168,7 @@ impl Interpreter {
 
     /// The reply to the cell `id`, checked for the fields every reply has: data only (no
     /// CPU time or status: brig takes those from the kernel; the rich results are
-    /// tests/session_rich.rs's).
+    /// tests/serve/session_rich.rs's).
     fn reply(&mut self, id: u64) -> Value {
         let reply = self.read_line();
         assert_eq!(reply["id"], json!(id), "the reply's id: {reply}");

@@ -4,7 +4,7 @@
 //! then live, then its verdict), fed stdin, signaled and killed; a flood nobody reads and
 //! a client that never reads are bounded and do not stop the session; everything of a
 //! session's processes goes with it; another uid cannot reach them; bad requests are
-//! one-line errors. The CLI drives the same (the clients: tests/serve_clients.rs).
+//! one-line errors. The CLI drives the same (the clients: tests/serve/clients.rs).
 
 use crate::common;
 
