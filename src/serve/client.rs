@@ -1,7 +1,8 @@
 //! `brig run --server PATH`: the same options, exit statuses and verdict as a one-shot
 //! run, served by a `brig serve` on PATH. The client's own stdin, stdout and stderr go to
 //! the jail with the request (SCM_RIGHTS), so output flows straight through; SIGINT,
-//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program.
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. Also
+//! `brig serve --status`, a client of the server too.
 
 use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
 use crate::error::{Context, Error, Result};
@@ -175,6 +176,33 @@ fn for_server(mut options: JailOptions) -> JailOptions {
     options.report_fd = None;
     options.audit_log = None;
     options
+}
+
+/// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
+pub(super) fn print_status(socket: &Path) -> Result<i32> {
+    let stream = connect(socket)?;
+    protocol::write_frame(
+        stream.as_fd(),
+        &serde_json::json!({"brig": protocol::VERSION, "type": "status"}),
+        &[],
+    )?;
+    let (body, _) = FrameReader::default()
+        .read_blocking(&stream)?
+        .ok_or_else(|| {
+            Error::setup("brig serve --status: the server closed the connection without an answer")
+        })?;
+    match serde_json::from_slice::<Reply>(&body) {
+        Ok(Reply::Status(status)) => {
+            let yaml = serde_saphyr::to_string(&status)
+                .map_err(|err| Error::setup(format!("print the status: {err}")))?;
+            print!("{yaml}");
+            Ok(0)
+        }
+        Ok(Reply::Error { message, .. }) => Err(Error::setup(message)),
+        _ => Err(Error::setup(
+            "brig serve --status: an answer that is not a status",
+        )),
+    }
 }
 
 #[cfg(test)]

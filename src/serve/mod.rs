@@ -4,11 +4,13 @@
 //! pool's shape, else one built for it. `brig run --server` is its client (`client.rs`).
 //!
 //! - `protocol.rs`: the versioned wire format (length-prefixed JSON, SCM_RIGHTS);
-//! - `server.rs`: the listening process, single-threaded: it accepts, checks the peer and
-//!   the request, and hands each run to a runner;
+//! - `server/`: the listening process, single-threaded: it accepts, checks the peer and
+//!   the request, and hands each run to a runner (one file per job, see its module doc);
 //! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
 //!   (before the request, for the pool), runs the program with the client's streams,
 //!   answers the client directly and exits;
+//! - `wire.rs`: the frames between the server and its runners (`Job`, `Report`), and what
+//!   a runner is forked for (`Start`);
 //! - `policy.rs`: what a client may ask for: one rule per option, checked in one place;
 //! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
@@ -27,6 +29,7 @@ mod session_meta;
 mod session_network;
 mod warm;
 mod watch;
+mod wire;
 mod workspace;
 
 use crate::options::JailOptions;

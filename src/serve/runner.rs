@@ -8,71 +8,27 @@
 //! client's signals on and feed or drain captured streams.
 
 use super::protocol::{self, FrameReader, Reply, Request, StdioMode};
+use super::wire::{Job, Report, SessionStart, Start};
 use crate::error::{Error, Result};
 use crate::jail::{Captured, Jail, Program};
 use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::sys;
-use crate::units::Span;
 use crate::verdict::{Peer, RunContext, Sinks, Verdict};
 use nix::sys::signal::Signal;
-use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-/// What the server sends a runner with a request (and, as SCM_RIGHTS, the client's
-/// connection, then its stdin, stdout and stderr in `fds` mode).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct Job {
-    /// The server's defaults with the client's options on top, checked: the plan of a
-    /// jail built for this job.
-    pub options: JailOptions,
-    /// What runs, and for how long at most.
-    pub program: Program,
-    pub time_limit: Option<Span>,
-    /// Of the plan the job runs under.
-    pub config_digest: String,
-    pub stdio: StdioMode,
-    pub stdin: Option<String>,
-    pub peer: Peer,
-}
-
-/// What a runner tells the server.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum Report {
-    /// The pooled jail is assembled and waits.
-    Ready,
-    /// The pooled jail could not be assembled.
-    Failed { message: String },
-    /// The client has its answer; the jail is being torn down.
-    Answered,
-}
-
-/// How a runner starts.
-pub enum Start<'a> {
-    /// Assemble `plan` (the server's default jail) and wait for a job.
-    Pooled(&'a Plan),
-    /// Assemble `plan`, start the interpreter in it, and wait for a job for it.
-    Warm(&'a Plan, super::warm::Warm),
-    /// Assemble the jail of this job and run it (its descriptors: connection, streams).
-    ForJob(Box<Job>, Vec<OwnedFd>),
-    /// Assemble `plan` as a session's jail (its programs' options), start Python in it,
-    /// and wait for a session to serve.
-    SessionPool(&'a Plan, &'a JailOptions),
-    /// Assemble a session's own jail and serve it.
-    Session(Box<SessionStart>),
-}
-
-/// A session of a shape of its own: its plan, its options, the server's word that it is
-/// created, and the client's connection.
-pub struct SessionStart {
-    pub plan: Plan,
-    pub options: JailOptions,
-    pub opening: super::session::Opening,
-    pub connection: OwnedFd,
+/// The jails the server prepared, which pooled runners assemble: read in the runner from
+/// the server's memory, which a forked runner shares.
+pub struct Prepared<'a> {
+    /// The server's default jail (cold and warm pools).
+    pub pool_plan: &'a Plan,
+    /// A pooled session's jail, and its programs' options.
+    pub session_plan: &'a Plan,
+    pub defaults: &'a JailOptions,
 }
 
 /// The runner's control socket, which the watcher of a running job polls: the server
@@ -82,17 +38,20 @@ static CONTROL: AtomicI32 = AtomicI32::new(-1);
 static DRAINED: AtomicBool = AtomicBool::new(false);
 
 /// The runner's life; ends the process.
-pub fn main(control: OwnedFd, start: Start, audit_log: Option<PathBuf>) -> ! {
+pub fn main(control: OwnedFd, start: Start, prepared: Prepared, audit_log: Option<PathBuf>) -> ! {
     CONTROL.store(control.as_raw_fd(), Ordering::Relaxed);
     let code = match start {
-        Start::Pooled(plan) => pooled(&control, plan, audit_log.as_ref()),
-        Start::Warm(plan, warm) => {
-            super::warm::interpreter(&control, plan, audit_log.as_ref(), warm)
+        Start::Pooled { warm: None } => pooled(&control, prepared.pool_plan, audit_log.as_ref()),
+        Start::Pooled { warm: Some(warm) } => {
+            super::warm::interpreter(&control, prepared.pool_plan, audit_log.as_ref(), warm)
         }
         Start::ForJob(job, fds) => for_job(*job, fds, audit_log.as_ref(), &control),
-        Start::SessionPool(plan, options) => {
-            super::session::pooled(&control, plan, options, audit_log.as_ref())
-        }
+        Start::SessionPool => super::session::pooled(
+            &control,
+            prepared.session_plan,
+            prepared.defaults,
+            audit_log.as_ref(),
+        ),
         Start::Session(start) => {
             let SessionStart {
                 plan,

@@ -14,7 +14,8 @@
 
 use super::kernel;
 use super::protocol;
-use super::runner::{self, Job, Report};
+use super::runner;
+use super::wire::{Job, Report};
 use crate::error::Error;
 use crate::jail::{Captured, Jail, Outcome, Output, Program, RequestClock, RunReport};
 use crate::plan::Plan;

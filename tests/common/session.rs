@@ -3,15 +3,12 @@
 //! every such test makes; the command line's `brig session` against a server; a readable
 //! copy of a client.
 
-use super::serve::{Server, exchange};
+use super::serve::Server;
+// Shared with the other session tests (tests/common/serve.rs): one definition each.
+#[allow(unused_imports)]
+pub use super::serve::{ask, client_copy, close_session, create_session};
 use super::*;
 use serde_json::{Value, json};
-
-/// One request on a fresh connection.
-pub fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
 
 /// `message` with the fields of `extra` on top.
 pub fn with(mut message: Value, extra: Value) -> Value {
@@ -21,24 +18,12 @@ pub fn with(mut message: Value, extra: Value) -> Value {
     message
 }
 
-/// A new session (with `extra`'s fields in its request); its id.
-pub fn create_session(server: &Server, extra: Value) -> String {
-    let reply = ask(server, with(json!({"type": "session_create"}), extra));
-    assert_eq!(reply["type"], "session", "{reply}");
-    reply["session"].as_str().expect("an id").to_string()
-}
-
 /// A code cell's reply, which must be an exec's.
 pub fn code_cell(server: &Server, id: &str, code: &str, extra: Value) -> Value {
     let message = json!({"type": "session_exec", "session": id, "code": code});
     let reply = ask(server, with(message, extra));
     assert_eq!(reply["type"], "exec", "{reply}");
     reply
-}
-
-pub fn close_session(server: &Server, id: &str) {
-    let reply = ask(server, json!({"type": "session_close", "session": id}));
-    assert_eq!(reply["type"], "closed", "{reply}");
 }
 
 /// A one-line `bad_input` error that says `needle`.
@@ -58,28 +43,6 @@ pub fn session_cli(mode: Mode, server: &Server, id: &str, args: &[&str]) -> Outp
     all.extend_from_slice(&["--server", server.socket(), "--session", id]);
     all.extend_from_slice(&args[1..]);
     run(mode, &all)
-}
-
-/// A copy of `clients/NAME` that uid 65534 can read (the checkout may not be).
-pub fn client_copy(name: &str) -> TempDir {
-    let dir = TempDir::new(&format!("client-{name}"));
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients")
-        .join(name);
-    let copied = Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(dir.path().join(name))
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let readable = Command::new("chmod")
-        .args(["-R", "a+rX"])
-        .arg(dir.path())
-        .status()
-        .expect("chmod");
-    assert!(readable.success());
-    dir
 }
 
 /// The output of `script` run as `mode`'s user with a readable copy of the `client`

@@ -31,6 +31,7 @@ both_modes!(
     a_pooled_run_takes_its_own_time_limit,
     the_audit_logs_name_the_client,
     sigterm_drains,
+    a_drain_begun_beside_a_new_connection_keeps_its_grace,
     the_output_limit_holds_in_a_pooled_jail,
     the_server_takes_its_hard_descriptor_limit,
     a_listener_of_another_uid_gets_nothing,
@@ -1115,6 +1116,37 @@ fn sigterm_drains(mode: Mode) {
         "runners outlived the server: {runners:?}"
     );
     assert!(!server.socket.exists());
+}
+
+/// SIGTERM and a new connection seen in one turn of the server's loop: the drain closes
+/// the listener mid-turn, and each runner is still read by its own readiness. (Read by
+/// the listener's instead, the server blocked on a busy runner with nothing to say until
+/// its run ended, and the drain's grace never came.)
+fn a_drain_begun_beside_a_new_connection_keeps_its_grace(mode: Mode) {
+    // No pool: the run's runner is the only one the server polls.
+    let mut server = Server::start(
+        mode,
+        &["--pool", "0", "--session-pool", "0", "--drain-grace", "1s"],
+    );
+    let mut client = command(
+        mode,
+        &["run", "--server", server.socket(), "--", "sleep", "60"],
+    );
+    client.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let long = Running::spawn(client);
+    assert!(wait_until(
+        Duration::from_secs(5),
+        || server.status()["running"] == 1
+    ));
+    // Stopped, the server finds both a connection and SIGTERM waiting when it goes on.
+    kill(server.pid(), libc::SIGSTOP);
+    let _waiting = UnixStream::connect(&server.socket).expect("connect to the server");
+    kill(server.pid(), libc::SIGTERM);
+    kill(server.pid(), libc::SIGCONT);
+    let long = long.wait();
+    assert_one_line_error(&long, &["the server is draining", "--drain-grace"]);
+    let stopped = server.stop();
+    assert!(stopped.status.success(), "{}", describe(&stopped));
 }
 
 /// The server's --output-limit holds for its clients' streams too: the program writes

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::serve::{Server, exchange, read_reply, send_frame};
+use common::serve::{Server, ask, create_session, read_reply, send_frame};
 use common::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
@@ -25,21 +25,6 @@ both_modes!(
     the_command_line_streams_and_manages_files,
     a_stalled_or_drained_transfer_is_cut,
 );
-
-fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
-
-fn create(server: &Server, extra: Value) -> String {
-    let mut message = json!({"type": "session_create"});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
-    assert_eq!(reply["type"], "session", "{reply}");
-    reply["session"].as_str().expect("an id").to_string()
-}
 
 fn sh(server: &Server, id: &str, script: &str) -> Value {
     let reply = ask(
@@ -143,7 +128,7 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 
 fn files_requests_do_what_they_say(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     sh(
         &server,
         &id,
@@ -378,7 +363,7 @@ fn sha256_on_host(data: &[u8]) -> String {
 
 fn a_large_binary_file_streams_both_ways_in_bounded_memory(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0", "--home-size", "300M"]);
-    let id = create(&server, json!({"workspace_size": "300M"}));
+    let id = create_session(&server, json!({"workspace_size": "300M"}));
     let [runner] = runners(&server)[..] else {
         panic!("one runner: {:?}", runners(&server));
     };
@@ -418,7 +403,7 @@ fn a_large_binary_file_streams_both_ways_in_bounded_memory(mode: Mode) {
 
 fn a_broken_or_oversized_write_leaves_nothing(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let small = create(&server, json!({"workspace_size": "1M"}));
+    let small = create_session(&server, json!({"workspace_size": "1M"}));
     // More than the workspace holds: refused before a byte moves.
     let reply = write_file(&server, &small, "too/big.bin", &vec![7u8; 2 << 20]);
     assert_error(&reply, "the workspace is full (workspace_size 1M)");
@@ -437,7 +422,7 @@ fn a_broken_or_oversized_write_leaves_nothing(mode: Mode) {
 
     // The workspace fills while the bytes come (a process of the jail writes): the write
     // is cut with the workspace_size error, its partial file removed, the other kept.
-    let filling = create(&server, json!({"workspace_size": "4M"}));
+    let filling = create_session(&server, json!({"workspace_size": "4M"}));
     let marker = format!("BRIG_TEST_MARKER={}", unique("fill"));
     let reply = ask(
         &server,
@@ -469,7 +454,7 @@ fn a_broken_or_oversized_write_leaves_nothing(mode: Mode) {
     close(&server, &filling);
 
     // A client that goes away mid-way: the partial file is removed, the session goes on.
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     let mut stream = connect(
         &server,
         json!({"type": "session_write", "session": id, "path": "cut.bin", "size": 1 << 20}),
@@ -500,7 +485,7 @@ fn no_files_request_leads_out_of_the_workspace(mode: Mode) {
     let outside = TempDir::new("files-outside").writable_by_all();
     std::fs::write(outside.path().join("keep"), "host").unwrap();
     common::set_mode(&outside.path().join("keep"), 0o666);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     sh(
         &server,
         &id,
@@ -609,7 +594,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 
 fn watchers_report_changes_in_order(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     let made = op(
         &server,
         &id,
@@ -732,7 +717,7 @@ fn watchers_report_changes_in_order(mode: Mode) {
     // (root may, and made this one).
     if mode == Mode::Root {
         let group_server = Server::start(mode, &["--pool", "0", "--socket-group", "65534"]);
-        let id = create(&group_server, json!({}));
+        let id = create_session(&group_server, json!({}));
         let made = op(&group_server, &id, "session_watch", json!({"path": "."}));
         assert_eq!(
             write_file(&group_server, &id, "secret", b"mine")["type"],
@@ -774,7 +759,7 @@ fn watchers_report_changes_in_order(mode: Mode) {
 
 fn watchers_are_bounded(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     // Overflow: more events than a watcher holds between two calls.
     let flood = op(&server, &id, "session_watch", json!({"path": "."}));
     let flood = flood["watcher"].as_str().unwrap().to_string();
@@ -1104,7 +1089,7 @@ fn the_command_line_streams_and_manages_files(mode: Mode) {
 /// (10 s), and a draining server's grace holds for it as for any request.
 fn a_stalled_or_drained_transfer_is_cut(mode: Mode) {
     let mut server = Server::start(mode, &["--pool", "0", "--drain-grace", "1s"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     let begin = |path: &str| {
         let mut stream = connect(
             &server,

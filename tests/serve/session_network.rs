@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::net::{Servers, require_tun};
-use common::serve::{Server, client_copy, exchange, run_node_client};
+use common::serve::{Server, ask, client_copy, create_session, exchange, run_node_client};
 use common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -28,21 +28,6 @@ both_modes!(
 
 /// The name the tests give the servers (pinned to 127.0.0.1).
 const WEB: &str = "web.test";
-
-fn ask(server: &Server, mut message: Value) -> Value {
-    message["brig"] = json!(1);
-    exchange(&server.socket, message.to_string().as_bytes(), &[])
-}
-
-fn create(server: &Server, extra: Value) -> String {
-    let mut message = json!({"type": "session_create"});
-    for (key, value) in extra.as_object().into_iter().flatten() {
-        message[key] = value.clone();
-    }
-    let reply = ask(server, message);
-    assert_eq!(reply["type"], "session", "{reply}");
-    reply["session"].as_str().expect("an id").to_string()
-}
 
 /// A Python cell's stdout (the cell must succeed).
 fn cell(server: &Server, id: &str, code: &str) -> String {
@@ -132,7 +117,7 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
             log.to_str().unwrap(),
         ],
     );
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     assert_eq!(cell(&server, &id, &connect_to(OTHER, http)), "EAI_NONAME\n");
     // Two live connections: the echo server's (to be refused) and the web server's (kept).
     let opened = cell(
@@ -214,7 +199,7 @@ fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
         return;
     }
     let server = filtered_server(mode);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     let refused = network(&server, &id, &["example.com:443".into()], &[]);
     assert_error(
         &refused,
@@ -246,7 +231,7 @@ fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
 
 fn only_a_filtered_session_can_change_its_network(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     let refused = network(&server, &id, &[], &[]);
     assert_error(
         &refused,
@@ -263,7 +248,7 @@ fn only_a_filtered_session_can_change_its_network(mode: Mode) {
     }
     // An empty filtered list: nothing reachable, and changeable later.
     let filtered = Server::start(mode, &["--pool", "0", "--net", "filtered"]);
-    let id = create(&filtered, json!({}));
+    let id = create_session(&filtered, json!({}));
     let changed = network(&filtered, &id, &[], &[]);
     assert_eq!(changed["type"], "network", "{changed}");
     close(&filtered, &id);
@@ -271,12 +256,12 @@ fn only_a_filtered_session_can_change_its_network(mode: Mode) {
 
 fn metadata_round_trips_and_filters_the_list(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0", "--session-timeout", "10m"]);
-    let ada = create(
+    let ada = create_session(
         &server,
         json!({"metadata": {"user": "ada", "purpose": "ci"}, "session_timeout": "5m"}),
     );
-    let bob = create(&server, json!({"metadata": {"user": "bob"}}));
-    let plain = create(&server, json!({}));
+    let bob = create_session(&server, json!({"metadata": {"user": "bob"}}));
+    let plain = create_session(&server, json!({}));
     let all = list(&server, json!({}));
     assert_eq!(all.len(), 3, "{all:?}");
     let found = list(&server, json!({"user": "ada"}));
@@ -341,7 +326,7 @@ fn metadata_is_bounded(mode: Mode) {
     let most: serde_json::Map<String, Value> = (0..32)
         .map(|i| (format!("{i:0>64}"), json!("v".repeat(512))))
         .collect();
-    let id = create(&server, json!({"metadata": most}));
+    let id = create_session(&server, json!({"metadata": most}));
     assert_eq!(
         list(&server, json!({}))[0]["metadata"]
             .as_object()
@@ -354,7 +339,7 @@ fn metadata_is_bounded(mode: Mode) {
 
 fn set_timeout_extends_the_session_and_is_capped(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0", "--session-timeout", "1m"]);
-    let id = create(&server, json!({"session_timeout": "2s"}));
+    let id = create_session(&server, json!({"session_timeout": "2s"}));
     let extended = ask(
         &server,
         json!({"type": "session_set_timeout", "session": id, "timeout": "50s"}),
@@ -399,7 +384,7 @@ fn set_timeout_extends_the_session_and_is_capped(mode: Mode) {
 
 fn the_list_tells_a_busy_session_from_an_idle_one(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let id = create(&server, json!({}));
+    let id = create_session(&server, json!({}));
     assert_eq!(list(&server, json!({}))[0]["state"], "idle");
     // A command that runs until the test kills it from the host (a session serves one
     // request at a time: nothing sent to the session could end it).
@@ -470,7 +455,7 @@ fn another_uid_cannot_change_another_s_session(mode: Mode) {
             "10m",
         ],
     );
-    let id = create(&server, json!({"session_timeout": "5m"}));
+    let id = create_session(&server, json!({"session_timeout": "5m"}));
     let before = list(&server, json!({}))[0]["ends_at_ms"].as_u64().unwrap();
     for message in [
         json!({"type": "session_network", "session": id, "allow_net": []}),

@@ -1,0 +1,71 @@
+//! The server↔runner frames, in one place (as youki keeps its parent↔child messages in
+//! `process/message.rs`). They travel the control socket between the server and the
+//! runner it forked, as the protocol's length-prefixed JSON frames, with descriptors as
+//! SCM_RIGHTS. Clients never see them.
+//!
+//! The server → session-runner frames (`Opening`, `ToSession`) still live in
+//! `session.rs`, which is being reworked; they belong here next.
+
+use super::protocol::StdioMode;
+use super::warm::Warm;
+use crate::jail::Program;
+use crate::options::JailOptions;
+use crate::plan::Plan;
+use crate::units::Span;
+use crate::verdict::Peer;
+use serde::{Deserialize, Serialize};
+use std::os::fd::OwnedFd;
+
+/// What the server sends a runner with a request (and, as SCM_RIGHTS, the client's
+/// connection, then its stdin, stdout and stderr in `fds` mode).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Job {
+    /// The server's defaults with the client's options on top, checked: the plan of a
+    /// jail built for this job.
+    pub options: JailOptions,
+    /// What runs, and for how long at most.
+    pub program: Program,
+    pub time_limit: Option<Span>,
+    /// Of the plan the job runs under.
+    pub config_digest: String,
+    pub stdio: StdioMode,
+    pub stdin: Option<String>,
+    pub peer: Peer,
+}
+
+/// What a runner tells the server.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Report {
+    /// The pooled jail is assembled and waits.
+    Ready,
+    /// The pooled jail could not be assembled.
+    Failed { message: String },
+    /// The client has its answer; the jail is being torn down.
+    Answered,
+}
+
+/// What a runner is forked for. The server decides it and keeps what it needs of it; the
+/// forked runner starts from it (the plans of the server's own jails it reads from the
+/// server's memory it shares, `runner::Prepared`).
+pub enum Start {
+    /// Assemble the server's default jail, with `warm`'s interpreter started in it if
+    /// any, and wait for a job.
+    Pooled { warm: Option<Warm> },
+    /// Assemble a session's jail of the server's shape, start its interpreter, and wait
+    /// for a session to serve.
+    SessionPool,
+    /// Assemble the jail of this job and run it (its descriptors: connection, streams).
+    ForJob(Box<Job>, Vec<OwnedFd>),
+    /// Assemble a session's own jail and serve it.
+    Session(Box<SessionStart>),
+}
+
+/// A session of a shape of its own: its plan, its options, the server's word that it is
+/// created, and the client's connection.
+pub struct SessionStart {
+    pub plan: Plan,
+    pub options: JailOptions,
+    pub opening: super::session::Opening,
+    pub connection: OwnedFd,
+}
