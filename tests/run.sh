@@ -12,42 +12,42 @@ need=()
 # shim earlier in PATH does not count).
 [[ -x /usr/bin/python3 ]] || need+=(python3)
 [[ -x /usr/bin/node ]] || need+=(nodejs)
-# tests/docs.rs runs the clients' install examples: a venv (python3-venv) and npm
+# tests/operators/docs.rs runs the clients' install examples: a venv (python3-venv) and npm
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
-# tests/session_rich.rs and the client READMEs draw a figure in a session (its PNG comes
+# tests/serve/session_rich.rs and the client READMEs draw a figure in a session (its PNG comes
 # back without savefig): Debian's matplotlib, with numpy
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
 [[ -x /usr/bin/npm ]] || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)
 command -v script >/dev/null || need+=(bsdutils)
-# tests/attacks.rs builds its probe with `gcc -static`, which needs libc.a
+# tests/jail/attacks.rs builds its probe with `gcc -static`, which needs libc.a
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
-# tests/network.rs: curl and git in the jails, openssl for the test CA of its TLS server
+# tests/jail/network.rs: curl and git in the jails, openssl for the test CA of its TLS server
 command -v curl >/dev/null || need+=(curl)
 [[ -x /usr/bin/git ]] || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
-# tests/operators.rs syntax-checks the zsh and fish completions (bash is always there)
+# tests/operators/doctor.rs syntax-checks the zsh and fish completions (bash is always there)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
-# tests/containers.rs runs brig inside podman containers (runc: crun refuses hybrid cgroups)
+# tests/operators/containers.rs runs brig inside podman containers (runc: crun refuses hybrid cgroups)
 command -v podman >/dev/null || need+=(podman)
 command -v runc >/dev/null || need+=(runc)
 # brig(1) and brig-config(5) must render without warnings (man --warnings -l)
 command -v man >/dev/null || need+=(man-db)
-# tests/deploy.rs verifies the systemd unit (systemd-analyze; the package starts nothing
+# tests/operators/deploy.rs verifies the systemd unit (systemd-analyze; the package starts nothing
 # where systemd is not PID 1) and parses the AppArmor profile (apparmor_parser; Debian 12's
 # is AppArmor 3, which parses all of the profile but its AppArmor 4 `userns,` rule)
 command -v systemd-analyze >/dev/null || need+=(systemd)
-# tests/deploy.rs also boots the host's own root with systemd as PID 1 in the qemu VM
+# tests/operators/deploy.rs also boots the host's own root with systemd as PID 1 in the qemu VM
 # (tests/vm/run-in-vm.sh --systemd) and runs the units there: systemd, python3, setpriv
 # and ps of this host
 command -v ps >/dev/null || need+=(procps)
 command -v apparmor_parser >/dev/null || need+=(apparmor)
-# tests/cgroup_v2.rs and tests/operators.rs boot tests/vm/run-in-vm.sh, which installs
+# tests/operators/cgroup_v2.rs and tests/operators/doctor.rs boot tests/vm/run-in-vm.sh, which installs
 # qemu-system-x86 itself (as root) and fetches a Debian kernel into /var/cache/jail-vm.
-# tests/rootfs.rs builds the `shell` root from Debian's busybox-static (apt-get download)
+# tests/jail/rootfs.rs builds the `shell` root from Debian's busybox-static (apt-get download)
 apt_lists_known=yes
 apt-cache show busybox-static >/dev/null 2>&1 || apt_lists_known=no
 if ((${#need[@]})) || [[ $apt_lists_known == no ]]; then
@@ -87,6 +87,14 @@ skips=$PWD/target/brig-test-skips
 export BRIG_TEST_SKIP_DIR=$skips
 rm -rf "$skips"
 status=0
+# The integration tests are five binaries, one per area (a module per former test file):
+# tests/jail/ (brig run), tests/serve/ (the server, sessions, clients), tests/operators/
+# (docs, deploy, doctor, containers, the cgroup v2 VMs), tests/host_identity.rs and
+# tests/library.rs. cargo runs them one after another, each with its tests in parallel,
+# and that is deliberate: host_identity's control runs take all of host root's inotify
+# instances and pending signals, podman (operators) adds host mounts that jail's
+# leftover checks would count, and the VMs want the CPUs. Run one area alone with
+# `cargo test --test jail`, one module with `cargo test --test serve sessions::`.
 # --no-fail-fast: one failing binary does not hide the results of the others.
 cargo test --workspace --all-targets --no-fail-fast || status=$?
 if [[ -d $skips ]] && skipped=$(cat "$skips"/* 2>/dev/null | sort) && [[ -n $skipped ]]; then

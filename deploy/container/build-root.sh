@@ -8,7 +8,7 @@
 #   podman run --rm --security-opt seccomp=unconfined --security-opt unmask=/proc/* \
 #       --user 1000:1000 --rootfs OUT:O /usr/local/bin/brig run -- python3 -c 'print(1)'
 #
-# tests/containers.rs builds the root with this script and runs it with podman.
+# tests/operators/containers.rs builds the root with this script and runs it with podman.
 set -eu
 
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then

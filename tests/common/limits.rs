@@ -30,7 +30,7 @@ pub fn finish(running: Running) -> Done {
 /// Runs brig with `args` in `mode`, capturing its output.
 pub fn jail(mode: Mode, args: &[&str]) -> Done {
     // These tests read brig's stderr for its own lines about the run; rootless, the
-    // notice about the unenforced default memory limit is tests/rootless_limits.rs's.
+    // notice about the unenforced default memory limit is tests/jail/rootless_limits.rs's.
     let mut quiet = args.to_vec();
     if quiet.first() == Some(&"run") {
         quiet.insert(1, "--quiet-limits");

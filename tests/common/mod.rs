@@ -11,8 +11,10 @@
 //! saying what is missing and how to get it. Only with `BRIG_TEST_ALLOW_SKIP=1` does the
 //! test return instead, and the skip is recorded for `tests/run.sh` to list.
 //!
-//! Every test file declares `#[macro_use] mod common;` (the limit, verdict, cgroup and
-//! audit tests also use `common::limits`; the VM tests use `Vm`).
+//! Each test binary's root (tests/jail/main.rs, tests/serve/main.rs,
+//! tests/operators/main.rs, tests/host_identity.rs) declares `#[macro_use] mod common;`
+//! (through `#[path]` for the folders), and each of its modules `use crate::common;` (the
+//! limit, verdict, cgroup and audit tests also use `common::limits`; the VM tests use `Vm`).
 
 #![allow(dead_code)]
 
@@ -42,7 +44,7 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 pub const ROOTLESS_DIR_PREFIX: &str = "brig-tests-";
 
 /// Runs `fn NAME(mode: Mode)` as two tests, `NAME::root` and `NAME::rootless`.
-/// (Test files declare `#[macro_use] mod common;`.)
+/// (Each test binary's root declares `#[macro_use] mod common;`.)
 macro_rules! both_modes {
     ($($name:ident),* $(,)?) => {$(
         mod $name {

@@ -1,4 +1,4 @@
-//! A `brig serve` for the server tests (tests/serve.rs, tests/serve_clients.rs), and the
+//! A `brig serve` for the server tests (tests/serve/server.rs, tests/serve/clients.rs), and the
 //! protocol spoken by hand.
 
 use super::*;
@@ -262,7 +262,7 @@ pub fn exchange_as_nobody(socket: &str, request: &Value) -> Output {
     output_of(foreign)
 }
 
-// Sessions, spoken by hand (tests/sessions.rs, tests/session_processes.rs).
+// Sessions, spoken by hand (tests/serve/sessions.rs, tests/serve/session_processes.rs).
 
 /// One request on a fresh connection (the test's own uid: root, which every server admits).
 pub fn ask(server: &Server, mut message: Value) -> Value {

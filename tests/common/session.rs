@@ -1,4 +1,4 @@
-//! Session requests for the session tests (tests/session_rich.rs): each on a fresh
+//! Session requests for the session tests (tests/serve/session_rich.rs): each on a fresh
 //! connection as the test's own uid (root, which every server admits), with the checks
 //! every such test makes; the command line's `brig session` against a server; a readable
 //! copy of a client.

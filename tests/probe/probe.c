@@ -1,7 +1,7 @@
 /* brig's attack probe: run inside a jail as `probe ATTACK [ARG]`, it makes one attack and
  * prints one line: `ok` when the kernel let it through, `errno=NAME` when the attack's
  * system call failed, `STEP: errno=NAME` when an earlier step of a longer attack failed,
- * or what it observed (`signal=SIGSYS`, `uid=... euid=...`). tests/attacks.rs asserts the
+ * or what it observed (`signal=SIGSYS`, `uid=... euid=...`). tests/jail/attacks.rs asserts the
  * exact line. Built with `gcc -static` so that it needs nothing from the jail. */
 #define _GNU_SOURCE
 #include <errno.h>

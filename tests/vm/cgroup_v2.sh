@@ -1,5 +1,5 @@
 #!/bin/sh
-# brig's limits on a pure cgroup v2 hierarchy. tests/cgroup_v2.rs runs this as root inside
+# brig's limits on a pure cgroup v2 hierarchy. tests/operators/cgroup_v2.rs runs this as root inside
 # the tests/vm/run-in-vm.sh guest (Debian kernel, busybox userland, every controller
 # enabled in the root cgroup.subtree_control): `cgroup_v2.sh BRIG`.
 #

@@ -5,8 +5,8 @@
 # Exit status: the command's own; 124 on timeout; 125 when the rig itself fails.
 #
 # brig's test rig for cgroup v2 (its development machines and CI have hybrid cgroups):
-# tests/cgroup_v2.rs and tests/operators.rs boot it, through `common::Vm`, and
-# tests/deploy.rs with --systemd. It is the team's shared/vm/run-in-vm.sh, kept here so
+# tests/operators/cgroup_v2.rs and tests/operators/doctor.rs boot it, through `common::Vm`, and
+# tests/operators/deploy.rs with --systemd. It is the team's shared/vm/run-in-vm.sh, kept here so
 # that the repository tests itself, plus --systemd; guest-init.sh beside it is the
 # guest's PID 1 (byte-identical to shared/vm's, so both copies share one cached
 # initramfs; --systemd adds systemd-init.sh to each run's part of the initramfs).
@@ -25,7 +25,7 @@
 #   serial ports (ttys in the guest).
 # * --systemd: the guest boots a real systemd as PID 1 instead (systemd-init.sh beside
 #   this script): the host's own / shared read-only over 9p under a tmpfs overlay, DIR
-#   at its own path, the command run by a unit after basic.target (tests/deploy.rs runs
+#   at its own path, the command run by a unit after basic.target (tests/operators/deploy.rs runs
 #   the shipped units there). The host needs systemd installed; the guest runs the
 #   host's programs, so there is nothing more to download.
 # * KVM when /dev/kvm is backed by kvm_intel/kvm_amd, else TCG (about 3 s a boot here).

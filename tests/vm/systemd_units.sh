@@ -1,6 +1,6 @@
 #!/bin/sh
 # The shipped systemd units under a real systemd (PID 1) on pure cgroup v2.
-# tests/deploy.rs runs this as root inside `tests/vm/run-in-vm.sh --systemd` (the host's
+# tests/operators/deploy.rs runs this as root inside `tests/vm/run-in-vm.sh --systemd` (the host's
 # own root, read-only under a tmpfs overlay, so what is installed here vanishes with the
 # VM): `systemd_units.sh BRIG DIR` (DIR/deploy/systemd holds the units as shipped).
 #

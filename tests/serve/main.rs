@@ -1,0 +1,21 @@
+//! `brig serve`, its sessions and its clients, for real, as root and rootless: one test
+//! binary. Each module is one area of the server; its own doc says what it covers. Filter
+//! by module: `cargo test --test serve sessions::`.
+//!
+//! The modules' tests run in parallel with each other (libtest's threads): each starts
+//! its own server on its own socket and watches only its own processes.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bounds;
+mod clients;
+mod server;
+mod session_files;
+mod session_interpreters;
+mod session_network;
+mod session_processes;
+mod session_rich;
+mod sessions;
+mod warm;
