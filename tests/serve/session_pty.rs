@@ -5,8 +5,7 @@
 //! TIOCLINUX, the host's terminals, the master) fail with exact errors; it ends with its
 //! session; another uid cannot reach it; bad requests are one-line errors.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::serve::{
     Server, ask, close_session as close, create_session as create, exchange_as_nobody, read_reply,

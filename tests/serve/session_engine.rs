@@ -5,8 +5,7 @@
 //! timeout); each verdict names its session and what ran (a cell's language and context,
 //! a command's pid) as typed fields.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::serve::{Server, ask, close_session as close, create_session as create, send_frame};
 use common::session::with;
