@@ -8,9 +8,10 @@
 //!   the request, and hands each run to a runner (one file per job, see its module doc);
 //! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
 //!   (before the request, for the pool), runs the program with the client's streams,
-//!   answers the client directly and exits;
-//! - `wire.rs`: the frames between the server and its runners (`Job`, `Report`), and what
-//!   a runner is forked for (`Start`);
+//!   answers the client directly and exits; it dispatches to `warm.rs` and `session.rs`,
+//!   and all three take what they share from `runner_common.rs`;
+//! - `wire.rs`: every frame between the server and its runners (`Job`, `Report`,
+//!   `ToSession`), and what a runner is forked for (`Start`);
 //! - `policy.rs`: what a client may ask for: one rule per option, checked in one place;
 //! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
@@ -22,6 +23,7 @@ mod kernel;
 pub mod policy;
 pub mod protocol;
 mod runner;
+mod runner_common;
 mod server;
 mod session;
 pub mod session_client;

@@ -11,8 +11,8 @@ mod context;
 use super::kernel::{self, Syscall};
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
-use super::runner::pipe;
-use super::wire::Report;
+use super::runner_common::{self, pipe};
+use super::wire::{DRAINING, Opening, Report, ToSession};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
 use crate::jail::outcome::{self, EndedBy, ProgramEnd, Spent};
@@ -64,40 +64,6 @@ const BASH_SCRIPT: &str = include_str!("session_bash.sh");
 /// double as JSON escapes them). A longer line breaks the protocol.
 pub const MAX_INTERPRETER_LINE: usize = 2 * protocol::MAX_CAPTURE as usize + (1 << 20);
 
-/// A session as the server opens it.
-#[derive(Debug, Deserialize, Serialize)]
-pub struct Opening {
-    pub id: String,
-    pub owner: Peer,
-    pub session_timeout_ms: u64,
-    pub idle_timeout_ms: u64,
-    /// The server's --drain-grace: a request running when the server drains may take
-    /// this long, then the session ends.
-    #[serde(default)]
-    pub drain_grace_ms: u64,
-    /// The server's own (`session_list`), not sent to the runner.
-    #[serde(skip)]
-    pub metadata: super::session_meta::Metadata,
-    #[serde(skip)]
-    pub limits: super::session_meta::Limits,
-}
-
-/// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients
-/// are told.
-pub const DRAINING: &str = "the server is draining";
-
-/// What the server sends a session's runner, with the client's connection.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ToSession {
-    /// The session is created: answer the client with its id.
-    Open(Opening),
-    /// A request for the session (checked by the server: its owner, its form). Its
-    /// descriptors: the connection, then a memfd holding the request's frame (which may
-    /// be large: the server's writes to a busy runner must stay small).
-    Request { peer: Peer },
-}
-
 /// The request's frame from the memfd the server wrote it to.
 fn read_request(memfd: &OwnedFd) -> Option<Vec<u8>> {
     let mut body = Vec::new();
@@ -118,7 +84,7 @@ pub fn pooled(
 ) -> i32 {
     let jail = match SessionJail::assemble(plan) {
         Ok(jail) => jail,
-        Err(err) => return super::runner::report_failed(control, &err),
+        Err(err) => return runner_common::report_failed(control, &err),
     };
     let mut session = Session::new(jail, options.clone(), audit_log.cloned());
     // A pool's session answers its first cell at once; a jail without Python still serves
@@ -153,7 +119,7 @@ pub fn for_create(
             Session::new(jail, options, audit_log.cloned()).serve(control, opening, connection);
             0
         }
-        Err(err) => super::runner::answer_error(&[connection], &err),
+        Err(err) => runner_common::answer_error(&[connection], &err),
     }
 }
 

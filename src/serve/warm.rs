@@ -14,8 +14,8 @@
 
 use super::kernel;
 use super::protocol;
-use super::runner;
-use super::wire::{Job, Report};
+use super::runner_common;
+use super::wire::{Job, Report, Warm};
 use crate::error::Error;
 use crate::jail::{Captured, Jail, Outcome, Output, Program, RequestClock, RunReport};
 use crate::plan::Plan;
@@ -28,13 +28,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// The interpreters a pooled jail can keep started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Warm {
-    Python,
-    Node,
-}
 
 /// The interpreters, as the jail sees them.
 const PYTHON: &str = "/usr/bin/python3";
@@ -119,11 +112,11 @@ struct CpuBefore {
 pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, warm: Warm) -> i32 {
     let mut jail = match Jail::assemble_for_streams(plan) {
         Ok(jail) => jail,
-        Err(err) => return runner::report_failed(control, &err),
+        Err(err) => return runner_common::report_failed(control, &err),
     };
     let clock = match jail.time_limit_from_request() {
         Ok(clock) => clock,
-        Err(err) => return runner::report_failed(control, &err),
+        Err(err) => return runner_common::report_failed(control, &err),
     };
     // The kernel names the process that writes the interpreter's "ready": its pid, whose
     // CPU time is read when the request is handed over.
@@ -134,7 +127,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     let (ours, interpreter_end) = match pair {
         Ok(pair) => pair,
         Err(err) => {
-            return runner::report_failed(
+            return runner_common::report_failed(
                 control,
                 &Error::setup(format!("a socket pair for the warm {}: {err}", warm.name())),
             );
@@ -148,7 +141,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     };
     let (mut stdio, pipes) = match streams {
         Ok(streams) => streams,
-        Err(err) => return runner::report_failed(control, &err),
+        Err(err) => return runner_common::report_failed(control, &err),
     };
     stdio.push(OwnedFd::from(interpreter_end));
     let program = warm.program(plan);
@@ -183,7 +176,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
                 && done.capture.is_none()
             {
                 let verdict = warm_verdict(plan, Ok(report.clone()), done, None);
-                runner::answer(
+                runner_common::answer(
                     control,
                     &done.connection,
                     verdict,
@@ -217,7 +210,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
                 "a warm {} ended while it waited for a request ({how}); another is built",
                 warm.name()
             );
-            return runner::report_failed(control, &Error::setup(message));
+            return runner_common::report_failed(control, &Error::setup(message));
         }
         HandOver::Nothing => return 0,
     };
@@ -232,7 +225,7 @@ pub fn interpreter(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>, 
     let Handed {
         job, connection, ..
     } = handed;
-    runner::answer(control, &connection, verdict, &job, captured, audit_log);
+    runner_common::answer(control, &connection, verdict, &job, captured, audit_log);
     0
 }
 
@@ -332,9 +325,9 @@ fn null_streams() -> crate::error::Result<Vec<OwnedFd>> {
 
 /// Pipes for an interpreter's stdin, stdout and stderr: its ends, and this runner's.
 fn relay_pipes() -> crate::error::Result<(Vec<OwnedFd>, RelayPipes)> {
-    let (stdin_read, stdin_write) = runner::pipe("the warm interpreter")?;
-    let (stdout_read, stdout_write) = runner::pipe("the warm interpreter")?;
-    let (stderr_read, stderr_write) = runner::pipe("the warm interpreter")?;
+    let (stdin_read, stdin_write) = runner_common::pipe("the warm interpreter")?;
+    let (stdout_read, stdout_write) = runner_common::pipe("the warm interpreter")?;
+    let (stderr_read, stderr_write) = runner_common::pipe("the warm interpreter")?;
     let ours = RelayPipes {
         stdin: stdin_write,
         stdout: stdout_read,
@@ -403,7 +396,7 @@ fn hand_over(
         return HandOver::Nothing;
     }
     let watcher =
-        runner::ClientWatcher::start(init.as_ref().and_then(|init| init.try_clone().ok()));
+        runner_common::ClientWatcher::start(init.as_ref().and_then(|init| init.try_clone().ok()));
     // The interpreter says nothing until it has a job: its end of the socket readable
     // (closed) first means it died waiting.
     if !job_comes_first(control, &interpreter) {
@@ -418,7 +411,7 @@ fn hand_over(
         end_jail();
         return HandOver::Nothing;
     };
-    let Ok((connection, streams)) = runner::client_streams(&job, fds, output_limit) else {
+    let Ok((connection, streams)) = runner_common::client_streams(&job, fds, output_limit) else {
         end_jail();
         return HandOver::Nothing;
     };
@@ -447,7 +440,7 @@ fn hand_over(
                 "brig serve: the warm {} ended just before this request reached it; retry",
                 warm.name()
             );
-            runner::answer_error(&[connection], &Error::setup(message));
+            runner_common::answer_error(&[connection], &Error::setup(message));
             return HandOver::Nothing;
         }
     };
@@ -491,17 +484,17 @@ fn hand_over(
 fn give(
     interpreter: &mut UnixStream,
     mut request: Vec<u8>,
-    streams: runner::Streams,
+    streams: runner_common::Streams,
     pipes: Option<RelayPipes>,
     output_limit: Option<crate::units::Size>,
 ) -> Result<Option<(Output, bool)>, ()> {
     match (pipes, streams) {
-        (None, runner::Streams::Client(stdio)) => {
+        (None, runner_common::Streams::Client(stdio)) => {
             let borrowed: Vec<_> = stdio.iter().map(AsFd::as_fd).collect();
             sys::send_with_fds(interpreter.as_fd(), &request, &borrowed).map_err(drop)?;
             Ok(None)
         }
-        (None, runner::Streams::Capture { stdin, limit }) => {
+        (None, runner_common::Streams::Capture { stdin, limit }) => {
             let (mut output, ends) = Output::new(limit).map_err(drop)?;
             output.capture(limit);
             let given = [stdin.as_fd(), ends.stdout.as_fd(), ends.stderr.as_fd()];
@@ -514,13 +507,13 @@ fn give(
             let limit = output_limit.map_or(u64::MAX, |limit| limit.0);
             let mut output = Output::of_pipes(pipes.stdout, pipes.stderr, limit).map_err(drop)?;
             let capturing = match streams {
-                runner::Streams::Client(stdio) => {
+                runner_common::Streams::Client(stdio) => {
                     let [stdin, stdout, stderr]: [OwnedFd; 3] = stdio.try_into().map_err(drop)?;
                     copy_stdin(stdin, pipes.stdin);
                     output.relay_to(stdout, stderr);
                     false
                 }
-                runner::Streams::Capture { stdin, limit } => {
+                runner_common::Streams::Capture { stdin, limit } => {
                     copy_stdin(stdin, pipes.stdin);
                     output.capture(limit);
                     true

@@ -1,13 +1,16 @@
 //! The server↔runner frames, in one place (as youki keeps its parent↔child messages in
 //! `process/message.rs`). They travel the control socket between the server and the
 //! runner it forked, as the protocol's length-prefixed JSON frames, with descriptors as
-//! SCM_RIGHTS. Clients never see them.
+//! SCM_RIGHTS. Clients never see them. A runner starts from what it is forked for
+//! (`Start`, in the memory it shares with the server); then the server sends it its `Job`,
+//! or a session's runner `ToSession` frames (its `Opening`, then each request); a runner
+//! tells the server its `Report`s.
 //!
-//! The server → session-runner frames (`Opening`, `ToSession`) still live in
-//! `session.rs`, which is being reworked; they belong here next.
+//! This module depends on no runner: `runner.rs`, `warm.rs` and `session.rs` take their
+//! frames from here.
 
 use super::protocol::StdioMode;
-use super::warm::Warm;
+use super::session_meta;
 use crate::jail::Program;
 use crate::options::JailOptions;
 use crate::plan::Plan;
@@ -45,6 +48,13 @@ pub enum Report {
     Answered,
 }
 
+/// The interpreters a pooled jail can keep started (how each is launched: `warm.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warm {
+    Python,
+    Node,
+}
+
 /// What a runner is forked for. The server decides it and keeps what it needs of it; the
 /// forked runner starts from it (the plans of the server's own jails it reads from the
 /// server's memory it shares, `runner::Prepared`).
@@ -66,6 +76,40 @@ pub enum Start {
 pub struct SessionStart {
     pub plan: Plan,
     pub options: JailOptions,
-    pub opening: super::session::Opening,
+    pub opening: Opening,
     pub connection: OwnedFd,
+}
+
+/// A session as the server opens it.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct Opening {
+    pub id: String,
+    pub owner: Peer,
+    pub session_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    /// The server's --drain-grace: a request running when the server drains may take
+    /// this long, then the session ends.
+    #[serde(default)]
+    pub drain_grace_ms: u64,
+    /// The server's own (`session_list`), not sent to the runner.
+    #[serde(skip)]
+    pub metadata: session_meta::Metadata,
+    #[serde(skip)]
+    pub limits: session_meta::Limits,
+}
+
+/// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients
+/// are told.
+pub const DRAINING: &str = "the server is draining";
+
+/// What the server sends a session's runner, with the client's connection.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToSession {
+    /// The session is created: answer the client with its id.
+    Open(Opening),
+    /// A request for the session (checked by the server: its owner, its form). Its
+    /// descriptors: the connection, then a memfd holding the request's frame (which may
+    /// be large: the server's writes to a busy runner must stay small).
+    Request { peer: Peer },
 }

@@ -19,7 +19,7 @@ mod sessions;
 
 use super::ServeArgs;
 use super::protocol::{self, FrameReader, Read, Reply, Request, Status};
-use super::session::DRAINING;
+use super::wire::DRAINING;
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
 use crate::plan::Plan;

@@ -8,8 +8,7 @@ use crate::error::{Context, Error, Result};
 use crate::jail::Program;
 use crate::serve::protocol::{self, FrameReader, Read};
 use crate::serve::runner;
-use crate::serve::warm::Warm;
-use crate::serve::wire::{Job, Report, Start};
+use crate::serve::wire::{Job, Report, Start, Warm};
 use crate::sys;
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::unistd::Pid;
@@ -532,7 +531,7 @@ mod tests {
     }
 
     fn session() -> Role {
-        let opening = crate::serve::session::Opening {
+        let opening = crate::serve::wire::Opening {
             id: "0f".into(),
             owner: crate::verdict::Peer {
                 uid: 1000,
