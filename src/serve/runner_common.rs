@@ -1,6 +1,7 @@
 //! What every runner shares (cold and pooled jobs in `runner.rs`, warm interpreters in
 //! `warm.rs`, sessions in `session.rs`): the client's streams for a job, answering the
-//! client and reporting to the server, and the watcher of a running job's client.
+//! client and reporting to the server, pipes and /dev/null for a program's streams, and
+//! the watcher of a running job's client.
 //! `runner.rs` dispatches to the others; they depend on this module, never on it.
 
 use super::protocol::{self, FrameReader, Reply, Request, StdioMode};
@@ -31,6 +32,16 @@ pub(super) fn keep_control(control: &OwnedFd) {
 pub(super) fn pipe(whom: &str) -> Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|errno| Error::os(format!("create a pipe for {whom}"), errno))
+}
+
+/// /dev/null, read and write, for a stream of `whom` that carries nothing.
+pub(super) fn dev_null(whom: &str) -> Result<OwnedFd> {
+    std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|err| Error::setup(format!("open /dev/null for {whom}: {err}")))
 }
 
 /// Tells the server a pooled jail could not be assembled; the runner's exit status.

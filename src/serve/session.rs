@@ -11,7 +11,7 @@ mod context;
 use super::kernel::{self, Syscall};
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Reply, Request};
-use super::runner_common::{self, pipe};
+use super::runner_common::{self, dev_null, pipe};
 use super::wire::{DRAINING, Opening, Report, ToSession};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};
@@ -263,15 +263,6 @@ fn nonblocking(fd: &impl AsFd) {
         fd,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
     );
-}
-
-fn dev_null() -> Result<OwnedFd> {
-    std::fs::File::options()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-        .map(OwnedFd::from)
-        .map_err(|err| Error::setup(format!("open /dev/null: {err}")))
 }
 
 /// Milliseconds left until `deadline`, rounded up, for poll.
@@ -776,7 +767,7 @@ impl<'p> Session<'p> {
             .map_err(|err| Error::setup(format!("a socket pair for the interpreter: {err}")))?;
         let (stdout_read, stdout_write) = pipe("the session")?;
         let (stderr_read, stderr_write) = pipe("the session")?;
-        let null = dev_null()?;
+        let null = dev_null("the session's interpreter")?;
         let id = self.jail.spawn(
             &program,
             &[

@@ -310,16 +310,7 @@ struct RelayPipes {
 
 fn null_streams() -> crate::error::Result<Vec<OwnedFd>> {
     (0..3)
-        .map(|_| {
-            std::fs::File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .map(OwnedFd::from)
-                .map_err(|err| {
-                    Error::setup(format!("open /dev/null for the warm interpreter: {err}"))
-                })
-        })
+        .map(|_| runner_common::dev_null("the warm interpreter"))
         .collect()
 }
 
