@@ -40,6 +40,10 @@ mod session_loop;
 mod session_process;
 #[path = "session_pty.rs"]
 mod session_pty;
+#[path = "session_watch_stream.rs"]
+mod session_watch_stream;
+
+pub(super) use session_process::Listener;
 
 /// The one-line error for an exec that is neither a command nor a cell.
 const EXEC_FORM: &str =
