@@ -45,6 +45,8 @@ impl<'p> Session<'p> {
                 None
             }
             Ok(Request::SessionUnwatch { watcher, .. }) => {
+                // What changed before the unwatch is sent before the stream's end.
+                self.watches.absorb(&workspace_of(&self.jail));
                 let overflow = self.watches.take_overflow(&watcher);
                 let reply = match self.watches.remove(&watcher) {
                     Ok(stream) => {

@@ -901,10 +901,17 @@ with Sandbox(socket=sys.argv[1]) as sb:
     sb.files.remove("x/y/g.txt")
     show([(e.type, e.name) for e in watcher.get_new_events()], watcher.overflowed)
     watcher.stop()
+    seen = []
+    streamed = sb.files.watch_dir("x", on_event=seen.append)
+    sb.files.write("x/s.txt", "s")
+    sb.files.remove("x/s.txt")
+    streamed.stop()
+    show([(e.type, e.name) for e in seen], streamed.dropped, streamed.overflowed)
     sb.files.remove("x")
     show(sb.files.exists("x"), [e.name for e in sb.files.list(".")])
     for call in (lambda: sb.files.read("../etc/passwd"), lambda: sb.files.write("/etc/x", b"x"),
-                 lambda: sb.files.watch_dir("/"), lambda: sb.files.remove("..")):
+                 lambda: sb.files.watch_dir("/"), lambda: sb.files.watch_dir("..", on_event=print),
+                 lambda: sb.files.remove("..")):
         try:
             call()
             show("not refused")
@@ -934,7 +941,9 @@ fn python_client_files(mode: Mode) {
             r#"["x/y/g.txt", "file", false]"#,
             r#"[[["x/y", "dir"], ["x/y/g.txt", "file"]]]"#,
             r#"[[["create", "x/y/new.txt"], ["write", "x/y/new.txt"], ["remove", "x/y/g.txt"]], false]"#,
+            r#"[[["create", "x/s.txt"], ["write", "x/s.txt"], ["remove", "x/s.txt"]], 0, false]"#,
             r#"[false, ["d"]]"#,
+            r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
@@ -971,10 +980,17 @@ const show = (...values) => console.log(JSON.stringify(values));
   await sb.files.remove("x/y/g.txt");
   show((await watcher.getNewEvents()).map((e) => [e.type, e.name]), watcher.overflowed);
   await watcher.stop();
+  const seen = [];
+  const streamed = await sb.files.watchDir("x", { onEvent: (e) => seen.push([e.type, e.name]) });
+  await sb.files.write("x/s.txt", "s");
+  await sb.files.remove("x/s.txt");
+  await streamed.stop();
+  show(seen, streamed.dropped, streamed.overflowed);
   await sb.files.remove("x");
   show(await sb.files.exists("x"), (await sb.files.list(".")).map((e) => e.name));
   for (const call of [() => sb.files.read("../etc/passwd"), () => sb.files.write("/etc/x", "x"),
-                      () => sb.files.watchDir("/"), () => sb.files.remove("..")]) {
+                      () => sb.files.watchDir("/"), () => sb.files.watchDir("..", { onEvent: console.log }),
+                      () => sb.files.remove("..")]) {
     try {
       await call();
       show("not refused");
@@ -1017,7 +1033,9 @@ fn node_client_files(mode: Mode) {
             r#"["x/y/g.txt","file",false]"#,
             r#"[[["x/y","dir"],["x/y/g.txt","file"]]]"#,
             r#"[[["create","x/y/new.txt"],["write","x/y/new.txt"],["remove","x/y/g.txt"]],false]"#,
+            r#"[[["create","x/s.txt"],["write","x/s.txt"],["remove","x/s.txt"]],0,false]"#,
             r#"[false,["d"]]"#,
+            r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
