@@ -1055,8 +1055,12 @@ impl<'p> Session<'p> {
             fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), requests)));
             // The session's other programs and their clients are served meanwhile.
             let theirs_at = fds.len();
-            let (theirs, their_fds) = self.processes.poll_fds();
+            let (mut theirs, their_fds) = self.processes.poll_fds();
             fds.extend(their_fds);
+            // And the streamed watchers (`session_watch_stream.rs`).
+            let (watching, watch_fds) = session_watch_stream::watch_stream_fds(&self.watches);
+            theirs.extend(watching);
+            fds.extend(watch_fds);
             let until = sooner(until, self.processes.next_deadline());
             let soon = Instant::now() + pause;
             let wake = match reply.is_some() && !killed {

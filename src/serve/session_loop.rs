@@ -282,7 +282,7 @@ impl<'p> Session<'p> {
         let (theirs, their_fds) = self.processes.poll_fds();
         sources.extend(theirs);
         fds.extend(their_fds);
-        let (watching, watch_fds) = self.watch_stream_fds();
+        let (watching, watch_fds) = super::session_watch_stream::watch_stream_fds(&self.watches);
         sources.extend(watching);
         fds.extend(watch_fds);
         let reader = &self.processes.requests;

@@ -9,6 +9,7 @@
 
 use super::session_loop::Source;
 use super::*;
+use crate::serve::watch::Watches;
 
 impl<'p> Session<'p> {
     /// Takes the watch requests a stream changes (a streamed `session_watch`, any
@@ -71,26 +72,6 @@ impl<'p> Session<'p> {
         }
     }
 
-    /// The loop's sources for the streamed watchers: the inotify descriptor (while one
-    /// streams) and each stream's client (to write what waits, and notice its hang-up).
-    pub(super) fn watch_stream_fds(&self) -> (Vec<Source>, Vec<PollFd<'_>>) {
-        let mut sources = Vec::new();
-        let mut fds = Vec::new();
-        if let Some(inotify) = self.watches.streaming_fd() {
-            sources.push(Source::WatchEvents);
-            fds.push(PollFd::new(inotify, PollFlags::POLLIN));
-        }
-        for client in self.watches.streams() {
-            let flags = match client.has_pending() {
-                true => PollFlags::POLLIN | PollFlags::POLLOUT,
-                false => PollFlags::POLLIN,
-            };
-            sources.push(Source::WatchStream);
-            fds.push(PollFd::new(client.connection.as_fd(), flags));
-        }
-        (sources, fds)
-    }
-
     /// Reads the kernel's events (when `events_ready`), queues them for the streams,
     /// writes what each stream's client takes; a client that hung up loses its watcher.
     pub(super) fn serve_watch_streams(&mut self, events_ready: bool) {
@@ -108,4 +89,24 @@ impl<'p> Session<'p> {
             let _ = self.watches.remove(&id);
         }
     }
+}
+
+/// The loop's sources for the streamed watchers: the inotify descriptor (while one
+/// streams) and each stream's client (to write what waits, and notice its hang-up).
+pub(super) fn watch_stream_fds(watches: &Watches) -> (Vec<Source>, Vec<PollFd<'_>>) {
+    let mut sources = Vec::new();
+    let mut fds = Vec::new();
+    if let Some(inotify) = watches.streaming_fd() {
+        sources.push(Source::WatchEvents);
+        fds.push(PollFd::new(inotify, PollFlags::POLLIN));
+    }
+    for client in watches.streams() {
+        let flags = match client.has_pending() {
+            true => PollFlags::POLLIN | PollFlags::POLLOUT,
+            false => PollFlags::POLLIN,
+        };
+        sources.push(Source::WatchStream);
+        fds.push(PollFd::new(client.connection.as_fd(), flags));
+    }
+    (sources, fds)
 }

@@ -1249,6 +1249,21 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
         assert_eq!(refused["exit_code"], 125, "{path}: {refused}");
     }
 
+    // While a code cell runs (the cell's own loop), the stream goes on: the cell makes a
+    // file and waits for one this test makes only once it has seen the cell's event.
+    let during = connect(&server, watch.clone());
+    assert_eq!(read_reply(&during).unwrap()["type"], "watcher");
+    let code = "import os, time\nopen('from_cell', 'w').close()\nwhile not os.path.exists('go'):\n    time.sleep(0.01)\n'done'";
+    let cell = connect(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": code}),
+    );
+    assert_eq!(next_event(&during), ("create".into(), "from_cell".into()));
+    assert_eq!(write_file(&server, &id, "go", b"")["type"], "written");
+    let ran = read_reply(&cell).unwrap();
+    assert_eq!(ran["type"], "exec", "{ran}");
+    assert_eq!(next_event(&during), ("create".into(), "go".into()));
+
     // The session's close ends the stream with the error frame every stream gets.
     let open = connect(&server, watch);
     assert_eq!(read_reply(&open).unwrap()["type"], "watcher");
