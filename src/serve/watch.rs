@@ -1,6 +1,7 @@
 //! A session's directory watchers (`session_watch`, `session_watch_events`,
-//! `session_unwatch`), polled: the runner serves one request at a time, and the kernel
-//! holds the events between requests.
+//! `session_unwatch`), polled (the kernel holds the events between requests) or streamed
+//! (a watcher with a client, `session_watch_stream.rs`: its events are queued for the
+//! client as each read of the kernel's queue hands them out).
 //!
 //! One inotify instance per session runner, made at the first watcher. Each directory is
 //! opened beneath the workspace with openat2 (as every path of a session's files), then
@@ -385,7 +386,9 @@ impl Watches {
 
     /// Every stream's client, taken out (the session ends).
     pub fn take_streams(&mut self) -> Vec<Listener> {
-        (self.watchers.values_mut()).filter_map(|w| w.stream.take()).collect()
+        (self.watchers.values_mut())
+            .filter_map(|w| w.stream.take())
+            .collect()
     }
 
     /// The streamed watchers' ids and clients.

@@ -1179,7 +1179,12 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
     }
     // It is not polled.
     assert_error(
-        &op(&server, &id, "session_watch_events", json!({"watcher": watcher})),
+        &op(
+            &server,
+            &id,
+            "session_watch_events",
+            json!({"watcher": watcher}),
+        ),
         "streams its events",
     );
     // session_unwatch ends the stream with a last frame, then the connection closes.
@@ -1205,7 +1210,12 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
     let stat = op(&server, &id, "session_stat", json!({"path": "a"}));
     assert_eq!(stat["type"], "stat", "{stat}");
     assert_eq!(stat["entry"]["size"], rounds, "{stat}");
-    op(&server, &id, "session_unwatch", json!({"watcher": stalled_id}));
+    op(
+        &server,
+        &id,
+        "session_unwatch",
+        json!({"watcher": stalled_id}),
+    );
     let mut received = 0u64;
     let end = loop {
         let frame = read_reply(&stalled).expect("a frame");
@@ -1218,7 +1228,10 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
     };
     assert_eq!(end["type"], "watch_end", "{end}");
     let dropped = end["dropped"].as_u64().unwrap();
-    assert!(dropped > 0, "nothing dropped for a client that did not read: {end}");
+    assert!(
+        dropped > 0,
+        "nothing dropped for a client that did not read: {end}"
+    );
     // The creates, then one write a line (the kernel joins none: a and b alternate);
     // unless the kernel's own queue overflowed, every event was sent or counted.
     if end["overflow"] == false {
@@ -1232,7 +1245,12 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
     drop(hung_up);
     sh(&server, &id, "echo >> a");
     assert_error(
-        &op(&server, &id, "session_unwatch", json!({"watcher": hung_up_id})),
+        &op(
+            &server,
+            &id,
+            "session_unwatch",
+            json!({"watcher": hung_up_id}),
+        ),
         "no such watcher",
     );
 
