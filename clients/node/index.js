@@ -505,15 +505,7 @@ class Files {
   async watchDir(path, { recursive = false, onEvent } = {}) {
     if (onEvent) {
       const sandbox = this._sandbox;
-      const attached = await stream(sandbox.socket, {
-        brig: PROTOCOL_VERSION, type: "session_watch", session: sandbox.sessionId, path, recursive, stream: true,
-      }, () => {}, { keep: true });
-      try {
-        expect(attached.frame, "watcher", "session_watch");
-      } catch (error) {
-        attached.connection.destroy();
-        throw error;
-      }
+      const attached = await openStream(sandbox, { type: "session_watch", path, recursive, stream: true }, "watcher");
       return new WatchHandle(sandbox, attached.frame.watcher, attached, onEvent);
     }
     const reply = await this._sandbox._request({ type: "session_watch", path, recursive }, "watcher");
@@ -525,12 +517,17 @@ class Files {
  * A `session_connect` to the process `which` names ({pid} or {tag}), its `process` frame
  * read: {frame, connection, reader, early} (frames read after it wait in `early`).
  */
-async function attach(sandbox, which) {
+function attach(sandbox, which) {
+  return openStream(sandbox, { type: "session_connect", ...which }, "process");
+}
+
+/** A session request whose connection stays open, its first frame (`expected`) read. */
+async function openStream(sandbox, request, expected) {
   const attached = await stream(sandbox.socket, {
-    brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, ...which,
+    brig: PROTOCOL_VERSION, session: sandbox.sessionId, ...request,
   }, () => {}, { keep: true });
   try {
-    expect(attached.frame, "process", "session_connect");
+    expect(attached.frame, expected, request.type);
   } catch (error) {
     attached.connection.destroy();
     throw error;

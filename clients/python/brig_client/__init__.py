@@ -599,15 +599,20 @@ class Files:
         if on_event is None:
             reply = self._sandbox._request(request, "watcher")
             return WatchHandle(self._sandbox, reply["watcher"])
-        request = dict(request, stream=True, session=self._sandbox.session_id, brig=PROTOCOL_VERSION)
-        connection = self._sandbox._client._open(request, [])
-        try:
-            reply = _expect(_read_frame(connection), "watcher", "session_watch")
-        except BaseException:
-            connection.close()
-            raise
+        connection, reply = _open_stream(self._sandbox, dict(request, stream=True), "watcher")
         connection.settimeout(None)  # events come when files change
         return WatchHandle(self._sandbox, reply["watcher"], (connection, on_event))
+
+
+def _open_stream(sandbox: "Sandbox", request: Dict[str, Any], expected: str) -> Tuple[_socket.socket, Dict[str, Any]]:
+    """A session request whose connection stays open, and its first frame (`expected`)."""
+    request = dict(request, session=sandbox.session_id, brig=PROTOCOL_VERSION)
+    connection = sandbox._client._open(request, [])
+    try:
+        return connection, _expect(_read_frame(connection), expected, request["type"])
+    except BaseException:
+        connection.close()
+        raise
 
 
 def _send_request(connection: _socket.socket, request: Dict[str, Any]) -> None:
@@ -769,12 +774,7 @@ class Commands:
             request["pid"] = pid
         if tag is not None:
             request["tag"] = tag
-        connection = self._sandbox._client._open(request, [])
-        try:
-            reply = _expect(_read_frame(connection), "process", "session_connect")
-        except BaseException:
-            connection.close()
-            raise
+        connection, reply = _open_stream(self._sandbox, request, "process")
         return CommandHandle(self, int(reply["pid"]), reply.get("tag"), connection)
 
     def kill(self, pid: int) -> None:
