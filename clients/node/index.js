@@ -318,12 +318,37 @@ function expect(reply, expected, what) {
   return reply;
 }
 
-/** A directory watcher (`files.watchDir`). */
+/**
+ * A directory watcher (`files.watchDir`). Made with `onEvent` it streams: each change is
+ * passed to `onEvent({name, type})` as the server sends it; after `stop()`, `dropped`
+ * counts the events the server dropped because they were not read fast enough and
+ * `overflowed` says whether the kernel lost some.
+ */
 class WatchHandle {
-  constructor(sandbox, watcher) {
+  constructor(sandbox, watcher, attached, onEvent) {
     this._sandbox = sandbox;
     this.watcher = watcher;
     this.overflowed = false;
+    this.dropped = 0;
+    this._ended = null;
+    if (attached) {
+      const { connection, reader, early } = attached;
+      this._ended = new Promise((resolve) => {
+        reader.onFrame = (frame) => {
+          if (frame.type === "watch_event") return onEvent({ name: frame.path, type: frame.kind });
+          this.dropped = frame.dropped ?? 0;
+          this.overflowed = Boolean(frame.overflow);
+        };
+        connection.removeAllListeners("end");
+        connection.removeAllListeners("error");
+        // The stream's end: unwatched, the session ended, or the server went away.
+        connection.on("close", resolve);
+        connection.on("end", () => connection.destroy());
+        connection.on("error", () => connection.destroy());
+        for (const frame of early.splice(0)) reader.onFrame(frame);
+        connection.resume();
+      });
+    }
   }
 
   /**
@@ -332,6 +357,9 @@ class WatchHandle {
    * this call lost events.
    */
   async getNewEvents() {
+    if (this._ended) {
+      throw new BrigError(`watcher ${this.watcher} streams its events to onEvent; poll a watcher made without it`, "bad_input", 125);
+    }
     const reply = await this._sandbox._request({ type: "session_watch_events", watcher: this.watcher }, "events");
     this.overflowed = Boolean(reply.overflow);
     return (reply.events || []).map(({ type, path }) => ({ name: path, type }));
@@ -339,6 +367,7 @@ class WatchHandle {
 
   async stop() {
     await this._sandbox._request({ type: "session_unwatch", watcher: this.watcher }, "unwatched");
+    if (this._ended) await this._ended; // the server sends the stream's last frame and closes it
   }
 }
 
@@ -468,8 +497,17 @@ class Files {
     await this._sandbox._request({ type: "session_remove", path }, "removed");
   }
 
-  /** Watches the directory `path` (and with `{recursive: true}` every one beneath it). */
-  async watchDir(path, { recursive = false } = {}) {
+  /**
+   * Watches the directory `path` (and with `{recursive: true}` every one beneath it). With
+   * `{onEvent}` each change is sent as it happens and passed to `onEvent({name, type})`;
+   * otherwise poll with `getNewEvents()`.
+   */
+  async watchDir(path, { recursive = false, onEvent } = {}) {
+    if (onEvent) {
+      const sandbox = this._sandbox;
+      const attached = await openStream(sandbox, { type: "session_watch", path, recursive, stream: true }, "watcher");
+      return new WatchHandle(sandbox, attached.frame.watcher, attached, onEvent);
+    }
     const reply = await this._sandbox._request({ type: "session_watch", path, recursive }, "watcher");
     return new WatchHandle(this._sandbox, reply.watcher);
   }
@@ -479,12 +517,17 @@ class Files {
  * A `session_connect` to the process `which` names ({pid} or {tag}), its `process` frame
  * read: {frame, connection, reader, early} (frames read after it wait in `early`).
  */
-async function attach(sandbox, which) {
+function attach(sandbox, which) {
+  return openStream(sandbox, { type: "session_connect", ...which }, "process");
+}
+
+/** A session request whose connection stays open, its first frame (`expected`) read. */
+async function openStream(sandbox, request, expected) {
   const attached = await stream(sandbox.socket, {
-    brig: PROTOCOL_VERSION, type: "session_connect", session: sandbox.sessionId, ...which,
+    brig: PROTOCOL_VERSION, session: sandbox.sessionId, ...request,
   }, () => {}, { keep: true });
   try {
-    expect(attached.frame, "process", "session_connect");
+    expect(attached.frame, expected, request.type);
   } catch (error) {
     attached.connection.destroy();
     throw error;

@@ -227,6 +227,10 @@ pub enum Request {
         path: String,
         #[serde(default)]
         recursive: bool,
+        /// Events sent on this connection as they happen (`watch_event` frames) until
+        /// `session_unwatch`, the client's hang-up or the session's end.
+        #[serde(default)]
+        stream: bool,
     },
     SessionWatchEvents {
         session: String,

@@ -40,6 +40,10 @@ mod session_loop;
 mod session_process;
 #[path = "session_pty.rs"]
 mod session_pty;
+#[path = "session_watch_stream.rs"]
+mod session_watch_stream;
+
+pub(super) use session_process::Listener;
 
 /// The one-line error for an exec that is neither a command nor a cell.
 const EXEC_FORM: &str =
@@ -1008,8 +1012,12 @@ impl<'p> Session<'p> {
             fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), requests)));
             // The session's other programs and their clients are served meanwhile.
             let theirs_at = fds.len();
-            let (theirs, their_fds) = self.processes.poll_fds();
+            let (mut theirs, their_fds) = self.processes.poll_fds();
             fds.extend(their_fds);
+            // And the streamed watchers (`session_watch_stream.rs`).
+            let (watching, watch_fds) = session_watch_stream::watch_stream_fds(&self.watches);
+            theirs.extend(watching);
+            fds.extend(watch_fds);
             let until = sooner(until, self.processes.next_deadline());
             let soon = Instant::now() + pause;
             let wake = match reply.is_some() && !killed {

@@ -35,6 +35,10 @@ pub(super) enum Source {
     Connected(u32, usize),
     /// A client whose last frames are being written.
     Closing(usize),
+    /// The session's inotify descriptor, while a watcher streams (`session_watch_stream.rs`).
+    WatchEvents,
+    /// A streamed watcher's client.
+    WatchStream,
 }
 
 /// The loop's state beside the session's: the watched programs, the clients being
@@ -168,9 +172,10 @@ impl<'p> Session<'p> {
                 Some(taken) => taken,
                 None => {
                     let now = Instant::now();
-                    // A client waiting on a program keeps the session from idling; a
-                    // background process nobody is connected to does not.
-                    if self.processes.busy() {
+                    // A client waiting on a program or streaming a watcher keeps the
+                    // session from idling; a background process nobody is connected to
+                    // does not.
+                    if self.processes.busy() || self.watches.streams().next().is_some() {
                         last_request = now;
                     }
                     let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
@@ -189,7 +194,10 @@ impl<'p> Session<'p> {
                     if self.drain_by.is_some() && !self.processes.foreground_running() {
                         break DRAINING;
                     }
-                    if !self.processes.busy() && Instant::now() >= last_request + idle {
+                    if !self.processes.busy()
+                        && self.watches.streams().next().is_none()
+                        && Instant::now() >= last_request + idle
+                    {
                         break "it was idle for its idle_timeout";
                     }
                     if !ready.iter().any(|source| matches!(source, Source::Control)) {
@@ -274,6 +282,9 @@ impl<'p> Session<'p> {
         let (theirs, their_fds) = self.processes.poll_fds();
         sources.extend(theirs);
         fds.extend(their_fds);
+        let (watching, watch_fds) = super::session_watch_stream::watch_stream_fds(&self.watches);
+        sources.extend(watching);
+        fds.extend(watch_fds);
         let reader = &self.processes.requests;
         let timeout = match reader.has_frame() {
             true => PollTimeout::ZERO,
@@ -298,6 +309,10 @@ impl<'p> Session<'p> {
         for source in ready {
             self.serve_source(*source);
         }
+        let events_ready = ready.iter().any(|s| matches!(s, Source::WatchEvents));
+        if events_ready || ready.iter().any(|s| matches!(s, Source::WatchStream)) {
+            self.serve_watch_streams(events_ready);
+        }
         self.processes.closing.retain(|client| !client.gone);
         for process in self.processes.watched.values_mut() {
             process.listeners.retain(|client| !client.gone);
@@ -310,6 +325,7 @@ impl<'p> Session<'p> {
         let processes = &mut self.processes;
         match source {
             Source::Control | Source::Init | Source::Events => {}
+            Source::WatchEvents | Source::WatchStream => {}
             Source::Output(id, index) => {
                 if let Some(process) = processes.watched.get_mut(&id)
                     && process.read(index)
@@ -504,7 +520,7 @@ impl<'p> Session<'p> {
     }
 
     /// A client with its last frames queued: written as it takes them.
-    fn close_client(&mut self, mut client: Listener) {
+    pub(super) fn close_client(&mut self, mut client: Listener) {
         client.answered();
         if client.flush() && client.has_pending() {
             self.processes.closing.push(client);
@@ -531,6 +547,10 @@ impl<'p> Session<'p> {
                 clients.push(client);
             }
         }
+        for mut client in self.watches.take_streams() {
+            client.queue(&message, None);
+            clients.push(client);
+        }
         let by = Instant::now() + Duration::from_secs(1);
         for client in &mut clients {
             client.flush_by(by);
@@ -545,6 +565,11 @@ impl<'p> Session<'p> {
         connection: OwnedFd,
         memfd: OwnedFd,
     ) {
+        let Some((request, connection, memfd)) =
+            self.watch_stream_request(request, connection, memfd)
+        else {
+            return;
+        };
         let immediate = match request {
             Ok(Request::SessionResize {
                 pid,

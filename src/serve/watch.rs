@@ -1,6 +1,7 @@
 //! A session's directory watchers (`session_watch`, `session_watch_events`,
-//! `session_unwatch`), polled: the runner serves one request at a time, and the kernel
-//! holds the events between requests.
+//! `session_unwatch`), polled (the kernel holds the events between requests) or streamed
+//! (a watcher with a client, `session_watch_stream.rs`: its events are queued for the
+//! client as each read of the kernel's queue hands them out).
 //!
 //! One inotify instance per session runner, made at the first watcher. Each directory is
 //! opened beneath the workspace with openat2 (as every path of a session's files), then
@@ -11,12 +12,13 @@
 //! each watcher holds at most [`MAX_QUEUED`] events between calls, and says `overflow`
 //! when some were lost.
 
+use super::session::Listener;
 use super::workspace::{self, AsJailUser, Workspace};
 use crate::error::{Error, Result};
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Watchers a session may have at once.
 pub const MAX_WATCHERS: usize = 16;
@@ -39,6 +41,9 @@ pub struct Event {
 
 struct Watcher {
     recursive: bool,
+    /// Streamed (`"stream": true`): its events go out on this connection as they are
+    /// read (`session_watch_stream.rs`), not held for `session_watch_events`.
+    stream: Option<Listener>,
     queue: VecDeque<Event>,
     overflow: bool,
     watching: Vec<WatchDescriptor>,
@@ -100,6 +105,7 @@ impl Watches {
             id.clone(),
             Watcher {
                 recursive,
+                stream: None,
                 queue: VecDeque::new(),
                 overflow: false,
                 watching: Vec::new(),
@@ -207,8 +213,14 @@ impl Watches {
 
     /// The events of watcher `id` since the last call, and whether some were lost.
     pub fn events(&mut self, workspace: &Workspace, id: &str) -> Result<(Vec<Event>, bool)> {
-        if !self.watchers.contains_key(id) {
-            return Err(unknown(id));
+        match self.watchers.get(id) {
+            None => return Err(unknown(id)),
+            Some(watcher) if watcher.stream.is_some() => {
+                return Err(Error::input(format!(
+                    "watcher {id:?} streams its events on its session_watch connection; poll a watcher made without \"stream\""
+                )));
+            }
+            Some(_) => {}
         }
         self.absorb(workspace);
         let watcher = self.watchers.get_mut(id).expect("checked");
@@ -217,17 +229,26 @@ impl Watches {
     }
 
     /// Reads what the kernel holds and hands each event to the watchers of its directory.
-    fn absorb(&mut self, workspace: &Workspace) {
+    pub fn absorb(&mut self, workspace: &Workspace) {
         let Some(inotify) = self.inotify.as_ref() else {
             return;
         };
-        let mut batch = Vec::new();
+        let mut batches = Vec::new();
         while let Ok(events) = inotify.read_events() {
             if events.is_empty() {
                 break;
             }
-            batch.extend(events);
+            batches.push(events);
         }
+        for batch in batches {
+            self.hand_out(workspace, batch);
+            // Streams take each read's events, so only a polled watcher's queue fills.
+            self.publish();
+        }
+    }
+
+    /// Hands each event of one read to the watchers of its directory.
+    fn hand_out(&mut self, workspace: &Workspace, batch: Vec<nix::sys::inotify::InotifyEvent>) {
         for event in batch {
             if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                 for watcher in self.watchers.values_mut() {
@@ -318,8 +339,9 @@ impl Watches {
         }
     }
 
-    /// Removes watcher `id` and the kernel watches only it used.
-    pub fn remove(&mut self, id: &str) -> Result<()> {
+    /// Removes watcher `id` and the kernel watches only it used; its stream's client (to
+    /// be sent its last frame), if it streamed.
+    pub fn remove(&mut self, id: &str) -> Result<Option<Listener>> {
         let watcher = self.watchers.remove(id).ok_or_else(|| unknown(id))?;
         for wd in watcher.watching {
             let Some((ids, _)) = self.directories.get_mut(&wd) else {
@@ -338,6 +360,63 @@ impl Watches {
             self.inotify = None;
             self.directories.clear();
         }
-        Ok(())
+        Ok(watcher.stream)
+    }
+
+    /// The inotify descriptor, for the session's loop to poll while a watcher streams.
+    pub fn streaming_fd(&self) -> Option<BorrowedFd<'_>> {
+        let streaming = self.watchers.values().any(|w| w.stream.is_some());
+        self.inotify
+            .as_ref()
+            .filter(|_| streaming)
+            .map(|inotify| inotify.as_fd())
+    }
+
+    /// Watcher `id` (just made) streams its events to `client` from now on.
+    pub fn stream_to(&mut self, id: &str, client: Listener) {
+        if let Some(watcher) = self.watchers.get_mut(id) {
+            watcher.stream = Some(client);
+        }
+    }
+
+    /// The streamed watchers' clients.
+    pub fn streams(&self) -> impl Iterator<Item = &Listener> {
+        self.watchers.values().filter_map(|w| w.stream.as_ref())
+    }
+
+    /// Every stream's client, taken out (the session ends).
+    pub fn take_streams(&mut self) -> Vec<Listener> {
+        (self.watchers.values_mut())
+            .filter_map(|w| w.stream.take())
+            .collect()
+    }
+
+    /// The streamed watchers' ids and clients.
+    pub fn streams_mut(&mut self) -> impl Iterator<Item = (&String, &mut Listener)> {
+        (self.watchers.iter_mut()).filter_map(|(id, w)| w.stream.as_mut().map(|s| (id, s)))
+    }
+
+    /// Queues each streamed watcher's events for its client, one `watch_event` frame
+    /// each (dropped and counted in its `dropped` past the client's buffer).
+    fn publish(&mut self) {
+        for (id, watcher) in &mut self.watchers {
+            let Some(client) = watcher.stream.as_mut() else {
+                continue;
+            };
+            for event in watcher.queue.drain(..) {
+                let frame = serde_json::json!({
+                    "type": "watch_event",
+                    "watcher": id,
+                    "kind": event.kind,
+                    "path": event.path,
+                });
+                client.queue(&frame, Some(1));
+            }
+        }
+    }
+
+    /// Whether watcher `id` lost events in the kernel's queue (read and reset).
+    pub fn take_overflow(&mut self, id: &str) -> bool {
+        (self.watchers.get_mut(id)).is_some_and(|w| std::mem::take(&mut w.overflow))
     }
 }

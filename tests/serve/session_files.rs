@@ -3,7 +3,8 @@
 //! connection (a 100+ MiB binary round trip, the runner's memory bounded); every new
 //! request refused a way out of the workspace (`..`, absolute, symlinks the jail plants,
 //! through subdirectories); directory watchers (events in order, overflow, caps, another
-//! uid); nothing left after a broken transfer or the session's close.
+//! uid; streamed: events as they happen, a reader that stalls dropped and counted, ended by
+//! unwatch, hang-up and the session's close); nothing left after a broken transfer or the session's close.
 
 use crate::common;
 
@@ -20,6 +21,7 @@ both_modes!(
     no_files_request_leads_out_of_the_workspace,
     watchers_report_changes_in_order,
     watchers_are_bounded,
+    a_streamed_watcher_sends_events_as_they_happen,
     python_client_files,
     node_client_files,
     the_command_line_streams_and_manages_files,
@@ -899,10 +901,17 @@ with Sandbox(socket=sys.argv[1]) as sb:
     sb.files.remove("x/y/g.txt")
     show([(e.type, e.name) for e in watcher.get_new_events()], watcher.overflowed)
     watcher.stop()
+    seen = []
+    streamed = sb.files.watch_dir("x", on_event=seen.append)
+    sb.files.write("x/s.txt", "s")
+    sb.files.remove("x/s.txt")
+    streamed.stop()
+    show([(e.type, e.name) for e in seen], streamed.dropped, streamed.overflowed)
     sb.files.remove("x")
     show(sb.files.exists("x"), [e.name for e in sb.files.list(".")])
     for call in (lambda: sb.files.read("../etc/passwd"), lambda: sb.files.write("/etc/x", b"x"),
-                 lambda: sb.files.watch_dir("/"), lambda: sb.files.remove("..")):
+                 lambda: sb.files.watch_dir("/"), lambda: sb.files.watch_dir("..", on_event=print),
+                 lambda: sb.files.remove("..")):
         try:
             call()
             show("not refused")
@@ -932,7 +941,9 @@ fn python_client_files(mode: Mode) {
             r#"["x/y/g.txt", "file", false]"#,
             r#"[[["x/y", "dir"], ["x/y/g.txt", "file"]]]"#,
             r#"[[["create", "x/y/new.txt"], ["write", "x/y/new.txt"], ["remove", "x/y/g.txt"]], false]"#,
+            r#"[[["create", "x/s.txt"], ["write", "x/s.txt"], ["remove", "x/s.txt"]], 0, false]"#,
             r#"[false, ["d"]]"#,
+            r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
             r#"["bad_input", 125]"#,
@@ -969,10 +980,17 @@ const show = (...values) => console.log(JSON.stringify(values));
   await sb.files.remove("x/y/g.txt");
   show((await watcher.getNewEvents()).map((e) => [e.type, e.name]), watcher.overflowed);
   await watcher.stop();
+  const seen = [];
+  const streamed = await sb.files.watchDir("x", { onEvent: (e) => seen.push([e.type, e.name]) });
+  await sb.files.write("x/s.txt", "s");
+  await sb.files.remove("x/s.txt");
+  await streamed.stop();
+  show(seen, streamed.dropped, streamed.overflowed);
   await sb.files.remove("x");
   show(await sb.files.exists("x"), (await sb.files.list(".")).map((e) => e.name));
   for (const call of [() => sb.files.read("../etc/passwd"), () => sb.files.write("/etc/x", "x"),
-                      () => sb.files.watchDir("/"), () => sb.files.remove("..")]) {
+                      () => sb.files.watchDir("/"), () => sb.files.watchDir("..", { onEvent: console.log }),
+                      () => sb.files.remove("..")]) {
     try {
       await call();
       show("not refused");
@@ -1015,7 +1033,9 @@ fn node_client_files(mode: Mode) {
             r#"["x/y/g.txt","file",false]"#,
             r#"[[["x/y","dir"],["x/y/g.txt","file"]]]"#,
             r#"[[["create","x/y/new.txt"],["write","x/y/new.txt"],["remove","x/y/g.txt"]],false]"#,
+            r#"[[["create","x/s.txt"],["write","x/s.txt"],["remove","x/s.txt"]],0,false]"#,
             r#"[false,["d"]]"#,
+            r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
             r#"["bad_input",125]"#,
@@ -1124,4 +1144,153 @@ fn a_stalled_or_drained_transfer_is_cut(mode: Mode) {
     );
     let output = process.wait();
     assert!(output.status.success(), "{}", describe(&output));
+}
+
+/// The next `watch_event` of a streamed watcher, as (kind, path).
+fn next_event(stream: &UnixStream) -> (String, String) {
+    let frame = read_reply(stream).expect("a frame");
+    assert_eq!(frame["type"], "watch_event", "{frame}");
+    (
+        frame["kind"].as_str().unwrap().to_string(),
+        frame["path"].as_str().unwrap().to_string(),
+    )
+}
+
+fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    let watch = json!({"type": "session_watch", "session": id, "path": ".", "stream": true});
+    let streamed = connect(&server, watch.clone());
+    let made = read_reply(&streamed).unwrap();
+    assert_eq!(made["type"], "watcher", "{made}");
+    assert_eq!(made["stream"], true, "{made}");
+    let watcher = made["watcher"].as_str().unwrap().to_string();
+    // Each change arrives while the client waits on its connection, in order.
+    sh(&server, &id, "printf a > f && mv f g && rm g");
+    let expected = pairs(&[
+        ("create", "f"),
+        ("write", "f"),
+        ("rename", "f"),
+        ("create", "g"),
+        ("remove", "g"),
+    ]);
+    for want in expected {
+        assert_eq!(next_event(&streamed), want);
+    }
+    // It is not polled.
+    assert_error(
+        &op(
+            &server,
+            &id,
+            "session_watch_events",
+            json!({"watcher": watcher}),
+        ),
+        "streams its events",
+    );
+    // session_unwatch ends the stream with a last frame, then the connection closes.
+    let removed = op(&server, &id, "session_unwatch", json!({"watcher": watcher}));
+    assert_eq!(removed["type"], "unwatched", "{removed}");
+    let end = read_reply(&streamed).unwrap();
+    assert_eq!(end["type"], "watch_end", "{end}");
+    assert_eq!(end["why"], "unwatched", "{end}");
+    assert_eq!(end["dropped"], 0, "{end}");
+    assert!(read_reply(&streamed).is_none(), "the stream closes");
+
+    // A client that reads nothing: its events are dropped past its buffer and counted,
+    // and the runner serves everything else meanwhile.
+    let stalled = connect(&server, watch.clone());
+    let made = read_reply(&stalled).unwrap();
+    let stalled_id = made["watcher"].as_str().unwrap().to_string();
+    let rounds = 25_000;
+    sh(
+        &server,
+        &id,
+        &format!("i=0; while [ $i -lt {rounds} ]; do echo >> a; echo >> b; i=$((i+1)); done"),
+    );
+    let stat = op(&server, &id, "session_stat", json!({"path": "a"}));
+    assert_eq!(stat["type"], "stat", "{stat}");
+    assert_eq!(stat["entry"]["size"], rounds, "{stat}");
+    op(
+        &server,
+        &id,
+        "session_unwatch",
+        json!({"watcher": stalled_id}),
+    );
+    let mut received = 0u64;
+    let end = loop {
+        let frame = read_reply(&stalled).expect("a frame");
+        if frame["type"] != "watch_event" {
+            break frame;
+        }
+        let path = frame["path"].as_str().unwrap();
+        assert!(path == "a" || path == "b", "{frame}");
+        received += 1;
+    };
+    assert_eq!(end["type"], "watch_end", "{end}");
+    let dropped = end["dropped"].as_u64().unwrap();
+    assert!(
+        dropped > 0,
+        "nothing dropped for a client that did not read: {end}"
+    );
+    // The creates, then one write a line (the kernel joins none: a and b alternate);
+    // unless the kernel's own queue overflowed, every event was sent or counted.
+    if end["overflow"] == false {
+        assert_eq!(received + dropped, 2 + 2 * rounds, "{end}");
+    }
+
+    // A client that hangs up takes its watcher with it.
+    let hung_up = connect(&server, watch.clone());
+    let made = read_reply(&hung_up).unwrap();
+    let hung_up_id = made["watcher"].as_str().unwrap().to_string();
+    drop(hung_up);
+    sh(&server, &id, "echo >> a");
+    assert_error(
+        &op(
+            &server,
+            &id,
+            "session_unwatch",
+            json!({"watcher": hung_up_id}),
+        ),
+        "no such watcher",
+    );
+
+    // Escapes are refused on the watch's own connection, and the session goes on.
+    for path in ["..", "/etc", "host"] {
+        if path == "host" {
+            sh(&server, &id, "ln -s / host");
+        }
+        let mut refused = watch.clone();
+        refused["path"] = json!(path);
+        let refused = read_reply(&connect(&server, refused)).unwrap();
+        assert_eq!(refused["type"], "error", "{path}: {refused}");
+        assert_eq!(refused["kind"], "bad_input", "{path}: {refused}");
+        assert_eq!(refused["exit_code"], 125, "{path}: {refused}");
+    }
+
+    // While a code cell runs (the cell's own loop), the stream goes on: the cell makes a
+    // file and waits for one this test makes only once it has seen the cell's event.
+    let during = connect(&server, watch.clone());
+    assert_eq!(read_reply(&during).unwrap()["type"], "watcher");
+    let code = "import os, time\nopen('from_cell', 'w').close()\nwhile not os.path.exists('go'):\n    time.sleep(0.01)\n'done'";
+    let cell = connect(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": code}),
+    );
+    assert_eq!(next_event(&during), ("create".into(), "from_cell".into()));
+    assert_eq!(write_file(&server, &id, "go", b"")["type"], "written");
+    let ran = read_reply(&cell).unwrap();
+    assert_eq!(ran["type"], "exec", "{ran}");
+    assert_eq!(next_event(&during), ("create".into(), "go".into()));
+
+    // The session's close ends the stream with the error frame every stream gets.
+    let open = connect(&server, watch);
+    assert_eq!(read_reply(&open).unwrap()["type"], "watcher");
+    close(&server, &id);
+    let end = read_reply(&open).unwrap();
+    assert_eq!(end["type"], "error", "{end}");
+    assert!(
+        end["message"].as_str().unwrap().contains("it was closed"),
+        "{end}"
+    );
+    assert!(read_reply(&open).is_none(), "the stream closes");
 }

@@ -15,6 +15,7 @@ import pwd
 import socket as _socket
 import struct
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, IO, List, Optional, Sequence, Tuple
 
@@ -433,20 +434,49 @@ class FilesystemEvent:
 class WatchHandle:
     """A directory watcher (`Files.watch_dir`): `get_new_events()` returns what changed
     since the last call; `overflowed` says whether the last call lost events (more than
-    the server holds between calls); `stop()` removes it."""
+    the server holds between calls); `stop()` removes it.
 
-    def __init__(self, sandbox: "Sandbox", watcher: str):
+    Made with `on_event`, it streams: a thread reads each change as the server sends it
+    and calls `on_event(event)`; `stop()` ends the stream, after which `dropped` counts
+    the events the server dropped because they were not read fast enough and
+    `overflowed` says whether the kernel lost some."""
+
+    def __init__(self, sandbox: "Sandbox", watcher: str,
+                 stream: Optional[Tuple[_socket.socket, Callable[[FilesystemEvent], Any]]] = None):
         self._sandbox = sandbox
         self.watcher = watcher
         self.overflowed = False
+        self.dropped = 0
+        self._thread: Optional[threading.Thread] = None
+        if stream is not None:
+            self._thread = threading.Thread(target=self._read_stream, args=stream, daemon=True)
+            self._thread.start()
+
+    def _read_stream(self, connection: _socket.socket, on_event: Callable[[FilesystemEvent], Any]) -> None:
+        with connection:
+            while True:
+                try:
+                    frame = _read_frame(connection)
+                except (OSError, BrigError, ValueError, struct.error):
+                    return  # the session ended or the server went away
+                if frame.get("type") != "watch_event":
+                    self.dropped = int(frame.get("dropped", 0))
+                    self.overflowed = bool(frame.get("overflow", False))
+                    return
+                on_event(FilesystemEvent(frame["path"], frame["kind"]))
 
     def get_new_events(self) -> List[FilesystemEvent]:
+        if self._thread is not None:
+            raise BrigError(f"watcher {self.watcher} streams its events to on_event; poll a watcher made without it",
+                            "bad_input", 125)
         reply = self._sandbox._request({"type": "session_watch_events", "watcher": self.watcher}, "events")
         self.overflowed = bool(reply.get("overflow", False))
         return [FilesystemEvent(event["path"], event["type"]) for event in reply.get("events", [])]
 
     def stop(self) -> None:
         self._sandbox._request({"type": "session_unwatch", "watcher": self.watcher}, "unwatched")
+        if self._thread is not None:
+            self._thread.join()  # the server sends the stream's last frame and closes it
 
 
 def _stream_size(data: Any) -> Optional[int]:
@@ -560,10 +590,29 @@ class Files:
         """Removes a file, a symlink (not its target) or a directory with all it holds."""
         self._sandbox._request({"type": "session_remove", "path": path}, "removed")
 
-    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
-        """Watches the directory `path` (and with `recursive` every one beneath it)."""
-        reply = self._sandbox._request({"type": "session_watch", "path": path, "recursive": recursive}, "watcher")
-        return WatchHandle(self._sandbox, reply["watcher"])
+    def watch_dir(self, path: str, recursive: bool = False,
+                  on_event: Optional[Callable[[FilesystemEvent], Any]] = None) -> WatchHandle:
+        """Watches the directory `path` (and with `recursive` every one beneath it). With
+        `on_event`, each change is sent as it happens and `on_event(event)` is called on a
+        thread of the handle's; otherwise poll with `get_new_events()`."""
+        request = {"type": "session_watch", "path": path, "recursive": recursive}
+        if on_event is None:
+            reply = self._sandbox._request(request, "watcher")
+            return WatchHandle(self._sandbox, reply["watcher"])
+        connection, reply = _open_stream(self._sandbox, dict(request, stream=True), "watcher")
+        connection.settimeout(None)  # events come when files change
+        return WatchHandle(self._sandbox, reply["watcher"], (connection, on_event))
+
+
+def _open_stream(sandbox: "Sandbox", request: Dict[str, Any], expected: str) -> Tuple[_socket.socket, Dict[str, Any]]:
+    """A session request whose connection stays open, and its first frame (`expected`)."""
+    request = dict(request, session=sandbox.session_id, brig=PROTOCOL_VERSION)
+    connection = sandbox._client._open(request, [])
+    try:
+        return connection, _expect(_read_frame(connection), expected, request["type"])
+    except BaseException:
+        connection.close()
+        raise
 
 
 def _send_request(connection: _socket.socket, request: Dict[str, Any]) -> None:
@@ -725,12 +774,7 @@ class Commands:
             request["pid"] = pid
         if tag is not None:
             request["tag"] = tag
-        connection = self._sandbox._client._open(request, [])
-        try:
-            reply = _expect(_read_frame(connection), "process", "session_connect")
-        except BaseException:
-            connection.close()
-            raise
+        connection, reply = _open_stream(self._sandbox, request, "process")
         return CommandHandle(self, int(reply["pid"]), reply.get("tag"), connection)
 
     def kill(self, pid: int) -> None:
