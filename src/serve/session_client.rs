@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 mod processes;
 #[path = "session_client_pty.rs"]
 mod pty;
+#[path = "session_client_watch.rs"]
+mod watch;
 pub use processes::Which;
 
 #[derive(Subcommand, Debug)]
@@ -92,6 +94,20 @@ pub enum SessionCommand {
         #[command(flatten)]
         at: At,
         #[arg(value_name = "PATH")]
+        path: String,
+    },
+    /// Print the changes under a directory of the workspace as they happen, one line
+    /// each (`KIND<TAB>PATH`; KIND: create, write, remove, rename, chmod), until the
+    /// watch is ended (`session_unwatch`) or the session ends (exit 0); SIGINT or SIGTERM
+    /// stop it (by the signal's default action: 130, 143) and the server drops the watcher.
+    Watch {
+        #[command(flatten)]
+        at: At,
+        /// Watch the directories beneath it too.
+        #[arg(long)]
+        recursive: bool,
+        /// The directory, relative to the workspace.
+        #[arg(value_name = "PATH", default_value = ".")]
         path: String,
     },
     /// Close the session: its jail, processes and workspace are destroyed.
@@ -361,6 +377,11 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             }
             Ok(0)
         }
+        SessionCommand::Watch {
+            at,
+            recursive,
+            path,
+        } => watch::watch(&at, &path, recursive),
         SessionCommand::Ps { at } => processes::ps(&at),
         SessionCommand::Connect { at, which } => processes::connect(&at, &which),
         SessionCommand::Stdin {
