@@ -1,5 +1,6 @@
 //! `brig session watch`: a streamed directory watcher on the command line
-//! (docs/protocol.md, "Watchers"). One line per event, `KIND<TAB>PATH`, as it arrives.
+//! (docs/protocol.md, "Watchers"). One line per event, `KIND<TAB>PATH`, as it arrives;
+//! a line on stderr once the watch is in place.
 
 use super::{At, next_reply};
 use crate::error::{Error, Result};
@@ -30,6 +31,13 @@ pub fn watch(at: &At, path: &str, recursive: bool) -> Result<i32> {
     if started["type"] != "watcher" {
         return Err(unexpected(&started, "watcher"));
     }
+    // Said once the kernel's watches are in place: what changes from now on is printed
+    // (and the watcher's id ends it from elsewhere, `session_unwatch`).
+    eprintln!(
+        "brig: watching {} (watcher {})",
+        printable(path),
+        printable(started["watcher"].as_str().unwrap_or("?"))
+    );
     let mut stdout = std::io::stdout().lock();
     loop {
         let Some((body, _)) = reader.read_blocking(&connection)? else {

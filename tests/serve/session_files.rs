@@ -3,7 +3,7 @@
 //! connection (a 100+ MiB binary round trip, the runner's memory bounded); every new
 //! request refused a way out of the workspace (`..`, absolute, symlinks the jail plants,
 //! through subdirectories); directory watchers (events in order, overflow, caps, another
-//! uid; streamed: events as they happen, a reader that stalls dropped and counted, ended by
+//! uid; streamed: events as they happen, on the command line too, a reader that stalls dropped and counted, ended by
 //! unwatch, hang-up and the session's close); nothing left after a broken transfer or the session's close.
 
 use crate::common;
@@ -22,6 +22,7 @@ both_modes!(
     watchers_report_changes_in_order,
     watchers_are_bounded,
     a_streamed_watcher_sends_events_as_they_happen,
+    the_command_line_watches_a_directory,
     python_client_files,
     node_client_files,
     the_command_line_streams_and_manages_files,
@@ -1293,4 +1294,67 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
         "{end}"
     );
     assert!(read_reply(&open).is_none(), "the stream closes");
+}
+
+/// `brig session watch`: a line per event as it happens (the jail's names escaped), until
+/// the session's close ends it (exit 0); a way out of the workspace is one line, 125.
+fn the_command_line_watches_a_directory(mode: Mode) {
+    use std::io::BufRead;
+    let server = Server::start(mode, &["--pool", "0"]);
+    // Made by the command line, as the user it runs as (rootless: not root).
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    let id = assert_success(&created).trim().to_string();
+    let args = |path: &'static str| {
+        let mut watch = command(
+            mode,
+            &[
+                "session",
+                "watch",
+                "--server",
+                server.socket(),
+                "--session",
+                &id,
+                path,
+            ],
+        );
+        watch
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        watch
+    };
+    let refused = output_of(args(".."));
+    assert_one_line_error(&refused, &["`..`"]);
+    assert_eq!(code(&refused), 125);
+    let mut watching = Running::spawn(args("."));
+    let mut lines = std::io::BufReader::new(watching.child.stdout.take().unwrap()).lines();
+    // Its first stderr line comes once the watch is in place: no change can be missed.
+    let mut stderr = std::io::BufReader::new(watching.child.stderr.take().unwrap());
+    let mut started = String::new();
+    stderr.read_line(&mut started).unwrap();
+    assert!(
+        started.starts_with("brig: watching . (watcher "),
+        "{started}"
+    );
+    // A name with a tab and an escape: printed escaped, one line each.
+    sh(&server, &id, "touch \"$(printf 'a\\tb\\033c')\" && rm a*");
+    let mut seen = Vec::new();
+    while !seen.contains(&"remove\ta\\tb\\x1bc".to_string()) {
+        let line = lines
+            .next()
+            .expect("a line before the stream ends")
+            .unwrap();
+        seen.push(line);
+    }
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("create\ta\\tb\\x1bc"),
+        "{seen:?}"
+    );
+    close(&server, &id);
+    assert!(lines.next().is_none(), "the stream ends with the session");
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let output = watching.wait();
+    assert_eq!(code(&output), 0, "{rest}");
+    assert!(rest.contains("it was closed"), "{rest}");
 }
