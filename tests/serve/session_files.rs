@@ -1300,6 +1300,7 @@ fn a_streamed_watcher_sends_events_as_they_happen(mode: Mode) {
 /// the session's close ends it (exit 0); a way out of the workspace is one line, 125.
 fn the_command_line_watches_a_directory(mode: Mode) {
     use std::io::BufRead;
+    use std::os::unix::process::ExitStatusExt;
     let server = Server::start(mode, &["--pool", "0"]);
     // Made by the command line, as the user it runs as (rootless: not root).
     let created = run(mode, &["session", "create", "--server", server.socket()]);
@@ -1350,8 +1351,43 @@ fn the_command_line_watches_a_directory(mode: Mode) {
         Some("create\ta\\tb\\x1bc"),
         "{seen:?}"
     );
+    // SIGINT ends a second one by its default action; the server drops its watcher on
+    // the hang-up (unwatching it finds none).
+    let mut interrupted = Running::spawn(args("."));
+    let mut interrupted_err = std::io::BufReader::new(interrupted.child.stderr.take().unwrap());
+    let mut line = String::new();
+    interrupted_err.read_line(&mut line).unwrap();
+    let watcher = line
+        .trim_end()
+        .strip_suffix(')')
+        .and_then(|rest| rest.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no watcher id in {line:?}"))
+        .to_string();
+    kill(interrupted.pid(), libc::SIGINT);
+    let output = interrupted.wait();
+    assert_eq!(output.status.signal(), Some(libc::SIGINT), "{output:?}");
+    sh(&server, &id, "touch after_interrupt");
+    assert_error(
+        &op(&server, &id, "session_unwatch", json!({"watcher": watcher})),
+        "no such watcher",
+    );
+
+    // The first one goes on meanwhile, and ends with the session.
+    let mut later = Vec::new();
+    while !later.contains(&"create\tafter_interrupt".to_string()) {
+        later.push(
+            lines
+                .next()
+                .expect("a line before the stream ends")
+                .unwrap(),
+        );
+    }
     close(&server, &id);
-    assert!(lines.next().is_none(), "the stream ends with the session");
+    later.extend(lines.map(Result::unwrap));
+    assert!(
+        later.iter().all(|line| line.ends_with("\tafter_interrupt")),
+        "{later:?}"
+    );
     let mut rest = String::new();
     stderr.read_to_string(&mut rest).unwrap();
     let output = watching.wait();
