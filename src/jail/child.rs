@@ -140,10 +140,10 @@ fn assemble_jail(
     // With --output-limit, stdout and stderr are the pipes of brig's output collector.
     if let Some(output) = output {
         nix::unistd::dup2_stdout(&output.stdout)
-            .context(|| "connect stdout to brig's relay".into())
+            .context(|| "connect stdout to brig's output collector".into())
             .at(Stage::Descriptors)?;
         nix::unistd::dup2_stderr(&output.stderr)
-            .context(|| "connect stderr to brig's relay".into())
+            .context(|| "connect stderr to brig's output collector".into())
             .at(Stage::Descriptors)?;
     }
     let mut keep = channel.raw_fds();
