@@ -18,8 +18,20 @@ use nix::unistd::execve;
 use std::ffi::CString;
 use std::path::Path;
 
-/// Entry point in the cloned child; never returns. A session's init (`session`) runs
-/// programs one after another instead of one. `host_lock`: the lock of a per-jail host
+/// What a jail is assembled for: it decides what its init does and what brig keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// One program, which inherits init's standard streams (`brig run`).
+    OneShot,
+    /// One program given its own descriptors later (a server's pooled jail): brig keeps
+    /// the output pipes' jail ends to hand over with them.
+    Streams,
+    /// Programs one after another (`session.rs`); the jail hands brig its workspace.
+    Session,
+}
+
+/// Entry point in the cloned child; never returns. A session's init ([`Shape::Session`])
+/// runs programs one after another instead of one. `host_lock`: the lock of a per-jail host
 /// uid, which init keeps open (close-on-exec, out of every program's reach) so that the
 /// uid stays taken until the last process of the jail is gone, even if brig is not.
 pub fn run(
@@ -27,14 +39,14 @@ pub fn run(
     channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
-    session: bool,
+    shape: Shape,
     host_lock: Option<std::os::fd::RawFd>,
 ) -> ! {
     if let Err(err) = assemble_jail(plan, &channel, output, cgroup, host_lock) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
-    if session {
+    if shape == Shape::Session {
         // brig reaches the workspace (the home directory) through this descriptor: its
         // files are put and got there, resolved beneath it.
         let workspace = nix::fcntl::open(
@@ -61,7 +73,7 @@ pub fn run(
     }
     // Assembled: tell brig, then wait for the program (or a session's programs).
     channel.send(&Message::Ready);
-    if session {
+    if shape == Shape::Session {
         init::run_session(plan, &channel);
     }
     let Some((program, stdio)) = channel.wait_for_program() else {

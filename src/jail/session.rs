@@ -7,6 +7,7 @@
 
 use super::Program;
 use super::channel::{Command, Message};
+use super::child::Shape;
 use super::supervisor::Jail;
 use crate::cgroup::{JailCgroup, Usage, Version};
 use crate::error::{AtStage, Context, Result, Stage};
@@ -47,7 +48,7 @@ impl<'p> SessionJail<'p> {
     /// Builds the jail `plan` describes (its `command` is not run) and starts its
     /// network relay, if it has one.
     pub fn assemble(plan: &'p Plan) -> Result<SessionJail<'p>> {
-        let mut jail = Jail::assemble_with(plan, true, true)?;
+        let mut jail = Jail::assemble_with(plan, Shape::Session)?;
         jail.channel
             .report_without_waiting()
             .context(|| "make the jail's report pipe non-blocking".into())?;

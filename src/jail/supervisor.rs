@@ -4,9 +4,10 @@
 
 use super::Program;
 use super::channel::{Channel, Message, ParentEnd, Stdio};
+use super::child::{self, Shape};
+use super::init;
 use super::outcome::{EndedBy, Outcome, ProgramEnd, RunReport, Spent, decide};
 use super::output::{Captured, JailEnds, Output};
-use super::{child, init};
 use crate::cgroup::JailCgroup;
 use crate::error::{AtStage, Context, Error, Result, Stage};
 use crate::net::forward::Forwarder;
@@ -62,18 +63,17 @@ impl<'p> Jail<'p> {
     /// Builds the jail `plan` describes, up to the point where only the program is missing.
     /// Its program inherits init's standard streams ([`Jail::run`]).
     pub fn assemble(plan: &'p Plan) -> Result<Jail<'p>> {
-        Jail::assemble_with(plan, false, false)
+        Jail::assemble_with(plan, Shape::OneShot)
     }
 
     /// [`Jail::assemble`], for a jail whose program will be given its descriptors
     /// ([`Jail::run_with_stdio`]): a server's pooled jail.
     pub fn assemble_for_streams(plan: &'p Plan) -> Result<Jail<'p>> {
-        Jail::assemble_with(plan, true, false)
+        Jail::assemble_with(plan, Shape::Streams)
     }
 
-    /// `session`: the jail's init runs programs one after another (`session.rs`), and
-    /// hands brig its workspace.
-    pub(super) fn assemble_with(plan: &'p Plan, streams: bool, session: bool) -> Result<Jail<'p>> {
+    /// Builds a jail of the given [`Shape`].
+    pub(super) fn assemble_with(plan: &'p Plan, shape: Shape) -> Result<Jail<'p>> {
         // The jail's first process is cloned without exec and allocates: in a process
         // with other threads it could inherit a lock one of them held.
         // procfs gives a process's task directory one link per thread, plus two.
@@ -91,7 +91,7 @@ impl<'p> Jail<'p> {
         let signals =
             SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .context(|| "create a signalfd".into())?;
-        let channel = Channel::new(streams || session || plan.network.is_some())
+        let channel = Channel::new(shape != Shape::OneShot || plan.network.is_some())
             .context(|| "create the pipes to the jail".into())?;
         let (output, jail_output) = match plan.limits.output_limit {
             Some(limit) => {
@@ -150,7 +150,7 @@ impl<'p> Jail<'p> {
                 channel.child_end(),
                 jail_output,
                 cgroup.as_ref().and_then(JailCgroup::entry),
-                session,
+                shape,
                 host.lock_fd(),
             ),
             Cloned::Parent {
@@ -160,7 +160,7 @@ impl<'p> Jail<'p> {
             } => (pid, pidfd, in_cgroup),
         };
         // Kept only for a server's jail, to give its program with its other streams.
-        let output_ends = jail_output.filter(|_| streams);
+        let output_ends = jail_output.filter(|_| shape == Shape::Streams);
         let mut jail = Jail {
             plan,
             init: Init {
@@ -208,7 +208,7 @@ impl<'p> Jail<'p> {
             })?;
             jail.tun = Some(tun);
         }
-        if session {
+        if shape == Shape::Session {
             let workspace = jail.channel.take_handed_over().ok_or_else(|| {
                 Error::setup("the jail did not hand over its workspace").at(Stage::Mounts)
             })?;
