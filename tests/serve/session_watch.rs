@@ -1,0 +1,171 @@
+//! Recursive directory watchers and the directories they follow, for real, as root and
+//! rootless: a tree made in one command (`mkdir -p a/b/c && echo x > a/b/c/f`) is reported
+//! whole, each path created once, every time, polled and streamed at once (the stream
+//! makes the runner read the kernel's events while the tree is being made, so the scan of
+//! a new directory races the events of what is made in it); a renamed directory's later
+//! events carry its new name.
+
+use crate::common;
+use crate::session_files::{connect, events, next_event, op, pairs, sh};
+
+use common::serve::{Server, close_session, create_session, read_reply};
+use common::*;
+use serde_json::json;
+use std::os::unix::net::UnixStream;
+
+both_modes!(
+    a_tree_made_at_once_is_reported_whole_and_once,
+    a_renamed_directory_reports_its_new_name,
+);
+
+const TREE: [&str; 4] = ["a", "a/b", "a/b/c", "a/b/c/f"];
+
+/// A streamed watcher's events until (and without) `("create", mark)`: the events of the
+/// changes made before `mark`, as the kernel queues them in order.
+fn streamed_until(stream: &UnixStream, mark: &str) -> Vec<(String, String)> {
+    let mut got = Vec::new();
+    loop {
+        let event = next_event(stream);
+        if event == ("create".to_string(), mark.to_string()) {
+            return got;
+        }
+        got.push(event);
+    }
+}
+
+/// Checks that `got` (one watcher's events of one round) creates the tree's four paths
+/// once each, a directory before what is in it, with nothing else than the file's write.
+fn assert_tree_once(got: &[(String, String)], round: usize, how: &str) {
+    let created: Vec<&str> = (got.iter())
+        .filter(|(kind, _)| kind == "create")
+        .map(|(_, path)| path.as_str())
+        .collect();
+    let mut sorted = created.clone();
+    sorted.sort();
+    assert_eq!(sorted, TREE, "{how}, round {round}: {got:?}");
+    for (at, path) in created.iter().enumerate() {
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            assert!(
+                created[..at].contains(&parent),
+                "{how}, round {round}: {path} before {parent}: {got:?}"
+            );
+        }
+    }
+    let others: Vec<_> = got.iter().filter(|(kind, _)| kind != "create").collect();
+    assert!(
+        others.is_empty() || others == [&("write".to_string(), "a/b/c/f".to_string())],
+        "{how}, round {round}: {got:?}"
+    );
+}
+
+fn a_tree_made_at_once_is_reported_whole_and_once(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    let polled = op(
+        &server,
+        &id,
+        "session_watch",
+        json!({"path": ".", "recursive": true}),
+    );
+    assert_eq!(polled["type"], "watcher", "{polled}");
+    let polled = polled["watcher"].as_str().unwrap().to_string();
+    let stream = connect(
+        &server,
+        json!({"type": "session_watch", "session": id, "path": ".", "recursive": true, "stream": true}),
+    );
+    let made = read_reply(&stream).expect("the watcher");
+    assert_eq!(made["type"], "watcher", "{made}");
+    for round in 0..20 {
+        sh(
+            &server,
+            &id,
+            "mkdir -p a/b/c && echo x > a/b/c/f && : > mark",
+        );
+        // A create the kernel queued between a watch and its directory's scan comes
+        // before `mark`'s: nothing of the tree comes after it.
+        let streamed = streamed_until(&stream, "mark");
+        assert_tree_once(&streamed, round, "streamed");
+        let (got, overflow) = events(&server, &id, &polled);
+        assert!(!overflow, "round {round}: {got:?}");
+        assert_eq!(
+            got.last(),
+            Some(&("create".to_string(), "mark".to_string())),
+            "round {round}"
+        );
+        assert_tree_once(&got[..got.len() - 1], round, "polled");
+        // Removed, the same names made again next round are new again.
+        sh(&server, &id, "rm -r a mark");
+        let mut removed = Vec::new();
+        while removed
+            .last()
+            .map(|(_, path): &(String, String)| path.as_str())
+            != Some("mark")
+        {
+            removed.push(next_event(&stream));
+        }
+        let (got, _) = events(&server, &id, &polled);
+        for listed in [&removed, &got] {
+            let mut paths: Vec<&str> = (listed.iter())
+                .inspect(|(kind, _)| assert_eq!(kind, "remove", "round {round}: {listed:?}"))
+                .map(|(_, path)| path.as_str())
+                .collect();
+            paths.sort();
+            assert_eq!(
+                paths,
+                ["a", "a/b", "a/b/c", "a/b/c/f", "mark"],
+                "round {round}"
+            );
+        }
+    }
+    close_session(&server, &id);
+}
+
+fn a_renamed_directory_reports_its_new_name(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    let all = op(
+        &server,
+        &id,
+        "session_watch",
+        json!({"path": ".", "recursive": true}),
+    );
+    let all = all["watcher"].as_str().unwrap().to_string();
+    sh(&server, &id, "mkdir -p d/e");
+    assert_eq!(
+        events(&server, &id, &all),
+        (pairs(&[("create", "d"), ("create", "d/e")]), false)
+    );
+    // A second watcher on the inner directory only.
+    let inner = op(&server, &id, "session_watch", json!({"path": "d/e"}));
+    let inner = inner["watcher"].as_str().unwrap().to_string();
+    sh(&server, &id, "mv d r && : > r/e/x");
+    // The recursive watcher follows the directory under its new name (what it holds is
+    // reported as there); the file made after the rename is reported once.
+    assert_eq!(
+        events(&server, &id, &all),
+        (
+            pairs(&[
+                ("rename", "d"),
+                ("create", "r"),
+                ("create", "r/e"),
+                ("create", "r/e/x")
+            ]),
+            false
+        )
+    );
+    // The other watcher's directory moved with its parent: its events follow the rename.
+    assert_eq!(
+        events(&server, &id, &inner),
+        (pairs(&[("create", "r/e/x")]), false)
+    );
+    sh(&server, &id, "rm r/e/x");
+    assert_eq!(
+        events(&server, &id, &inner),
+        (pairs(&[("remove", "r/e/x")]), false)
+    );
+    assert_eq!(
+        events(&server, &id, &all),
+        (pairs(&[("remove", "r/e/x")]), false)
+    );
+    close_session(&server, &id);
+}
