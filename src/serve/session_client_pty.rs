@@ -80,7 +80,12 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
         if typing {
             fds.push(PollFd::new(stdin.as_fd(), read));
         }
-        nix::poll::poll(&mut fds, PollTimeout::NONE)
+        // A frame the reader holds already is not news to poll: do not wait for more.
+        let wait = match reader.has_frame() {
+            true => PollTimeout::ZERO,
+            false => PollTimeout::NONE,
+        };
+        nix::poll::poll(&mut fds, wait)
             .or_else(|errno| match errno {
                 nix::errno::Errno::EINTR => Ok(0),
                 errno => Err(errno),
@@ -110,7 +115,7 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
                 }
             }
         }
-        if ready[0] {
+        if ready[0] || reader.has_frame() {
             let frame = next_reply(&at.server, &connection, &mut reader)?;
             match frame["type"].as_str() {
                 Some("output") => write_output(&frame)?,
