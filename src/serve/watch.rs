@@ -220,7 +220,17 @@ impl Watches {
             } else {
                 format!("{path}/{name}")
             };
-            if entry.file_type() == Some(nix::dir::Type::Directory) {
+            let is_directory = match entry.file_type() {
+                Some(kind) => kind == nix::dir::Type::Directory,
+                // A file system that does not say (DT_UNKNOWN): the entry's own type.
+                None => nix::sys::stat::fstatat(
+                    &dir,
+                    entry.file_name(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .is_ok_and(|stat| super::files::kind_of(&stat) == "dir"),
+            };
+            if is_directory {
                 subdirectories.push(child.clone());
             }
             found.push(child);
