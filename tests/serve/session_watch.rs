@@ -18,6 +18,13 @@ both_modes!(
     a_renamed_directory_reports_its_new_name,
 );
 
+/// A polled watcher made with `fields`; its id.
+fn watch(server: &Server, id: &str, fields: serde_json::Value) -> String {
+    let made = op(server, id, "session_watch", fields);
+    assert_eq!(made["type"], "watcher", "{made}");
+    made["watcher"].as_str().unwrap().to_string()
+}
+
 const TREE: [&str; 4] = ["a", "a/b", "a/b/c", "a/b/c/f"];
 
 /// A streamed watcher's events until (and without) `("create", mark)`: the events of the
@@ -61,14 +68,7 @@ fn assert_tree_once(got: &[(String, String)], round: usize, how: &str) {
 fn a_tree_made_at_once_is_reported_whole_and_once(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create_session(&server, json!({}));
-    let polled = op(
-        &server,
-        &id,
-        "session_watch",
-        json!({"path": ".", "recursive": true}),
-    );
-    assert_eq!(polled["type"], "watcher", "{polled}");
-    let polled = polled["watcher"].as_str().unwrap().to_string();
+    let polled = watch(&server, &id, json!({"path": ".", "recursive": true}));
     let stream = connect(
         &server,
         json!({"type": "session_watch", "session": id, "path": ".", "recursive": true, "stream": true}),
@@ -123,21 +123,14 @@ fn a_tree_made_at_once_is_reported_whole_and_once(mode: Mode) {
 fn a_renamed_directory_reports_its_new_name(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create_session(&server, json!({}));
-    let all = op(
-        &server,
-        &id,
-        "session_watch",
-        json!({"path": ".", "recursive": true}),
-    );
-    let all = all["watcher"].as_str().unwrap().to_string();
+    let all = watch(&server, &id, json!({"path": ".", "recursive": true}));
     sh(&server, &id, "mkdir -p d/e");
     assert_eq!(
         events(&server, &id, &all),
         (pairs(&[("create", "d"), ("create", "d/e")]), false)
     );
     // A second watcher on the inner directory only.
-    let inner = op(&server, &id, "session_watch", json!({"path": "d/e"}));
-    let inner = inner["watcher"].as_str().unwrap().to_string();
+    let inner = watch(&server, &id, json!({"path": "d/e"}));
     sh(&server, &id, "mv d r && : > r/e/x");
     // The recursive watcher follows the directory under its new name (what it holds is
     // reported as there); the file made after the rename is reported once.
