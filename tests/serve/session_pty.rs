@@ -6,7 +6,7 @@
 //! session; another uid cannot reach it; bad requests are one-line errors. `brig session
 //! pty` on a real pseudo-terminal (Python's `pty.fork()`): keystrokes and Ctrl-C reach the
 //! jail's program, SIGWINCH resizes the inner terminal, `stty -g` is the same after as
-//! before, also when the session is closed under it.
+//! before, also when the session is closed under it or a signal ends the command.
 
 use crate::common;
 
@@ -651,7 +651,7 @@ fn the_command_line_attaches_a_terminal(mode: Mode) {
 
 both_modes!(
     the_command_line_on_a_real_terminal,
-    the_command_line_restores_its_terminal_when_the_session_closes,
+    the_command_line_restores_its_terminal_when_cut_short,
 );
 
 /// Runs a command on a fresh pseudo-terminal (Python's `pty.fork()`, the terminal's
@@ -659,7 +659,8 @@ both_modes!(
 /// what the last `expect` matched; 30 s a step, so a hang fails instead of blocking),
 /// `type` (written as keystrokes), `resize` (the terminal's new rows and columns, as a
 /// terminal emulator sets them: the kernel sends SIGWINCH to its foreground group),
-/// `run` (a command run beside it, to completion), `settings` (the terminal's `stty -g`
+/// `run` (a command run beside it, to completion), `signal` (a signal's number, sent to
+/// the command the wrapping shell runs), `settings` (the terminal's `stty -g`
 /// now, as another opener of it sees them). Then reads to the end; prints
 /// `{"status": ..., "output": ..., "settings": [...]}`.
 const TERMINAL_DRIVER: &str = r#"
@@ -696,6 +697,9 @@ for step in spec["steps"]:
         window(master, *step["resize"])
     elif "run" in step:
         subprocess.run(step["run"], check=True, stdout=subprocess.DEVNULL)
+    elif "signal" in step:  # to the command the wrapping shell runs
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as children:
+            os.kill(int(children.read().split()[0]), step["signal"])
     elif "settings" in step:
         with open(os.readlink("/proc/%d/fd/0" % pid), "rb", buffering=0) as terminal:
             stty = subprocess.run(["stty", "-g"], stdin=terminal, check=True, capture_output=True)
@@ -814,12 +818,34 @@ fn the_command_line_on_a_real_terminal(mode: Mode) {
     assert_success(&session_cli(mode, &server, &id, &["close"]));
 }
 
-/// A session closed under `brig session pty` ends it, and the terminal is as it was.
-fn the_command_line_restores_its_terminal_when_the_session_closes(mode: Mode) {
+/// `brig session pty` cut short, by the session's close under it or by a signal that
+/// ends it, leaves the terminal as it was.
+fn the_command_line_restores_its_terminal_when_cut_short(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let created = run(mode, &["session", "create", "--server", server.socket()]);
     let id = assert_success(&created).trim().to_string();
-    let close = argv(
+    let armed = ["sh", "-c", "echo ar''med; sleep 300"];
+    // SIGTERM (as `kill` sends it): its default status, and the program goes on.
+    let (shown, (before, after, status), _) = pty_cli_on_a_terminal(
+        mode,
+        &server,
+        &id,
+        &armed,
+        json!([{"expect": "armed"}, {"signal": libc::SIGTERM}]),
+    );
+    assert_eq!(after, before, "{shown:?}");
+    assert_eq!(status, "143", "{shown:?}");
+    let listed = assert_success(&session_cli(mode, &server, &id, &["ps"]));
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.contains("sleep 300") && line.contains("running")),
+        "{listed}"
+    );
+    // The session closed under it: one line that says so, written once the terminal is
+    // back in its mode (its newline made "\r\n"), and brig's own status for a program
+    // it could not see to its end.
+    let close: Vec<String> = argv(
         mode,
         &[
             "session",
@@ -829,21 +855,18 @@ fn the_command_line_restores_its_terminal_when_the_session_closes(mode: Mode) {
             "--session",
             &id,
         ],
-    );
-    let close: Vec<String> = close
-        .into_iter()
-        .map(|arg| arg.into_string().unwrap())
-        .collect();
+    )
+    .into_iter()
+    .map(|arg| arg.into_string().unwrap())
+    .collect();
     let (shown, (before, after, status), _) = pty_cli_on_a_terminal(
         mode,
         &server,
         &id,
-        &["sh", "-c", "echo ar''med; sleep 300"],
+        &armed,
         json!([{"expect": "armed"}, {"run": close}]),
     );
     assert_eq!(after, before, "{shown:?}");
-    // brig's own status for a program it could not see to its end, and one line that
-    // says why, written once the terminal is back in its mode (its newline made "\r\n").
     assert_eq!(status, "125", "{shown:?}");
     assert!(
         shown.contains(&format!(
