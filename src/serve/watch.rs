@@ -531,3 +531,33 @@ fn forget_scanned(scanned: &mut HashSet<String>, path: &str) {
         scanned.retain(|reported| beneath(reported, path).is_none());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beneath_is_the_directory_or_what_is_in_it() {
+        assert_eq!(beneath("a", "a"), Some(""));
+        assert_eq!(beneath("a/b/c", "a"), Some("/b/c"));
+        assert_eq!(beneath("a/b", "a/b"), Some(""));
+        // A sibling that shares the name's start is not in it.
+        assert_eq!(beneath("ab", "a"), None);
+        assert_eq!(beneath("ab/c", "a"), None);
+        assert_eq!(beneath("b/a", "a"), None);
+    }
+
+    #[test]
+    fn a_removed_directory_forgets_what_was_scanned_in_it() {
+        let mut scanned: HashSet<String> =
+            ["a", "a/b", "a/b/f", "ab", "c"].map(String::from).into();
+        forget_scanned(&mut scanned, "a/b");
+        let mut left: Vec<_> = scanned.iter().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["a", "ab", "c"]);
+        forget_scanned(&mut scanned, "a");
+        let mut left: Vec<_> = scanned.iter().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["ab", "c"]);
+    }
+}
