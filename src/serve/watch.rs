@@ -367,10 +367,16 @@ impl Watches {
                 } else {
                     watcher.queue.push_back(event);
                 }
-                if !(new_directory && watcher.recursive) {
+                if !watcher.recursive || !is_directory {
                     continue;
                 }
-                self.follow(workspace, &id, &path);
+                if new_directory {
+                    self.follow(workspace, &id, &path);
+                } else if kind == "rename" {
+                    // Renamed away: it left this watcher's tree (a rename within it
+                    // follows it again at its new name, as a new directory).
+                    self.leave(&id, &path);
+                }
             }
         }
     }
@@ -405,6 +411,32 @@ impl Watches {
                 path,
             });
         }
+    }
+
+    /// Watcher `id` stops watching directory `path` and those beneath it; a kernel watch
+    /// no other watcher uses goes.
+    fn leave(&mut self, id: &str, path: &str) {
+        let Some(watcher) = self.watchers.get_mut(id) else {
+            return;
+        };
+        let directories = &mut self.directories;
+        let inotify = self.inotify.as_ref();
+        watcher.watching.retain(|wd| {
+            let Some((ids, known_as)) = directories.get_mut(wd) else {
+                return true;
+            };
+            if beneath(known_as, path).is_none() {
+                return true;
+            }
+            ids.retain(|other| other != id);
+            if ids.is_empty() {
+                directories.remove(wd);
+                if let Some(inotify) = inotify {
+                    let _ = inotify.rm_watch(*wd);
+                }
+            }
+            false
+        });
     }
 
     /// A directory renamed from one watched directory to another: from its new name on,

@@ -3,7 +3,7 @@
 //! whole, each path created once, every time, polled and streamed at once (the stream
 //! makes the runner read the kernel's events while the tree is being made, so the scan of
 //! a new directory races the events of what is made in it); a renamed directory's later
-//! events carry its new name.
+//! events carry its new name, and one renamed out of a recursive watcher's tree leaves it.
 
 use crate::common;
 use crate::session_files::{connect, events, next_event, op, pairs, sh};
@@ -159,6 +159,42 @@ fn a_renamed_directory_reports_its_new_name(mode: Mode) {
     assert_eq!(
         events(&server, &id, &all),
         (pairs(&[("remove", "r/e/x")]), false)
+    );
+    // Renamed out of a recursive watcher's tree (into another watcher's): it is not that
+    // watcher's any more, and the other reports it under its new name.
+    let in_r = watch(&server, &id, json!({"path": "r", "recursive": true}));
+    sh(&server, &id, "mv r/e moved && : > moved/y");
+    assert_eq!(
+        events(&server, &id, &in_r),
+        (pairs(&[("rename", "r/e")]), false)
+    );
+    assert_eq!(
+        events(&server, &id, &all),
+        (
+            pairs(&[
+                ("rename", "r/e"),
+                ("create", "moved"),
+                ("create", "moved/y")
+            ]),
+            false
+        )
+    );
+    assert_eq!(
+        events(&server, &id, &inner),
+        (pairs(&[("create", "moved/y")]), false)
+    );
+    // Back in: followed again, what it holds reported as there.
+    sh(&server, &id, "mv moved r/back && : > r/back/z");
+    assert_eq!(
+        events(&server, &id, &in_r),
+        (
+            pairs(&[
+                ("create", "r/back"),
+                ("create", "r/back/y"),
+                ("create", "r/back/z")
+            ]),
+            false
+        )
     );
     close_session(&server, &id);
 }
