@@ -289,6 +289,8 @@ impl Watches {
             if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                 for watcher in self.watchers.values_mut() {
                     watcher.overflow = true;
+                    // A removal may be among the lost: a create may now be new.
+                    watcher.scanned.clear();
                 }
                 continue;
             }
