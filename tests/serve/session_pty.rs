@@ -602,11 +602,24 @@ fn node_client_terminals(mode: Mode) {
     );
 }
 
+/// A session made by `brig session create` as `mode`'s user; its id.
+fn cli_session(mode: Mode, server: &Server) -> String {
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    assert_success(&created).trim().to_string()
+}
+
+/// `brig session ps`: whether a line has every one of `words`.
+fn listed_with(mode: Mode, server: &Server, id: &str, words: &[&str]) -> bool {
+    let listed = assert_success(&session_cli(mode, server, id, &["ps"]));
+    listed
+        .lines()
+        .any(|line| words.iter().all(|word| line.contains(word)))
+}
+
 fn the_command_line_attaches_a_terminal(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     // The session is the CLI's user's (rootless: not the test's).
-    let created = run(mode, &["session", "create", "--server", server.socket()]);
-    let id = assert_success(&created).trim().to_string();
+    let id = cli_session(mode, &server);
     // Without a terminal of its own, `brig session pty` types its standard input into
     // the jail's shell (80 × 24) and exits as the shell did.
     let typed = TempFile::new(
@@ -639,13 +652,7 @@ fn the_command_line_attaches_a_terminal(mode: Mode) {
         &["pty", "--tag", "t", "--", "sh", "-c", "exit 5"],
     );
     assert_eq!(output.status.code(), Some(5), "{}", describe(&output));
-    let listed = assert_success(&session_cli(mode, &server, &id, &["ps"]));
-    assert!(
-        listed
-            .lines()
-            .any(|line| line.contains("exited 5") && line.contains(" t ")),
-        "{listed}"
-    );
+    assert!(listed_with(mode, &server, &id, &["exited 5", " t "]));
     assert_success(&session_cli(mode, &server, &id, &["close"]));
 }
 
@@ -780,8 +787,7 @@ fn pty_cli_on_a_terminal(
 /// SIGWINCH), and the command exits as the program did with the terminal as it was.
 fn the_command_line_on_a_real_terminal(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let created = run(mode, &["session", "create", "--server", server.socket()]);
-    let id = assert_success(&created).trim().to_string();
+    let id = cli_session(mode, &server);
     // The jail's python3 sleeps; "ar" "med" is printed only once its SIGINT handler is
     // in place (the echo of the typed line does not contain it).
     let sleeper = "python3 -c \"import time; print('ar' + 'med', flush=True); time.sleep(300)\"\r";
@@ -822,8 +828,7 @@ fn the_command_line_on_a_real_terminal(mode: Mode) {
 /// ends it, leaves the terminal as it was.
 fn the_command_line_restores_its_terminal_when_cut_short(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
-    let created = run(mode, &["session", "create", "--server", server.socket()]);
-    let id = assert_success(&created).trim().to_string();
+    let id = cli_session(mode, &server);
     let armed = ["sh", "-c", "echo ar''med; sleep 300"];
     // SIGTERM (as `kill` sends it): its default status, and the program goes on.
     let (shown, (before, after, status), _) = pty_cli_on_a_terminal(
@@ -835,13 +840,7 @@ fn the_command_line_restores_its_terminal_when_cut_short(mode: Mode) {
     );
     assert_eq!(after, before, "{shown:?}");
     assert_eq!(status, "143", "{shown:?}");
-    let listed = assert_success(&session_cli(mode, &server, &id, &["ps"]));
-    assert!(
-        listed
-            .lines()
-            .any(|line| line.contains("sleep 300") && line.contains("running")),
-        "{listed}"
-    );
+    assert!(listed_with(mode, &server, &id, &["sleep 300", "running"]));
     // The session closed under it: one line that says so, written once the terminal is
     // back in its mode (its newline made "\r\n"), and brig's own status for a program
     // it could not see to its end.

@@ -25,6 +25,12 @@ fn watch(server: &Server, id: &str, fields: serde_json::Value) -> String {
     made["watcher"].as_str().unwrap().to_string()
 }
 
+/// Checks that polled watcher `watcher`'s events since the last call are `expected`,
+/// none lost.
+fn assert_events(server: &Server, id: &str, watcher: &str, expected: &[(&str, &str)]) {
+    assert_eq!(events(server, id, watcher), (pairs(expected), false));
+}
+
 const TREE: [&str; 4] = ["a", "a/b", "a/b/c", "a/b/c/f"];
 
 /// A streamed watcher's events until (and without) `("create", mark)`: the events of the
@@ -125,76 +131,55 @@ fn a_renamed_directory_reports_its_new_name(mode: Mode) {
     let id = create_session(&server, json!({}));
     let all = watch(&server, &id, json!({"path": ".", "recursive": true}));
     sh(&server, &id, "mkdir -p d/e");
-    assert_eq!(
-        events(&server, &id, &all),
-        (pairs(&[("create", "d"), ("create", "d/e")]), false)
-    );
+    assert_events(&server, &id, &all, &[("create", "d"), ("create", "d/e")]);
     // A second watcher on the inner directory only.
     let inner = watch(&server, &id, json!({"path": "d/e"}));
     sh(&server, &id, "mv d r && : > r/e/x");
     // The recursive watcher follows the directory under its new name (what it holds is
     // reported as there); the file made after the rename is reported once.
-    assert_eq!(
-        events(&server, &id, &all),
-        (
-            pairs(&[
-                ("rename", "d"),
-                ("create", "r"),
-                ("create", "r/e"),
-                ("create", "r/e/x")
-            ]),
-            false
-        )
+    assert_events(
+        &server,
+        &id,
+        &all,
+        &[
+            ("rename", "d"),
+            ("create", "r"),
+            ("create", "r/e"),
+            ("create", "r/e/x"),
+        ],
     );
     // The other watcher's directory moved with its parent: its events follow the rename.
-    assert_eq!(
-        events(&server, &id, &inner),
-        (pairs(&[("create", "r/e/x")]), false)
-    );
+    assert_events(&server, &id, &inner, &[("create", "r/e/x")]);
     sh(&server, &id, "rm r/e/x");
-    assert_eq!(
-        events(&server, &id, &inner),
-        (pairs(&[("remove", "r/e/x")]), false)
-    );
-    assert_eq!(
-        events(&server, &id, &all),
-        (pairs(&[("remove", "r/e/x")]), false)
-    );
+    assert_events(&server, &id, &inner, &[("remove", "r/e/x")]);
+    assert_events(&server, &id, &all, &[("remove", "r/e/x")]);
     // Renamed out of a recursive watcher's tree (into another watcher's): it is not that
     // watcher's any more, and the other reports it under its new name.
     let in_r = watch(&server, &id, json!({"path": "r", "recursive": true}));
     sh(&server, &id, "mv r/e moved && : > moved/y");
-    assert_eq!(
-        events(&server, &id, &in_r),
-        (pairs(&[("rename", "r/e")]), false)
+    assert_events(&server, &id, &in_r, &[("rename", "r/e")]);
+    assert_events(
+        &server,
+        &id,
+        &all,
+        &[
+            ("rename", "r/e"),
+            ("create", "moved"),
+            ("create", "moved/y"),
+        ],
     );
-    assert_eq!(
-        events(&server, &id, &all),
-        (
-            pairs(&[
-                ("rename", "r/e"),
-                ("create", "moved"),
-                ("create", "moved/y")
-            ]),
-            false
-        )
-    );
-    assert_eq!(
-        events(&server, &id, &inner),
-        (pairs(&[("create", "moved/y")]), false)
-    );
+    assert_events(&server, &id, &inner, &[("create", "moved/y")]);
     // Back in: followed again, what it holds reported as there.
     sh(&server, &id, "mv moved r/back && : > r/back/z");
-    assert_eq!(
-        events(&server, &id, &in_r),
-        (
-            pairs(&[
-                ("create", "r/back"),
-                ("create", "r/back/y"),
-                ("create", "r/back/z")
-            ]),
-            false
-        )
+    assert_events(
+        &server,
+        &id,
+        &in_r,
+        &[
+            ("create", "r/back"),
+            ("create", "r/back/y"),
+            ("create", "r/back/z"),
+        ],
     );
     close_session(&server, &id);
 }
