@@ -17,6 +17,9 @@ need=()
 # tests/serve/session_rich.rs and the client READMEs draw a figure in a session (its PNG comes
 # back without savefig): Debian's matplotlib, with numpy
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
+# tests/serve/session_rich.rs shows a pandas DataFrame in a session (text/html and text/plain,
+# through both clients): Debian's pandas
+/usr/bin/python3 -c 'import pandas' 2>/dev/null || need+=(python3-pandas)
 [[ -x /usr/bin/npm ]] || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v file >/dev/null || need+=(file)

@@ -142,7 +142,7 @@ pub struct Stat {
     pub symlink_target: Option<String>,
 }
 
-fn kind_of(stat: &FileStat) -> &'static str {
+pub(super) fn kind_of(stat: &FileStat) -> &'static str {
     match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
         SFlag::S_IFREG => "file",
         SFlag::S_IFDIR => "dir",

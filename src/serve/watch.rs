@@ -11,13 +11,19 @@
 //! session has at most [`MAX_WATCHERS`] watchers and [`MAX_WATCHES`] watched directories;
 //! each watcher holds at most [`MAX_QUEUED`] events between calls, and says `overflow`
 //! when some were lost.
+//!
+//! A recursive watcher follows a new directory as inotify-based watchers do: watch it,
+//! then scan it and report what is already there as made. What is made between the watch
+//! and the scan is both found and reported by the kernel; the watcher remembers what its
+//! scans reported and drops the kernel's create for it. A directory's path is tracked
+//! through renames the watches see (the kernel's IN_MOVED_FROM/IN_MOVED_TO pair).
 
 use super::session::Listener;
 use super::workspace::{self, AsJailUser, Workspace};
 use crate::error::{Error, Result};
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Watchers a session may have at once.
@@ -47,6 +53,12 @@ struct Watcher {
     queue: VecDeque<Event>,
     overflow: bool,
     watching: Vec<WatchDescriptor>,
+    /// What a scan of a newly followed directory reported as created (at most
+    /// [`MAX_QUEUED`]): the kernel's own create event for it may still come (made between
+    /// the watch and the scan), and is then dropped. Until the path is removed or renamed
+    /// away, a create event for it can only be that one: the kernel reports no create for
+    /// a name that exists.
+    scanned: HashSet<String>,
 }
 
 /// A session's watchers.
@@ -61,7 +73,15 @@ pub struct Watches {
     /// The last watch refused for a bound (the session's cap, the host's inotify
     /// watches), not because its directory went: a tree being walked stops there.
     at_bound: bool,
+    /// Directories renamed away whose new name may still come (the kernel's
+    /// IN_MOVED_FROM without its IN_MOVED_TO yet): their cookie and old path, the last
+    /// [`MAX_RENAMES`].
+    renamed_from: VecDeque<(u32, String)>,
 }
+
+/// Directory renames awaiting their new name; one moved out of every watched directory
+/// never gets it, and the oldest goes.
+const MAX_RENAMES: usize = 64;
 
 fn mask() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -109,6 +129,7 @@ impl Watches {
                 queue: VecDeque::new(),
                 overflow: false,
                 watching: Vec::new(),
+                scanned: HashSet::new(),
             },
         );
         self.at_bound = false;
@@ -152,10 +173,15 @@ impl Watches {
                 "session_watch: the session watches {MAX_WATCHES} directories already; watch fewer (a recursive watcher takes one a directory)"
             )));
         }
-        let (ids, _) = self
+        let (ids, known_as) = self
             .directories
             .entry(wd)
             .or_insert_with(|| (Vec::new(), path.to_string()));
+        // Watched already under another name (renamed since, its rename not seen): the
+        // kernel just found it at `path`.
+        if known_as != path {
+            *known_as = path.to_string();
+        }
         if !ids.iter().any(|other| other == id) {
             ids.push(id.to_string());
             if let Some(watcher) = self.watchers.get_mut(id) {
@@ -194,7 +220,17 @@ impl Watches {
             } else {
                 format!("{path}/{name}")
             };
-            if entry.file_type() == Some(nix::dir::Type::Directory) {
+            let is_directory = match entry.file_type() {
+                Some(kind) => kind == nix::dir::Type::Directory,
+                // A file system that does not say (DT_UNKNOWN): the entry's own type.
+                None => nix::sys::stat::fstatat(
+                    &dir,
+                    entry.file_name(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .is_ok_and(|stat| super::files::kind_of(&stat) == "dir"),
+            };
+            if is_directory {
                 subdirectories.push(child.clone());
             }
             found.push(child);
@@ -253,6 +289,8 @@ impl Watches {
             if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                 for watcher in self.watchers.values_mut() {
                     watcher.overflow = true;
+                    // A removal may be among the lost: a create may now be new.
+                    watcher.scanned.clear();
                 }
                 continue;
             }
@@ -298,11 +336,28 @@ impl Watches {
             } else {
                 continue;
             };
-            let new_directory = kind == "create" && event.mask.contains(AddWatchFlags::IN_ISDIR);
+            let is_directory = event.mask.contains(AddWatchFlags::IN_ISDIR);
+            if is_directory {
+                self.follow_rename(&event, &path);
+            }
+            let new_directory = kind == "create" && is_directory;
             for id in ids {
                 let Some(watcher) = self.watchers.get_mut(&id) else {
                     continue;
                 };
+                if kind == "remove" || kind == "rename" {
+                    match is_directory {
+                        true => forget_scanned(&mut watcher.scanned, &path),
+                        false => _ = watcher.scanned.remove(&path),
+                    }
+                } else if kind == "create" && !watcher.scanned.is_empty() {
+                    let reported = watcher.scanned.remove(&path);
+                    // Made between the watch on its directory and that directory's scan:
+                    // reported (and followed) by the scan already.
+                    if reported && event.mask.contains(AddWatchFlags::IN_CREATE) {
+                        continue;
+                    }
+                }
                 let event = Event {
                     kind,
                     path: path.clone(),
@@ -314,27 +369,101 @@ impl Watches {
                 } else {
                     watcher.queue.push_back(event);
                 }
-                if !(new_directory && watcher.recursive) {
+                if !watcher.recursive || !is_directory {
                     continue;
                 }
-                // What was made in the new directory before brig watched it is reported
-                // as made; if it cannot be followed (the cap, or gone already), its
-                // events are lost, and the watcher says so.
-                let mut found = Vec::new();
-                self.at_bound = false;
-                let followed = self.watch_tree(workspace, &id, &path, 0, &mut found);
-                found.sort();
-                let watcher = self.watchers.get_mut(&id).expect("looked up above");
-                watcher.overflow |= followed.is_err();
-                for path in found {
-                    match watcher.queue.len() < MAX_QUEUED {
-                        true => watcher.queue.push_back(Event {
-                            kind: "create",
-                            path,
-                        }),
-                        false => watcher.overflow = true,
-                    }
+                if new_directory {
+                    self.follow(workspace, &id, &path);
+                } else if kind == "rename" {
+                    // Renamed away: it left this watcher's tree (a rename within it
+                    // follows it again at its new name, as a new directory).
+                    self.leave(&id, &path);
                 }
+            }
+        }
+    }
+
+    /// Watcher `id` follows new directory `path` and every one beneath it; what they
+    /// already hold (made before brig watched them) is reported as made, in name order,
+    /// and remembered to drop the kernel's own create for it should it come too. If it
+    /// cannot be followed (the cap, or gone already), its events are lost, and the watcher
+    /// says so.
+    fn follow(&mut self, workspace: &Workspace, id: &str, path: &str) {
+        let mut found = Vec::new();
+        self.at_bound = false;
+        let followed = self.watch_tree(workspace, id, path, 0, &mut found);
+        found.sort();
+        let Some(watcher) = self.watchers.get_mut(id) else {
+            return;
+        };
+        watcher.overflow |= followed.is_err();
+        // A directory of that name before (renamed away, its removal unseen): what
+        // its scan found is no longer there.
+        forget_scanned(&mut watcher.scanned, path);
+        for path in found {
+            if watcher.queue.len() >= MAX_QUEUED {
+                watcher.overflow = true;
+                break;
+            }
+            if watcher.scanned.len() < MAX_QUEUED {
+                watcher.scanned.insert(path.clone());
+            }
+            watcher.queue.push_back(Event {
+                kind: "create",
+                path,
+            });
+        }
+    }
+
+    /// Watcher `id` stops watching directory `path` and those beneath it; a kernel watch
+    /// no other watcher uses goes.
+    fn leave(&mut self, id: &str, path: &str) {
+        let Some(watcher) = self.watchers.get_mut(id) else {
+            return;
+        };
+        let directories = &mut self.directories;
+        let inotify = self.inotify.as_ref();
+        watcher.watching.retain(|wd| {
+            let Some((ids, known_as)) = directories.get_mut(wd) else {
+                return true;
+            };
+            if beneath(known_as, path).is_none() {
+                return true;
+            }
+            ids.retain(|other| other != id);
+            if ids.is_empty() {
+                directories.remove(wd);
+                if let Some(inotify) = inotify {
+                    let _ = inotify.rm_watch(*wd);
+                }
+            }
+            false
+        });
+    }
+
+    /// A directory renamed from one watched directory to another: from its new name on,
+    /// its watches (and those beneath it) report paths under the new name. A directory
+    /// renamed out of every watched directory keeps its old one.
+    fn follow_rename(&mut self, event: &nix::sys::inotify::InotifyEvent, path: &str) {
+        if event.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
+            if self.renamed_from.len() >= MAX_RENAMES {
+                self.renamed_from.pop_front();
+            }
+            self.renamed_from
+                .push_back((event.cookie, path.to_string()));
+            return;
+        }
+        if !event.mask.contains(AddWatchFlags::IN_MOVED_TO) {
+            return;
+        }
+        let Some(at) = (self.renamed_from.iter()).position(|(cookie, _)| *cookie == event.cookie)
+        else {
+            return;
+        };
+        let (_, old) = self.renamed_from.remove(at).expect("found");
+        for (_, known_as) in self.directories.values_mut() {
+            if let Some(rest) = beneath(known_as, &old) {
+                *known_as = format!("{path}{rest}");
             }
         }
     }
@@ -359,6 +488,7 @@ impl Watches {
             // Nothing watched: the instance (and what the kernel queued) goes too.
             self.inotify = None;
             self.directories.clear();
+            self.renamed_from.clear();
         }
         Ok(watcher.stream)
     }
@@ -418,5 +548,50 @@ impl Watches {
     /// Whether watcher `id` lost events in the kernel's queue (read and reset).
     pub fn take_overflow(&mut self, id: &str) -> bool {
         (self.watchers.get_mut(id)).is_some_and(|w| std::mem::take(&mut w.overflow))
+    }
+}
+
+/// The rest of `path` after directory `directory` ("" for the directory itself, "/x"
+/// for what is in it); None when it is elsewhere.
+fn beneath<'a>(path: &'a str, directory: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(directory)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+}
+
+/// Forgets what a scan reported at `path` and beneath it (removed or renamed away: a
+/// create there from now on is new).
+fn forget_scanned(scanned: &mut HashSet<String>, path: &str) {
+    if !scanned.is_empty() {
+        scanned.retain(|reported| beneath(reported, path).is_none());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beneath_is_the_directory_or_what_is_in_it() {
+        assert_eq!(beneath("a", "a"), Some(""));
+        assert_eq!(beneath("a/b/c", "a"), Some("/b/c"));
+        assert_eq!(beneath("a/b", "a/b"), Some(""));
+        // A sibling that shares the name's start is not in it.
+        assert_eq!(beneath("ab", "a"), None);
+        assert_eq!(beneath("ab/c", "a"), None);
+        assert_eq!(beneath("b/a", "a"), None);
+    }
+
+    #[test]
+    fn a_removed_directory_forgets_what_was_scanned_in_it() {
+        let mut scanned: HashSet<String> =
+            ["a", "a/b", "a/b/f", "ab", "c"].map(String::from).into();
+        forget_scanned(&mut scanned, "a/b");
+        let mut left: Vec<_> = scanned.iter().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["a", "ab", "c"]);
+        forget_scanned(&mut scanned, "a");
+        let mut left: Vec<_> = scanned.iter().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["ab", "c"]);
     }
 }

@@ -29,7 +29,7 @@ both_modes!(
     a_stalled_or_drained_transfer_is_cut,
 );
 
-fn sh(server: &Server, id: &str, script: &str) -> Value {
+pub(crate) fn sh(server: &Server, id: &str, script: &str) -> Value {
     let reply = ask(
         server,
         json!({"type": "session_exec", "session": id, "command": ["sh", "-c", script]}),
@@ -39,7 +39,7 @@ fn sh(server: &Server, id: &str, script: &str) -> Value {
     reply
 }
 
-fn op(server: &Server, id: &str, kind: &str, fields: Value) -> Value {
+pub(crate) fn op(server: &Server, id: &str, kind: &str, fields: Value) -> Value {
     let mut message = json!({"type": kind, "session": id});
     for (key, value) in fields.as_object().into_iter().flatten() {
         message[key] = value.clone();
@@ -56,7 +56,7 @@ fn assert_error(reply: &Value, needle: &str) {
     assert_eq!(reply["kind"], "bad_input", "{reply}");
 }
 
-fn connect(server: &Server, message: Value) -> UnixStream {
+pub(crate) fn connect(server: &Server, message: Value) -> UnixStream {
     let mut message = message;
     message["brig"] = json!(1);
     let stream = UnixStream::connect(&server.socket).expect("connect");
@@ -567,7 +567,7 @@ fn no_files_request_leads_out_of_the_workspace(mode: Mode) {
     close(&server, &id);
 }
 
-fn events(server: &Server, id: &str, watcher: &str) -> (Vec<(String, String)>, bool) {
+pub(crate) fn events(server: &Server, id: &str, watcher: &str) -> (Vec<(String, String)>, bool) {
     let reply = op(
         server,
         id,
@@ -589,7 +589,7 @@ fn events(server: &Server, id: &str, watcher: &str) -> (Vec<(String, String)>, b
     (events, reply["overflow"].as_bool().unwrap())
 }
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
         .map(|(kind, path)| (kind.to_string(), path.to_string()))
         .collect()
@@ -1148,7 +1148,7 @@ fn a_stalled_or_drained_transfer_is_cut(mode: Mode) {
 }
 
 /// The next `watch_event` of a streamed watcher, as (kind, path).
-fn next_event(stream: &UnixStream) -> (String, String) {
+pub(crate) fn next_event(stream: &UnixStream) -> (String, String) {
     let frame = read_reply(stream).expect("a frame");
     assert_eq!(frame["type"], "watch_event", "{frame}");
     (

@@ -3,7 +3,10 @@
 //! echoes and runs commands, the window follows `session_resize` (SIGWINCH), Ctrl-C
 //! interrupts the foreground job, exit ends it with a verdict; the attacks (TIOCSTI,
 //! TIOCLINUX, the host's terminals, the master) fail with exact errors; it ends with its
-//! session; another uid cannot reach it; bad requests are one-line errors.
+//! session; another uid cannot reach it; bad requests are one-line errors. `brig session
+//! pty` on a real pseudo-terminal (Python's `pty.fork()`): keystrokes and Ctrl-C reach the
+//! jail's program, SIGWINCH resizes the inner terminal, `stty -g` is the same after as
+//! before, also when the session is closed under it or a signal ends the command.
 
 use crate::common;
 
@@ -599,11 +602,24 @@ fn node_client_terminals(mode: Mode) {
     );
 }
 
+/// A session made by `brig session create` as `mode`'s user; its id.
+fn cli_session(mode: Mode, server: &Server) -> String {
+    let created = run(mode, &["session", "create", "--server", server.socket()]);
+    assert_success(&created).trim().to_string()
+}
+
+/// `brig session ps`: whether a line has every one of `words`.
+fn listed_with(mode: Mode, server: &Server, id: &str, words: &[&str]) -> bool {
+    let listed = assert_success(&session_cli(mode, server, id, &["ps"]));
+    listed
+        .lines()
+        .any(|line| words.iter().all(|word| line.contains(word)))
+}
+
 fn the_command_line_attaches_a_terminal(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     // The session is the CLI's user's (rootless: not the test's).
-    let created = run(mode, &["session", "create", "--server", server.socket()]);
-    let id = assert_success(&created).trim().to_string();
+    let id = cli_session(mode, &server);
     // Without a terminal of its own, `brig session pty` types its standard input into
     // the jail's shell (80 × 24) and exits as the shell did.
     let typed = TempFile::new(
@@ -636,12 +652,229 @@ fn the_command_line_attaches_a_terminal(mode: Mode) {
         &["pty", "--tag", "t", "--", "sh", "-c", "exit 5"],
     );
     assert_eq!(output.status.code(), Some(5), "{}", describe(&output));
-    let listed = assert_success(&session_cli(mode, &server, &id, &["ps"]));
-    assert!(
-        listed
-            .lines()
-            .any(|line| line.contains("exited 5") && line.contains(" t ")),
-        "{listed}"
-    );
+    assert!(listed_with(mode, &server, &id, &["exited 5", " t "]));
     assert_success(&session_cli(mode, &server, &id, &["close"]));
+}
+
+both_modes!(
+    the_command_line_on_a_real_terminal,
+    the_command_line_restores_its_terminal_when_cut_short,
+);
+
+/// Runs a command on a fresh pseudo-terminal (Python's `pty.fork()`, the terminal's
+/// size set first) and plays a script on it: `expect` (read until the text shows, after
+/// what the last `expect` matched; 30 s a step, so a hang fails instead of blocking),
+/// `type` (written as keystrokes), `resize` (the terminal's new rows and columns, as a
+/// terminal emulator sets them: the kernel sends SIGWINCH to its foreground group),
+/// `run` (a command run beside it, to completion), `signal` (a signal's number, sent to
+/// the command the wrapping shell runs), `settings` (the terminal's `stty -g`
+/// now, as another opener of it sees them). Then reads to the end; prints
+/// `{"status": ..., "output": ..., "settings": [...]}`.
+const TERMINAL_DRIVER: &str = r#"
+import fcntl, json, os, pty, select, struct, subprocess, sys, termios, time
+spec = json.loads(sys.argv[1])
+def window(fd, rows, cols):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+pid, master = pty.fork()
+if pid == 0:
+    window(0, *spec["size"])
+    os.execvp(spec["argv"][0], spec["argv"])
+seen, matched, settings = b"", 0, []
+def read(deadline):
+    global seen
+    ready, _, _ = select.select([master], [], [], max(0, deadline - time.monotonic()))
+    if not ready:
+        return False
+    try:
+        data = os.read(master, 65536)
+    except OSError:  # EIO: every holder of the terminal's other end closed it
+        data = b""
+    seen += data
+    return bool(data)
+for step in spec["steps"]:
+    if "expect" in step:
+        wanted, deadline = step["expect"].encode(), time.monotonic() + 30
+        while seen.find(wanted, matched) < 0:
+            if not read(deadline):
+                sys.exit("no %r in %r" % (wanted, seen))
+        matched = seen.find(wanted, matched) + len(wanted)
+    elif "type" in step:
+        os.write(master, step["type"].encode())
+    elif "resize" in step:
+        window(master, *step["resize"])
+    elif "run" in step:
+        subprocess.run(step["run"], check=True, stdout=subprocess.DEVNULL)
+    elif "signal" in step:  # to the command the wrapping shell runs
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as children:
+            os.kill(int(children.read().split()[0]), step["signal"])
+    elif "settings" in step:
+        with open(os.readlink("/proc/%d/fd/0" % pid), "rb", buffering=0) as terminal:
+            stty = subprocess.run(["stty", "-g"], stdin=terminal, check=True, capture_output=True)
+        settings.append(stty.stdout.decode().strip())
+deadline = time.monotonic() + 30
+while read(deadline):
+    pass
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status), "output": seen.decode(errors="replace"), "settings": settings}))
+"#;
+
+/// `brig session pty` (as `mode`'s user) on a real terminal of `rows` × `cols`, wrapped
+/// in a shell that prints the terminal's settings (`stty -g`) before and after it and
+/// its exit status, with `steps` played on it (see TERMINAL_DRIVER). What the terminal
+/// showed, (before, after, status), and what the `settings` steps saw.
+fn pty_cli_on_a_terminal(
+    mode: Mode,
+    server: &Server,
+    id: &str,
+    program: &[&str],
+    steps: Value,
+) -> (String, (String, String, String), Vec<String>) {
+    let mut args = vec![
+        "session",
+        "pty",
+        "--server",
+        server.socket(),
+        "--session",
+        id,
+    ];
+    if !program.is_empty() {
+        args.push("--");
+        args.extend_from_slice(program);
+    }
+    let mut wrapped: Vec<String> = [
+        "sh",
+        "-c",
+        "echo \"before=$(stty -g)\"; \"$@\"; status=$?; echo \"after=$(stty -g)\"; echo \"status=$status\"",
+        "sh",
+    ]
+    .map(String::from)
+    .to_vec();
+    wrapped.extend(
+        argv(mode, &args)
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap()),
+    );
+    let spec = json!({"argv": wrapped, "size": [30, 100], "steps": steps});
+    let output = output_of(command_from(&[
+        interpreter("python3").into(),
+        "-c".into(),
+        TERMINAL_DRIVER.into(),
+        spec.to_string().into(),
+    ]));
+    let report: Value = serde_json::from_str(assert_success(&output).trim())
+        .unwrap_or_else(|_| panic!("{}", describe(&output)));
+    assert_eq!(report["status"], 0, "the wrapping shell: {report}");
+    let shown = report["output"].as_str().unwrap().to_string();
+    let line = |key: &str| {
+        let start = shown
+            .rfind(&format!("{key}="))
+            .unwrap_or_else(|| panic!("no {key}= in {shown:?}"))
+            + key.len()
+            + 1;
+        let rest = &shown[start..];
+        rest[..rest.find(['\r', '\n']).unwrap_or(rest.len())].to_string()
+    };
+    let wrapper = (line("before"), line("after"), line("status"));
+    let settings = (report["settings"].as_array().unwrap().iter())
+        .map(|each| each.as_str().unwrap().to_string())
+        .collect();
+    (shown, wrapper, settings)
+}
+
+/// On a real terminal, `brig session pty` puts it in raw mode: what is typed reaches the
+/// jail's terminal as it is (Ctrl-C included: it interrupts the jail's program, not the
+/// command), the window's size follows the outer terminal's (at the start and at each
+/// SIGWINCH), and the command exits as the program did with the terminal as it was.
+fn the_command_line_on_a_real_terminal(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = cli_session(mode, &server);
+    // The jail's python3 sleeps; "ar" "med" is printed only once its SIGINT handler is
+    // in place (the echo of the typed line does not contain it).
+    let sleeper = "python3 -c \"import time; print('ar' + 'med', flush=True); time.sleep(300)\"\r";
+    let (shown, (before, after, status), raw) = pty_cli_on_a_terminal(
+        mode,
+        &server,
+        &id,
+        &[],
+        json!([
+            // The shell's prompt: attached, in raw mode.
+            {"expect": "$ "},
+            {"type": "tty; stty size\r"},
+            {"expect": "/dev/pts/0"},
+            {"expect": "30 100"},
+            {"type": sleeper},
+            {"expect": "armed"},
+            {"settings": true},
+            {"type": "\u{3}"},
+            {"expect": "KeyboardInterrupt"},
+            {"type": "echo \"status-$?\"\r"},
+            {"expect": "status-130"},
+            {"resize": [40, 120]},
+            {"type": "stty size\r"},
+            {"expect": "40 120"},
+            {"type": "exit 7\r"},
+        ]),
+    );
+    assert_eq!(status, "7", "{shown:?}");
+    assert!(before.contains(':'), "not `stty -g`'s form: {before:?}");
+    assert_eq!(after, before, "{shown:?}");
+    // The control: meanwhile (raw mode) they differed, so the comparison tells.
+    assert_eq!(raw.len(), 1);
+    assert_ne!(raw[0], before, "not in raw mode while attached");
+    assert_success(&session_cli(mode, &server, &id, &["close"]));
+}
+
+/// `brig session pty` cut short, by the session's close under it or by a signal that
+/// ends it, leaves the terminal as it was.
+fn the_command_line_restores_its_terminal_when_cut_short(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = cli_session(mode, &server);
+    let armed = ["sh", "-c", "echo ar''med; sleep 300"];
+    // SIGTERM (as `kill` sends it): its default status, and the program goes on.
+    let (shown, (before, after, status), _) = pty_cli_on_a_terminal(
+        mode,
+        &server,
+        &id,
+        &armed,
+        json!([{"expect": "armed"}, {"signal": libc::SIGTERM}]),
+    );
+    assert_eq!(after, before, "{shown:?}");
+    assert_eq!(status, "143", "{shown:?}");
+    assert!(listed_with(mode, &server, &id, &["sleep 300", "running"]));
+    // The session closed under it: one line that says so, written once the terminal is
+    // back in its mode (its newline made "\r\n"), and brig's own status for a program
+    // it could not see to its end.
+    let close: Vec<String> = argv(
+        mode,
+        &[
+            "session",
+            "close",
+            "--server",
+            server.socket(),
+            "--session",
+            &id,
+        ],
+    )
+    .into_iter()
+    .map(|arg| arg.into_string().unwrap())
+    .collect();
+    let (shown, (before, after, status), _) = pty_cli_on_a_terminal(
+        mode,
+        &server,
+        &id,
+        &armed,
+        json!([{"expect": "armed"}, {"run": close}]),
+    );
+    assert_eq!(after, before, "{shown:?}");
+    assert_eq!(status, "125", "{shown:?}");
+    assert!(
+        shown.contains(&format!(
+            "brig: brig serve: session {id} ended: it was closed\r\n"
+        )),
+        "{shown:?}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || runners(&server).is_empty()),
+        "the session's runner is left"
+    );
 }

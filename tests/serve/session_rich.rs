@@ -1,5 +1,6 @@
 //! Rich outputs, contexts and the bash context of `brig serve` sessions, for real, as root
-//! and rootless: a matplotlib figure comes back as a PNG without savefig; display() of
+//! and rootless: a matplotlib figure comes back as a PNG without savefig; a pandas
+//! DataFrame as its HTML table and text (protocol and both clients); display() of
 //! html, markdown, svg and json; the final value's bundle; Node's display(); several
 //! independent interpreters per session (create, list, restart, remove, a cap; what a
 //! removed, restarted or dead interpreter started goes with it; a cell's time limit spares
@@ -58,10 +59,10 @@ fn png_size(base64_png: &str) -> (u32, u32) {
     (word(16), word(20))
 }
 
-fn has_matplotlib() -> bool {
-    // The jail's python3 is the system's.
+/// Whether the system's python3 (the jail's) imports `module`.
+fn has_python_module(module: &str) -> bool {
     std::process::Command::new("/usr/bin/python3")
-        .args(["-c", "import matplotlib"])
+        .args(["-c", &format!("import {module}")])
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|status| status.success())
@@ -71,7 +72,7 @@ fn a_matplotlib_figure_comes_back_as_png(mode: Mode) {
     if !require(
         "python3's matplotlib",
         "apt-get install python3-matplotlib",
-        has_matplotlib(),
+        has_python_module("matplotlib"),
     ) {
         return;
     }
@@ -933,4 +934,125 @@ fn contexts_count_against_the_session_s_pids(mode: Mode) {
     let again = context(&server, &id, "create", json!({"language": "bash"}));
     assert_eq!(again["type"], "context", "{again}");
     close_session(&server, &id);
+}
+
+both_modes!(
+    a_pandas_data_frame_comes_back_as_html_and_text,
+    both_clients_show_a_pandas_data_frame,
+);
+
+/// Whether the jail's python3 has pandas (the test's prerequisite, named when missing).
+fn require_pandas() -> bool {
+    require(
+        "python3's pandas",
+        "apt-get install python3-pandas",
+        has_python_module("pandas"),
+    )
+}
+
+/// A cell that shows a DataFrame with display() and ends with it.
+const DATA_FRAME_CELL: &str =
+    "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\ndisplay(df)\ndf";
+
+/// A DataFrame's text: its columns' header, then a row an index.
+const DATA_FRAME_TEXT: &str = "   a  b\n0  1  x\n1  2  y";
+
+/// Checks that a bundle (or a client's rich result, `html_key` and `text_key` naming its
+/// fields) is the DataFrame's: an HTML table of its cells and its text.
+fn assert_data_frame(bundle: &Value, html_key: &str, text_key: &str) {
+    let html = bundle[html_key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {html_key}: {bundle}"));
+    assert!(html.contains("<table"), "{html}");
+    for cell in ["<th>a</th>", "<th>b</th>", "<td>x</td>", "<td>2</td>"] {
+        assert!(html.contains(cell), "{cell} not in {html}");
+    }
+    assert_eq!(bundle[text_key], DATA_FRAME_TEXT, "{bundle}");
+}
+
+fn a_pandas_data_frame_comes_back_as_html_and_text(mode: Mode) {
+    if !require_pandas() {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create_session(&server, json!({}));
+    let shown = code_cell(&server, &id, DATA_FRAME_CELL, json!({}));
+    assert_eq!(shown["verdict"]["status"], "ok", "{shown}");
+    let bundles = results(&shown);
+    assert_eq!(bundles.len(), 2, "{shown}");
+    // display() first, then the final value: the main result, also the reply's text.
+    for (bundle, main) in bundles.iter().zip([false, true]) {
+        assert_eq!(bundle["is_main_result"], main, "{shown}");
+        assert_data_frame(bundle, "text/html", "text/plain");
+    }
+    assert_eq!(shown["result"], DATA_FRAME_TEXT, "{shown}");
+    // A Series has no HTML of its own: its text only.
+    let series = code_cell(&server, &id, "df['a']", json!({}));
+    let bundles = results(&series);
+    assert_eq!(bundles.len(), 1, "{series}");
+    assert!(bundles[0].get("text/html").is_none(), "{series}");
+    assert!(
+        bundles[0]["text/plain"]
+            .as_str()
+            .unwrap()
+            .starts_with("0    1\n1    2\nName: a"),
+        "{series}"
+    );
+    close_session(&server, &id);
+}
+
+const PYTHON_DATA_FRAME_SCRIPT: &str = r#"
+import json, sys
+import brig_client
+sb = brig_client.Sandbox(socket=sys.argv[1])
+ex = sb.run_code(CELL)
+for result in ex.results:
+    print(json.dumps({"main": result.is_main_result, "html": result.html, "text": result.text, "formats": result.formats()}))
+print(json.dumps(ex.text))
+sb.close()
+"#;
+
+const NODE_DATA_FRAME_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+(async () => {
+  const sb = await brig.Sandbox.create({ socket: process.argv[2] });
+  const ex = await sb.runCode(CELL);
+  for (const result of ex.results) {
+    console.log(JSON.stringify({ main: result.isMainResult, html: result.html, text: result.text, formats: result.formats() }));
+  }
+  console.log(JSON.stringify(ex.text));
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+/// Each client's rich results of the DataFrame cell: its display() and its final value,
+/// each with the table as `html` and its `text`.
+fn both_clients_show_a_pandas_data_frame(mode: Mode) {
+    if !require_pandas() || !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0"]);
+    for (client, script) in [
+        ("python", PYTHON_DATA_FRAME_SCRIPT),
+        ("node", NODE_DATA_FRAME_SCRIPT),
+    ] {
+        // The cell as a JSON string, a literal in both languages.
+        let script = script.replace("CELL", &json!(DATA_FRAME_CELL).to_string());
+        let output = client_script(mode, client, &script, &server);
+        let printed = assert_success(&output);
+        let lines: Vec<Value> = (printed.lines())
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("{client}: {line}")))
+            .collect();
+        assert_eq!(lines.len(), 3, "{client}: {printed}");
+        for (result, main) in lines.iter().zip([false, true]) {
+            assert_eq!(result["main"], main, "{client}: {result}");
+            assert_eq!(
+                result["formats"],
+                json!(["text", "html"]),
+                "{client}: {result}"
+            );
+            assert_data_frame(result, "html", "text");
+        }
+        assert_eq!(lines[2], DATA_FRAME_TEXT, "{client}: {printed}");
+    }
 }
