@@ -22,6 +22,7 @@ mod files_client;
 mod kernel;
 pub mod policy;
 pub mod protocol;
+pub mod reply;
 mod runner;
 mod runner_common;
 mod server;
