@@ -16,6 +16,7 @@
 //! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
+mod api;
 pub mod client;
 mod files;
 mod files_client;
@@ -40,6 +41,7 @@ use crate::units::Span;
 use clap::Args;
 use std::path::PathBuf;
 
+pub use api::{Client, Create, Exec, Frames, ProcessRef, Session};
 pub use policy::Loosening;
 pub use server::serve;
 
