@@ -59,7 +59,7 @@ fn dispatch(command: Command) -> Result<i32> {
         }
         Command::Run(args) => Ok(run(args)),
         Command::Serve(args) => brig::serve::serve(*args),
-        Command::Session(command) => brig::serve::session_client::run(command),
+        Command::Session(command) => cli::session::run(command),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)

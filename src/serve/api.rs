@@ -103,6 +103,13 @@ impl ProcessRef {
     }
 }
 
+impl PtySize {
+    /// The size of `terminal`; None when it is not a terminal.
+    pub fn of_terminal(terminal: BorrowedFd) -> Option<PtySize> {
+        crate::sys::window_size(terminal).map(|(cols, rows)| PtySize { cols, rows })
+    }
+}
+
 /// A session on the server (it need not have been created by this client: any of the
 /// caller's sessions, by id).
 #[derive(Clone, Debug)]
@@ -259,6 +266,36 @@ impl Frames {
     /// say so).
     pub fn has_frame(&self) -> bool {
         self.reader.has_frame()
+    }
+}
+
+/// A file of the workspace on its way (`session_read`): `length` raw bytes.
+pub struct Reading {
+    path: String,
+    length: u64,
+    stream: UnixStream,
+}
+
+impl Reading {
+    /// The bytes the server sends.
+    pub fn length(&self) -> u64 {
+        self.length
+    }
+
+    /// Copies them into `sink` (flushed); an error when fewer came (the file shrank
+    /// while it was read, or the session ended).
+    pub fn copy_to(&mut self, sink: &mut dyn Write) -> Result<u64> {
+        let path = &self.path;
+        let length = self.length;
+        let copied = std::io::copy(&mut (&self.stream).take(length), sink)
+            .and_then(|count| sink.flush().map(|()| count))
+            .map_err(|err| Error::setup(format!("session_read {path:?}: {err}")))?;
+        if copied != length {
+            return Err(Error::setup(format!(
+                "session_read {path:?}: the connection ended after {copied} of {length} bytes (the file shrank while it was read, or the session ended)"
+            )));
+        }
+        Ok(copied)
     }
 }
 
@@ -549,10 +586,14 @@ impl Session {
         // A runner that stopped reading (a full workspace) answers why; a source that
         // ran short is this side's error.
         let reply = reply_on(&stream, &self.client.socket)?;
-        let sent = sent.map_err(|err| Error::input(format!("{path}: cannot send it: {err}")))?;
+        let sent = sent.map_err(|err| {
+            Error::input(format!(
+                "session_write {path:?}: sending its bytes failed: {err}"
+            ))
+        })?;
         if sent != size {
             return Err(Error::input(format!(
-                "{path}: its source gave {sent} of {size} bytes"
+                "session_write {path:?}: the source gave {sent} of the {size} bytes announced"
             )));
         }
         match reply {
@@ -570,6 +611,12 @@ impl Session {
         length: Option<u64>,
         sink: &mut dyn Write,
     ) -> Result<u64> {
+        self.open_read(path, offset, length)?.copy_to(sink)
+    }
+
+    /// Asks for `path` (from `offset`, `length` bytes or to its end): once the server
+    /// has said how many bytes it sends, the stream of them.
+    pub fn open_read(&self, path: &str, offset: u64, length: Option<u64>) -> Result<Reading> {
         let request = Request::SessionRead {
             session: self.id.clone(),
             path: path.into(),
@@ -577,19 +624,14 @@ impl Session {
             length,
         };
         let stream = self.client.send(&request)?;
-        let length = match reply_on(&stream, &self.client.socket)? {
-            SessionReply::Reading { length, .. } => length,
-            other => return Err(unexpected(&other, "reading")),
-        };
-        let copied = std::io::copy(&mut (&stream).take(length), sink)
-            .and_then(|count| sink.flush().map(|()| count))
-            .map_err(|err| Error::setup(format!("session_read {path:?}: {err}")))?;
-        if copied != length {
-            return Err(Error::setup(format!(
-                "session_read {path:?}: the connection ended after {copied} of {length} bytes (the file shrank while it was read, or the session ended)"
-            )));
+        match reply_on(&stream, &self.client.socket)? {
+            SessionReply::Reading { length, .. } => Ok(Reading {
+                path: path.into(),
+                length,
+                stream,
+            }),
+            other => Err(unexpected(&other, "reading")),
         }
-        Ok(copied)
     }
 
     /// What `path` is.

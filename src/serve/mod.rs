@@ -19,7 +19,6 @@
 mod api;
 pub mod client;
 mod files;
-mod files_client;
 mod kernel;
 pub mod policy;
 pub mod protocol;
@@ -28,7 +27,6 @@ mod runner;
 mod runner_common;
 mod server;
 mod session;
-pub mod session_client;
 mod session_meta;
 mod session_network;
 mod warm;
@@ -41,7 +39,7 @@ use crate::units::Span;
 use clap::Args;
 use std::path::PathBuf;
 
-pub use api::{Client, Create, Exec, Frames, ProcessRef, Session};
+pub use api::{Client, Create, Exec, Frames, ProcessRef, Reading, Session};
 pub use policy::Loosening;
 pub use server::serve;
 
