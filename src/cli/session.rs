@@ -543,7 +543,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
     if args.background {
         exec.tag = args.tag.clone();
         let process = session.start(&exec)?;
-        println!("{}", process.pid);
+        println!("{}", pid_text(process.pid));
         return Ok(0);
     }
     let reply = match args.stream {
@@ -586,6 +586,11 @@ fn exec(args: ExecArgs) -> Result<i32> {
         }
     }
     Ok(verdict_lines(Some(&reply.verdict), &sinks))
+}
+
+/// A pid as the server said it (null: the jail has not said it).
+fn pid_text(pid: Option<u32>) -> String {
+    pid.map_or("null".to_string(), |pid| pid.to_string())
 }
 
 /// The verdict's `brig:` lines on stderr, the verdict to `sinks`; brig's exit status.

@@ -72,7 +72,7 @@ pub fn ps(at: &At) -> Result<i32> {
         let command: Vec<String> = process.command.iter().map(|arg| printable(arg)).collect();
         println!(
             "{:>6}  {:<18} {:<12} {}",
-            process.pid,
+            super::pid_text(process.pid),
             state,
             printable(process.tag.as_deref().unwrap_or("-")),
             command.join(" ")

@@ -50,7 +50,10 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
         ..Exec::default()
     };
     let started = session.pty(&exec, size)?;
-    let pid = ProcessRef::Pid(started.pid);
+    let pid =
+        ProcessRef::Pid(started.pid.ok_or_else(|| {
+            Error::setup("brig serve started the terminal without saying its pid")
+        })?);
     let (_, mut frames) = session.connect(&pid)?;
     // Resizes arrive as a descriptor the loop polls.
     let mut winch = SigSet::empty();

@@ -197,9 +197,7 @@ impl Client {
 
     /// A connection with `request` sent on it.
     fn send(&self, request: &Request) -> Result<UnixStream> {
-        let mut message = serde_json::to_value(request)
-            .map_err(|err| Error::setup(format!("encode a request: {err}")))?;
-        message["brig"] = protocol::VERSION.into();
+        let message = versioned(request)?;
         let stream = super::client::connect(&self.socket)?;
         protocol::write_frame(stream.as_fd(), &message, &[])?;
         Ok(stream)
@@ -794,6 +792,14 @@ impl Session {
             other => Err(unexpected(&other, "closed")),
         }
     }
+}
+
+/// A request as a client sends it: with `"brig"`, the protocol's version.
+pub(super) fn versioned(request: &Request) -> Result<serde_json::Value> {
+    let mut message = serde_json::to_value(request)
+        .map_err(|err| Error::setup(format!("encode a request: {err}")))?;
+    message["brig"] = protocol::VERSION.into();
+    Ok(message)
 }
 
 fn parse(body: &[u8]) -> Result<SessionReply> {

@@ -4,7 +4,7 @@
 //! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. Also
 //! `brig serve --status`, a client of the server too.
 
-use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
+use super::protocol::{self, FrameReader, Read, Reply, Request, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
 use crate::verdict::Sinks;
@@ -90,13 +90,12 @@ pub fn run(
         .context(|| "block signals".into())?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
-    let request = serde_json::json!({
-        "brig": protocol::VERSION,
-        "type": "run",
-        "options": for_server(options),
-        "stdio": StdioMode::Fds,
-        "origins": origins,
-    });
+    let request = super::api::versioned(&Request::Run {
+        options: Box::new(for_server(options)),
+        stdio: StdioMode::Fds,
+        stdin: None,
+        origins,
+    })?;
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
         // A server that refuses the peer answers at once and closes: its answer explains.
@@ -119,9 +118,13 @@ pub fn run(
             continue;
         }
         while let Ok(Some(info)) = signals.read_signal() {
-            let frame = serde_json::json!({"brig": protocol::VERSION, "type": "signal", "signal": info.ssi_signo});
+            let signal = Request::Signal {
+                signal: info.ssi_signo as i32,
+            };
             let _ = stream.set_nonblocking(false);
-            let _ = protocol::write_frame(stream.as_fd(), &frame, &[]);
+            if let Ok(frame) = super::api::versioned(&signal) {
+                let _ = protocol::write_frame(stream.as_fd(), &frame, &[]);
+            }
             let _ = stream.set_nonblocking(true);
         }
         match reader.read(stream.as_fd())? {
@@ -180,29 +183,11 @@ fn for_server(mut options: JailOptions) -> JailOptions {
 
 /// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
 pub(super) fn print_status(socket: &Path) -> Result<i32> {
-    let stream = connect(socket)?;
-    protocol::write_frame(
-        stream.as_fd(),
-        &serde_json::json!({"brig": protocol::VERSION, "type": "status"}),
-        &[],
-    )?;
-    let (body, _) = FrameReader::default()
-        .read_blocking(&stream)?
-        .ok_or_else(|| {
-            Error::setup("brig serve --status: the server closed the connection without an answer")
-        })?;
-    match serde_json::from_slice::<Reply>(&body) {
-        Ok(Reply::Status(status)) => {
-            let yaml = serde_saphyr::to_string(&status)
-                .map_err(|err| Error::setup(format!("print the status: {err}")))?;
-            print!("{yaml}");
-            Ok(0)
-        }
-        Ok(Reply::Error { message, .. }) => Err(Error::setup(message)),
-        _ => Err(Error::setup(
-            "brig serve --status: an answer that is not a status",
-        )),
-    }
+    let status = super::Client::new(socket).status()?;
+    let yaml = serde_saphyr::to_string(&status)
+        .map_err(|err| Error::setup(format!("print the status: {err}")))?;
+    print!("{yaml}");
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -287,8 +287,8 @@ impl Output {
 /// A session's process, as `session_ps`, `session_connect` and a background start say.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 pub struct Process {
-    /// Its pid in the jail.
-    pub pid: u32,
+    /// Its pid in the jail (None: the jail has not said it yet).
+    pub pid: Option<u32>,
     pub tag: Option<String>,
     pub command: Vec<String>,
     pub background: bool,
@@ -319,7 +319,7 @@ pub struct ProcessStatus {
 /// `session_connect`'s end.
 #[derive(Debug, PartialEq, Deserialize, Serialize)]
 pub struct Exited {
-    pub pid: u32,
+    pub pid: Option<u32>,
     pub tag: Option<String>,
     pub verdict: Option<Box<Verdict>>,
     /// Live output bytes this client did not get (it read too slowly).
@@ -439,7 +439,7 @@ mod tests {
             r#"{"type":"output","stream":"stderr","base64":"/3g=","t_ms":15}"#,
         );
         let process = Process {
-            pid: 3,
+            pid: Some(3),
             tag: Some("server".into()),
             command: vec!["sleep".into(), "9".into()],
             background: true,

@@ -39,6 +39,15 @@ pub struct Event {
     pub path: String,
 }
 
+impl From<Event> for crate::serve::reply::WatchEvent {
+    fn from(event: Event) -> crate::serve::reply::WatchEvent {
+        crate::serve::reply::WatchEvent {
+            kind: event.kind.into(),
+            path: event.path,
+        }
+    }
+}
+
 struct Watcher {
     recursive: bool,
     /// Streamed (`"stream": true`): its events go out on this connection as they are
@@ -404,12 +413,11 @@ impl Watches {
                 continue;
             };
             for event in watcher.queue.drain(..) {
-                let frame = serde_json::json!({
-                    "type": "watch_event",
-                    "watcher": id,
-                    "kind": event.kind,
-                    "path": event.path,
-                });
+                let frame = crate::serve::reply::SessionReply::WatchEvent {
+                    watcher: id.clone(),
+                    kind: event.kind.into(),
+                    path: event.path,
+                };
                 client.queue(&frame, Some(1));
             }
         }
