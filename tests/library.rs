@@ -1,5 +1,6 @@
 //! brig as a library: a jail is assembled first and given its program later, a jail that
-//! never runs a program leaves nothing behind, and a caller with other threads is refused.
+//! never runs a program leaves nothing behind, and a caller with other threads is refused;
+//! and `serve::Client`, through examples/session.rs against a `brig serve`.
 //!
 //! A jail's processes are cloned without exec, so this test needs a single-threaded
 //! process: it has its own `main` instead of libtest's threaded harness, and prints the
@@ -295,8 +296,95 @@ fn caller_is_root_again_whatever_fails() -> Result<(), String> {
 
 type Test = fn() -> Result<(), String>;
 
+/// examples/session.rs (built by `cargo test` beside this binary) against a `brig serve`
+/// this test starts: it prints what its session did, and leaves no session behind.
+fn session_example_runs_against_a_server() -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("bt-library-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    let socket = dir.join("brig.sock");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_brig"))
+        .args(["serve", "--quiet-limits", "--pool", "0", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|err| format!("start brig serve: {err}"))?;
+    let ran = (|| {
+        let client = brig::serve::Client::new(&socket);
+        // Up once it answers its status (the socket exists before it listens).
+        let mut tries = 0;
+        while client.status().is_err() {
+            tries += 1;
+            if tries > 1000 {
+                return Err("brig serve did not answer within 10s".to_string());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let example = std::env::current_exe()
+            .map_err(|err| err.to_string())?
+            .parent()
+            .and_then(Path::parent)
+            .map(|dir| dir.join("examples/session"))
+            .ok_or("no examples directory beside the test binary")?;
+        let output = std::process::Command::new(&example)
+            .arg(&socket)
+            .output()
+            .map_err(|err| format!("{}: {err}", example.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            return Err(format!(
+                "the example failed ({}): {stdout}{stderr}",
+                output.status
+            ));
+        }
+        for expected in [
+            "hello from sandbox\n",
+            "exit code Some(0)",
+            "read back: written by the example\n",
+            "ls: hello.txt 23 bytes\n",
+            "[Stdout] written by the example\n",
+            "[Stderr] done\n",
+            "streamed: Ok\n",
+            "closed\n",
+        ] {
+            if !stdout.contains(expected) {
+                return Err(format!(
+                    "no {expected:?} in the example's output: {stdout}{stderr}"
+                ));
+            }
+        }
+        // The server counts a session gone once it has reaped its runner, just after the
+        // close was answered.
+        let mut left = usize::MAX;
+        for _ in 0..1000 {
+            left = client.status().map_err(|err| err.to_string())?.sessions;
+            if left == 0 {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err(format!(
+            "{left} sessions still open 10s after the example closed its own"
+        ))
+    })();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let stopped = server.wait().map_err(|err| err.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    match (ran, stopped) {
+        (Err(why), _) => Err(why),
+        (Ok(()), Ok(status)) if status.success() => Ok(()),
+        (Ok(()), Ok(status)) => Err(format!("brig serve ended {status} at SIGTERM")),
+        (Ok(()), Err(why)) => Err(why),
+    }
+}
+
 fn main() {
-    let tests: [(&str, Test); 7] = [
+    let tests: [(&str, Test); 8] = [
         (
             "caller_is_root_again_whatever_fails",
             caller_is_root_again_whatever_fails,
@@ -312,6 +400,10 @@ fn main() {
         (
             "filtered_run_leaves_no_thread_or_descriptor",
             filtered_run_leaves_no_thread_or_descriptor,
+        ),
+        (
+            "session_example_runs_against_a_server",
+            session_example_runs_against_a_server,
         ),
     ];
     let mut failed = 0;
