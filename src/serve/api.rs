@@ -34,6 +34,9 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug)]
 pub struct Client {
     socket: PathBuf,
+    /// One more uid trusted to listen on the socket, besides root, this process's own
+    /// and `BRIG_SERVER_UID`'s.
+    trusted_uid: Option<u32>,
 }
 
 /// What a new session is made with; `Default` is the server's defaults.
@@ -122,7 +125,16 @@ impl Client {
     pub fn new(socket: impl Into<PathBuf>) -> Client {
         Client {
             socket: socket.into(),
+            trusted_uid: None,
         }
+    }
+
+    /// Trusts a server run by `uid` too: whoever listens on the socket answers for the
+    /// sessions, so only root, this process's uid, `BRIG_SERVER_UID`'s or this one's is
+    /// (another listener is refused before anything is sent).
+    pub fn trusting(mut self, uid: u32) -> Client {
+        self.trusted_uid = Some(uid);
+        self
     }
 
     pub fn socket(&self) -> &Path {
@@ -198,7 +210,7 @@ impl Client {
     /// A connection with `request` sent on it.
     fn send(&self, request: &Request) -> Result<UnixStream> {
         let message = versioned(request)?;
-        let stream = super::client::connect(&self.socket)?;
+        let stream = super::client::connect_trusting(&self.socket, self.trusted_uid)?;
         protocol::write_frame(stream.as_fd(), &message, &[])?;
         Ok(stream)
     }
@@ -249,6 +261,16 @@ impl Frames {
                 other => return Ok(other),
             }
         }
+    }
+}
+
+/// The frames as they come, up to the connection's end (an error frame is an item as
+/// it is: on a stream that has started, the session's end).
+impl Iterator for Frames {
+    type Item = Result<SessionReply>;
+
+    fn next(&mut self) -> Option<Result<SessionReply>> {
+        self.next_frame().transpose()
     }
 }
 
@@ -357,6 +379,28 @@ impl Session {
             SessionReply::Exec(reply) => Ok(*reply),
             other => Err(unexpected(&other, "exec")),
         }
+    }
+
+    /// Runs a code cell in context `context` (an id from [`Session::create_context`],
+    /// or a language's default context: `python`, `node`, `bash`) and waits for its
+    /// answer: its `cell` has the result, rich results and error.
+    pub fn run_code(&self, code: &str, context: &str) -> Result<ExecReply> {
+        let default = [
+            ("python", Language::Python),
+            ("node", Language::Node),
+            ("bash", Language::Bash),
+        ]
+        .into_iter()
+        .find(|(name, _)| *name == context);
+        let exec = match default {
+            Some((_, language)) => Exec::code(code, language),
+            None => Exec {
+                code: Some(code.into()),
+                context: Some(context.into()),
+                ..Exec::default()
+            },
+        };
+        self.exec(&exec)
     }
 
     /// Starts a command in the background: its `process` at once.
@@ -548,6 +592,30 @@ impl Session {
         match self.client.request(&request)? {
             SessionReply::Context { context } => Ok(context),
             other => Err(unexpected(&other, "context")),
+        }
+    }
+
+    /// Reads at most `length` bytes (at most and by default 512 KiB) of `path` from
+    /// `offset`: the bytes, and the whole file's size.
+    pub fn get(&self, path: &str, offset: u64, length: Option<u64>) -> Result<(Vec<u8>, u64)> {
+        use base64::Engine;
+        match self.client.request(&Request::SessionGet {
+            session: self.id.clone(),
+            path: path.into(),
+            offset,
+            length,
+        })? {
+            SessionReply::Get { data, size, .. } => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(data)
+                    .map_err(|err| {
+                        Error::setup(format!(
+                            "brig serve sent file data that is not base64: {err}"
+                        ))
+                    })?;
+                Ok((bytes, size))
+            }
+            other => Err(unexpected(&other, "get")),
         }
     }
 

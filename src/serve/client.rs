@@ -22,6 +22,12 @@ pub const SERVER_UID_ENV: &str = "BRIG_SERVER_UID";
 /// whoever it is gets this process's stdio descriptors and decides its exit status, so
 /// only root, this process's own uid or the uid in `BRIG_SERVER_UID` is trusted.
 pub fn connect(socket: &Path) -> Result<UnixStream> {
+    connect_trusting(socket, None)
+}
+
+/// [`connect`], trusting the listener's uid `also` too (a caller's explicit choice, as
+/// `BRIG_SERVER_UID` is the environment's).
+pub fn connect_trusting(socket: &Path, also: Option<u32>) -> Result<UnixStream> {
     let stream = UnixStream::connect(socket).map_err(|err| {
         Error::input(format!(
             "--server {}: cannot connect: {err}; is `brig serve --socket {}` running, and may you use it?",
@@ -47,7 +53,7 @@ pub fn connect(socket: &Path) -> Result<UnixStream> {
         })?),
         Err(_) => None,
     };
-    if listener != 0 && listener != own && Some(listener) != trusted {
+    if listener != 0 && listener != own && Some(listener) != trusted && Some(listener) != also {
         return Err(Error::input(format!(
             "--server {}: the listener is uid {listener}, neither root nor you (uid {own}); nothing was sent. If you trust that user's server, set {SERVER_UID_ENV}={listener}",
             socket.display()
