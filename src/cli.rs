@@ -6,7 +6,9 @@ use brig::options::JailOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-// `brig session ...`: clap types and printing over `brig::serve::Client`.
+// `brig run --server` and `brig serve --status` (served.rs), `brig session ...`
+// (session.rs): clap types and printing over `brig::serve`'s clients.
+pub mod served;
 pub mod session;
 
 #[derive(Parser, Debug)]

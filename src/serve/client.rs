@@ -1,13 +1,12 @@
 //! `brig run --server PATH`: the same options, exit statuses and verdict as a one-shot
 //! run, served by a `brig serve` on PATH. The client's own stdin, stdout and stderr go to
 //! the jail with the request (SCM_RIGHTS), so output flows straight through; SIGINT,
-//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. Also
-//! `brig serve --status`, a client of the server too.
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. The
+//! command line delivers and prints the answer (src/cli/served.rs).
 
 use super::protocol::{self, FrameReader, Read, Reply, Request, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::Sinks;
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -76,20 +75,17 @@ fn user_id(name: &str) -> Option<u32> {
         .and_then(|fields| fields[2].parse().ok())
 }
 
-/// Runs `options` (already layered with `--config`) on the server at `socket`; returns
-/// brig's exit status for the run. `origins`: where options came from other than the
-/// command line (`config::origins`), for the server's refusals.
+/// Runs `options` (already layered with `--config`) on the server at `socket` with this
+/// process's stdin, stdout and stderr, forwarding its signals; the server's answer: a
+/// `done` with the verdict, or an `error` (a refusal, or the jail's failure) with the
+/// exit status it gives. `origins`: where options came from other than the command line
+/// (`config::origins`), for the server's refusals. Where the verdict goes (`--report`,
+/// `--audit-log`) is the caller's: it is left out of the request.
 pub fn run(
     socket: &Path,
     options: JailOptions,
     origins: std::collections::BTreeMap<String, String>,
-) -> Result<i32> {
-    // Where the verdict goes is opened first, as a one-shot run does.
-    let sinks = Sinks::open(
-        options.report.as_deref(),
-        options.report_fd,
-        options.audit_log.as_deref(),
-    )?;
+) -> Result<Reply> {
     let stream = connect(socket)?;
     let forwarded = crate::jail::forwarded_signals();
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
@@ -106,7 +102,7 @@ pub fn run(
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
         // A server that refuses the peer answers at once and closes: its answer explains.
         return match FrameReader::replies().read_blocking(&stream) {
-            Ok(Some((body, _))) => finish(&body, &sinks),
+            Ok(Some((body, _))) => parse_reply(&body),
             _ => Err(err),
         };
     }
@@ -141,39 +137,21 @@ pub fn run(
                     socket.display()
                 )));
             }
-            Read::Frame(body, _) => return finish(&body, &sinks),
+            Read::Frame(body, _) => return parse_reply(&body),
         }
     }
 }
 
-fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
+/// A run's answer: `done` or `error`.
+fn parse_reply(body: &[u8]) -> Result<Reply> {
     let reply: Reply = serde_json::from_slice(body).map_err(|err| {
         Error::setup(format!(
             "brig serve sent an answer this client does not understand: {err}"
         ))
     })?;
     match reply {
-        Reply::Done {
-            verdict,
-            config_digest,
-            ..
-        } => {
-            // The report's bytes are a one-shot run's: the verdict as a JSON value.
-            let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
-            sinks.deliver_json(&value, Some(config_digest), None);
-            for line in verdict.stderr_lines() {
-                eprintln!("brig: {line}");
-            }
-            Ok(verdict.brig_exit_code)
-        }
-        Reply::Error {
-            message, exit_code, ..
-        } => {
-            // A server's message may echo names from a jail.
-            eprintln!("brig: {}", crate::verdict::printable(&message));
-            Ok(exit_code)
-        }
         Reply::Status(_) => Err(Error::setup("brig serve answered a run with its status")),
+        reply => Ok(reply),
     }
 }
 
@@ -185,15 +163,6 @@ fn for_server(mut options: JailOptions) -> JailOptions {
     options.report_fd = None;
     options.audit_log = None;
     options
-}
-
-/// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
-pub(super) fn print_status(socket: &Path) -> Result<i32> {
-    let status = super::Client::new(socket).status()?;
-    let yaml = serde_saphyr::to_string(&status)
-        .map_err(|err| Error::setup(format!("print the status: {err}")))?;
-    print!("{yaml}");
-    Ok(0)
 }
 
 #[cfg(test)]
