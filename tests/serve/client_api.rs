@@ -133,26 +133,18 @@ fn commands_cells_and_contexts_come_back_typed(mode: Mode) {
         .run_code("echo $GREETING $PWD", &context.id)
         .unwrap();
     assert_eq!(said.stdout.as_deref(), Some("hi /tmp\n"));
-    let ids: Vec<String> = session
-        .contexts()
-        .unwrap()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    assert!(ids.contains(&context.id), "{ids:?}");
+    let context_ids = || -> Vec<String> {
+        let contexts = session.contexts().unwrap();
+        contexts.into_iter().map(|context| context.id).collect()
+    };
+    assert!(context_ids().contains(&context.id), "{:?}", context_ids());
     session.restart_context(&context.id).unwrap();
     let said = session
         .run_code("echo \"[$GREETING]\"", &context.id)
         .unwrap();
     assert_eq!(said.stdout.as_deref(), Some("[]\n"));
     session.remove_context(&context.id).unwrap();
-    let ids: Vec<String> = session
-        .contexts()
-        .unwrap()
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    assert!(!ids.contains(&context.id), "{ids:?}");
+    assert!(!context_ids().contains(&context.id), "{:?}", context_ids());
 
     session
         .set_timeout(brig::units::Span(std::time::Duration::from_secs(600)))
