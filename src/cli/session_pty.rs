@@ -1,9 +1,10 @@
 //! `brig session pty`: starts a program (by default the jail's shell) on a terminal of
 //! the session's jail, the size of this command's terminal, and attaches this terminal
-//! to it: raw mode (restored at the end), what is typed goes as `session_stdin` (bytes,
-//! base64), what it writes comes through `session_connect`, and a resize of this
-//! terminal (SIGWINCH) is a `session_resize` (docs/protocol.md, "Terminals"). Without a
-//! terminal of its own, standard input is typed into it until its end, as it is.
+//! to it: raw mode (restored at the end, also before SIGTERM, SIGHUP or SIGINT end
+//! it), what is typed goes as `session_stdin` (bytes, base64), what it writes comes
+//! through `session_connect`, and a resize of this terminal (SIGWINCH) is a
+//! `session_resize` (docs/protocol.md, "Terminals"). Without a terminal of its own,
+//! standard input is typed into it until its end, as it is.
 
 use super::At;
 use brig::error::{Error, Result};
@@ -55,14 +56,20 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
             Error::setup("brig serve started the terminal without saying its pid")
         })?);
     let (_, mut frames) = session.connect(&pid)?;
-    // Resizes arrive as a descriptor the loop polls.
-    let mut winch = SigSet::empty();
-    winch.add(Signal::SIGWINCH);
-    winch
+    // Resizes arrive as a descriptor the loop polls; so do the signals that end this
+    // command (none comes from the keyboard in raw mode), so that the terminal is
+    // restored before they take their course. One ignored from the start stays so.
+    let signals = SigSet::from_iter([
+        Signal::SIGWINCH,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+    ]);
+    signals
         .thread_block()
-        .map_err(|errno| Error::os("block SIGWINCH to read it from a signalfd", errno))?;
-    let resizes = SignalFd::with_flags(&winch, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-        .map_err(|errno| Error::os("open a signalfd for SIGWINCH", errno))?;
+        .map_err(|errno| Error::os("block SIGWINCH and the ending signals", errno))?;
+    let resizes = SignalFd::with_flags(&signals, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .map_err(|errno| Error::os("open a signalfd for SIGWINCH and the ending signals", errno))?;
     let raw = RawMode::enter(stdin.as_fd());
     let mut typing = true;
     let end = loop {
@@ -74,7 +81,12 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
         if typing {
             fds.push(PollFd::new(stdin.as_fd(), read));
         }
-        nix::poll::poll(&mut fds, PollTimeout::NONE)
+        // A frame the reader holds already is not news to poll: do not wait for more.
+        let wait = match frames.has_frame() {
+            true => PollTimeout::ZERO,
+            false => PollTimeout::NONE,
+        };
+        nix::poll::poll(&mut fds, wait)
             .or_else(|errno| match errno {
                 nix::errno::Errno::EINTR => Ok(0),
                 errno => Err(errno),
@@ -82,8 +94,21 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
             .map_err(|errno| Error::os("wait for the terminal or this one", errno))?;
         let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
         if ready[1] {
-            while let Ok(Some(_)) = resizes.read_signal() {}
-            if let Some(size) = PtySize::of_terminal(stdin.as_fd()) {
+            let mut resized = false;
+            while let Ok(Some(info)) = resizes.read_signal() {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGWINCH) => resized = true,
+                    Ok(ending) => {
+                        drop(raw);
+                        end_by(ending);
+                    }
+                    Err(_) => {}
+                }
+            }
+            if let Some(size) = resized
+                .then(|| PtySize::of_terminal(stdin.as_fd()))
+                .flatten()
+            {
                 // It may have ended meanwhile: its end frame says so.
                 let _ = session.resize(&pid, size);
             }
@@ -97,7 +122,7 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
                 }
             }
         }
-        if ready[0] {
+        if ready[0] || frames.has_frame() {
             match frames.next_reply()? {
                 SessionReply::Output(output) => write_output(&output)?,
                 SessionReply::Exited(exited) => break exited,
@@ -113,6 +138,15 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
     drop(raw);
     let sinks = Sinks::open(None, None, None)?;
     Ok(super::verdict_lines(end.verdict.as_deref(), &sinks))
+}
+
+/// Ends this command by `signal`, its default action (the shell sees 128 + N): the
+/// connection closes with it; the program goes on in the session.
+fn end_by(signal: Signal) -> ! {
+    let _ = nix::sys::signal::raise(signal);
+    let _ = SigSet::from(signal).thread_unblock();
+    // Not ended by it (a handler or an ignore set since): as a shell would report it.
+    std::process::exit(128 + signal as i32)
 }
 
 /// A terminal's output to this command's stdout, as it is.

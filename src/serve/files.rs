@@ -160,22 +160,6 @@ pub struct Stat {
     pub symlink_target: Option<String>,
 }
 
-impl From<Stat> for FileEntry {
-    fn from(stat: Stat) -> FileEntry {
-        FileEntry {
-            name: stat.name,
-            path: Some(stat.path),
-            kind: stat.kind.into(),
-            size: stat.size,
-            mode: stat.mode,
-            uid: Some(stat.uid),
-            gid: Some(stat.gid),
-            mtime: Some(stat.mtime),
-            symlink_target: stat.symlink_target,
-        }
-    }
-}
-
 fn kind_of(stat: &FileStat) -> &'static str {
     match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
         SFlag::S_IFREG => "file",

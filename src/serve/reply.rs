@@ -351,6 +351,40 @@ pub struct FileEntry {
     pub symlink_target: Option<String>,
 }
 
+impl From<crate::serve::files::Stat> for FileEntry {
+    /// An entry as `session_stat` and a deep listing report it.
+    fn from(stat: crate::serve::files::Stat) -> FileEntry {
+        FileEntry {
+            name: stat.name,
+            path: Some(stat.path),
+            kind: stat.kind.into(),
+            size: stat.size,
+            mode: stat.mode,
+            uid: Some(stat.uid),
+            gid: Some(stat.gid),
+            mtime: Some(stat.mtime),
+            symlink_target: stat.symlink_target,
+        }
+    }
+}
+
+impl From<crate::serve::workspace::Entry> for FileEntry {
+    /// A directory's own entry as `ls` without `depth` reports it.
+    fn from(entry: crate::serve::workspace::Entry) -> FileEntry {
+        FileEntry {
+            name: entry.name,
+            path: None,
+            kind: entry.kind.into(),
+            size: entry.size,
+            mode: entry.mode,
+            uid: None,
+            gid: None,
+            mtime: None,
+            symlink_target: None,
+        }
+    }
+}
+
 /// A change a polled watcher saw.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 pub struct WatchEvent {
@@ -359,6 +393,15 @@ pub struct WatchEvent {
     pub kind: String,
     /// Relative to the workspace.
     pub path: String,
+}
+
+impl From<crate::serve::watch::Event> for WatchEvent {
+    fn from(event: crate::serve::watch::Event) -> WatchEvent {
+        WatchEvent {
+            kind: event.kind.into(),
+            path: event.path,
+        }
+    }
 }
 
 /// A session as `session_list` shows it.

@@ -39,15 +39,6 @@ pub struct Event {
     pub path: String,
 }
 
-impl From<Event> for crate::serve::reply::WatchEvent {
-    fn from(event: Event) -> crate::serve::reply::WatchEvent {
-        crate::serve::reply::WatchEvent {
-            kind: event.kind.into(),
-            path: event.path,
-        }
-    }
-}
-
 struct Watcher {
     recursive: bool,
     /// Streamed (`"stream": true`): its events go out on this connection as they are

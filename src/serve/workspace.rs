@@ -61,23 +61,6 @@ pub struct Entry {
     pub mode: u32,
 }
 
-impl From<Entry> for super::reply::FileEntry {
-    /// A directory's own entry as `ls` without `depth` reports it.
-    fn from(entry: Entry) -> super::reply::FileEntry {
-        super::reply::FileEntry {
-            name: entry.name,
-            path: None,
-            kind: entry.kind.into(),
-            size: entry.size,
-            mode: entry.mode,
-            uid: None,
-            gid: None,
-            mtime: None,
-            symlink_target: None,
-        }
-    }
-}
-
 pub(super) fn resolve() -> ResolveFlag {
     ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS | ResolveFlag::RESOLVE_NO_XDEV
 }
