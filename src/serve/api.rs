@@ -282,6 +282,15 @@ impl AsFd for Frames {
 }
 
 impl Frames {
+    /// Another handle on the connection: shutting it down (`Shutdown::Both`) from
+    /// another thread hangs up, which ends a reader blocked in [`Frames::next_frame`]
+    /// (a stream's server side then lets the process go on, or drops the watcher).
+    pub fn hang_up_handle(&self) -> Result<UnixStream> {
+        self.stream
+            .try_clone()
+            .map_err(|err| Error::setup(format!("duplicate a connection to brig serve: {err}")))
+    }
+
     /// Whether a whole frame is already read in (a poll of the connection would not
     /// say so).
     pub fn has_frame(&self) -> bool {

@@ -255,6 +255,23 @@ fn background_processes_come_back_typed(mode: Mode) {
     let verdict = exited.verdict.expect("its verdict");
     assert_eq!((verdict.status, verdict.exit_code), (Status::Ok, Some(0)));
 
+    // A reader blocked on a live process is ended by a hang-up from another thread;
+    // the process goes on.
+    let waiter = session.start(&Exec::command(["sleep", "302"])).unwrap();
+    let waiter_ref = ProcessRef::Pid(waiter.pid.unwrap());
+    let (_, mut frames) = session.connect(&waiter_ref).unwrap();
+    let hang_up = frames.hang_up_handle().unwrap();
+    let reader = std::thread::spawn(move || frames.next_frame().map(|frame| frame.is_none()));
+    hang_up.shutdown(std::net::Shutdown::Both).unwrap();
+    assert!(matches!(reader.join().unwrap(), Ok(true)));
+    let still = session.ps().unwrap();
+    assert!(
+        still
+            .iter()
+            .any(|process| process.pid == waiter.pid && process.running),
+        "{still:?}"
+    );
+
     let sleeper = session.start(&Exec::command(["sleep", "300"])).unwrap();
     let sleeper_ref = ProcessRef::Pid(sleeper.pid.unwrap());
     assert_eq!(session.signal(&sleeper_ref, "TERM").unwrap(), "SIGTERM");
