@@ -560,6 +560,224 @@ mod tests {
     }
 
     #[test]
+    fn every_other_frame_round_trips_to_the_protocols_bytes() {
+        let entry = FileEntry {
+            name: "in.csv".into(),
+            path: None,
+            kind: "file".into(),
+            size: 12,
+            mode: 0o644,
+            uid: None,
+            gid: None,
+            mtime: None,
+            symlink_target: None,
+        };
+        let info = SessionInfo {
+            session: "ab".into(),
+            uid: 1000,
+            metadata: [("user".to_string(), "ada".to_string())].into(),
+            state: "idle".into(),
+            created_at_ms: 1,
+            ends_at_ms: 2,
+            idle_deadline_ms: None,
+            limits: SessionLimits {
+                memory: Some(1 << 30),
+                pids: Some(256),
+                cpus: None,
+                workspace_size: 64 << 20,
+                idle_timeout_ms: 600000,
+                net: NetMode::Filtered,
+            },
+            age_ms: 3,
+            idle_ms: 4,
+            requests: 5,
+        };
+        let text = |items: &[&str]| items.iter().map(|item| item.to_string()).collect();
+        for (frame, bytes) in [
+            (
+                SessionReply::Closed {
+                    session: "ab".into(),
+                },
+                r#"{"type":"closed","session":"ab"}"#,
+            ),
+            (
+                SessionReply::Exited(Box::new(Exited {
+                    pid: Some(3),
+                    tag: None,
+                    verdict: None,
+                    dropped: 7,
+                })),
+                r#"{"type":"exited","pid":3,"tag":null,"verdict":null,"dropped":7}"#,
+            ),
+            (
+                SessionReply::Stdin {
+                    pid: 3,
+                    written: 4,
+                    closed: false,
+                },
+                r#"{"type":"stdin","pid":3,"written":4,"closed":false}"#,
+            ),
+            (
+                SessionReply::Signaled {
+                    pid: 3,
+                    signal: "SIGTERM".into(),
+                },
+                r#"{"type":"signaled","pid":3,"signal":"SIGTERM"}"#,
+            ),
+            (
+                SessionReply::Resized {
+                    pid: 3,
+                    cols: 120,
+                    rows: 40,
+                },
+                r#"{"type":"resized","pid":3,"cols":120,"rows":40}"#,
+            ),
+            (
+                SessionReply::Put {
+                    path: "a".into(),
+                    size: 5,
+                },
+                r#"{"type":"put","path":"a","size":5}"#,
+            ),
+            (
+                SessionReply::Get {
+                    path: "a".into(),
+                    offset: 0,
+                    size: 5,
+                    data: "aGVsbG8=".into(),
+                },
+                r#"{"type":"get","path":"a","offset":0,"size":5,"data":"aGVsbG8="}"#,
+            ),
+            (
+                SessionReply::Ls {
+                    path: ".".into(),
+                    entries: vec![entry],
+                    truncated: false,
+                },
+                r#"{"type":"ls","path":".","entries":[{"name":"in.csv","type":"file","size":12,"mode":420}],"truncated":false}"#,
+            ),
+            (
+                SessionReply::Exists {
+                    path: "a/b".into(),
+                    exists: true,
+                },
+                r#"{"type":"exists","path":"a/b","exists":true}"#,
+            ),
+            (
+                SessionReply::Mkdir {
+                    path: "a/b".into(),
+                    created: true,
+                },
+                r#"{"type":"mkdir","path":"a/b","created":true}"#,
+            ),
+            (
+                SessionReply::Renamed {
+                    source: "a".into(),
+                    destination: "b/c".into(),
+                },
+                r#"{"type":"renamed","source":"a","destination":"b/c"}"#,
+            ),
+            (
+                SessionReply::Removed {
+                    path: "a".into(),
+                    removed: 3,
+                },
+                r#"{"type":"removed","path":"a","removed":3}"#,
+            ),
+            (
+                SessionReply::Ready {
+                    path: "big".into(),
+                    size: 9,
+                },
+                r#"{"type":"ready","path":"big","size":9}"#,
+            ),
+            (
+                SessionReply::Written {
+                    path: "big".into(),
+                    size: 9,
+                },
+                r#"{"type":"written","path":"big","size":9}"#,
+            ),
+            (
+                SessionReply::Reading {
+                    path: "big".into(),
+                    size: 9,
+                    offset: 1,
+                    length: 8,
+                },
+                r#"{"type":"reading","path":"big","size":9,"offset":1,"length":8}"#,
+            ),
+            (
+                SessionReply::Events {
+                    watcher: "w1".into(),
+                    events: vec![WatchEvent {
+                        kind: "create".into(),
+                        path: "src/a.py".into(),
+                    }],
+                    overflow: false,
+                },
+                r#"{"type":"events","watcher":"w1","events":[{"type":"create","path":"src/a.py"}],"overflow":false}"#,
+            ),
+            (
+                SessionReply::Unwatched {
+                    watcher: "w1".into(),
+                },
+                r#"{"type":"unwatched","watcher":"w1"}"#,
+            ),
+            (
+                SessionReply::WatchEvent {
+                    watcher: "w1".into(),
+                    kind: "write".into(),
+                    path: "src/a.py".into(),
+                },
+                r#"{"type":"watch_event","watcher":"w1","kind":"write","path":"src/a.py"}"#,
+            ),
+            (
+                SessionReply::Sessions {
+                    sessions: vec![info],
+                },
+                r#"{"type":"sessions","sessions":[{"session":"ab","uid":1000,"metadata":{"user":"ada"},"state":"idle","created_at_ms":1,"ends_at_ms":2,"idle_deadline_ms":null,"limits":{"memory":1073741824,"pids":256,"cpus":null,"workspace_size":67108864,"idle_timeout_ms":600000,"net":"filtered"},"age_ms":3,"idle_ms":4,"requests":5}]}"#,
+            ),
+            (
+                SessionReply::Network {
+                    session: "ab".into(),
+                    allow_net: text(&["pypi.org:443"]),
+                    add_host: vec![],
+                    cut: 1,
+                },
+                r#"{"type":"network","session":"ab","allow_net":["pypi.org:443"],"add_host":[],"cut":1}"#,
+            ),
+            (
+                SessionReply::Timeout {
+                    session: "ab".into(),
+                    timeout_ms: 1800000,
+                },
+                r#"{"type":"timeout","session":"ab","timeout_ms":1800000}"#,
+            ),
+            (
+                SessionReply::Contexts {
+                    contexts: vec![ContextInfo {
+                        id: "python".into(),
+                        language: Language::Python,
+                        cwd: None,
+                        default: true,
+                        running: true,
+                    }],
+                },
+                r#"{"type":"contexts","contexts":[{"id":"python","language":"python","cwd":null,"default":true,"running":true}]}"#,
+            ),
+            (
+                SessionReply::ContextRemoved {
+                    context: "ctx-1".into(),
+                },
+                r#"{"type":"context_removed","context":"ctx-1"}"#,
+            ),
+        ] {
+            round_trip(frame, bytes);
+        }
+    }
+
+    #[test]
     fn exec_replies_of_commands_cells_and_streams() {
         let verdict_json = serde_json::to_string(&verdict()).unwrap();
         let command = SessionReply::Exec(Box::new(ExecReply {
