@@ -2,8 +2,10 @@
 //! command line's `brig session ...` is a thin layer over it; so is any program that
 //! drives sessions from Rust). Each call is one request on a fresh connection to the
 //! server's socket, whose listener is checked first (`client::connect`: root, this uid,
-//! or the uid in `BRIG_SERVER_UID`); the answer is a typed [`SessionReply`] and a
-//! refusal is a [`crate::Error`] of the server's kind. docs/protocol.md is the contract.
+//! the uid in `BRIG_SERVER_UID`, or one given to [`Client::trusting`]); the answer is a
+//! typed [`SessionReply`] and a refusal is a [`crate::Error`] of the server's kind (its
+//! message escaped for a terminal, as names from a jail are). docs/protocol.md is the
+//! contract.
 //!
 //! ```no_run
 //! use brig::serve::{Client, Exec};
