@@ -6,6 +6,11 @@ use brig::options::JailOptions;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+// `brig run --server` and `brig serve --status` (served.rs), `brig session ...`
+// (session.rs): clap types and printing over `brig::serve`'s clients.
+pub mod served;
+pub mod session;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "brig",
@@ -40,7 +45,7 @@ pub enum Command {
     /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
     /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
     #[command(subcommand)]
-    Session(brig::serve::session_client::SessionCommand),
+    Session(session::SessionCommand),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
     Check(RunArgs),
     /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.

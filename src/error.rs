@@ -138,6 +138,11 @@ impl Error {
         }
     }
 
+    /// A failure of `kind` someone else reported (a server's error frame).
+    pub fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error::new(kind, message)
+    }
+
     fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,

@@ -55,11 +55,12 @@ fn dispatch(command: Command) -> Result<i32> {
             let socket = args.server.clone().expect("checked");
             let origins = config::origins(args.config.as_deref(), &args.options)?;
             let options = config::resolve(args.config.as_deref(), args.options)?;
-            brig::serve::client::run(&socket, options, origins)
+            cli::served::run(&socket, options, origins)
         }
         Command::Run(args) => Ok(run(args)),
+        Command::Serve(args) if args.status => cli::served::status(&args.socket),
         Command::Serve(args) => brig::serve::serve(*args),
-        Command::Session(command) => brig::serve::session_client::run(command),
+        Command::Session(command) => cli::session::run(command),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)

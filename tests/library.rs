@@ -1,5 +1,6 @@
 //! brig as a library: a jail is assembled first and given its program later, a jail that
-//! never runs a program leaves nothing behind, and a caller with other threads is refused.
+//! never runs a program leaves nothing behind, and a caller with other threads is refused;
+//! and `serve::Client`, through examples/session.rs against a `brig serve`.
 //!
 //! A jail's processes are cloned without exec, so this test needs a single-threaded
 //! process: it has its own `main` instead of libtest's threaded harness, and prints the
@@ -295,8 +296,142 @@ fn caller_is_root_again_whatever_fails() -> Result<(), String> {
 
 type Test = fn() -> Result<(), String>;
 
+/// examples/session.rs (built by `cargo test` beside this binary) against a `brig serve`
+/// this test starts: it prints what its session did, and leaves no session behind.
+fn session_example_runs_against_a_server() -> Result<(), String> {
+    session_example(false)
+}
+
+/// The same with the server run as nobody (uid 65534) and the example trusting it
+/// through `BRIG_SERVER_UID`.
+fn session_example_runs_against_a_rootless_server() -> Result<(), String> {
+    session_example(true)
+}
+
+fn session_example(rootless: bool) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!(
+        "bt-library-serve-{}-{rootless}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    // Sticky and open to all, so that nobody can make its socket there (brig takes a
+    // directory others may write only if it is sticky); the binary copied into it,
+    // where nobody can run it (the build directory may be closed to it).
+    let chmod = |path: &Path, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|err| format!("chmod {}: {err}", path.display()))
+    };
+    chmod(&dir, 0o1777)?;
+    let socket = dir.join("brig.sock");
+    let mut command = match rootless {
+        false => std::process::Command::new(env!("CARGO_BIN_EXE_brig")),
+        true => {
+            let copy = dir.join("brig");
+            std::fs::copy(env!("CARGO_BIN_EXE_brig"), &copy)
+                .map_err(|err| format!("copy brig: {err}"))?;
+            chmod(&copy, 0o755)?;
+            let mut command = std::process::Command::new("setpriv");
+            command.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+            command.arg(copy);
+            command
+        }
+    };
+    let mut server = command
+        .args(["serve", "--quiet-limits", "--pool", "0", "--socket"])
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|err| format!("start brig serve: {err}"))?;
+    let ran = (|| {
+        let client = brig::serve::Client::new(&socket).trusting(65534);
+        // Up once it answers its status (the socket exists before it listens).
+        let mut tries = 0;
+        while client.status().is_err() {
+            tries += 1;
+            if tries > 1000 {
+                return Err("brig serve did not answer within 10s".to_string());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // setpriv has become brig by now: the listener is who the test says.
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.id()))
+            .map_err(|err| format!("the server's /proc status: {err}"))?;
+        let uid = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next())
+            .unwrap_or_default();
+        if uid != if rootless { "65534" } else { "0" } {
+            return Err(format!("brig serve runs as uid {uid}"));
+        }
+        let example = std::env::current_exe()
+            .map_err(|err| err.to_string())?
+            .parent()
+            .and_then(Path::parent)
+            .map(|dir| dir.join("examples/session"))
+            .ok_or("no examples directory beside the test binary")?;
+        let output = std::process::Command::new(&example)
+            .arg(&socket)
+            .env("BRIG_SERVER_UID", if rootless { "65534" } else { "0" })
+            .output()
+            .map_err(|err| format!("{}: {err}", example.display()))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            return Err(format!(
+                "the example failed ({}): {stdout}{stderr}",
+                output.status
+            ));
+        }
+        for expected in [
+            "hello from sandbox\n",
+            "exit code Some(0)",
+            "read back: written by the example\n",
+            "ls: hello.txt 23 bytes\n",
+            "[Stdout] written by the example\n",
+            "[Stderr] done\n",
+            "streamed: Ok\n",
+            "closed\n",
+        ] {
+            if !stdout.contains(expected) {
+                return Err(format!(
+                    "no {expected:?} in the example's output: {stdout}{stderr}"
+                ));
+            }
+        }
+        // The server counts a session gone once it has reaped its runner, just after the
+        // close was answered.
+        let mut left = usize::MAX;
+        for _ in 0..1000 {
+            left = client.status().map_err(|err| err.to_string())?.sessions;
+            if left == 0 {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Err(format!(
+            "{left} sessions still open 10s after the example closed its own"
+        ))
+    })();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let stopped = server.wait().map_err(|err| err.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    match (ran, stopped) {
+        (Err(why), _) => Err(why),
+        (Ok(()), Ok(status)) if status.success() => Ok(()),
+        (Ok(()), Ok(status)) => Err(format!("brig serve ended {status} at SIGTERM")),
+        (Ok(()), Err(why)) => Err(why),
+    }
+}
+
 fn main() {
-    let tests: [(&str, Test); 7] = [
+    let tests: [(&str, Test); 9] = [
         (
             "caller_is_root_again_whatever_fails",
             caller_is_root_again_whatever_fails,
@@ -312,6 +447,14 @@ fn main() {
         (
             "filtered_run_leaves_no_thread_or_descriptor",
             filtered_run_leaves_no_thread_or_descriptor,
+        ),
+        (
+            "session_example_runs_against_a_server",
+            session_example_runs_against_a_server,
+        ),
+        (
+            "session_example_runs_against_a_rootless_server",
+            session_example_runs_against_a_rootless_server,
         ),
     ];
     let mut failed = 0;

@@ -1,13 +1,12 @@
 //! `brig run --server PATH`: the same options, exit statuses and verdict as a one-shot
 //! run, served by a `brig serve` on PATH. The client's own stdin, stdout and stderr go to
 //! the jail with the request (SCM_RIGHTS), so output flows straight through; SIGINT,
-//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. Also
-//! `brig serve --status`, a client of the server too.
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the client reach the program. The
+//! command line delivers and prints the answer (src/cli/served.rs).
 
-use super::protocol::{self, FrameReader, Read, Reply, StdioMode};
+use super::protocol::{self, FrameReader, Read, Reply, Request, StdioMode};
 use crate::error::{Context, Error, Result};
 use crate::options::JailOptions;
-use crate::verdict::Sinks;
 use nix::sys::signal::{SigmaskHow, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use std::os::fd::AsFd;
@@ -22,6 +21,12 @@ pub const SERVER_UID_ENV: &str = "BRIG_SERVER_UID";
 /// whoever it is gets this process's stdio descriptors and decides its exit status, so
 /// only root, this process's own uid or the uid in `BRIG_SERVER_UID` is trusted.
 pub fn connect(socket: &Path) -> Result<UnixStream> {
+    connect_trusting(socket, None)
+}
+
+/// [`connect`], trusting the listener's uid `also` too (a caller's explicit choice, as
+/// `BRIG_SERVER_UID` is the environment's).
+pub fn connect_trusting(socket: &Path, also: Option<u32>) -> Result<UnixStream> {
     let stream = UnixStream::connect(socket).map_err(|err| {
         Error::input(format!(
             "--server {}: cannot connect: {err}; is `brig serve --socket {}` running, and may you use it?",
@@ -47,7 +52,7 @@ pub fn connect(socket: &Path) -> Result<UnixStream> {
         })?),
         Err(_) => None,
     };
-    if listener != 0 && listener != own && Some(listener) != trusted {
+    if listener != 0 && listener != own && Some(listener) != trusted && Some(listener) != also {
         return Err(Error::input(format!(
             "--server {}: the listener is uid {listener}, neither root nor you (uid {own}); nothing was sent. If you trust that user's server, set {SERVER_UID_ENV}={listener}",
             socket.display()
@@ -70,38 +75,34 @@ fn user_id(name: &str) -> Option<u32> {
         .and_then(|fields| fields[2].parse().ok())
 }
 
-/// Runs `options` (already layered with `--config`) on the server at `socket`; returns
-/// brig's exit status for the run. `origins`: where options came from other than the
-/// command line (`config::origins`), for the server's refusals.
+/// Runs `options` (already layered with `--config`) on the server at `socket` with this
+/// process's stdin, stdout and stderr, forwarding its signals; the server's answer: a
+/// `done` with the verdict, or an `error` (a refusal, or the jail's failure) with the
+/// exit status it gives. `origins`: where options came from other than the command line
+/// (`config::origins`), for the server's refusals. Where the verdict goes (`--report`,
+/// `--audit-log`) is the caller's: it is left out of the request.
 pub fn run(
     socket: &Path,
     options: JailOptions,
     origins: std::collections::BTreeMap<String, String>,
-) -> Result<i32> {
-    // Where the verdict goes is opened first, as a one-shot run does.
-    let sinks = Sinks::open(
-        options.report.as_deref(),
-        options.report_fd,
-        options.audit_log.as_deref(),
-    )?;
+) -> Result<Reply> {
     let stream = connect(socket)?;
     let forwarded = crate::jail::forwarded_signals();
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
         .context(|| "block signals".into())?;
     let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .context(|| "create a signalfd".into())?;
-    let request = serde_json::json!({
-        "brig": protocol::VERSION,
-        "type": "run",
-        "options": for_server(options),
-        "stdio": StdioMode::Fds,
-        "origins": origins,
-    });
+    let request = super::api::versioned(&Request::Run {
+        options: Box::new(for_server(options)),
+        stdio: StdioMode::Fds,
+        stdin: None,
+        origins,
+    })?;
     let stdio = [0, 1, 2].map(crate::sys::borrow_fd);
     if let Err(err) = protocol::write_frame(stream.as_fd(), &request, &stdio) {
         // A server that refuses the peer answers at once and closes: its answer explains.
         return match FrameReader::replies().read_blocking(&stream) {
-            Ok(Some((body, _))) => finish(&body, &sinks),
+            Ok(Some((body, _))) => parse_reply(&body),
             _ => Err(err),
         };
     }
@@ -119,9 +120,13 @@ pub fn run(
             continue;
         }
         while let Ok(Some(info)) = signals.read_signal() {
-            let frame = serde_json::json!({"brig": protocol::VERSION, "type": "signal", "signal": info.ssi_signo});
+            let signal = Request::Signal {
+                signal: info.ssi_signo as i32,
+            };
             let _ = stream.set_nonblocking(false);
-            let _ = protocol::write_frame(stream.as_fd(), &frame, &[]);
+            if let Ok(frame) = super::api::versioned(&signal) {
+                let _ = protocol::write_frame(stream.as_fd(), &frame, &[]);
+            }
             let _ = stream.set_nonblocking(true);
         }
         match reader.read(stream.as_fd())? {
@@ -132,39 +137,21 @@ pub fn run(
                     socket.display()
                 )));
             }
-            Read::Frame(body, _) => return finish(&body, &sinks),
+            Read::Frame(body, _) => return parse_reply(&body),
         }
     }
 }
 
-fn finish(body: &[u8], sinks: &Sinks) -> Result<i32> {
+/// A run's answer: `done` or `error`.
+fn parse_reply(body: &[u8]) -> Result<Reply> {
     let reply: Reply = serde_json::from_slice(body).map_err(|err| {
         Error::setup(format!(
             "brig serve sent an answer this client does not understand: {err}"
         ))
     })?;
     match reply {
-        Reply::Done {
-            verdict,
-            config_digest,
-            ..
-        } => {
-            // The report's bytes are a one-shot run's: the verdict as a JSON value.
-            let value = serde_json::to_value(&verdict).expect("a verdict always serializes");
-            sinks.deliver_json(&value, Some(config_digest), None);
-            for line in verdict.stderr_lines() {
-                eprintln!("brig: {line}");
-            }
-            Ok(verdict.brig_exit_code)
-        }
-        Reply::Error {
-            message, exit_code, ..
-        } => {
-            // A server's message may echo names from a jail.
-            eprintln!("brig: {}", crate::verdict::printable(&message));
-            Ok(exit_code)
-        }
         Reply::Status(_) => Err(Error::setup("brig serve answered a run with its status")),
+        reply => Ok(reply),
     }
 }
 
@@ -176,33 +163,6 @@ fn for_server(mut options: JailOptions) -> JailOptions {
     options.report_fd = None;
     options.audit_log = None;
     options
-}
-
-/// `brig serve --status`: asks the server on `socket` and prints its answer as YAML.
-pub(super) fn print_status(socket: &Path) -> Result<i32> {
-    let stream = connect(socket)?;
-    protocol::write_frame(
-        stream.as_fd(),
-        &serde_json::json!({"brig": protocol::VERSION, "type": "status"}),
-        &[],
-    )?;
-    let (body, _) = FrameReader::default()
-        .read_blocking(&stream)?
-        .ok_or_else(|| {
-            Error::setup("brig serve --status: the server closed the connection without an answer")
-        })?;
-    match serde_json::from_slice::<Reply>(&body) {
-        Ok(Reply::Status(status)) => {
-            let yaml = serde_saphyr::to_string(&status)
-                .map_err(|err| Error::setup(format!("print the status: {err}")))?;
-            print!("{yaml}");
-            Ok(0)
-        }
-        Ok(Reply::Error { message, .. }) => Err(Error::setup(message)),
-        _ => Err(Error::setup(
-            "brig serve --status: an answer that is not a status",
-        )),
-    }
 }
 
 #[cfg(test)]

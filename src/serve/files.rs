@@ -6,6 +6,7 @@
 //! descriptor: a symlink the jail plants is an entry, never a way out.
 
 use super::protocol::{self, Request};
+use super::reply::{FileEntry, SessionReply, WatchEvent};
 use super::watch::Watches;
 use super::workspace::{self, AsJailUser, Workspace};
 use crate::error::{Error, Result};
@@ -14,7 +15,7 @@ use nix::fcntl::{AtFlags, OFlag, SpliceFFlags};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
@@ -61,17 +62,22 @@ pub fn handle(
             ..
         } => {
             let (entries, truncated) = workspace.list_deep(&path, depth)?;
-            json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
+            SessionReply::Ls {
+                path,
+                entries: entries.into_iter().map(FileEntry::from).collect(),
+                truncated,
+            }
         }
-        Request::SessionStat { path, .. } => {
-            json!({"type": "stat", "entry": workspace.stat(&path)?})
-        }
+        Request::SessionStat { path, .. } => SessionReply::Stat {
+            entry: workspace.stat(&path)?.into(),
+        },
         Request::SessionExists { path, .. } => {
-            json!({"type": "exists", "path": path, "exists": workspace.exists(&path)?})
+            let exists = workspace.exists(&path)?;
+            SessionReply::Exists { path, exists }
         }
         Request::SessionMkdir { path, parents, .. } => {
             let created = workspace.make_dir(&path, parents)?;
-            json!({"type": "mkdir", "path": path, "created": created})
+            SessionReply::Mkdir { path, created }
         }
         Request::SessionRename {
             source,
@@ -79,16 +85,19 @@ pub fn handle(
             ..
         } => {
             workspace.rename(&source, &destination)?;
-            json!({"type": "renamed", "source": source, "destination": destination})
+            SessionReply::Renamed {
+                source,
+                destination,
+            }
         }
         Request::SessionRemove { path, .. } => {
             let removed = workspace.remove(&path)?;
-            json!({"type": "removed", "path": path, "removed": removed})
+            SessionReply::Removed { path, removed }
         }
         Request::SessionWrite { path, size, .. } => {
             let stream = Stream::new(connection, end_by, drain);
             let size = workspace.write_stream(&path, size, &stream)?;
-            json!({"type": "written", "path": path, "size": size})
+            SessionReply::Written { path, size }
         }
         Request::SessionRead {
             path,
@@ -104,15 +113,24 @@ pub fn handle(
             path, recursive, ..
         } => {
             let id = watches.create(workspace, &path, recursive)?;
-            json!({"type": "watcher", "watcher": id, "path": path, "recursive": recursive})
+            SessionReply::Watcher {
+                watcher: id,
+                path,
+                recursive,
+                stream: None,
+            }
         }
         Request::SessionWatchEvents { watcher, .. } => {
             let (events, overflow) = watches.events(workspace, &watcher)?;
-            json!({"type": "events", "watcher": watcher, "events": events, "overflow": overflow})
+            SessionReply::Events {
+                watcher,
+                events: events.into_iter().map(WatchEvent::from).collect(),
+                overflow,
+            }
         }
         Request::SessionUnwatch { watcher, .. } => {
             watches.remove(&watcher)?;
-            json!({"type": "unwatched", "watcher": watcher})
+            SessionReply::Unwatched { watcher }
         }
         _ => {
             return Err(Error::input(
@@ -120,7 +138,7 @@ pub fn handle(
             ));
         }
     };
-    Ok(Some(reply))
+    Ok(Some(reply.to_value()))
 }
 
 /// One entry as stat and a listing report it.
@@ -470,7 +488,10 @@ impl Workspace<'_> {
         }
         protocol::write_frame(
             stream.connection,
-            &json!({"type": "ready", "path": path, "size": size}),
+            &SessionReply::Ready {
+                path: path.into(),
+                size,
+            },
             &[],
         )
         .map_err(&fail)?;
@@ -550,7 +571,12 @@ impl Workspace<'_> {
         let count = length.unwrap_or(u64::MAX).min(size.saturating_sub(offset));
         protocol::write_frame(
             stream.connection,
-            &json!({"type": "reading", "path": path, "size": size, "offset": offset, "length": count}),
+            &SessionReply::Reading {
+                path: path.into(),
+                size,
+                offset,
+                length: count,
+            },
             &[],
         )?;
         let what = format!("session_read {path:?}");

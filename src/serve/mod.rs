@@ -1,9 +1,12 @@
 //! `brig serve`: a jail server with a warm pool. It listens on a unix socket; each run
 //! gets a fresh jail, never reused: one from the pool (assembled before the request came:
 //! namespaces, id maps, cgroup, mount tree, init waiting) when the request's jail has the
-//! pool's shape, else one built for it. `brig run --server` is its client (`client.rs`).
+//! pool's shape, else one built for it. `brig run --server` is its client (`client.rs`);
+//! [`Client`] (`api.rs`) is the typed client of its sessions, which `brig session ...`
+//! and any Rust program use.
 //!
-//! - `protocol.rs`: the versioned wire format (length-prefixed JSON, SCM_RIGHTS);
+//! - `protocol.rs`: the versioned wire format (length-prefixed JSON, SCM_RIGHTS), the
+//!   requests and a run's replies; `reply.rs`: every frame of a session's answer, typed;
 //! - `server/`: the listening process, single-threaded: it accepts, checks the peer and
 //!   the request, and hands each run to a runner (one file per job, see its module doc);
 //! - `runner.rs`: a process forked from the server for each jail: it assembles the jail
@@ -16,17 +19,17 @@
 //! - `session.rs`: a session's runner, which keeps one jail between requests (commands,
 //!   code cells in a persistent interpreter), and `workspace.rs`, its files.
 
+mod api;
 pub mod client;
 mod files;
-mod files_client;
 mod kernel;
 pub mod policy;
 pub mod protocol;
+pub mod reply;
 mod runner;
 mod runner_common;
 mod server;
 mod session;
-pub mod session_client;
 mod session_meta;
 mod session_network;
 mod warm;
@@ -39,6 +42,7 @@ use crate::units::Span;
 use clap::Args;
 use std::path::PathBuf;
 
+pub use api::{Client, Create, Exec, Frames, ProcessRef, Reading, Session};
 pub use policy::Loosening;
 pub use server::serve;
 

@@ -4,10 +4,8 @@
 //! unit tests call them directly.
 
 use crate::error::{Error, Result};
-use crate::options::NetMode;
 use crate::plan::Plan;
 use crate::units::Span;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -81,19 +79,8 @@ pub fn check_timeout(timeout: Span, most: Span) -> Result<Duration> {
     Ok(timeout.0)
 }
 
-/// A session's limits as `session_list` shows them.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Limits {
-    /// Bytes; None: no cap.
-    pub memory: Option<u64>,
-    pub pids: Option<u64>,
-    pub cpus: Option<f64>,
-    /// The workspace's size (the jail's `--home-size`), bytes.
-    pub workspace_size: u64,
-    pub idle_timeout_ms: u64,
-    /// The session's network: only a `filtered` one can change (`session_network`).
-    pub net: NetMode,
-}
+/// A session's limits as `session_list` shows them (the reply's type).
+pub use super::reply::SessionLimits as Limits;
 
 impl Limits {
     pub fn of(plan: &Plan, idle_timeout: Duration) -> Limits {

@@ -19,7 +19,7 @@ use crate::net::policy::Policy;
 use crate::options::{JailOptions, NetMode};
 use crate::verdict::Peer;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
 
@@ -106,13 +106,27 @@ pub fn apply(
     {
         eprintln!("brig: {err}");
     }
-    Ok(json!({
-        "type": "network",
-        "session": session,
-        "allow_net": after.allow_net,
-        "add_host": after.add_host,
-        "cut": cut,
-    }))
+    let reply = super::reply::SessionReply::Network {
+        session: session.into(),
+        allow_net: after.allow_net,
+        add_host: after.add_host,
+        cut: cut as u64,
+    };
+    Ok(reply.to_value())
+}
+
+/// A network change's line in the server's `--audit-log`.
+#[derive(Serialize)]
+struct NetworkChange<'a> {
+    time: String,
+    uid: u32,
+    pid: i32,
+    peer: Peer,
+    event: &'static str,
+    session: &'a str,
+    old: &'a Rules,
+    new: &'a Rules,
+    cut: usize,
 }
 
 /// One line in the server's `--audit-log` (the same file and locking as the runs' lines).
@@ -124,17 +138,19 @@ fn audit(
     new: &Rules,
     cut: usize,
 ) -> Result<()> {
-    let line = json!({
-        "time": crate::verdict::rfc3339_now(),
-        "uid": peer.uid,
-        "pid": peer.pid,
-        "peer": peer,
-        "event": "session_network",
-        "session": session,
-        "old": old,
-        "new": new,
-        "cut": cut,
-    });
+    let line = NetworkChange {
+        time: crate::verdict::rfc3339_now(),
+        uid: peer.uid,
+        pid: peer.pid,
+        peer,
+        event: "session_network",
+        session,
+        old,
+        new,
+        cut,
+    };
+    let line = serde_json::to_string(&line)
+        .map_err(|err| Error::setup(format!("encode the audit line: {err}")))?;
     let what = || format!("--audit-log {}: append the network change", path.display());
     let file = std::fs::OpenOptions::new()
         .append(true)

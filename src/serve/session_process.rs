@@ -11,11 +11,11 @@ use super::Cut;
 use super::protocol::PtySize;
 use crate::jail::session::Ended;
 use crate::jail::{Captured, Output};
+use crate::serve::reply::{self, OutputStream, SessionReply};
 use crate::verdict::Peer;
-use base64::Engine;
 use nix::errno::Errno;
 use nix::sys::socket::MsgFlags;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant, SystemTime};
@@ -41,7 +41,11 @@ pub const MAX_LISTENERS: usize = 8;
 pub const MAX_TAG: usize = 128;
 
 /// An output frame's `stream`: a command's pipes, or a terminal's one stream.
-const STREAMS: [&str; 3] = ["stdout", "stderr", "pty"];
+const STREAMS: [OutputStream; 3] = [
+    OutputStream::Stdout,
+    OutputStream::Stderr,
+    OutputStream::Pty,
+];
 /// The index of a terminal's stream in [`STREAMS`].
 const TERMINAL: usize = 2;
 
@@ -54,19 +58,12 @@ struct Chunk {
 
 /// The `output` frame of a chunk: text as `data` when it is UTF-8 (a character split
 /// between reads is held back until its end arrives), else the bytes as `base64`.
-fn output_frame(chunk: &Chunk) -> Value {
-    let mut frame = json!({
-        "type": "output",
-        "stream": STREAMS[chunk.stream],
-        "t_ms": chunk.t_ms,
-    });
-    match std::str::from_utf8(&chunk.data) {
-        Ok(text) => frame["data"] = json!(text),
-        Err(_) => {
-            frame["base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&chunk.data))
-        }
-    }
-    frame
+fn output_frame(chunk: &Chunk) -> SessionReply {
+    SessionReply::Output(reply::Output::of(
+        STREAMS[chunk.stream],
+        &chunk.data,
+        chunk.t_ms,
+    ))
 }
 
 /// `carry` (a partial character from the last read) and `read`, less a character
@@ -183,7 +180,7 @@ impl Listener {
 
     /// Queues a frame; an output frame (`output_bytes` of the program's) is dropped
     /// and counted when the client already has [`LISTENER_BUFFER`] waiting.
-    pub fn queue(&mut self, frame: &Value, output_bytes: Option<usize>) {
+    pub fn queue(&mut self, frame: &impl serde::Serialize, output_bytes: Option<usize>) {
         if let Some(bytes) = output_bytes
             && !self.has_room()
         {
@@ -541,37 +538,45 @@ impl Watched {
     }
 
     /// The frame a connected client gets last.
-    pub fn end_frame(&self, dropped: u64) -> Value {
-        json!({
-            "type": "exited",
-            "pid": self.pid,
-            "tag": self.tag,
-            "verdict": self.verdict,
-            "dropped": dropped,
-        })
+    pub fn end_frame(&self, dropped: u64) -> SessionReply {
+        SessionReply::Exited(Box::new(reply::Exited {
+            pid: self.pid,
+            tag: self.tag.clone(),
+            verdict: self.typed_verdict(),
+            dropped,
+        }))
+    }
+
+    /// Its verdict as the type it was made from (it is kept as JSON).
+    fn typed_verdict(&self) -> Option<Box<crate::verdict::Verdict>> {
+        let verdict = self.verdict.clone()?;
+        serde_json::from_value(verdict).ok().map(Box::new)
     }
 
     /// What `session_ps` and `session_connect` say of it.
-    pub fn describe(&self) -> Value {
-        let status = self.verdict.as_ref().map(|verdict| {
-            json!({
-                "status": verdict.get("status"),
-                "exit_code": verdict.get("exit_code"),
-                "signal": verdict.get("signal"),
-            })
+    pub fn process(&self) -> reply::Process {
+        let status = self.verdict.as_ref().map(|verdict| reply::ProcessStatus {
+            status: serde_json::from_value(verdict["status"].clone()).ok(),
+            exit_code: verdict["exit_code"].as_i64().map(|code| code as i32),
+            signal: verdict["signal"].as_i64().map(|signal| signal as i32),
         });
-        json!({
-            "type": "process",
-            "pid": self.pid,
-            "tag": self.tag,
-            "command": self.argv,
-            "background": self.background,
-            "running": self.running(),
-            "status": status,
-            "started_unix_ms": self.started_unix_ms,
-            "backlog_dropped": self.backlog_dropped,
-            "pty": self.pty,
-        })
+        reply::Process {
+            pid: self.pid,
+            tag: self.tag.clone(),
+            command: self.argv.clone(),
+            background: self.background,
+            running: self.running(),
+            status,
+            started_unix_ms: self.started_unix_ms,
+            backlog_dropped: self.backlog_dropped,
+            pty: self.pty,
+        }
+    }
+
+    /// Its `process` frame, as JSON (`session_loop.rs` lists them so; the typed list is
+    /// `SessionReply::Processes` of [`Watched::process`]).
+    pub fn describe(&self) -> Value {
+        SessionReply::Process(Box::new(self.process())).to_value()
     }
 }
 
@@ -600,6 +605,7 @@ pub fn parse_signal(value: &Value) -> Result<nix::sys::signal::Signal, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn characters_split_between_reads_are_held_back() {
@@ -617,9 +623,12 @@ mod tests {
             t_ms: 3,
             data: bytes,
         });
-        assert_eq!(frame["base64"], "/3g=");
-        assert_eq!(frame["stream"], "stderr");
-        assert!(frame.get("data").is_none());
+        let SessionReply::Output(output) = frame else {
+            panic!("not an output frame");
+        };
+        assert_eq!(output.base64.as_deref(), Some("/3g="));
+        assert_eq!(output.stream, OutputStream::Stderr);
+        assert!(output.data.is_none());
     }
 
     #[test]

@@ -147,7 +147,12 @@ impl<'p> Session<'p> {
         crate::sys::set_window_size(master.as_fd(), size.cols, size.rows)
             .map_err(|errno| Error::os("resize the process's terminal (TIOCSWINSZ)", errno))?;
         process.pty = Some(size);
-        Ok(json!({"type": "resized", "pid": pid, "cols": size.cols, "rows": size.rows}))
+        let resized = crate::serve::reply::SessionReply::Resized {
+            pid,
+            cols: size.cols,
+            rows: size.rows,
+        };
+        Ok(resized.to_value())
     }
 }
 

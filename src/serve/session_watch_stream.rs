@@ -9,6 +9,7 @@
 
 use super::session_loop::Source;
 use super::*;
+use crate::serve::reply::SessionReply;
 use crate::serve::watch::Watches;
 
 impl<'p> Session<'p> {
@@ -32,14 +33,19 @@ impl<'p> Session<'p> {
                 match self.watches.create(&workspace, &path, recursive) {
                     Ok(id) => {
                         client.queue(
-                            &json!({"type": "watcher", "watcher": id, "path": path, "recursive": recursive, "stream": true}),
+                            &SessionReply::Watcher {
+                                watcher: id.clone(),
+                                path,
+                                recursive,
+                                stream: Some(true),
+                            },
                             None,
                         );
                         client.flush();
                         self.watches.stream_to(&id, client);
                     }
                     Err(err) => {
-                        client.queue(&error_reply(&err), None);
+                        client.queue(&SessionReply::error(&err), None);
                         self.close_client(client);
                     }
                 }
@@ -54,14 +60,19 @@ impl<'p> Session<'p> {
                         if let Some(mut stream) = stream {
                             let dropped = stream.dropped;
                             stream.queue(
-                                &json!({"type": "watch_end", "watcher": watcher, "why": "unwatched", "dropped": dropped, "overflow": overflow}),
+                                &SessionReply::WatchEnd {
+                                    watcher: watcher.clone(),
+                                    why: "unwatched".into(),
+                                    dropped,
+                                    overflow,
+                                },
                                 None,
                             );
                             self.close_client(stream);
                         }
-                        json!({"type": "unwatched", "watcher": watcher})
+                        SessionReply::Unwatched { watcher }
                     }
-                    Err(err) => error_reply(&err),
+                    Err(err) => SessionReply::error(&err),
                 };
                 let mut client = Listener::new(connection).answering(Some(memfd));
                 client.queue(&reply, None);

@@ -534,12 +534,11 @@ impl Watches {
                 continue;
             };
             for event in watcher.queue.drain(..) {
-                let frame = serde_json::json!({
-                    "type": "watch_event",
-                    "watcher": id,
-                    "kind": event.kind,
-                    "path": event.path,
-                });
+                let frame = crate::serve::reply::SessionReply::WatchEvent {
+                    watcher: id.clone(),
+                    kind: event.kind.into(),
+                    path: event.path,
+                };
                 client.queue(&frame, Some(1));
             }
         }

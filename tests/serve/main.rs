@@ -10,6 +10,7 @@
 mod common;
 
 mod bounds;
+mod client_api;
 mod clients;
 mod server;
 mod session_engine;

@@ -92,7 +92,10 @@ struct Server {
 /// `brig serve`: serves until SIGTERM or SIGINT, then drains. The exit status.
 pub fn serve(args: ServeArgs) -> Result<i32> {
     if args.status {
-        return super::client::print_status(&args.socket);
+        // A question for a running server, the command line's (`serve::Client::status`).
+        return Err(Error::input(
+            "--status asks the server on --socket; it does not start one",
+        ));
     }
     let mut defaults = defaults(&args)?;
     if args.warm_python > 0 && defaults.output_limit.is_some() {

@@ -9,6 +9,7 @@ use crate::options::JailOptions;
 use crate::plan::Plan;
 use crate::serve::policy;
 use crate::serve::protocol::{self, Request};
+use crate::serve::reply::{SessionInfo, SessionReply};
 use crate::serve::wire::{Opening, SessionStart, Start, ToSession};
 use crate::serve::{session_meta, session_network};
 use crate::units::{Size, Span};
@@ -264,9 +265,9 @@ impl Server {
         &mut self,
         peer: &Peer,
         filter: &session_meta::Metadata,
-    ) -> serde_json::Value {
+    ) -> SessionReply {
         let own = nix::unistd::geteuid().as_raw();
-        let sessions: Vec<serde_json::Value> = self
+        let sessions = self
             .runners
             .iter_mut()
             .filter_map(Runner::session_mut)
@@ -279,22 +280,22 @@ impl Server {
                 let idle_since = session_meta::unix_ms(session.last_request)
                     .max(last_done.map_or(0, session_meta::wall_ms));
                 let idle_deadline = (!busy).then(|| idle_since + session.limits.idle_timeout_ms);
-                serde_json::json!({
-                    "session": session.id,
-                    "uid": session.owner.uid,
-                    "metadata": session.metadata,
-                    "state": if busy { "busy" } else { "idle" },
-                    "created_at_ms": session_meta::wall_ms(session.created_at),
-                    "ends_at_ms": session_meta::unix_ms(session.ends_at),
-                    "idle_deadline_ms": idle_deadline,
-                    "limits": session.limits,
-                    "age_ms": session.created.elapsed().as_millis() as u64,
-                    "idle_ms": session.last_request.elapsed().as_millis() as u64,
-                    "requests": session.requests,
-                })
+                SessionInfo {
+                    session: session.id.clone(),
+                    uid: session.owner.uid,
+                    metadata: session.metadata.clone(),
+                    state: if busy { "busy" } else { "idle" }.into(),
+                    created_at_ms: session_meta::wall_ms(session.created_at),
+                    ends_at_ms: session_meta::unix_ms(session.ends_at),
+                    idle_deadline_ms: idle_deadline,
+                    limits: session.limits.clone(),
+                    age_ms: session.created.elapsed().as_millis() as u64,
+                    idle_ms: session.last_request.elapsed().as_millis() as u64,
+                    requests: session.requests,
+                }
             })
             .collect();
-        serde_json::json!({"type": "sessions", "sessions": sessions})
+        SessionReply::Sessions { sessions }
     }
 }
 /// A session's timeout as asked (`field`), or the server's when not asked: longer than 0,

@@ -2,25 +2,27 @@
 //! `session.rs` and docs/protocol.md). Each command is one request on a fresh
 //! connection; `create` prints the session's id, the others take it with `--session`.
 
-use super::files_client;
-use super::protocol::{self, FrameReader, Language};
-use crate::error::{Error, Result};
-use crate::exit::ExitStatus;
-use crate::options::JailOptions;
-use crate::units::{Size, Span};
-use crate::verdict::{Sinks, printable};
 use base64::Engine;
+use brig::error::{Error, Result};
+use brig::exit::ExitStatus;
+use brig::options::JailOptions;
+use brig::serve::protocol::{ContextAction, Language, Request};
+use brig::serve::reply::{Bundle, ContextInfo, SessionInfo};
+use brig::serve::{Client, Create, Exec, Session};
+use brig::units::{Size, Span};
+use brig::verdict::{Sinks, Verdict, printable};
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-#[path = "session_client_processes.rs"]
+#[path = "session_files.rs"]
+mod files;
+#[path = "session_processes.rs"]
 mod processes;
-#[path = "session_client_pty.rs"]
+#[path = "session_pty.rs"]
 mod pty;
-#[path = "session_client_watch.rs"]
+#[path = "session_watch.rs"]
 mod watch;
 pub use processes::Which;
 
@@ -327,30 +329,28 @@ pub enum LanguageArg {
     Bash,
 }
 
+impl At {
+    /// The session, on its server.
+    fn session(&self) -> Session {
+        Client::new(&self.server).session(&self.session)
+    }
+}
+
 /// Runs one `brig session` command; brig's exit status.
 pub fn run(command: SessionCommand) -> Result<i32> {
     match command {
         SessionCommand::Create(args) => create(*args),
         SessionCommand::Exec(args) => exec(args),
-        SessionCommand::Put { at, local, remote } => files_client::put(&at, &local, &remote),
-        SessionCommand::Get { at, remote, local } => {
-            files_client::get(&at, &remote, local.as_deref())
-        }
-        SessionCommand::Stat { at, path } => files_client::stat(&at, &path),
-        SessionCommand::Mkdir { at, path } => {
-            files_client::simple(&at, json!({"type": "session_mkdir", "path": path}))
-        }
+        SessionCommand::Put { at, local, remote } => files::put(&at, &local, &remote),
+        SessionCommand::Get { at, remote, local } => files::get(&at, &remote, local.as_deref()),
+        SessionCommand::Stat { at, path } => files::stat(&at, &path),
+        SessionCommand::Mkdir { at, path } => at.session().mkdir(&path).map(|_| 0),
         SessionCommand::Mv {
             at,
             source,
             destination,
-        } => files_client::simple(
-            &at,
-            json!({"type": "session_rename", "source": source, "destination": destination}),
-        ),
-        SessionCommand::Rm { at, path } => {
-            files_client::simple(&at, json!({"type": "session_remove", "path": path}))
-        }
+        } => at.session().rename(&source, &destination).map(|()| 0),
+        SessionCommand::Rm { at, path } => at.session().remove(&path).map(|_| 0),
         SessionCommand::Context {
             at,
             action,
@@ -359,21 +359,20 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             context,
         } => contexts(&at, action, language, cwd, context),
         SessionCommand::Ls { at, path, depth } => {
-            let reply = request(
-                &at.server,
-                json!({"type": "session_ls", "session": at.session, "path": path, "depth": depth}),
-            )?;
-            for entry in reply["entries"].as_array().into_iter().flatten() {
-                let kind = entry["type"].as_str().unwrap_or("?");
-                let mode = entry["mode"].as_u64().unwrap_or(0);
-                let size = entry["size"].as_u64().unwrap_or(0);
-                let name = printable(
-                    entry[if depth.is_some() { "path" } else { "name" }]
-                        .as_str()
-                        .unwrap_or("?"),
+            let (entries, _) = at.session().ls(&path, depth)?;
+            for entry in entries {
+                let name = match depth {
+                    Some(_) => entry.path.as_deref().unwrap_or("?"),
+                    None => &entry.name,
+                };
+                let slash = if entry.kind == "dir" { "/" } else { "" };
+                println!(
+                    "{:<7} {:04o} {:>10} {}{slash}",
+                    entry.kind,
+                    entry.mode,
+                    entry.size,
+                    printable(name)
                 );
-                let slash = if kind == "dir" { "/" } else { "" };
-                println!("{kind:<7} {mode:04o} {size:>10} {name}{slash}");
             }
             Ok(0)
         }
@@ -391,22 +390,15 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             close,
         } => processes::stdin(&at, &which, data, close),
         SessionCommand::Signal { at, which, signal } => {
-            processes::signal(&at, &which, Some(&signal))
+            at.session().signal(&which.target(), &signal).map(|_| 0)
         }
-        SessionCommand::Kill { at, which } => processes::signal(&at, &which, None),
+        SessionCommand::Kill { at, which } => at.session().kill(&which.target()).map(|()| 0),
         SessionCommand::Pty { at, tag, command } => pty::attach(&at, command, tag),
-        SessionCommand::Close { at } => {
-            request(
-                &at.server,
-                json!({"type": "session_close", "session": at.session}),
-            )?;
-            Ok(0)
-        }
+        SessionCommand::Close { at } => at.session().close().map(|()| 0),
         SessionCommand::List { server, metadata } => {
             let filter = labels(&metadata)?;
-            let reply = request(&server, json!({"type": "session_list", "metadata": filter}))?;
-            for session in reply["sessions"].as_array().into_iter().flatten() {
-                println!("{}", list_line(session));
+            for session in Client::new(server).list(&filter)? {
+                println!("{}", list_line(&session));
             }
             Ok(0)
         }
@@ -415,86 +407,34 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             allow_net,
             add_host,
         } => {
-            let reply = request(
-                &at.server,
-                json!({"type": "session_network", "session": at.session, "allow_net": allow_net, "add_host": add_host}),
-            )?;
-            println!("connections cut: {}", reply["cut"]);
+            let cut = at.session().set_network(allow_net, add_host)?;
+            println!("connections cut: {cut}");
             Ok(0)
         }
         SessionCommand::Timeout { at, timeout } => {
-            request(
-                &at.server,
-                json!({"type": "session_set_timeout", "session": at.session, "timeout": timeout}),
-            )?;
+            at.session().set_timeout(timeout)?;
             println!("session {} ends in {timeout}", at.session);
             Ok(0)
         }
     }
 }
 
-/// One request, one reply; a server's error reply is this side's error.
-pub fn request(socket: &Path, mut message: Value) -> Result<Value> {
-    message["brig"] = json!(protocol::VERSION);
-    let stream = super::client::connect(socket)?;
-    protocol::write_frame(stream.as_fd(), &message, &[])?;
-    let mut reader = FrameReader::replies();
-    next_reply(socket, &stream, &mut reader)
-}
-
-/// The next frame on `stream`; a server's error frame is this side's error.
-fn next_reply(socket: &Path, stream: &impl AsFd, reader: &mut FrameReader) -> Result<Value> {
-    let (body, _) = reader.read_blocking(stream)?.ok_or_else(|| {
-        Error::setup(format!(
-            "--server {}: the server closed the connection without an answer",
-            socket.display()
-        ))
-    })?;
-    checked(&body)
-}
-
-/// A reply's JSON, or this side's error for an error reply.
-pub fn checked(body: &[u8]) -> Result<Value> {
-    let reply: Value = serde_json::from_slice(body).map_err(|err| {
-        Error::setup(format!("brig serve sent an answer that is not JSON: {err}"))
-    })?;
-    if reply["type"] == "error" {
-        let message = printable(
-            reply["message"]
-                .as_str()
-                .unwrap_or("brig serve refused the request"),
-        );
-        return Err(match reply["kind"].as_str() {
-            Some("bad_input") => Error::input(message),
-            _ => Error::setup(message),
-        });
-    }
-    Ok(reply)
-}
-
 fn create(args: CreateArgs) -> Result<i32> {
-    let mut options = crate::config::resolve(args.config.as_deref(), args.options)?;
+    let options = brig::config::resolve(args.config.as_deref(), args.options)?;
     if !options.command.is_empty() {
         return Err(Error::input(
             "brig session create takes no program; run one with `brig session exec --session ID -- PROGRAM`",
         ));
     }
-    options.profile = None;
-    let mut message = json!({"type": "session_create", "options": options});
-    if let Some(span) = args.session_timeout {
-        message["session_timeout"] = json!(span);
-    }
-    if let Some(span) = args.idle_timeout {
-        message["idle_timeout"] = json!(span);
-    }
-    if let Some(size) = args.workspace_size {
-        message["workspace_size"] = json!(size);
-    }
-    if !args.metadata.is_empty() {
-        message["metadata"] = json!(labels(&args.metadata)?);
-    }
-    let reply = request(&args.server, message)?;
-    println!("{}", reply["session"].as_str().unwrap_or_default());
+    let create = Create {
+        options,
+        session_timeout: args.session_timeout,
+        idle_timeout: args.idle_timeout,
+        workspace_size: args.workspace_size,
+        metadata: labels(&args.metadata)?,
+    };
+    let session = Client::new(&args.server).create(&create)?;
+    println!("{}", session.id());
     Ok(0)
 }
 
@@ -516,31 +456,30 @@ fn labels(flags: &[String]) -> Result<std::collections::BTreeMap<String, String>
 
 /// One session of `brig session list`: id, owner, state, times (seconds from now),
 /// labels; what the jail's side chose (the labels) escaped for the terminal.
-fn list_line(session: &Value) -> String {
+fn list_line(session: &SessionInfo) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as i64;
-    let from_now = |key: &str| {
-        session[key]
-            .as_i64()
-            .map_or("-".to_string(), |at| format!("{}s", (at - now) / 1000))
+    let from_now = |at: Option<u64>| {
+        at.map_or("-".to_string(), |at| {
+            format!("{}s", (at as i64 - now) / 1000)
+        })
     };
-    let labels: Vec<String> = session["metadata"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(key, value)| printable(&format!("{key}={}", value.as_str().unwrap_or_default())))
+    let labels: Vec<String> = session
+        .metadata
+        .iter()
+        .map(|(key, value)| printable(&format!("{key}={value}")))
         .collect();
     format!(
         "{} uid={} state={} age={}ms ends_in={} idle_ends_in={} requests={} {}",
-        session["session"].as_str().unwrap_or("?"),
-        session["uid"],
-        session["state"].as_str().unwrap_or("?"),
-        session["age_ms"],
-        from_now("ends_at_ms"),
-        from_now("idle_deadline_ms"),
-        session["requests"],
+        printable(&session.session),
+        session.uid,
+        printable(&session.state),
+        session.age_ms,
+        from_now(Some(session.ends_at_ms)),
+        from_now(session.idle_deadline_ms),
+        session.requests,
         labels.join(",")
     )
     .trim_end()
@@ -561,36 +500,31 @@ fn read_local(path: &Path) -> Result<Vec<u8>> {
 fn exec(args: ExecArgs) -> Result<i32> {
     let sinks = Sinks::open(args.report.as_deref(), None, None)?;
     let at = &args.at;
-    let mut message = match (&args.code, args.command.is_empty()) {
+    let mut exec = match (&args.code, args.command.is_empty()) {
         (Some(file), true) => {
             let code = String::from_utf8(read_local(file)?)
                 .map_err(|_| Error::input(format!("--code {}: not UTF-8 text", file.display())))?;
-            let mut message = json!({"type": "session_exec", "session": at.session, "code": code});
-            if let Some(language) = args.language {
-                message["language"] = json!(language_of(language));
+            Exec {
+                code: Some(code),
+                language: args.language.map(language_of),
+                context: args.context.clone(),
+                ..Exec::default()
             }
-            if let Some(context) = &args.context {
-                message["context"] = json!(context);
-            }
-            message
         }
         (None, false) => {
-            let mut message = json!({
-                "type": "session_exec",
-                "session": at.session,
-                "command": args.command,
-                "env": args.env,
-            });
-            if let Some(dir) = &args.chdir {
-                message["chdir"] = json!(dir);
-            }
-            if let Some(file) = &args.stdin {
-                let input = String::from_utf8(read_local(file)?).map_err(|_| {
+            let stdin = match &args.stdin {
+                Some(file) => Some(String::from_utf8(read_local(file)?).map_err(|_| {
                     Error::input(format!("--stdin {}: not UTF-8 text", file.display()))
-                })?;
-                message["stdin"] = json!(input);
+                })?),
+                None => None,
+            };
+            Exec {
+                command: args.command.clone(),
+                env: args.env.clone(),
+                chdir: args.chdir.clone(),
+                stdin,
+                ..Exec::default()
             }
-            message
         }
         (Some(_), false) => {
             return Err(Error::input(
@@ -603,44 +537,33 @@ fn exec(args: ExecArgs) -> Result<i32> {
             ));
         }
     };
-    if let Some(span) = args.time_limit {
-        message["time_limit"] = json!(span);
-    }
-    if let Some(size) = args.output_limit {
-        message["output_limit"] = json!(size);
-    }
+    exec.time_limit = args.time_limit;
+    exec.output_limit = args.output_limit;
+    let session = at.session();
     if args.background {
-        message["background"] = json!(true);
-        if let Some(tag) = &args.tag {
-            message["tag"] = json!(tag);
-        }
-        let reply = request(&at.server, message)?;
-        println!("{}", reply["pid"]);
+        exec.tag = args.tag.clone();
+        let process = session.start(&exec)?;
+        println!("{}", pid_text(process.pid));
         return Ok(0);
     }
     let reply = match args.stream {
-        true => {
-            message["stream"] = json!(true);
-            processes::stream(&at.server, message, "exec")?
-        }
-        false => request(&at.server, message)?,
+        true => session.exec_stream(&exec, processes::print_output)?,
+        false => session.exec(&exec)?,
     };
     let mut stdout = std::io::stdout();
-    let _ = stdout.write_all(reply["stdout"].as_str().unwrap_or_default().as_bytes());
+    let _ = stdout.write_all(reply.stdout.as_deref().unwrap_or_default().as_bytes());
+    let cell = reply.cell.as_ref();
     // What the cell displayed, as text (the final value's is `result`, below).
-    let results = reply["results"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let results = cell.map(|cell| cell.results.as_slice()).unwrap_or_default();
     for shown in results
         .iter()
-        .filter(|bundle| bundle["is_main_result"] != true)
+        .filter(|bundle| bundle.get("is_main_result") != Some(&Value::Bool(true)))
     {
-        if let Some(text) = shown["text/plain"].as_str() {
+        if let Some(text) = shown.get("text/plain").and_then(Value::as_str) {
             let _ = writeln!(stdout, "{text}");
         }
     }
-    if let Some(result) = reply["result"].as_str() {
+    if let Some(result) = cell.and_then(|cell| cell.result.as_deref()) {
         let _ = writeln!(stdout, "{result}");
     }
     if let Some(dir) = &args.results_dir {
@@ -648,34 +571,40 @@ fn exec(args: ExecArgs) -> Result<i32> {
     }
     let _ = stdout.flush();
     let mut stderr = std::io::stderr();
-    let _ = stderr.write_all(reply["stderr"].as_str().unwrap_or_default().as_bytes());
-    if let Some(traceback) = reply["error"]["traceback"]
-        .as_str()
-        .filter(|text| !text.is_empty())
-    {
-        let _ = stderr.write_all(traceback.as_bytes());
-    } else if let Some(message) = reply["error"]["message"].as_str() {
-        // The jail's interpreter names the error: escaped, as names from a jail are.
-        let _ = writeln!(
-            stderr,
-            "{}: {}",
-            printable(reply["error"]["type"].as_str().unwrap_or("Error")),
-            printable(message)
-        );
+    let _ = stderr.write_all(reply.stderr.as_deref().unwrap_or_default().as_bytes());
+    if let Some(error) = cell.and_then(|cell| cell.error.as_ref()) {
+        if !error.traceback.is_empty() {
+            let _ = stderr.write_all(error.traceback.as_bytes());
+        } else {
+            // The jail's interpreter names the error: escaped, as names from a jail are.
+            let _ = writeln!(
+                stderr,
+                "{}: {}",
+                printable(&error.kind),
+                printable(&error.message)
+            );
+        }
     }
-    Ok(verdict_lines(&reply["verdict"], &sinks))
+    Ok(verdict_lines(Some(&reply.verdict), &sinks))
+}
+
+/// A pid as the server said it (null: the jail has not said it).
+fn pid_text(pid: Option<u32>) -> String {
+    pid.map_or("null".to_string(), |pid| pid.to_string())
 }
 
 /// The verdict's `brig:` lines on stderr, the verdict to `sinks`; brig's exit status.
-fn verdict_lines(verdict: &Value, sinks: &Sinks) -> i32 {
+fn verdict_lines(verdict: Option<&Verdict>, sinks: &Sinks) -> i32 {
+    let Some(verdict) = verdict else {
+        return ExitStatus::BRIG_FAILED;
+    };
     let mut stderr = std::io::stderr();
-    for line in crate::verdict::Verdict::stderr_lines_of(verdict) {
+    for line in verdict.stderr_lines() {
         let _ = writeln!(stderr, "brig: {line}");
     }
-    sinks.deliver_json(verdict, None, None);
-    verdict["brig_exit_code"]
-        .as_i64()
-        .unwrap_or(i64::from(ExitStatus::BRIG_FAILED)) as i32
+    let value = serde_json::to_value(verdict).expect("a verdict always serializes");
+    sinks.deliver_json(&value, None, None);
+    verdict.brig_exit_code
 }
 
 fn language_of(language: LanguageArg) -> Language {
@@ -700,7 +629,7 @@ const RESULT_FILES: &[(&str, &str, bool)] = &[
 ];
 
 /// Writes each result's rich formats to DIR/result-N.EXT (N from 1, in the cell's order).
-fn write_results(dir: &Path, results: &[Value]) -> Result<()> {
+fn write_results(dir: &Path, results: &[Bundle]) -> Result<()> {
     let failed = |path: &Path, err: &dyn std::fmt::Display| {
         Error::input(format!(
             "--results-dir {}: cannot write it: {err}",
@@ -710,17 +639,17 @@ fn write_results(dir: &Path, results: &[Value]) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|err| failed(dir, &err))?;
     for (index, bundle) in results.iter().enumerate() {
         for (mime, extension, base64) in RESULT_FILES {
-            let data = match (&bundle[*mime], base64) {
-                (Value::Null, _) => continue,
-                (Value::String(text), true) => base64::engine::general_purpose::STANDARD
+            let data = match (bundle.get(*mime), base64) {
+                (None | Some(Value::Null), _) => continue,
+                (Some(Value::String(text)), true) => base64::engine::general_purpose::STANDARD
                     .decode(text)
                     .map_err(|err| {
                         Error::setup(format!(
                             "brig serve sent a {mime} that is not base64: {err}"
                         ))
                     })?,
-                (Value::String(text), false) => text.clone().into_bytes(),
-                (value, _) => value.to_string().into_bytes(),
+                (Some(Value::String(text)), false) => text.clone().into_bytes(),
+                (Some(value), _) => value.to_string().into_bytes(),
             };
             let path = dir.join(format!("result-{}.{extension}", index + 1));
             std::fs::write(&path, data).map_err(|err| failed(&path, &err))?;
@@ -737,48 +666,50 @@ fn contexts(
     cwd: Option<PathBuf>,
     context: Option<String>,
 ) -> Result<i32> {
-    let action = match action {
-        ContextActionArg::Create => "create",
-        ContextActionArg::List => "list",
-        ContextActionArg::Restart => "restart",
-        ContextActionArg::Remove => "remove",
-    };
-    let mut message = json!({"type": "session_context", "session": at.session, "action": action});
-    if action == "create" {
-        message["language"] = json!(language_of(language));
-    }
-    if let Some(cwd) = cwd {
-        message["cwd"] = json!(cwd);
-    }
-    if let Some(context) = context {
-        message["context"] = json!(context);
-    }
-    let reply = request(&at.server, message)?;
+    let session = at.session();
     let mut stdout = std::io::stdout();
-    let listed = match reply["contexts"].as_array() {
-        Some(all) => all.clone(),
-        None if action == "create" => vec![reply["context"].clone()],
-        None => Vec::new(),
-    };
-    for context in listed {
-        let field = |name: &str| printable(context[name].as_str().unwrap_or("-"));
-        let _ = match action {
-            "create" => writeln!(stdout, "{}", field("id")),
-            _ => writeln!(
-                stdout,
-                "{}\t{}\t{}\t{}",
-                field("id"),
-                field("language"),
-                field("cwd"),
-                if context["running"] == true {
-                    "running"
-                } else {
-                    "stopped"
-                }
-            ),
-        };
+    match action {
+        ContextActionArg::Create => {
+            let created = session.create_context(language_of(language), cwd)?;
+            let _ = writeln!(stdout, "{}", printable(&created.id));
+        }
+        ContextActionArg::List => {
+            for context in session.contexts()? {
+                let _ = writeln!(stdout, "{}", context_line(&context));
+            }
+        }
+        // Without --context the server's refusal says what is missing.
+        ContextActionArg::Restart | ContextActionArg::Remove => {
+            let action = match action {
+                ContextActionArg::Restart => ContextAction::Restart,
+                _ => ContextAction::Remove,
+            };
+            session.client().request(&Request::SessionContext {
+                session: at.session.clone(),
+                action,
+                language: None,
+                cwd,
+                context,
+            })?;
+        }
     }
     Ok(0)
+}
+
+/// One context of `brig session context list`: id, language, cwd, running or stopped.
+fn context_line(context: &ContextInfo) -> String {
+    let language = serde_json::to_value(context.language).unwrap_or_default();
+    format!(
+        "{}\t{}\t{}\t{}",
+        printable(&context.id),
+        printable(language.as_str().unwrap_or("-")),
+        printable(context.cwd.as_deref().unwrap_or("-")),
+        if context.running {
+            "running"
+        } else {
+            "stopped"
+        }
+    )
 }
 
 #[cfg(test)]
@@ -786,7 +717,7 @@ mod tests {
     #[test]
     fn printable_escapes_control_characters_only() {
         assert_eq!(
-            crate::verdict::printable("a\x1b]0;pwned\x07b\nc\\d\u{9b}é"),
+            brig::verdict::printable("a\x1b]0;pwned\x07b\nc\\d\u{9b}é"),
             "a\\x1b]0;pwned\\x07b\\nc\\\\d\\u{9b}é"
         );
     }

@@ -6,16 +6,16 @@
 //! `session_resize` (docs/protocol.md, "Terminals"). Without a terminal of its own,
 //! standard input is typed into it until its end, as it is.
 
-use super::{At, next_reply, request};
-use crate::error::{Error, Result};
-use crate::serve::protocol::{self, FrameReader};
-use crate::verdict::Sinks;
-use base64::Engine;
+use super::At;
+use brig::error::{Error, Result};
+use brig::serve::protocol::PtySize;
+use brig::serve::reply::{Output, SessionReply};
+use brig::serve::{Exec, ProcessRef};
+use brig::verdict::Sinks;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::termios::{self, SetArg, Termios};
-use serde_json::{Value, json};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 
@@ -43,25 +43,19 @@ impl Drop for RawMode {
 
 pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32> {
     let stdin = std::io::stdin();
-    let (cols, rows) = crate::sys::window_size(stdin.as_fd()).unwrap_or((80, 24));
-    let mut exec = json!({
-        "type": "session_exec",
-        "session": at.session,
-        "pty": {"cols": cols, "rows": rows},
-    });
-    if !command.is_empty() {
-        exec["command"] = json!(command);
-    }
-    if let Some(tag) = tag {
-        exec["tag"] = json!(tag);
-    }
-    let started = request(&at.server, exec)?;
-    let pid = started["pid"].clone();
-    let connection = crate::serve::client::connect(&at.server)?;
-    let connect = json!({"brig": protocol::VERSION, "type": "session_connect", "session": at.session, "pid": pid});
-    protocol::write_frame(connection.as_fd(), &connect, &[])?;
-    let mut reader = FrameReader::replies();
-    next_reply(&at.server, &connection, &mut reader)?;
+    let size = PtySize::of_terminal(stdin.as_fd()).unwrap_or(PtySize { cols: 80, rows: 24 });
+    let session = at.session();
+    let exec = Exec {
+        command,
+        tag,
+        ..Exec::default()
+    };
+    let started = session.pty(&exec, size)?;
+    let pid =
+        ProcessRef::Pid(started.pid.ok_or_else(|| {
+            Error::setup("brig serve started the terminal without saying its pid")
+        })?);
+    let (_, mut frames) = session.connect(&pid)?;
     // Resizes arrive as a descriptor the loop polls; so do the signals that end this
     // command (none comes from the keyboard in raw mode), so that the terminal is
     // restored before they take their course. One ignored from the start stays so.
@@ -81,14 +75,14 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
     let end = loop {
         let read = PollFlags::POLLIN;
         let mut fds = vec![
-            PollFd::new(connection.as_fd(), read),
+            PollFd::new(frames.as_fd(), read),
             PollFd::new(resizes.as_fd(), read),
         ];
         if typing {
             fds.push(PollFd::new(stdin.as_fd(), read));
         }
         // A frame the reader holds already is not news to poll: do not wait for more.
-        let wait = match reader.has_frame() {
+        let wait = match frames.has_frame() {
             true => PollTimeout::ZERO,
             false => PollTimeout::NONE,
         };
@@ -111,15 +105,12 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
                     Err(_) => {}
                 }
             }
-            if let Some((cols, rows)) = resized
-                .then(|| crate::sys::window_size(stdin.as_fd()))
+            if let Some(size) = resized
+                .then(|| PtySize::of_terminal(stdin.as_fd()))
                 .flatten()
             {
                 // It may have ended meanwhile: its end frame says so.
-                let _ = request(
-                    &at.server,
-                    json!({"type": "session_resize", "session": at.session, "pid": pid, "cols": cols, "rows": rows}),
-                );
+                let _ = session.resize(&pid, size);
             }
         }
         if typing && ready.get(2) == Some(&true) {
@@ -127,25 +118,26 @@ pub fn attach(at: &At, command: Vec<String>, tag: Option<String>) -> Result<i32>
             match nix::unistd::read(&stdin, &mut buffer) {
                 Ok(0) | Err(_) => typing = false,
                 Ok(count) => {
-                    let typed = base64::engine::general_purpose::STANDARD.encode(&buffer[..count]);
-                    request(
-                        &at.server,
-                        json!({"type": "session_stdin", "session": at.session, "pid": pid, "base64": typed}),
-                    )?;
+                    session.stdin(&pid, &buffer[..count], false)?;
                 }
             }
         }
-        if ready[0] || reader.has_frame() {
-            let frame = next_reply(&at.server, &connection, &mut reader)?;
-            match frame["type"].as_str() {
-                Some("output") => write_output(&frame)?,
-                _ => break frame,
+        if ready[0] || frames.has_frame() {
+            match frames.next_reply()? {
+                SessionReply::Output(output) => write_output(&output)?,
+                SessionReply::Exited(exited) => break exited,
+                other => {
+                    return Err(Error::setup(format!(
+                        "brig serve answered with a `{}` frame where `exited` was due",
+                        other.kind()
+                    )));
+                }
             }
         }
     };
     drop(raw);
     let sinks = Sinks::open(None, None, None)?;
-    Ok(super::verdict_lines(&end["verdict"], &sinks))
+    Ok(super::verdict_lines(end.verdict.as_deref(), &sinks))
 }
 
 /// Ends this command by `signal`, its default action (the shell sees 128 + N): the
@@ -158,8 +150,8 @@ fn end_by(signal: Signal) -> ! {
 }
 
 /// A terminal's output to this command's stdout, as it is.
-fn write_output(frame: &Value) -> Result<()> {
-    let bytes = super::processes::output_bytes(frame)?;
+fn write_output(output: &Output) -> Result<()> {
+    let bytes = output.bytes()?;
     let mut stdout = std::io::stdout();
     stdout
         .write_all(&bytes)
