@@ -240,6 +240,7 @@ impl Session<'_> {
                     self.stop_interpreter(&id);
                 } else if self.contexts.remove(&id).is_some() {
                     self.stop_interpreter(&id);
+                    self.refuse_queued(&id);
                 } else {
                     self.target(Some(&id), None, "")?;
                 }
@@ -278,11 +279,12 @@ impl Session<'_> {
         Ok(json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)}))
     }
 
-    /// Ends the interpreter of context `id`, if it runs, and its state with it: it is
-    /// forgotten and its process group killed (what its cells started), and this returns
-    /// once the jail's init has reaped it (its pid no longer counts against the session's
-    /// pids).
+    /// Ends the interpreter of context `id`, if it runs, and its state with it: a cell it
+    /// runs is cut (its client gets its verdict), it is forgotten and its process group
+    /// killed (what its cells started), and this returns once the jail's init has reaped
+    /// it (its pid no longer counts against the session's pids).
     pub(super) fn stop_interpreter(&mut self, id: &str) {
+        self.stop_cell(id);
         if let Some(program) = self.interpreter_ended(id) {
             self.jail.wait_for_end(program);
         }
