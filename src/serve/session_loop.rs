@@ -188,7 +188,10 @@ impl<'p> Session<'p> {
             {
                 break "it was idle for its idle_timeout";
             }
-            if !ready.iter().any(|source| matches!(source, Source::Control)) {
+            // Draining, the server sends nothing more (what it sent is answered at the end).
+            if self.drain_by.is_some()
+                || !ready.iter().any(|source| matches!(source, Source::Control))
+            {
                 continue;
             }
             let taken = match self.read_next(control) {
@@ -245,12 +248,18 @@ impl<'p> Session<'p> {
 
     /// Polls every source until one is ready or `wake`; the sources that are.
     fn poll(&mut self, control: &OwnedFd, wake: Option<Instant>) -> Vec<Source> {
-        let mut sources = vec![Source::Control, Source::Init, Source::Events];
+        let mut sources = vec![Source::Init, Source::Events];
         let mut fds = vec![
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
             PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
         ];
+        // Once the server has shut it (draining), it has no requests left, and its
+        // hang-up, which poll always reports, is known.
+        let draining = self.drain_by.is_some();
+        if !draining {
+            sources.push(Source::Control);
+            fds.push(PollFd::new(control.as_fd(), PollFlags::POLLIN));
+        }
         let (theirs, their_fds) = self.processes.poll_fds();
         sources.extend(theirs);
         fds.extend(their_fds);
@@ -261,7 +270,8 @@ impl<'p> Session<'p> {
         sources.extend(cells);
         fds.extend(cell_fds);
         let reader = &self.processes.requests;
-        let timeout = match reader.has_frame() {
+        let buffered = reader.has_frame() && !draining;
+        let timeout = match buffered {
             true => PollTimeout::ZERO,
             false => poll_timeout(wake),
         };
@@ -272,7 +282,7 @@ impl<'p> Session<'p> {
             .filter(|(_, fd)| fd.any().unwrap_or(false))
             .map(|(source, _)| *source)
             .collect();
-        if reader.has_frame() && !ready.iter().any(|s| matches!(s, Source::Control)) {
+        if buffered && !ready.iter().any(|s| matches!(s, Source::Control)) {
             ready.push(Source::Control);
         }
         ready
