@@ -908,7 +908,6 @@ impl<'p> Session<'p> {
         self.stop_interpreter(key);
         Some(why)
     }
-
 }
 
 /// What an exec ran, as its verdict names it.

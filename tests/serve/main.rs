@@ -12,6 +12,7 @@ mod common;
 mod bounds;
 mod clients;
 mod server;
+mod session_cells;
 mod session_engine;
 mod session_files;
 mod session_interpreters;

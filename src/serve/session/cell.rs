@@ -94,7 +94,9 @@ impl RunningCell {
     /// When the loop must look at it without an event: its deadline, or the next look
     /// whether its interpreter waits again.
     fn wake(&self) -> Option<Instant> {
-        let confirm = self.confirm_at.filter(|_| self.reply.is_some() && !self.killed);
+        let confirm = self
+            .confirm_at
+            .filter(|_| self.reply.is_some() && !self.killed);
         sooner(self.deadline, confirm)
     }
 
@@ -150,7 +152,10 @@ impl Cells {
 
     /// The soonest of the running cells' deadlines.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.running.values().map(RunningCell::wake).fold(None, sooner)
+        self.running
+            .values()
+            .map(RunningCell::wake)
+            .fold(None, sooner)
     }
 
     /// Whether a cell runs or waits (the session is not idle).
@@ -169,7 +174,11 @@ impl Cells {
     /// The interpreters that run a cell (but `but`): a sweep keeps their process groups
     /// (what those cells started).
     fn interpreters_running(&self, but: u32) -> Vec<u32> {
-        self.running.keys().copied().filter(|id| *id != but).collect()
+        self.running
+            .keys()
+            .copied()
+            .filter(|id| *id != but)
+            .collect()
     }
 }
 
@@ -393,7 +402,11 @@ impl<'p> Session<'p> {
             .collect();
         for key in free {
             // A client that left while its cell waited is not run for.
-            while let Some(pending) = self.cells.queued.get_mut(&key).and_then(VecDeque::pop_front)
+            while let Some(pending) = self
+                .cells
+                .queued
+                .get_mut(&key)
+                .and_then(VecDeque::pop_front)
             {
                 if client_gone(&pending.connection) {
                     continue;
@@ -432,8 +445,10 @@ impl<'p> Session<'p> {
                 }
                 Some(interpreter) => {
                     while let Some(line) = interpreter.next_line() {
-                        match (&cell.reply, cell_reply(&line, cell.number, cell.target.language))
-                        {
+                        match (
+                            &cell.reply,
+                            cell_reply(&line, cell.number, cell.target.language),
+                        ) {
                             (None, Ok(received)) => {
                                 cell.reply = Some(received);
                                 cell.confirm_at = Some(Instant::now() + cell.pause);
@@ -587,7 +602,10 @@ impl<'p> Session<'p> {
             client.queue(message, None);
             clients.push(client);
         }
-        for pending in std::mem::take(&mut self.cells.queued).into_values().flatten() {
+        for pending in std::mem::take(&mut self.cells.queued)
+            .into_values()
+            .flatten()
+        {
             let mut client = Listener::new(pending.connection).answering(Some(pending.memfd));
             client.queue(message, None);
             clients.push(client);
@@ -656,11 +674,8 @@ impl<'p> Session<'p> {
                 Some(Instant::now() + self.processes.patience),
                 self.end_by(),
             );
-            let _ = protocol::write_reply_by(
-                client.connection.as_fd(),
-                &reply,
-                give_up.expect("some"),
-            );
+            let _ =
+                protocol::write_reply_by(client.connection.as_fd(), &reply, give_up.expect("some"));
         }
     }
 

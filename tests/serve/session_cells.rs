@@ -1,0 +1,211 @@
+//! A session's cells are events of its one loop, for real, as root and rootless: while a
+//! cell runs every other request is served — a cell of another context runs at the same
+//! time, commands, the process list and files are answered — a cell for the same context
+//! waits in that context's queue and runs after, in order; the queue's bound is a one-line
+//! error; `session_close` during a cell cuts it (its client gets its verdict) and closes.
+//! Nothing here is timed: each proof is one cell waiting for a file another request makes.
+
+use crate::common;
+
+use common::serve::{
+    Server, ask, close_session as close, create_session as create, read_reply, send_frame,
+};
+use common::session::{assert_bad_input, code_cell};
+use common::*;
+use serde_json::{Value, json};
+use std::os::unix::net::UnixStream;
+
+both_modes!(
+    cells_of_two_contexts_run_at_the_same_time,
+    requests_are_answered_while_a_cell_runs,
+    cells_of_one_context_run_one_after_the_other_in_order,
+    a_full_queue_refuses_the_next_cell_with_a_one_line_error,
+    a_close_during_a_cell_gives_the_cell_its_verdict_then_closes,
+);
+
+/// The most cells that wait behind a context's running one (src/serve/session/cell.rs).
+const MAX_QUEUED: usize = 16;
+
+/// A request sent on a connection of its own, whose answer is read later.
+fn open(server: &Server, mut message: Value) -> UnixStream {
+    message["brig"] = json!(1);
+    let stream = UnixStream::connect(&server.socket).unwrap();
+    send_frame(&stream, message.to_string().as_bytes(), &[]);
+    stream
+}
+
+/// A cell sent and taken by the session's runner: the server hands requests over in
+/// order, so once a later request of the session is answered, the runner has this one.
+fn sent_cell(server: &Server, id: &str, code: &str, extra: Value) -> UnixStream {
+    let mut message = json!({"type": "session_exec", "session": id, "code": code});
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        message[key] = value.clone();
+    }
+    let stream = open(server, message);
+    let list = ask(server, json!({"type": "session_ps", "session": id}));
+    assert_eq!(list["type"], "processes", "{list}");
+    stream
+}
+
+/// Python that waits for `file` in the workspace to exist.
+fn wait_for(file: &str) -> String {
+    format!("import os, time\nwhile not os.path.exists({file:?}):\n    time.sleep(0.01)\n")
+}
+
+/// Makes `file` in the session's workspace (a request served while cells run).
+fn touch(server: &Server, id: &str, file: &str) {
+    let reply = ask(
+        server,
+        json!({"type": "session_put", "session": id, "path": file, "data": ""}),
+    );
+    assert_eq!(reply["type"], "put", "{reply}");
+}
+
+fn answer(stream: &UnixStream) -> Value {
+    read_reply(stream).expect("an answer")
+}
+
+fn assert_ok(reply: &Value, result: &str) {
+    assert_eq!(reply["type"], "exec", "{reply}");
+    assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
+    assert_eq!(reply["result"], result, "{reply}");
+}
+
+/// Cell A (the default Python context) waits for a file that cell B, in a context of its
+/// own, makes: B runs while A waits, and both end well. Were cells one at a time, B
+/// would wait for A, and A run into its time limit.
+fn cells_of_two_contexts_run_at_the_same_time(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let created = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "create", "language": "python"}),
+    );
+    let other = created["context"]["id"].as_str().expect("a context id");
+    let code = format!("{}'a saw b'", wait_for("b-ran"));
+    let a = sent_cell(&server, &id, &code, json!({"time_limit": "60s"}));
+    let b = code_cell(
+        &server,
+        &id,
+        "open('b-ran', 'w').close()\n'b ran'",
+        json!({"context": other}),
+    );
+    assert_ok(&b, "'b ran'");
+    assert_eq!(b["context"], other, "{b}");
+    let a = answer(&a);
+    assert_ok(&a, "'a saw b'");
+    assert_eq!(a["context"], "python", "{a}");
+    close(&server, &id);
+}
+
+/// While a cell waits: the process list is answered (and lists no cell), a command runs
+/// and is answered — it makes the file the cell waits for — and a file is read.
+fn requests_are_answered_while_a_cell_runs(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let code = format!("{}'the command ran'", wait_for("command-ran"));
+    let waiting = sent_cell(&server, &id, &code, json!({"time_limit": "60s"}));
+    let list = ask(&server, json!({"type": "session_ps", "session": id}));
+    assert_eq!(list["processes"], json!([]), "{list}");
+    let command = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sh", "-c", "echo meanwhile; touch command-ran"]}),
+    );
+    assert_eq!(command["stdout"], "meanwhile\n", "{command}");
+    assert_eq!(command["verdict"]["status"], "ok", "{command}");
+    assert_ok(&answer(&waiting), "'the command ran'");
+    close(&server, &id);
+}
+
+/// Three cells for one context: the second and third wait for the first (which waits
+/// for a file), then run in the order they came, each seeing what the one before left.
+fn cells_of_one_context_run_one_after_the_other_in_order(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let first = format!("{}order = [1]", wait_for("go"));
+    let first = sent_cell(&server, &id, &first, json!({}));
+    let second = sent_cell(&server, &id, "order.append(2)", json!({}));
+    let third = sent_cell(&server, &id, "order.append(3)\norder", json!({}));
+    // Neither has run: the first has not made `order` yet.
+    touch(&server, &id, "go");
+    for stream in [&first, &second] {
+        let reply = answer(stream);
+        assert_eq!(reply["verdict"]["status"], "ok", "{reply}");
+        assert_eq!(reply["error"], Value::Null, "{reply}");
+    }
+    assert_ok(&answer(&third), "[1, 2, 3]");
+    close(&server, &id);
+}
+
+/// A running cell and 16 waiting: the next is refused at once with a one-line
+/// `bad_input` naming the fix; the session goes on and the 16 run.
+fn a_full_queue_refuses_the_next_cell_with_a_one_line_error(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let first = format!("{}count = 0", wait_for("go"));
+    let first = sent_cell(&server, &id, &first, json!({}));
+    let waiting: Vec<UnixStream> = (0..MAX_QUEUED)
+        .map(|_| sent_cell(&server, &id, "count += 1\ncount", json!({})))
+        .collect();
+    let refused = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "1"}),
+    );
+    assert_bad_input(&refused, &format!("{MAX_QUEUED} more waiting"));
+    assert_bad_input(&refused, "another context");
+    // Another context is not full.
+    let created = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "create", "language": "python"}),
+    );
+    let other = created["context"]["id"].as_str().expect("a context id");
+    assert_ok(
+        &code_cell(&server, &id, "2", json!({"context": other})),
+        "2",
+    );
+    touch(&server, &id, "go");
+    assert_eq!(answer(&first)["verdict"]["status"], "ok");
+    for (index, stream) in waiting.iter().enumerate() {
+        assert_ok(&answer(stream), &(index + 1).to_string());
+    }
+    close(&server, &id);
+}
+
+/// `session_close` while a cell runs (and another waits): the running cell's client gets
+/// its verdict — stopped, its interpreter killed, its state lost — the waiting one's the
+/// session's end, and the close is answered; nothing of the session is left.
+fn a_close_during_a_cell_gives_the_cell_its_verdict_then_closes(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let marker = format!("BRIG_TEST_MARKER={}", unique("close-during-cell"));
+    let id = create(&server, json!({"options": {"env": [marker]}}));
+    let running = sent_cell(
+        &server,
+        &id,
+        "open('started', 'w').close()\nwhile True:\n    pass",
+        json!({}),
+    );
+    let queued = sent_cell(&server, &id, "'never'", json!({}));
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            let stat = json!({"type": "session_stat", "session": id, "path": "started"});
+            ask(&server, stat)["type"] == "stat"
+        }),
+        "the cell did not start"
+    );
+    let closed = ask(&server, json!({"type": "session_close", "session": id}));
+    assert_eq!(closed["type"], "closed", "{closed}");
+    let reply = answer(&running);
+    assert_eq!(reply["type"], "exec", "{reply}");
+    let verdict = &reply["verdict"];
+    assert_eq!(verdict["status"], "signaled", "{reply}");
+    assert_eq!(verdict["signal"], 9, "{reply}");
+    assert_eq!(reply["error"]["type"], "Stopped", "{reply}");
+    assert_eq!(reply["state_lost"], true, "{reply}");
+    let reply = answer(&queued);
+    assert_eq!(reply["type"], "error", "{reply}");
+    assert!(
+        reply["message"].as_str().unwrap().contains("it was closed"),
+        "{reply}"
+    );
+    assert!(processes_with_environ(&marker).is_empty());
+}
