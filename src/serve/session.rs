@@ -8,6 +8,7 @@
 
 mod cell;
 mod context;
+mod starting;
 
 use super::kernel::{self, Syscall};
 use super::policy;
@@ -94,7 +95,7 @@ pub fn pooled(
     let mut session = Session::new(jail, options.clone(), audit_log.cloned());
     // A pool's session answers its first cell at once; a jail without Python still serves
     // commands and files.
-    let _ = session.interpreter(&context::Target::default_of(Language::Python));
+    let _ = session.start_context(&context::Target::default_of(Language::Python));
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
     }
@@ -342,14 +343,6 @@ impl<'p> Session<'p> {
         sooner(self.ends_at, self.drain_by)
     }
 
-    /// The control socket to poll for the server's drain, until it has begun.
-    fn watch_control(&self) -> Option<PollFd<'_>> {
-        self.control
-            .as_ref()
-            .filter(|_| self.drain_by.is_none())
-            .map(|control| PollFd::new(control.as_fd(), hang_up()))
-    }
-
     /// Whether the session has come to its end while it serves a request (and why,
     /// in `ended`): its session_timeout, or the drain's grace, which starts when the
     /// server shuts the control socket.
@@ -366,15 +359,6 @@ impl<'p> Session<'p> {
             }
         }
         self.ended.is_some()
-    }
-
-    /// The answer of a request the session's end cut short.
-    fn end_error(&self) -> Error {
-        Error::setup(format!(
-            "brig serve: session {} ended: {}",
-            self.id,
-            self.ended.unwrap_or(DRAINING)
-        ))
     }
 
     fn plan(&self) -> &'p Plan {
@@ -510,13 +494,6 @@ impl<'p> Session<'p> {
                 )
                 .map(Option::unwrap_or_default)
             }
-            Request::SessionContext {
-                action,
-                language,
-                cwd,
-                context,
-                ..
-            } => self.context_request(action, language, cwd, context),
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
@@ -706,16 +683,9 @@ impl<'p> Session<'p> {
         verdict
     }
 
-    /// The interpreter of context `target`, started if it is not running.
-    fn interpreter(&mut self, target: &context::Target) -> Result<&mut Interpreter> {
-        if !self.interpreters.contains_key(&target.id) {
-            let interpreter = self.start_interpreter(target.language, target.cwd.clone())?;
-            self.interpreters.insert(target.id.clone(), interpreter);
-        }
-        Ok(self.interpreters.get_mut(&target.id).expect("inserted"))
-    }
-
-    fn start_interpreter(
+    /// A new interpreter of `language` in `cwd`, spawned: it is ready once it says so
+    /// and the kernel shows it waiting for its first request (`session/starting.rs`).
+    fn spawn_interpreter(
         &mut self,
         language: Language,
         cwd: Option<PathBuf>,
@@ -762,7 +732,7 @@ impl<'p> Session<'p> {
         drop((null, stdout_write, stderr_write, theirs));
         nonblocking(&stdout_read);
         nonblocking(&stderr_read);
-        let mut interpreter = Interpreter {
+        Ok(Interpreter {
             id,
             pid: None,
             idle: match language {
@@ -775,119 +745,7 @@ impl<'p> Session<'p> {
             stdout: stdout_read,
             stderr: stderr_read,
             cells: 0,
-        };
-        // Ready, or why not: what it wrote, or why it could not be run.
-        let deadline = Instant::now() + STARTUP;
-        // What it says on stderr if it fails to start.
-        let mut startup = match interpreter.collector(4096) {
-            Ok(collector) => collector,
-            Err(err) => {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(err);
-            }
-        };
-        startup.capture(4096);
-        let mut failure = None;
-        loop {
-            let mut fds = vec![
-                PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
-                PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
-            ];
-            fds.extend(self.watch_control());
-            let until = sooner(Some(deadline), self.end_by());
-            let _ = nix::poll::poll(&mut fds, poll_timeout(until));
-            drop(fds);
-            if self.over() {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(self.end_error());
-            }
-            startup.pump(1);
-            if let Some(line) = interpreter.next_line() {
-                if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
-                    return match self.learn_idle(&mut interpreter, deadline) {
-                        Ok(()) => Ok(interpreter),
-                        Err(why) => {
-                            let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                            Err(Error::setup(format!(
-                                "the session's {} interpreter cannot be watched: {why}; brig reads \
-                                 it to tell the interpreter's replies from a cell's (see \
-                                 docs/protocol.md, the trust boundary)",
-                                language_name(language)
-                            )))
-                        }
-                    };
-                }
-                continue;
-            }
-            let mut ended = false;
-            for event in self.jail.events() {
-                match event {
-                    Event::Failed {
-                        id: of, message, ..
-                    } if of == id => failure = Some(message),
-                    Event::Ended { id: of, .. } if of == id => ended = true,
-                    other => self.note_event(other),
-                }
-            }
-            if ended {
-                // What it started, if anything, goes with it.
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                startup.pump(1);
-                let stderr = startup.into_captured().stderr;
-                let why = failure
-                    .take()
-                    .unwrap_or_else(|| format!("it ended before it was ready: {}", stderr.trim()));
-                return Err(Error::setup(format!(
-                    "the session's {} interpreter did not start: {why}",
-                    language_name(language)
-                )));
-            }
-            if Instant::now() >= deadline {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(Error::setup(format!(
-                    "the session's {} interpreter was not ready within {}s",
-                    language_name(language),
-                    STARTUP.as_secs()
-                )));
-            }
-        }
-    }
-
-    /// The kernel's word that a ready interpreter waits for its first request, in what
-    /// (Node: on which epoll descriptor); an error when brig cannot read it (fail closed).
-    fn learn_idle(
-        &mut self,
-        interpreter: &mut Interpreter,
-        deadline: Instant,
-    ) -> std::result::Result<(), String> {
-        let pid = interpreter.pid.ok_or("its pid is unknown")?;
-        let mut pause = CONFIRM_FIRST;
-        loop {
-            if let Syscall::In { number, first } = kernel::syscall(pid)? {
-                match interpreter.idle {
-                    Idle::Receive(inode) if interpreter.reads_socket(number, first, inode)? => {
-                        return Ok(());
-                    }
-                    Idle::Epoll(None, inode)
-                        if kernel::is_epoll_wait(number)
-                            && kernel::epoll_watches(pid, first, inode)? =>
-                    {
-                        interpreter.idle = Idle::Epoll(Some(first), inode);
-                        return Ok(());
-                    }
-                    _ => {}
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "it did not wait for a request within {}s",
-                    STARTUP.as_secs()
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(CONFIRM_MOST);
-        }
+        })
     }
 
     /// Before a cell: a line that came from the interpreter while no cell ran means its

@@ -163,6 +163,7 @@ impl<'p> Session<'p> {
             let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
             let wake = sooner(wake, self.processes.next_deadline());
             let wake = sooner(wake, self.cells.next_deadline());
+            let wake = sooner(wake, self.starting_deadline());
             let ready = self.poll(control, wake);
             if ready.iter().any(|source| matches!(source, Source::Init)) {
                 break "its jail ended";
@@ -269,6 +270,9 @@ impl<'p> Session<'p> {
         let (cells, cell_fds) = self.cells.poll_fds(&self.interpreters);
         sources.extend(cells);
         fds.extend(cell_fds);
+        let (starting, starting_fds) = self.starting_fds();
+        sources.extend(starting);
+        fds.extend(starting_fds);
         let reader = &self.processes.requests;
         let buffered = reader.has_frame() && !draining;
         let timeout = match buffered {
@@ -381,12 +385,14 @@ impl<'p> Session<'p> {
             Event::Failed { id, code, message } => {
                 if let Some(process) = self.processes.watched.get_mut(&id) {
                     process.failure = Some((code, message));
+                } else {
+                    self.starting_event(id, Some(message));
                 }
             }
             Event::Ended { id, end } => {
                 if let Some(process) = self.processes.watched.get_mut(&id) {
                     process.ended = Some(end);
-                } else if !self.cell_interpreter_ended(id, end) {
+                } else if !self.cell_interpreter_ended(id, end) && !self.starting_event(id, None) {
                     self.forget_interpreter(id);
                 }
             }
@@ -710,6 +716,10 @@ impl<'p> Session<'p> {
             // A cell: run at once when its context is free, else queued.
             Ok(request @ Request::SessionExec { .. }) => {
                 return self.take_cell(request, peer, connection, memfd);
+            }
+            // Answered at once, or once its interpreter is ready (create, restart).
+            Ok(request @ Request::SessionContext { .. }) => {
+                return self.take_context(request, connection, memfd);
             }
             // Files (a reply of at most 512 KiB of data) and errors: queued.
             request => {

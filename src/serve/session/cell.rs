@@ -24,6 +24,10 @@ pub const MAX_QUEUED: usize = 16;
 pub(super) struct Cells {
     pub running: BTreeMap<u32, RunningCell>,
     pub queued: HashMap<String, VecDeque<Pending>>,
+    /// Interpreters on their way to their first request (`starting.rs`), by program id.
+    pub starting: BTreeMap<u32, super::starting::Starting>,
+    /// Why a context's interpreter was replaced before its next cell (that cell says it).
+    lost: HashMap<String, String>,
 }
 
 /// Which descriptor of a running cell a [`Source::Cell`] is.
@@ -160,7 +164,9 @@ impl Cells {
 
     /// Whether a cell runs or waits (the session is not idle).
     pub fn busy(&self) -> bool {
-        !self.running.is_empty() || self.queued.values().any(|queue| !queue.is_empty())
+        !self.running.is_empty()
+            || !self.starting.is_empty()
+            || self.queued.values().any(|queue| !queue.is_empty())
     }
 
     /// The running cell of context `key`.
@@ -205,9 +211,6 @@ impl<'p> Session<'p> {
             Err(err) => return self.refuse(connection, memfd, &err),
         };
         let key = pending.target.id.clone();
-        if self.cells.running_in(&key).is_none() && self.drain_by.is_none() {
-            return self.launch(pending);
-        }
         let queue = self.cells.queued.entry(key.clone()).or_default();
         if queue.len() >= MAX_QUEUED {
             let err = Error::input(format!(
@@ -215,9 +218,15 @@ impl<'p> Session<'p> {
                  (the most); wait for one to end, or run it in another context \
                  (session_context \"create\")"
             ));
-            return self.refuse(pending.connection, pending.memfd, &err);
+            return self.refuse_pending(pending, &err);
         }
         queue.push_back(pending);
+        self.launch_queued();
+    }
+
+    /// A cell that will not run: its client gets `err`.
+    pub(super) fn refuse_pending(&mut self, pending: Pending, err: &Error) {
+        self.refuse(pending.connection, pending.memfd, err);
     }
 
     /// The one-line error of a request answered at once.
@@ -337,10 +346,11 @@ impl<'p> Session<'p> {
             false => None,
         };
         let key = target.id.as_str();
-        self.absorb_events();
-        let lost_before = self.check_idle_interpreter(key);
+        let lost_before = self.cells.lost.remove(key);
         let oom_before = self.oom_kills();
-        let interpreter = self.interpreter(target)?;
+        let interpreter = (self.interpreters.get_mut(key)).ok_or_else(|| {
+            Error::setup("the session's interpreter went away; run the cell again")
+        })?;
         // The cell's output: kept for the reply, or streamed as it is read.
         let mut output = interpreter.collector(limit)?;
         match cell.stream {
@@ -374,6 +384,7 @@ impl<'p> Session<'p> {
     /// each advanced, those that ended answered, and the next cell of a context that
     /// became free handed to it.
     pub(super) fn serve_cells(&mut self, ready: &[Source]) {
+        self.advance_starting();
         let ids: Vec<u32> = self.cells.running.keys().copied().collect();
         for id in ids {
             let client_ready = ready
@@ -388,32 +399,47 @@ impl<'p> Session<'p> {
         self.launch_queued();
     }
 
-    /// The next cell of each context that runs none, unless the session drains.
+    /// The next cell of each context that runs none and whose interpreter does not
+    /// start: handed to its interpreter, or its interpreter started (the cell waits at
+    /// the head of its queue). Not while the session drains.
     fn launch_queued(&mut self) {
         if self.drain_by.is_some() {
             return;
         }
-        let free: Vec<String> = self
-            .cells
-            .queued
-            .iter()
-            .filter(|(key, queue)| !queue.is_empty() && self.cells.running_in(key).is_none())
-            .map(|(key, _)| key.clone())
+        let free: Vec<String> = (self.cells.queued.keys())
+            .filter(|key| self.cells.running_in(key).is_none() && self.starting_of(key).is_none())
+            .cloned()
             .collect();
         for key in free {
-            // A client that left while its cell waited is not run for.
-            while let Some(pending) = self
-                .cells
-                .queued
-                .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-            {
+            while let Some(queue) = self.cells.queued.get_mut(&key) {
+                let Some(pending) = queue.front() else {
+                    break;
+                };
+                // A client that left while its cell waited is not run for.
                 if client_gone(&pending.connection) {
+                    queue.pop_front();
                     continue;
                 }
-                self.launch(pending);
-                if self.cells.running_in(&key).is_some() {
+                // A line from an idle interpreter: it is replaced (the cell says why).
+                if let Some(why) = self.check_idle_interpreter(&key) {
+                    self.cells.lost.insert(key.clone(), why);
+                }
+                let head = |cells: &mut Cells| {
+                    let queue = cells.queued.get_mut(&key).expect("queued");
+                    queue.pop_front().expect("at the head")
+                };
+                if self.interpreters.contains_key(&key) {
+                    let pending = head(&mut self.cells);
+                    self.launch(pending);
                     break;
+                }
+                let target = self.cells.queued[&key][0].target.clone();
+                match self.start_context(&target) {
+                    Ok(()) => break,
+                    Err(err) => {
+                        let pending = head(&mut self.cells);
+                        self.refuse_pending(pending, &err);
+                    }
                 }
             }
         }
@@ -602,6 +628,7 @@ impl<'p> Session<'p> {
             client.queue(message, None);
             clients.push(client);
         }
+        clients.extend(self.end_starting(message));
         for pending in std::mem::take(&mut self.cells.queued)
             .into_values()
             .flatten()
