@@ -21,6 +21,7 @@ both_modes!(
     cells_of_one_context_run_one_after_the_other_in_order,
     a_full_queue_refuses_the_next_cell_with_a_one_line_error,
     a_close_during_a_cell_gives_the_cell_its_verdict_then_closes,
+    a_restart_during_a_cell_cuts_it_and_answers_with_the_fresh_interpreter,
 );
 
 /// The most cells that wait behind a context's running one (src/serve/session/cell.rs).
@@ -171,6 +172,51 @@ fn a_full_queue_refuses_the_next_cell_with_a_one_line_error(mode: Mode) {
     close(&server, &id);
 }
 
+/// Python that makes `started`, then runs until it is killed.
+const ENDLESS: &str = "open('started', 'w').close()\nwhile True:\n    pass";
+
+/// Waits until the endless cell has made its file.
+fn until_started(server: &Server, id: &str) {
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            let stat = json!({"type": "session_stat", "session": id, "path": "started"});
+            ask(server, stat)["type"] == "stat"
+        }),
+        "the cell did not start"
+    );
+}
+
+/// The answer of a cell brig stopped: killed, its state lost, error `Stopped`.
+fn assert_stopped(reply: &Value) {
+    assert_eq!(reply["type"], "exec", "{reply}");
+    let verdict = &reply["verdict"];
+    assert_eq!(verdict["status"], "signaled", "{reply}");
+    assert_eq!(verdict["signal"], 9, "{reply}");
+    assert_eq!(reply["error"]["type"], "Stopped", "{reply}");
+    assert_eq!(reply["state_lost"], true, "{reply}");
+}
+
+/// `session_context` "restart" while the context runs a cell: the cell is cut (its
+/// client gets its verdict), the restart is answered once the fresh interpreter is
+/// ready, and the next cell runs in it (the old state is gone).
+fn a_restart_during_a_cell_cuts_it_and_answers_with_the_fresh_interpreter(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    assert_ok(&code_cell(&server, &id, "kept = 1\nkept", json!({})), "1");
+    let running = sent_cell(&server, &id, ENDLESS, json!({}));
+    until_started(&server, &id);
+    let restarted = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "restart", "context": "python"}),
+    );
+    assert_eq!(restarted["type"], "context", "{restarted}");
+    assert_eq!(restarted["context"]["running"], true, "{restarted}");
+    assert_stopped(&answer(&running));
+    let fresh = code_cell(&server, &id, "'kept' in globals()", json!({}));
+    assert_ok(&fresh, "False");
+    close(&server, &id);
+}
+
 /// `session_close` while a cell runs (and another waits): the running cell's client gets
 /// its verdict — stopped, its interpreter killed, its state lost — the waiting one's the
 /// session's end, and the close is answered; nothing of the session is left.
@@ -178,29 +224,12 @@ fn a_close_during_a_cell_gives_the_cell_its_verdict_then_closes(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let marker = format!("BRIG_TEST_MARKER={}", unique("close-during-cell"));
     let id = create(&server, json!({"options": {"env": [marker]}}));
-    let running = sent_cell(
-        &server,
-        &id,
-        "open('started', 'w').close()\nwhile True:\n    pass",
-        json!({}),
-    );
+    let running = sent_cell(&server, &id, ENDLESS, json!({}));
     let queued = sent_cell(&server, &id, "'never'", json!({}));
-    assert!(
-        wait_until(std::time::Duration::from_secs(30), || {
-            let stat = json!({"type": "session_stat", "session": id, "path": "started"});
-            ask(&server, stat)["type"] == "stat"
-        }),
-        "the cell did not start"
-    );
+    until_started(&server, &id);
     let closed = ask(&server, json!({"type": "session_close", "session": id}));
     assert_eq!(closed["type"], "closed", "{closed}");
-    let reply = answer(&running);
-    assert_eq!(reply["type"], "exec", "{reply}");
-    let verdict = &reply["verdict"];
-    assert_eq!(verdict["status"], "signaled", "{reply}");
-    assert_eq!(verdict["signal"], 9, "{reply}");
-    assert_eq!(reply["error"]["type"], "Stopped", "{reply}");
-    assert_eq!(reply["state_lost"], true, "{reply}");
+    assert_stopped(&answer(&running));
     let reply = answer(&queued);
     assert_eq!(reply["type"], "error", "{reply}");
     assert!(

@@ -211,8 +211,11 @@ impl<'p> Session<'p> {
             Err(err) => return self.refuse(connection, memfd, &err),
         };
         let key = pending.target.id.clone();
+        // The head of a queue whose interpreter starts is that context's next cell, as
+        // a running one: 16 more may wait behind it.
+        let next = usize::from(self.starting_of(&key).is_some());
         let queue = self.cells.queued.entry(key.clone()).or_default();
-        if queue.len() >= MAX_QUEUED {
+        if queue.len() >= MAX_QUEUED + next {
             let err = Error::input(format!(
                 "session_exec: context {key:?} runs a cell and has {MAX_QUEUED} more waiting \
                  (the most); wait for one to end, or run it in another context \
