@@ -52,6 +52,18 @@ pub(super) struct Pending {
     memfd: OwnedFd,
 }
 
+/// What a cell starts with, once its interpreter has it.
+struct Begun {
+    id: u32,
+    pid: Option<u32>,
+    number: u64,
+    output: Output,
+    streaming: Option<CellStream>,
+    cpu_before: (Duration, Duration),
+    oom_before: u64,
+    lost_before: Option<String>,
+}
+
 /// A cell its interpreter runs.
 pub(super) struct RunningCell {
     target: context::Target,
@@ -98,6 +110,10 @@ impl RunningCell {
     /// When the loop must look at it without an event: its deadline, or the next look
     /// whether its interpreter waits again.
     fn wake(&self) -> Option<Instant> {
+        // Its interpreter's end, noted outside its turn (`launch_queued`), is seen at once.
+        if self.died.is_some() {
+            return Some(Instant::now());
+        }
         let confirm = self
             .confirm_at
             .filter(|_| self.reply.is_some() && !self.killed);
@@ -289,7 +305,16 @@ impl<'p> Session<'p> {
             Ok(started) => started,
             Err(err) => return self.refuse(connection, memfd, &err),
         };
-        let (id, pid, number, output, streaming, cpu_before, oom_before, lost_before) = started;
+        let Begun {
+            id,
+            pid,
+            number,
+            output,
+            streaming,
+            cpu_before,
+            oom_before,
+            lost_before,
+        } = started;
         let started = Instant::now();
         let running = RunningCell {
             target,
@@ -325,23 +350,13 @@ impl<'p> Session<'p> {
     }
 
     /// The cell's interpreter given the cell: what the running cell starts with.
-    #[allow(clippy::type_complexity)]
     fn begin_cell(
         &mut self,
         cell: &Cell,
         target: &context::Target,
         limit: u64,
         connection: &OwnedFd,
-    ) -> Result<(
-        u32,
-        Option<u32>,
-        u64,
-        Output,
-        Option<CellStream>,
-        (Duration, Duration),
-        u64,
-        Option<String>,
-    )> {
+    ) -> Result<Begun> {
         let streaming = match cell.stream {
             true => Some(CellStream::new(connection.try_clone().map_err(|err| {
                 Error::setup(format!("keep the client's connection: {err}"))
@@ -371,7 +386,7 @@ impl<'p> Session<'p> {
                 "the session's interpreter went away; run the cell again",
             ));
         }
-        Ok((
+        Ok(Begun {
             id,
             pid,
             number,
@@ -380,7 +395,7 @@ impl<'p> Session<'p> {
             cpu_before,
             oom_before,
             lost_before,
-        ))
+        })
     }
 
     /// The running cells after a turn of the loop (`ready`: its sources that were):
@@ -413,6 +428,11 @@ impl<'p> Session<'p> {
             .filter(|key| self.cells.running_in(key).is_none() && self.starting_of(key).is_none())
             .cloned()
             .collect();
+        if !free.is_empty() {
+            // An interpreter that died since the loop's turn is forgotten first (its
+            // next cell starts a fresh one).
+            self.absorb_events();
+        }
         for key in free {
             while let Some(queue) = self.cells.queued.get_mut(&key) {
                 let Some(pending) = queue.front() else {
@@ -676,10 +696,8 @@ impl<'p> Session<'p> {
             return;
         };
         let memfd = cell.memfd.try_clone().ok();
-        let (reply, streaming, connection) = match self.cell_reply(cell) {
-            Ok(answered) => answered,
-            Err((err, streaming, connection)) => (error_reply(&err), streaming, connection),
-        };
+        let (reply, streaming, connection) = self.cell_reply(cell);
+        let reply = reply.unwrap_or_else(|err| error_reply(&err));
         let kept = reply["stdout"].as_str().map_or(0, str::len)
             + reply["stderr"].as_str().map_or(0, str::len)
             + reply["results"].as_array().map_or(0, |results| {
@@ -710,14 +728,7 @@ impl<'p> Session<'p> {
     }
 
     /// The reply of an ended cell, and where it goes (its stream, else its connection).
-    #[allow(clippy::type_complexity)]
-    fn cell_reply(
-        &mut self,
-        cell: RunningCell,
-    ) -> std::result::Result<
-        (Value, Option<CellStream>, OwnedFd),
-        (Error, Option<CellStream>, OwnedFd),
-    > {
+    fn cell_reply(&mut self, cell: RunningCell) -> (Result<Value>, Option<CellStream>, OwnedFd) {
         let RunningCell {
             target,
             id,
@@ -745,7 +756,7 @@ impl<'p> Session<'p> {
         if (cut.is_some() || broken.is_some())
             && let Err(err) = self.sweep_for(id, died.map(|_| id))
         {
-            return Err((err, streaming, connection));
+            return (Err(err), streaming, connection);
         }
         // What the cell started, and what it forks while it is interrupted, is gone:
         // what it wrote is read.
@@ -822,7 +833,7 @@ impl<'p> Session<'p> {
         };
         let outcome = match outcome::decide(program, None, ended_by) {
             Ok(outcome) => outcome,
-            Err(err) => return Err((err, streaming, connection)),
+            Err(err) => return (Err(err), streaming, connection),
         };
         let end = ExecEnd {
             outcome,
@@ -893,6 +904,6 @@ impl<'p> Session<'p> {
             object.remove("stderr");
             object.insert("dropped".into(), json!(dropped));
         }
-        Ok((reply, streaming, connection))
+        (Ok(reply), streaming, connection)
     }
 }
