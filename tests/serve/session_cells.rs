@@ -10,7 +10,7 @@ use crate::common;
 use common::serve::{
     Server, ask, close_session as close, create_session as create, read_reply, send_frame,
 };
-use common::session::{assert_bad_input, code_cell};
+use common::session::{assert_bad_input, assert_output_lines, client_script, code_cell};
 use common::*;
 use serde_json::{Value, json};
 use std::os::unix::net::UnixStream;
@@ -22,6 +22,7 @@ both_modes!(
     a_full_queue_refuses_the_next_cell_with_a_one_line_error,
     a_close_during_a_cell_gives_the_cell_its_verdict_then_closes,
     a_restart_during_a_cell_cuts_it_and_answers_with_the_fresh_interpreter,
+    both_clients_run_cells_of_two_contexts_at_the_same_time,
 );
 
 /// The most cells that wait behind a context's running one (src/serve/session/cell.rs).
@@ -237,4 +238,53 @@ fn a_close_during_a_cell_gives_the_cell_its_verdict_then_closes(mode: Mode) {
         "{reply}"
     );
     assert!(processes_with_environ(&marker).is_empty());
+}
+
+/// Python: one thread's cell waits for a file the other thread's cell, in another
+/// context, makes.
+const PYTHON_TWO_CONTEXTS: &str = r#"
+import json, sys, threading
+import brig_client
+sb = brig_client.Sandbox(socket=sys.argv[1])
+other = sb.create_code_context()
+answers = {}
+def waiting():
+    code = "import os, time\nwhile not os.path.exists('b-ran'):\n    time.sleep(0.01)\n'a saw b'"
+    answers["a"] = sb.run_code(code, timeout="60s").text
+thread = threading.Thread(target=waiting)
+thread.start()
+answers["b"] = sb.run_code("open('b-ran', 'w').close()\n'b ran'", context=other).text
+thread.join()
+print(json.dumps([answers["a"], answers["b"]]))
+sb.close()
+"#;
+
+/// Node: both cells at once (Promise.all), the first waiting for the second's file.
+const NODE_TWO_CONTEXTS: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+(async () => {
+  const sb = await brig.Sandbox.create({ socket });
+  const other = await sb.createCodeContext({ language: "node" });
+  const waiting = "const fs = require('fs');\nwhile (!fs.existsSync('b-ran')) { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10); }\n'a saw b'";
+  const [a, b] = await Promise.all([
+    sb.runCode(waiting, { language: "node", timeout: "60s" }),
+    sb.runCode("require('fs').writeFileSync('b-ran', ''); 'b ran'", { context: other }),
+  ]);
+  console.log(JSON.stringify([a.text, b.text]));
+  await sb.close();
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+/// Through both clients: two contexts' cells at once, as above.
+fn both_clients_run_cells_of_two_contexts_at_the_same_time(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    assert_output_lines(
+        &client_script(mode, "python", PYTHON_TWO_CONTEXTS, &server),
+        &[r#"["'a saw b'", "'b ran'"]"#],
+    );
+    assert_output_lines(
+        &client_script(mode, "node", NODE_TWO_CONTEXTS, &server),
+        &[r#"["'a saw b'","'b ran'"]"#],
+    );
 }
