@@ -52,18 +52,6 @@ pub(super) struct Pending {
     memfd: OwnedFd,
 }
 
-/// What a cell starts with, once its interpreter has it.
-struct Begun {
-    id: u32,
-    pid: Option<u32>,
-    number: u64,
-    output: Output,
-    streaming: Option<CellStream>,
-    cpu_before: (Duration, Duration),
-    oom_before: u64,
-    lost_before: Option<String>,
-}
-
 /// A cell its interpreter runs.
 pub(super) struct RunningCell {
     target: context::Target,
@@ -289,48 +277,74 @@ impl<'p> Session<'p> {
         Ok((Cell { code, stream }, target, time_limit, limit))
     }
 
-    /// Hands a cell to its context's interpreter (started if it is not running); its
-    /// client is answered at once when that fails.
+    /// Hands a cell to its context's interpreter; its client is answered at once when
+    /// that fails.
     fn launch(&mut self, pending: Pending) {
-        let Pending {
-            cell,
-            target,
-            time_limit,
-            limit,
-            peer,
-            connection,
-            memfd,
-        } = pending;
-        let started = match self.begin_cell(&cell, &target, limit, &connection) {
-            Ok(started) => started,
-            Err(err) => return self.refuse(connection, memfd, &err),
+        match self.begin_cell(pending) {
+            Ok(running) => {
+                self.cells.running.insert(running.id, running);
+            }
+            Err((pending, err)) => self.refuse_pending(*pending, &err),
+        }
+    }
+
+    /// The cell given to its context's interpreter: the running cell; or why not, with
+    /// the cell.
+    fn begin_cell(
+        &mut self,
+        pending: Pending,
+    ) -> std::result::Result<RunningCell, (Box<Pending>, Error)> {
+        let streaming = match pending.cell.stream {
+            true => match pending.connection.try_clone() {
+                Ok(connection) => Some(CellStream::new(connection)),
+                Err(err) => {
+                    let err = Error::setup(format!("keep the client's connection: {err}"));
+                    return Err((Box::new(pending), err));
+                }
+            },
+            false => None,
         };
-        let Begun {
-            id,
-            pid,
-            number,
-            output,
-            streaming,
-            cpu_before,
-            oom_before,
-            lost_before,
-        } = started;
+        let key = pending.target.id.as_str();
+        let oom_before = self.oom_kills();
+        let gone = || Error::setup("the session's interpreter went away; run the cell again");
+        let Some(interpreter) = self.interpreters.get_mut(key) else {
+            return Err((Box::new(pending), gone()));
+        };
+        // The cell's output: kept for the reply, or streamed as it is read.
+        let mut output = match interpreter.collector(pending.limit) {
+            Ok(output) => output,
+            Err(err) => return Err((Box::new(pending), err)),
+        };
+        match pending.cell.stream {
+            true => output.to_caller(),
+            false => output.capture(pending.limit),
+        }
+        interpreter.cells += 1;
+        let number = interpreter.cells;
+        let (id, pid) = (interpreter.id, interpreter.pid);
+        let cpu_before = pid.and_then(kernel::cpu_time).unwrap_or_default();
+        let line = context::request_line(pending.target.language, number, &pending.cell.code);
+        if interpreter.control.write_all(&line).is_err() {
+            let key = key.to_string();
+            self.stop_interpreter(&key);
+            return Err((Box::new(pending), gone()));
+        }
+        let lost_before = self.cells.lost.remove(key);
         let started = Instant::now();
-        let running = RunningCell {
-            target,
+        Ok(RunningCell {
             id,
             pid,
             number,
-            code: cell.code,
-            peer,
-            connection,
-            memfd,
+            code: pending.cell.code,
+            peer: pending.peer,
+            connection: pending.connection,
+            memfd: pending.memfd,
             streaming,
             output,
-            limit,
-            time_limit,
+            limit: pending.limit,
+            time_limit: pending.time_limit,
             started,
-            deadline: time_limit.map(|limit| started + limit),
+            deadline: pending.time_limit.map(|limit| started + limit),
             cut: None,
             over: false,
             reply: None,
@@ -345,56 +359,7 @@ impl<'p> Session<'p> {
             died: None,
             oom_before,
             lost_before,
-        };
-        self.cells.running.insert(id, running);
-    }
-
-    /// The cell's interpreter given the cell: what the running cell starts with.
-    fn begin_cell(
-        &mut self,
-        cell: &Cell,
-        target: &context::Target,
-        limit: u64,
-        connection: &OwnedFd,
-    ) -> Result<Begun> {
-        let streaming = match cell.stream {
-            true => Some(CellStream::new(connection.try_clone().map_err(|err| {
-                Error::setup(format!("keep the client's connection: {err}"))
-            })?)),
-            false => None,
-        };
-        let key = target.id.as_str();
-        let lost_before = self.cells.lost.remove(key);
-        let oom_before = self.oom_kills();
-        let interpreter = (self.interpreters.get_mut(key)).ok_or_else(|| {
-            Error::setup("the session's interpreter went away; run the cell again")
-        })?;
-        // The cell's output: kept for the reply, or streamed as it is read.
-        let mut output = interpreter.collector(limit)?;
-        match cell.stream {
-            true => output.to_caller(),
-            false => output.capture(limit),
-        }
-        interpreter.cells += 1;
-        let number = interpreter.cells;
-        let (id, pid) = (interpreter.id, interpreter.pid);
-        let cpu_before = pid.and_then(kernel::cpu_time).unwrap_or_default();
-        let line = context::request_line(target.language, number, &cell.code);
-        if interpreter.control.write_all(&line).is_err() {
-            self.stop_interpreter(key);
-            return Err(Error::setup(
-                "the session's interpreter went away; run the cell again",
-            ));
-        }
-        Ok(Begun {
-            id,
-            pid,
-            number,
-            output,
-            streaming,
-            cpu_before,
-            oom_before,
-            lost_before,
+            target: pending.target,
         })
     }
 
