@@ -275,11 +275,15 @@ impl<'p> Session<'p> {
         fds.extend(starting_fds);
         let reader = &self.processes.requests;
         let buffered = reader.has_frame() && !draining;
+        // To the microsecond (ppoll): a cell's end waits for the kernel's word that its
+        // interpreter is back waiting, looked for every 100 µs at first, which poll's
+        // milliseconds would make 1 ms.
         let timeout = match buffered {
-            true => PollTimeout::ZERO,
-            false => poll_timeout(wake),
+            true => Some(Duration::ZERO),
+            false => wake.map(|at| at.saturating_duration_since(Instant::now())),
         };
-        let _ = nix::poll::poll(&mut fds, timeout);
+        let timeout = timeout.map(nix::sys::time::TimeSpec::from_duration);
+        let _ = nix::poll::ppoll(&mut fds, timeout, None);
         let mut ready: Vec<Source> = sources
             .iter()
             .zip(&fds)
