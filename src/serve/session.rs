@@ -1,8 +1,9 @@
 //! A session's runner: a process the server forks for one session, which owns the
-//! session's jail ([`SessionJail`]) for its whole life and serves its requests one at a
-//! time: commands, code cells in a persistent interpreter (`session_python.py`,
-//! `session_node.js`), and files in the workspace (`workspace.rs`). The server hands it
-//! each request with the client's connection; the runner answers the client itself. It
+//! session's jail ([`SessionJail`]) for its whole life and serves its requests in one
+//! event loop (`session_loop.rs`): commands, code cells in persistent interpreters
+//! (`session_python.py`, `session_node.js`, `session_bash.sh`; `session/cell.rs`), and
+//! files in the workspace (`workspace.rs`). The server hands it each request with the
+//! client's connection; the runner answers the client itself. It
 //! ends the session on `session_close`, after `idle_timeout` without a request, at
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 

@@ -39,7 +39,8 @@ pub(super) enum Source {
     WatchEvents,
     /// A streamed watcher's client.
     WatchStream,
-    /// A descriptor of the cell its interpreter (program `id`) runs.
+    /// A descriptor of the cell interpreter `id` (its program id) runs, or of that
+    /// interpreter while it starts (`session/cell.rs`, `session/starting.rs`).
     Cell(u32, super::cell::CellFd),
 }
 
