@@ -1,9 +1,11 @@
 //! A session's cells are events of its one loop, for real, as root and rootless: while a
 //! cell runs every other request is served — a cell of another context runs at the same
 //! time, commands, the process list and files are answered — a cell for the same context
-//! waits in that context's queue and runs after, in order; the queue's bound is a one-line
-//! error; `session_close` during a cell cuts it (its client gets its verdict) and closes.
-//! Nothing here is timed: each proof is one cell waiting for a file another request makes.
+//! waits in that context's queue and runs after, in order (not when its client left); the
+//! queue's bound is a one-line error; `session_close`, a context's restart or removal
+//! during a cell cuts it (its client gets its verdict); both clients run two contexts'
+//! cells at once. Nothing here is timed: each proof is a cell waiting for a file another
+//! request makes.
 
 use crate::common;
 
@@ -23,6 +25,8 @@ both_modes!(
     a_close_during_a_cell_gives_the_cell_its_verdict_then_closes,
     a_restart_during_a_cell_cuts_it_and_answers_with_the_fresh_interpreter,
     both_clients_run_cells_of_two_contexts_at_the_same_time,
+    a_queued_cell_whose_client_left_is_not_run,
+    removing_a_context_stops_its_cell_and_refuses_its_queue,
 );
 
 /// The most cells that wait behind a context's running one (src/serve/session/cell.rs).
@@ -238,6 +242,50 @@ fn a_close_during_a_cell_gives_the_cell_its_verdict_then_closes(mode: Mode) {
         "{reply}"
     );
     assert!(processes_with_environ(&marker).is_empty());
+}
+
+/// A cell queued behind a running one whose client hangs up is dropped, not run: the
+/// file it would make is not there for the cell after it.
+fn a_queued_cell_whose_client_left_is_not_run(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let first = sent_cell(&server, &id, &wait_for("go"), json!({}));
+    let left = sent_cell(&server, &id, "open('ran', 'w').close()", json!({}));
+    drop(left);
+    let last = sent_cell(&server, &id, "import os\nos.path.exists('ran')", json!({}));
+    touch(&server, &id, "go");
+    assert_eq!(answer(&first)["verdict"]["status"], "ok");
+    assert_ok(&answer(&last), "False");
+    close(&server, &id);
+}
+
+/// `session_context` "remove" of a context that runs a cell and has one queued: the
+/// running cell is stopped (its verdict), the queued one refused with a one-line error,
+/// and the context is gone.
+fn removing_a_context_stops_its_cell_and_refuses_its_queue(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({}));
+    let created = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "create", "language": "python"}),
+    );
+    let context = created["context"]["id"].as_str().expect("a context id");
+    let running = sent_cell(&server, &id, ENDLESS, json!({"context": context}));
+    let queued = sent_cell(&server, &id, "1", json!({"context": context}));
+    until_started(&server, &id);
+    let removed = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "remove", "context": context}),
+    );
+    assert_eq!(removed["type"], "context_removed", "{removed}");
+    assert_stopped(&answer(&running));
+    assert_bad_input(&answer(&queued), "was removed while this cell waited");
+    let gone = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "code": "1", "context": context}),
+    );
+    assert_bad_input(&gone, "no context");
+    close(&server, &id);
 }
 
 /// Python: one thread's cell waits for a file the other thread's cell, in another
