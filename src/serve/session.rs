@@ -1,12 +1,15 @@
 //! A session's runner: a process the server forks for one session, which owns the
-//! session's jail ([`SessionJail`]) for its whole life and serves its requests one at a
-//! time: commands, code cells in a persistent interpreter (`session_python.py`,
-//! `session_node.js`), and files in the workspace (`workspace.rs`). The server hands it
-//! each request with the client's connection; the runner answers the client itself. It
+//! session's jail ([`SessionJail`]) for its whole life and serves its requests in one
+//! event loop (`session_loop.rs`): commands, code cells in persistent interpreters
+//! (`session_python.py`, `session_node.js`, `session_bash.sh`; `session/cell.rs`), and
+//! files in the workspace (`workspace.rs`). The server hands it each request with the
+//! client's connection; the runner answers the client itself. It
 //! ends the session on `session_close`, after `idle_timeout` without a request, at
 //! `session_timeout`, or when the server goes away; the jail goes with it, whole.
 
+mod cell;
 mod context;
+mod starting;
 
 use super::kernel::{self, Syscall};
 use super::policy;
@@ -93,7 +96,7 @@ pub fn pooled(
     let mut session = Session::new(jail, options.clone(), audit_log.cloned());
     // A pool's session answers its first cell at once; a jail without Python still serves
     // commands and files.
-    let _ = session.interpreter(&context::Target::default_of(Language::Python));
+    let _ = session.start_context(&context::Target::default_of(Language::Python));
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
     }
@@ -238,6 +241,8 @@ struct Session<'p> {
     watches: super::watch::Watches,
     /// The programs the session's loop watches (commands, background processes).
     processes: session_loop::Processes,
+    /// Its cells, running and waiting (`session/cell.rs`).
+    cells: cell::Cells,
 }
 
 /// Why an exec ended early.
@@ -247,6 +252,8 @@ enum Cut {
     OutputLimit,
     /// The client went away: nobody waits for the result.
     ClientGone,
+    /// The session was closed (or a cell's context restarted or removed) while it ran.
+    Stopped,
 }
 
 impl Cut {
@@ -257,7 +264,7 @@ impl Cut {
             None => EndedBy::Program,
             Some(Cut::TimeLimit) => EndedBy::TimeLimit,
             Some(Cut::OutputLimit) => EndedBy::OutputLimit,
-            Some(Cut::ClientGone) => EndedBy::Stopped,
+            Some(Cut::ClientGone | Cut::Stopped) => EndedBy::Stopped,
         }
     }
 }
@@ -328,20 +335,13 @@ impl<'p> Session<'p> {
             ended: None,
             watches: Default::default(),
             processes: session_loop::Processes::default(),
+            cells: cell::Cells::default(),
         }
     }
 
     /// When the session must end: its session_timeout, or the drain's grace.
     fn end_by(&self) -> Option<Instant> {
         sooner(self.ends_at, self.drain_by)
-    }
-
-    /// The control socket to poll for the server's drain, until it has begun.
-    fn watch_control(&self) -> Option<PollFd<'_>> {
-        self.control
-            .as_ref()
-            .filter(|_| self.drain_by.is_none())
-            .map(|control| PollFd::new(control.as_fd(), hang_up()))
     }
 
     /// Whether the session has come to its end while it serves a request (and why,
@@ -360,15 +360,6 @@ impl<'p> Session<'p> {
             }
         }
         self.ended.is_some()
-    }
-
-    /// The answer of a request the session's end cut short.
-    fn end_error(&self) -> Error {
-        Error::setup(format!(
-            "brig serve: session {} ended: {}",
-            self.id,
-            self.ended.unwrap_or(DRAINING)
-        ))
     }
 
     fn plan(&self) -> &'p Plan {
@@ -414,14 +405,7 @@ impl<'p> Session<'p> {
         );
         let message = format!("brig serve: session {} ended: {why}", self.id);
         nonblocking(control);
-        // A request that waited for a cell, then those the server sent.
-        if let Some(deferred) = self.processes.deferred.take() {
-            let _ = protocol::write_frame(
-                deferred.connection().as_fd(),
-                &Reply::error(&Error::input(message.clone())),
-                &[],
-            );
-        }
+        // The requests the server sent.
         while let Ok(protocol::Read::Frame(_, fds)) = self.processes.requests.read(control.as_fd())
         {
             if let Some(connection) = fds.first() {
@@ -453,30 +437,6 @@ impl<'p> Session<'p> {
             Err(err) => return error_reply(&err),
         };
         let result = match request {
-            Request::SessionExec {
-                command,
-                code: Some(code),
-                language,
-                context,
-                time_limit,
-                output_limit,
-                stream,
-                background,
-                tag,
-                ..
-            } if command.is_empty() => session_loop::check_form(
-                &session_loop::Form {
-                    stream,
-                    background,
-                    tag,
-                },
-                true,
-            )
-            .and_then(|()| self.target(context.as_deref(), language, &code))
-            .and_then(|target| {
-                let cell = Cell { code, stream };
-                self.run_code(cell, &target, time_limit, output_limit, peer, connection)
-            }),
             Request::SessionExec { .. } => Err(Error::input(
                 EXEC_FORM,
             )),
@@ -535,13 +495,6 @@ impl<'p> Session<'p> {
                 )
                 .map(Option::unwrap_or_default)
             }
-            Request::SessionContext {
-                action,
-                language,
-                cwd,
-                context,
-                ..
-            } => self.context_request(action, language, cwd, context),
             Request::SessionLs { path, .. } => self
                 .workspace()
                 .list(&path)
@@ -731,16 +684,9 @@ impl<'p> Session<'p> {
         verdict
     }
 
-    /// The interpreter of context `target`, started if it is not running.
-    fn interpreter(&mut self, target: &context::Target) -> Result<&mut Interpreter> {
-        if !self.interpreters.contains_key(&target.id) {
-            let interpreter = self.start_interpreter(target.language, target.cwd.clone())?;
-            self.interpreters.insert(target.id.clone(), interpreter);
-        }
-        Ok(self.interpreters.get_mut(&target.id).expect("inserted"))
-    }
-
-    fn start_interpreter(
+    /// A new interpreter of `language` in `cwd`, spawned: it is ready once it says so
+    /// and the kernel shows it waiting for its first request (`session/starting.rs`).
+    fn spawn_interpreter(
         &mut self,
         language: Language,
         cwd: Option<PathBuf>,
@@ -787,7 +733,7 @@ impl<'p> Session<'p> {
         drop((null, stdout_write, stderr_write, theirs));
         nonblocking(&stdout_read);
         nonblocking(&stderr_read);
-        let mut interpreter = Interpreter {
+        Ok(Interpreter {
             id,
             pid: None,
             idle: match language {
@@ -800,119 +746,7 @@ impl<'p> Session<'p> {
             stdout: stdout_read,
             stderr: stderr_read,
             cells: 0,
-        };
-        // Ready, or why not: what it wrote, or why it could not be run.
-        let deadline = Instant::now() + STARTUP;
-        // What it says on stderr if it fails to start.
-        let mut startup = match interpreter.collector(4096) {
-            Ok(collector) => collector,
-            Err(err) => {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(err);
-            }
-        };
-        startup.capture(4096);
-        let mut failure = None;
-        loop {
-            let mut fds = vec![
-                PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
-                PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
-            ];
-            fds.extend(self.watch_control());
-            let until = sooner(Some(deadline), self.end_by());
-            let _ = nix::poll::poll(&mut fds, poll_timeout(until));
-            drop(fds);
-            if self.over() {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(self.end_error());
-            }
-            startup.pump(1);
-            if let Some(line) = interpreter.next_line() {
-                if line.get("ready") == Some(&Value::Bool(true)) && interpreter.pid.is_some() {
-                    return match self.learn_idle(&mut interpreter, deadline) {
-                        Ok(()) => Ok(interpreter),
-                        Err(why) => {
-                            let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                            Err(Error::setup(format!(
-                                "the session's {} interpreter cannot be watched: {why}; brig reads \
-                                 it to tell the interpreter's replies from a cell's (see \
-                                 docs/protocol.md, the trust boundary)",
-                                language_name(language)
-                            )))
-                        }
-                    };
-                }
-                continue;
-            }
-            let mut ended = false;
-            for event in self.jail.events() {
-                match event {
-                    Event::Failed {
-                        id: of, message, ..
-                    } if of == id => failure = Some(message),
-                    Event::Ended { id: of, .. } if of == id => ended = true,
-                    other => self.note_event(other),
-                }
-            }
-            if ended {
-                // What it started, if anything, goes with it.
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                startup.pump(1);
-                let stderr = startup.into_captured().stderr;
-                let why = failure
-                    .take()
-                    .unwrap_or_else(|| format!("it ended before it was ready: {}", stderr.trim()));
-                return Err(Error::setup(format!(
-                    "the session's {} interpreter did not start: {why}",
-                    language_name(language)
-                )));
-            }
-            if Instant::now() >= deadline {
-                let _ = self.jail.signal(id, Signal::SIGKILL, true);
-                return Err(Error::setup(format!(
-                    "the session's {} interpreter was not ready within {}s",
-                    language_name(language),
-                    STARTUP.as_secs()
-                )));
-            }
-        }
-    }
-
-    /// The kernel's word that a ready interpreter waits for its first request, in what
-    /// (Node: on which epoll descriptor); an error when brig cannot read it (fail closed).
-    fn learn_idle(
-        &mut self,
-        interpreter: &mut Interpreter,
-        deadline: Instant,
-    ) -> std::result::Result<(), String> {
-        let pid = interpreter.pid.ok_or("its pid is unknown")?;
-        let mut pause = CONFIRM_FIRST;
-        loop {
-            if let Syscall::In { number, first } = kernel::syscall(pid)? {
-                match interpreter.idle {
-                    Idle::Receive(inode) if interpreter.reads_socket(number, first, inode)? => {
-                        return Ok(());
-                    }
-                    Idle::Epoll(None, inode)
-                        if kernel::is_epoll_wait(number)
-                            && kernel::epoll_watches(pid, first, inode)? =>
-                    {
-                        interpreter.idle = Idle::Epoll(Some(first), inode);
-                        return Ok(());
-                    }
-                    _ => {}
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "it did not wait for a request within {}s",
-                    STARTUP.as_secs()
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(CONFIRM_MOST);
-        }
+        })
     }
 
     /// Before a cell: a line that came from the interpreter while no cell ran means its
@@ -932,372 +766,6 @@ impl<'p> Session<'p> {
         };
         self.stop_interpreter(key);
         Some(why)
-    }
-
-    fn run_code(
-        &mut self,
-        cell: Cell,
-        target: &context::Target,
-        time_limit: Option<Span>,
-        output_limit: Option<crate::units::Size>,
-        peer: Peer,
-        connection: &OwnedFd,
-    ) -> Result<Value> {
-        let Cell { code, stream } = cell;
-        let code = code.as_str();
-        let (time_limit, limit) = self.limits(time_limit, output_limit)?;
-        let mut streaming = match stream {
-            true => Some(session_process::CellStream::new(
-                connection
-                    .try_clone()
-                    .map_err(|err| Error::setup(format!("keep the client's connection: {err}")))?,
-            )),
-            false => None,
-        };
-        let (key, language) = (target.id.as_str(), target.language);
-        self.absorb_events();
-        let lost_before = self.check_idle_interpreter(key);
-        let oom_before = self.oom_kills();
-        let interpreter = self.interpreter(target)?;
-        // The cell's output: kept for the reply, or streamed as it is read.
-        let mut output = interpreter.collector(limit)?;
-        match stream {
-            true => output.to_caller(),
-            false => output.capture(limit),
-        }
-        interpreter.cells += 1;
-        let cell = interpreter.cells;
-        let id = interpreter.id;
-        let pid = interpreter.pid;
-        let cpu_before = pid.and_then(kernel::cpu_time).unwrap_or_default();
-        let line = context::request_line(language, cell, code);
-        let started = Instant::now();
-        if interpreter.control.write_all(&line).is_err() {
-            self.stop_interpreter(key);
-            return Err(Error::setup(
-                "the session's interpreter went away; run the cell again",
-            ));
-        }
-        let mut deadline = time_limit.map(|limit| started + limit);
-        let mut cut = None;
-        // The reply as it came, until the kernel shows the interpreter waiting again.
-        let mut reply: Option<CellReply> = None;
-        let mut answer: Option<CellReply> = None;
-        let mut cpu_after = None;
-        let mut broken: Option<String> = None;
-        let mut unconfirmed: Option<Cut> = None;
-        let mut pause = CONFIRM_FIRST;
-        // Once brig has sent SIGKILL, nothing the interpreter says counts.
-        let mut killed = false;
-        let mut died: Option<Ended> = None;
-        loop {
-            let until = sooner(deadline, self.end_by());
-            let interpreter = self.interpreters.get_mut(key).expect("running");
-            let mut fds = vec![
-                PollFd::new(interpreter.control.as_fd(), PollFlags::POLLIN),
-                PollFd::new(interpreter.stdout.as_fd(), PollFlags::POLLIN),
-                PollFd::new(interpreter.stderr.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
-                PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
-                PollFd::new(connection.as_fd(), PollFlags::POLLIN),
-            ];
-            // The session's end (its timeout, the drain) holds during a cell too; the
-            // session's other requests are read (all but cells and the close are served
-            // at once).
-            let control = self.control.as_ref().filter(|_| self.drain_by.is_none());
-            let requests = match self.processes.deferred.is_none() {
-                true => PollFlags::POLLIN,
-                false => hang_up(),
-            };
-            fds.extend(control.map(|fd| PollFd::new(fd.as_fd(), requests)));
-            // The session's other programs and their clients are served meanwhile.
-            let theirs_at = fds.len();
-            let (mut theirs, their_fds) = self.processes.poll_fds();
-            fds.extend(their_fds);
-            // And the streamed watchers (`session_watch_stream.rs`).
-            let (watching, watch_fds) = session_watch_stream::watch_stream_fds(&self.watches);
-            theirs.extend(watching);
-            fds.extend(watch_fds);
-            let until = sooner(until, self.processes.next_deadline());
-            let soon = Instant::now() + pause;
-            let wake = match reply.is_some() && !killed {
-                true => Some(until.map_or(soon, |at| at.min(soon))),
-                false => until,
-            };
-            let _ = nix::poll::poll(&mut fds, poll_timeout(wake));
-            let ready: Vec<bool> = fds.iter().map(|fd| fd.any().unwrap_or(false)).collect();
-            let request_came = fds[6..theirs_at].iter().any(|fd| {
-                fd.revents()
-                    .is_some_and(|events| events.contains(PollFlags::POLLIN))
-            });
-            drop(fds);
-            let theirs_ready: Vec<session_loop::Source> = theirs
-                .into_iter()
-                .zip(&ready[theirs_at..])
-                .filter(|(_, ready)| **ready)
-                .map(|(source, _)| source)
-                .collect();
-            if ready[4] {
-                return Err(Error::setup(format!("session {}: its jail ended", self.id)));
-            }
-            if self.over() {
-                return Err(self.end_error());
-            }
-            let mut over = false;
-            for index in 0..2 {
-                over |= !output.pump_to(index, |index, kept| {
-                    if let Some(stream) = streaming.as_mut() {
-                        stream.send(index, kept);
-                    }
-                });
-            }
-            let interpreter = self.interpreters.get_mut(key).expect("running");
-            if !killed {
-                while let Some(line) = interpreter.next_line() {
-                    match (&reply, cell_reply(&line, cell, language)) {
-                        (None, Ok(received)) => reply = Some(received),
-                        (Some(_), _) => broken = Some("a second reply to one cell".into()),
-                        (None, Err(why)) => broken = Some(why),
-                    }
-                    if broken.is_some() {
-                        break;
-                    }
-                }
-                if let Some(stranger) = interpreter.stranger {
-                    broken = Some(format!(
-                        "a line on its control descriptor written by another process of the jail (pid {stranger})"
-                    ));
-                }
-                // The reply ends the cell once the kernel shows the interpreter back
-                // waiting for its next request: a cell that wrote it is still running.
-                if broken.is_none() && reply.is_some() {
-                    match interpreter.waiting() {
-                        Ok(true) => {
-                            cpu_after = pid.and_then(kernel::cpu_time);
-                            answer = reply.take();
-                            break;
-                        }
-                        Ok(false) => pause = (pause * 2).min(CONFIRM_MOST),
-                        Err(why) => {
-                            broken = Some(format!(
-                                "brig could not see whether it was waiting for its next request ({why})"
-                            ))
-                        }
-                    }
-                }
-                if broken.is_some() {
-                    // Its channel is no longer its own: it goes, and its state with it.
-                    self.jail.signal(id, Signal::SIGKILL, true)?;
-                    killed = true;
-                    deadline = None;
-                }
-            }
-            for event in self.jail.events() {
-                match event {
-                    Event::Ended { id: of, end } if of == id => died = Some(end),
-                    other => self.note_event(other),
-                }
-            }
-            self.serve_processes(&theirs_ready);
-            if request_came && self.processes.deferred.is_none() {
-                self.take_during_cell();
-            }
-            if died.is_some() {
-                break;
-            }
-            if broken.is_some() {
-                continue;
-            }
-            let now = Instant::now();
-            let client_left = ready[5] && client_gone(connection);
-            let why = if over {
-                Some(Cut::OutputLimit)
-            } else if client_left {
-                Some(Cut::ClientGone)
-            } else if deadline.is_some_and(|at| now >= at) {
-                Some(Cut::TimeLimit)
-            } else {
-                None
-            };
-            match (cut, why) {
-                // A reply came, but the interpreter is not back waiting: whatever wrote it,
-                // the cell still runs, and the channel cannot be trusted any more.
-                (None, Some(why)) if reply.is_some() => {
-                    cut = Some(why);
-                    unconfirmed = Some(why);
-                    self.jail.signal(id, Signal::SIGKILL, true)?;
-                    killed = true;
-                    deadline = None;
-                }
-                // First: interrupt the cell, end what it started, give it a grace period.
-                (None, Some(why)) => {
-                    cut = Some(why);
-                    self.jail.signal(id, Signal::SIGINT, false)?;
-                    let groups = self.processes.running_ids();
-                    self.jail.sweep(&self.interpreter_ids(None), &groups)?;
-                    // From the end of the sweep, which may take a while (a fork bomb's).
-                    deadline = Some(Instant::now() + INTERRUPT_GRACE);
-                }
-                // It did not come back (or came back without the kernel's word): the
-                // interpreter goes, and its state with it.
-                (Some(why), _) if deadline.is_some_and(|at| now >= at) => {
-                    if reply.is_some() {
-                        unconfirmed = Some(why);
-                    }
-                    self.jail.signal(id, Signal::SIGKILL, true)?;
-                    let groups = self.processes.running_ids();
-                    self.jail.sweep(&self.interpreter_ids(Some(id)), &groups)?;
-                    killed = true;
-                    deadline = None;
-                }
-                _ => {}
-            }
-        }
-        let wall = started.elapsed();
-        if cut.is_some() || broken.is_some() {
-            // What the cell started, and what it forks while it is interrupted.
-            let keep = self.interpreter_ids(died.map(|_| id));
-            let groups = self.processes.running_ids();
-            self.jail.sweep(&keep, &groups)?;
-        }
-        for index in 0..2 {
-            output.pump_to(index, |index, kept| {
-                if let Some(stream) = streaming.as_mut() {
-                    stream.send(index, kept);
-                }
-            });
-        }
-        let captured = output.into_captured();
-        // What was streamed goes before the reply (a client that does not read gets
-        // what it took, the rest counted as dropped).
-        let mut dropped = None;
-        if let Some(stream) = streaming.as_mut() {
-            stream.finish();
-            let give_up = sooner(
-                Some(Instant::now() + protocol::REPLY_TIMEOUT),
-                self.end_by(),
-            );
-            stream.client.flush_by(give_up.expect("some"));
-            dropped = Some(stream.client.dropped);
-        }
-        let oom = self.oom_kills().saturating_sub(oom_before);
-        // CPU time as the kernel counts it: the interpreter's, across the cell (a dead
-        // one's from its rusage, less what it had used before the cell).
-        let since =
-            |total_us: u64, before: Duration| total_us.saturating_sub(before.as_micros() as u64);
-        let ended = match (&died, cpu_after) {
-            (Some(end), _) => Ended {
-                cpu_user_us: since(end.cpu_user_us, cpu_before.0),
-                cpu_sys_us: since(end.cpu_sys_us, cpu_before.1),
-                ..*end
-            },
-            (None, Some((user, sys))) => Ended {
-                code: Some(0),
-                cpu_user_us: since(user.as_micros() as u64, cpu_before.0),
-                cpu_sys_us: since(sys.as_micros() as u64, cpu_before.1),
-                ..Ended::default()
-            },
-            (None, None) => Ended::default(),
-        };
-        if died.is_some() {
-            self.interpreter_ended(key);
-        }
-        let state_lost = died.is_some() || lost_before.is_some();
-        let error = answer
-            .as_ref()
-            .and_then(|answer| answer.error.as_ref())
-            .map(|error| serde_json::to_value(error).unwrap_or_default());
-        // Rich results count against the output limit, with stdout and stderr.
-        let (results, results_dropped) = match &mut answer {
-            Some(answer) => context::keep_results(
-                std::mem::take(&mut answer.results),
-                limit.saturating_sub(captured.counts.stdout_bytes + captured.counts.stderr_bytes),
-                answer.results_dropped,
-            ),
-            None => (Vec::new(), 0),
-        };
-        let error = error.or_else(|| {
-            (results_dropped > 0).then(|| context::results_cut(results_dropped, limit))
-        });
-        // The cell's end, decided as every program's is: the interpreter's death as init
-        // reported it, else its answer (a bash cell's status; an error is 1); what brig
-        // ended it for (rich results cut to fit are an output cut).
-        let program = match (&died, &answer) {
-            (Some(end), _) => Some(ProgramEnd::of_session(end, None)),
-            (None, Some(answer)) => Some(ProgramEnd::Exited(match answer.exit_code {
-                Some(code) => i32::from(code),
-                None if error.is_some() => 1,
-                None => 0,
-            })),
-            (None, None) => None,
-        };
-        let ended_by = match cut {
-            None if results_dropped > 0 => EndedBy::OutputLimit,
-            cut => Cut::ended_by(cut),
-        };
-        let outcome = outcome::decide(program, None, ended_by)?;
-        let (limit, oom_kills) = (time_limit, oom);
-        let end = ExecEnd {
-            outcome,
-            limit,
-            wall,
-            ended,
-            oom_kills,
-        };
-        let name = language_name(language);
-        let argv = [name.to_string(), code.to_string()];
-        let served = crate::verdict::Served { peer, argv: &argv };
-        let verdict = self.verdict(end, &captured, served, Ran::Cell(target));
-        let lost_why = match (&broken, unconfirmed, &died) {
-            (Some(why), _, _) => Some(format!("the cell broke its interpreter's protocol: {why}")),
-            (None, Some(cut), _) => Some(format!(
-                "a reply came on its control descriptor, but the interpreter did not go back to \
-                 waiting for its next request before {} (the cell wrote it?)",
-                match cut {
-                    Cut::TimeLimit => "the time limit",
-                    Cut::OutputLimit => "the output limit",
-                    Cut::ClientGone => "its client left",
-                }
-            )),
-            (None, None, Some(end)) => Some(format!(
-                "the {name} interpreter died ({})",
-                describe_end(end, oom > 0)
-            )),
-            (None, None, None) => lost_before
-                .as_ref()
-                .map(|why| format!("before this cell, its {name} interpreter saw {why}")),
-        };
-        let error = error.or_else(|| {
-            died.is_some().then(|| {
-                json!({
-                    "type": if broken.is_some() { "ProtocolError" } else { "InterpreterDied" },
-                    "message": format!(
-                        "{}; its state is lost and the next cell starts a fresh one",
-                        lost_why.as_deref().unwrap_or("the interpreter died")
-                    ),
-                    "traceback": "",
-                })
-            })
-        });
-        let mut reply = json!({
-            "type": "exec",
-            "verdict": verdict,
-            "stdout": captured.stdout,
-            "stderr": captured.stderr,
-            "result": answer.as_ref().and_then(|answer| answer.result.clone()),
-            "results": results,
-            "context": key,
-            "error": error.unwrap_or(Value::Null),
-            "state_lost": state_lost,
-            "state_lost_reason": lost_why.filter(|_| state_lost),
-        });
-        // A streamed cell's output went in its `output` frames.
-        if let (Some(dropped), Some(object)) = (dropped, reply.as_object_mut()) {
-            object.remove("stdout");
-            object.remove("stderr");
-            object.insert("dropped".into(), json!(dropped));
-        }
-        Ok(reply)
     }
 }
 

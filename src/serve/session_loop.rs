@@ -1,10 +1,10 @@
 //! A session's runner as one event loop (single-threaded): the server's control socket
 //! (new requests), the jail's init and events, each watched program's pipes and stdin,
-//! each attached client, one set of deadlines. A command that runs (in the foreground,
-//! streamed or not, or in the background) does not stop the session from serving its
-//! other requests. A code cell runs in its own loop (`run_code`, which watches the
-//! interpreter), which serves the watched programs and every request but the next cell
-//! and the close, which wait for the cell's end.
+//! each attached client, each running cell's interpreter socket, pipes and client
+//! (`session/cell.rs`), one set of deadlines. A command that runs (in the foreground,
+//! streamed or not, or in the background) or a cell that runs does not stop the session
+//! from serving its other requests; a cell for a context that runs one waits in that
+//! context's queue.
 
 use super::session_process::{
     Foreground, KEEP_ENDED, Listener, MAX_LISTENERS, MAX_RUNNING, Watch, Watched, parse_signal,
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 /// The most output a reply queued for a client carries (escaped as JSON, at most six
 /// times that is held); a larger one is written before the loop goes on.
-const QUEUED_OUTPUT: usize = 256 << 10;
+pub(super) const QUEUED_OUTPUT: usize = 256 << 10;
 
 /// What one descriptor polled by the loop is.
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +39,9 @@ pub(super) enum Source {
     WatchEvents,
     /// A streamed watcher's client.
     WatchStream,
+    /// A descriptor of the cell interpreter `id` (its program id) runs, or of that
+    /// interpreter while it starts (`session/cell.rs`, `session/starting.rs`).
+    Cell(u32, super::cell::CellFd),
 }
 
 /// The loop's state beside the session's: the watched programs, the clients being
@@ -51,8 +54,6 @@ pub(super) struct Processes {
     pub patience: Duration,
     /// The server's control socket's frames.
     pub requests: FrameReader,
-    /// A request that came while a cell ran and waits for its end (a cell, a close).
-    pub deferred: Option<Taken>,
 }
 
 /// A request as the server handed it over.
@@ -64,23 +65,9 @@ pub(super) struct Taken {
     memfd: OwnedFd,
 }
 
-impl Taken {
-    pub fn connection(&self) -> &OwnedFd {
-        &self.connection
-    }
-
-    /// Whether it must wait for the cell that runs: another cell, or the session's close.
-    fn waits_for_a_cell(&self) -> bool {
-        matches!(
-            self.request,
-            Ok(Request::SessionExec { code: Some(_), .. } | Request::SessionClose { .. })
-        )
-    }
-}
-
 impl Processes {
-    /// The descriptors of the watched programs and their clients, to poll (a cell's loop
-    /// polls them too), with what each is.
+    /// The descriptors of the watched programs and their clients, to poll, with what
+    /// each is.
     pub fn poll_fds(&self) -> (Vec<Source>, Vec<PollFd<'_>>) {
         let mut sources = Vec::new();
         let mut fds = Vec::new();
@@ -167,48 +154,52 @@ impl<'p> Session<'p> {
         self.processes.patience = protocol::REPLY_TIMEOUT.min(idle);
         let mut last_request = Instant::now();
         let why = loop {
-            let taken = match self.processes.deferred.take() {
-                // It came while a cell ran; that cell has ended.
-                Some(taken) => taken,
-                None => {
-                    let now = Instant::now();
-                    // A client waiting on a program or streaming a watcher keeps the
-                    // session from idling; a background process nobody is connected to
-                    // does not.
-                    if self.processes.busy() || self.watches.streams().next().is_some() {
-                        last_request = now;
-                    }
-                    let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
-                    let wake = sooner(wake, self.processes.next_deadline());
-                    let ready = self.poll(control, wake);
-                    if ready.iter().any(|source| matches!(source, Source::Init)) {
-                        break "its jail ended";
-                    }
-                    self.absorb_process_events();
-                    self.serve_processes(&ready);
-                    if self.over() {
-                        break self.ended.unwrap_or(DRAINING);
-                    }
-                    // Between requests the drain ends the session at once; a command
-                    // running in the foreground has the drain's grace.
-                    if self.drain_by.is_some() && !self.processes.foreground_running() {
-                        break DRAINING;
-                    }
-                    if !self.processes.busy()
-                        && self.watches.streams().next().is_none()
-                        && Instant::now() >= last_request + idle
-                    {
-                        break "it was idle for its idle_timeout";
-                    }
-                    if !ready.iter().any(|source| matches!(source, Source::Control)) {
-                        continue;
-                    }
-                    match self.read_next(control) {
-                        Err(()) => break "the server went away",
-                        Ok(None) => continue,
-                        Ok(Some(taken)) => taken,
-                    }
-                }
+            let now = Instant::now();
+            // A client waiting on a program or a cell, or streaming a watcher, keeps the
+            // session from idling; a background process nobody is connected to does not.
+            if self.processes.busy() || self.cells.busy() || self.watches.streams().next().is_some()
+            {
+                last_request = now;
+            }
+            let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
+            let wake = sooner(wake, self.processes.next_deadline());
+            let wake = sooner(wake, self.cells.next_deadline());
+            let wake = sooner(wake, self.starting_deadline());
+            let ready = self.poll(control, wake);
+            if ready.iter().any(|source| matches!(source, Source::Init)) {
+                break "its jail ended";
+            }
+            self.absorb_process_events();
+            self.serve_processes(&ready);
+            self.serve_cells(&ready);
+            if self.over() {
+                break self.ended.unwrap_or(DRAINING);
+            }
+            // Between requests the drain ends the session at once; a command running in
+            // the foreground and a running cell have the drain's grace.
+            if self.drain_by.is_some()
+                && !self.processes.foreground_running()
+                && self.cells.running.is_empty()
+            {
+                break DRAINING;
+            }
+            if !self.processes.busy()
+                && !self.cells.busy()
+                && self.watches.streams().next().is_none()
+                && Instant::now() >= last_request + idle
+            {
+                break "it was idle for its idle_timeout";
+            }
+            // Draining, the server sends nothing more (what it sent is answered at the end).
+            if self.drain_by.is_some()
+                || !ready.iter().any(|source| matches!(source, Source::Control))
+            {
+                continue;
+            }
+            let taken = match self.read_next(control) {
+                Err(()) => break "the server went away",
+                Ok(None) => continue,
+                Ok(Some(taken)) => taken,
             };
             let Taken {
                 request,
@@ -217,6 +208,8 @@ impl<'p> Session<'p> {
                 memfd,
             } = taken;
             if matches!(request, Ok(Request::SessionClose { .. })) {
+                // Its running cells are cut, their clients given their verdicts.
+                self.stop_cells();
                 self.end_clients("it was closed");
                 return ("it was closed", Some(connection));
             }
@@ -255,49 +248,50 @@ impl<'p> Session<'p> {
         }))
     }
 
-    /// A request that came while a cell runs: served now (commands, processes, files),
-    /// or after the cell (another cell, the close).
-    pub(super) fn take_during_cell(&mut self) {
-        let Some(control) = self.control.as_ref().and_then(|fd| fd.try_clone().ok()) else {
-            return;
-        };
-        if let Ok(Some(taken)) = self.read_next(&control) {
-            match taken.waits_for_a_cell() {
-                true => self.processes.deferred = Some(taken),
-                false => {
-                    self.take_request(taken.request, taken.peer, taken.connection, taken.memfd)
-                }
-            }
-        }
-    }
-
     /// Polls every source until one is ready or `wake`; the sources that are.
     fn poll(&mut self, control: &OwnedFd, wake: Option<Instant>) -> Vec<Source> {
-        let mut sources = vec![Source::Control, Source::Init, Source::Events];
+        let mut sources = vec![Source::Init, Source::Events];
         let mut fds = vec![
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.jail.init_fd(), PollFlags::POLLIN),
             PollFd::new(self.jail.events_fd(), PollFlags::POLLIN),
         ];
+        // Once the server has shut it (draining), it has no requests left, and its
+        // hang-up, which poll always reports, is known.
+        let draining = self.drain_by.is_some();
+        if !draining {
+            sources.push(Source::Control);
+            fds.push(PollFd::new(control.as_fd(), PollFlags::POLLIN));
+        }
         let (theirs, their_fds) = self.processes.poll_fds();
         sources.extend(theirs);
         fds.extend(their_fds);
         let (watching, watch_fds) = super::session_watch_stream::watch_stream_fds(&self.watches);
         sources.extend(watching);
         fds.extend(watch_fds);
+        let (cells, cell_fds) = self.cells.poll_fds(&self.interpreters);
+        sources.extend(cells);
+        fds.extend(cell_fds);
+        let (starting, starting_fds) = self.starting_fds();
+        sources.extend(starting);
+        fds.extend(starting_fds);
         let reader = &self.processes.requests;
-        let timeout = match reader.has_frame() {
-            true => PollTimeout::ZERO,
-            false => poll_timeout(wake),
+        let buffered = reader.has_frame() && !draining;
+        // To the microsecond (ppoll): a cell's end waits for the kernel's word that its
+        // interpreter is back waiting, looked for every 100 µs at first, which poll's
+        // milliseconds would make 1 ms.
+        let timeout = match buffered {
+            true => Some(Duration::ZERO),
+            false => wake.map(|at| at.saturating_duration_since(Instant::now())),
         };
-        let _ = nix::poll::poll(&mut fds, timeout);
+        let timeout = timeout.map(nix::sys::time::TimeSpec::from_duration);
+        let _ = nix::poll::ppoll(&mut fds, timeout, None);
         let mut ready: Vec<Source> = sources
             .iter()
             .zip(&fds)
             .filter(|(_, fd)| fd.any().unwrap_or(false))
             .map(|(source, _)| *source)
             .collect();
-        if reader.has_frame() && !ready.iter().any(|s| matches!(s, Source::Control)) {
+        if buffered && !ready.iter().any(|s| matches!(s, Source::Control)) {
             ready.push(Source::Control);
         }
         ready
@@ -325,7 +319,7 @@ impl<'p> Session<'p> {
         let processes = &mut self.processes;
         match source {
             Source::Control | Source::Init | Source::Events => {}
-            Source::WatchEvents | Source::WatchStream => {}
+            Source::WatchEvents | Source::WatchStream | Source::Cell(..) => {}
             Source::Output(id, index) => {
                 if let Some(process) = processes.watched.get_mut(&id)
                     && process.read(index)
@@ -379,9 +373,9 @@ impl<'p> Session<'p> {
         }
     }
 
-    /// An event that is not the one a loop waits for (a cell's, an interpreter's
-    /// start): a watched program's end or failure is noted (its verdict goes out from
-    /// the session's loop); an interpreter that ended is forgotten.
+    /// An event of the jail: a watched program's end or failure is noted (its verdict
+    /// goes out from the session's loop); a running cell's interpreter's end is the
+    /// cell's; an idle interpreter that ended is forgotten.
     pub(super) fn note_event(&mut self, event: Event) {
         match event {
             Event::Started { id, pid } => {
@@ -396,12 +390,17 @@ impl<'p> Session<'p> {
             Event::Failed { id, code, message } => {
                 if let Some(process) = self.processes.watched.get_mut(&id) {
                     process.failure = Some((code, message));
+                } else {
+                    self.starting_event(id, Some(message));
                 }
             }
-            Event::Ended { id, end } => match self.processes.watched.get_mut(&id) {
-                Some(process) => process.ended = Some(end),
-                None => self.forget_interpreter(id),
-            },
+            Event::Ended { id, end } => {
+                if let Some(process) = self.processes.watched.get_mut(&id) {
+                    process.ended = Some(end);
+                } else if !self.cell_interpreter_ended(id, end) && !self.starting_event(id, None) {
+                    self.forget_interpreter(id);
+                }
+            }
         }
     }
 
@@ -551,6 +550,7 @@ impl<'p> Session<'p> {
             client.queue(&message, None);
             clients.push(client);
         }
+        clients.extend(self.end_cells(&message));
         let by = Instant::now() + Duration::from_secs(1);
         for client in &mut clients {
             client.flush_by(by);
@@ -718,16 +718,13 @@ impl<'p> Session<'p> {
                     reply.unwrap_or_else(|err| error_reply(&err)),
                 )
             }
-            request @ Ok(Request::SessionExec { .. }) => {
-                // A cell: its reply (up to 8 MiB of output, escaped) is encoded straight
-                // into the socket, within the client's patience.
-                let reply = self.handle(request, peer, &connection);
-                let now = Instant::now();
-                let give_up =
-                    sooner(Some(now + self.processes.patience), self.end_by()).expect("some");
-                let _ = nix::unistd::ftruncate(&memfd, 0);
-                let _ = protocol::write_reply_by(connection.as_fd(), &reply, give_up);
-                return;
+            // A cell: run at once when its context is free, else queued.
+            Ok(request @ Request::SessionExec { .. }) => {
+                return self.take_cell(request, peer, connection, memfd);
+            }
+            // Answered at once, or once its interpreter is ready (create, restart).
+            Ok(request @ Request::SessionContext { .. }) => {
+                return self.take_context(request, connection, memfd);
             }
             // Files (a reply of at most 512 KiB of data) and errors: queued.
             request => {

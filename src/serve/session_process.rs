@@ -254,7 +254,7 @@ pub struct Foreground {
 }
 
 /// A cell's output streamed to its client as it is read (the interpreter's pipes are
-/// read by the cell's own loop).
+/// read by the session's loop as a source of the running cell, `session/cell.rs`).
 pub struct CellStream {
     pub client: Listener,
     chunker: Chunker,

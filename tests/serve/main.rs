@@ -13,6 +13,7 @@ mod bounds;
 mod client_api;
 mod clients;
 mod server;
+mod session_cells;
 mod session_engine;
 mod session_files;
 mod session_interpreters;

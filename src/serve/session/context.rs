@@ -10,6 +10,7 @@
 //! final value). They are the interpreter's data, checked here for shape, and count against
 //! the exec's output limit together with its stdout and stderr.
 
+use super::starting::ContextAnswer;
 use super::{Session, language_name};
 use crate::error::{Error, Result};
 use crate::serve::protocol::{ContextAction, Language};
@@ -29,6 +30,7 @@ pub struct Context {
 
 /// The context a cell runs in: its id (the interpreter map's key), language and working
 /// directory.
+#[derive(Clone)]
 pub struct Target {
     pub id: String,
     pub language: Language,
@@ -199,7 +201,7 @@ impl Session<'_> {
         language: Option<Language>,
         cwd: Option<PathBuf>,
         context: Option<String>,
-    ) -> Result<Value> {
+    ) -> Result<ContextAnswer> {
         let named = |what: &str| {
             context.clone().ok_or_else(|| {
                 Error::input(format!(
@@ -222,16 +224,21 @@ impl Session<'_> {
                     let running = self.interpreters.contains_key(id);
                     describe(id, context.language, context.cwd.as_ref(), running)
                 }));
-                Ok(json!({"type": "contexts", "contexts": listed}))
+                Ok(ContextAnswer::Now(
+                    json!({"type": "contexts", "contexts": listed}),
+                ))
             }
             ContextAction::Restart => {
                 let id = named("restart")?;
                 let target = self.target(Some(&id), None, "")?;
                 self.stop_interpreter(&id);
-                self.interpreter(&target)?;
-                Ok(
-                    json!({"type": "context", "context": describe(&id, target.language, target.cwd.as_ref(), true)}),
-                )
+                self.start_context(&target)?;
+                let reply = json!({"type": "context", "context": describe(&id, target.language, target.cwd.as_ref(), true)});
+                Ok(ContextAnswer::WhenStarted {
+                    key: id,
+                    reply,
+                    context: None,
+                })
             }
             ContextAction::Remove => {
                 let id = named("remove")?;
@@ -240,16 +247,23 @@ impl Session<'_> {
                     self.stop_interpreter(&id);
                 } else if self.contexts.remove(&id).is_some() {
                     self.stop_interpreter(&id);
+                    self.refuse_queued(&id);
                 } else {
                     self.target(Some(&id), None, "")?;
                 }
-                Ok(json!({"type": "context_removed", "context": id}))
+                Ok(ContextAnswer::Now(
+                    json!({"type": "context_removed", "context": id}),
+                ))
             }
         }
     }
 
-    fn create_context(&mut self, language: Language, cwd: Option<PathBuf>) -> Result<Value> {
-        if self.contexts.len() >= MAX_CONTEXTS {
+    fn create_context(
+        &mut self,
+        language: Language,
+        cwd: Option<PathBuf>,
+    ) -> Result<ContextAnswer> {
+        if self.contexts.len() + self.contexts_being_created() >= MAX_CONTEXTS {
             return Err(Error::input(format!(
                 "session_context: this session has {MAX_CONTEXTS} contexts, the most it may; \
                  remove one first"
@@ -265,24 +279,28 @@ impl Session<'_> {
             language,
             cwd: cwd.clone(),
         };
-        // Started now: a context that cannot run (no such interpreter, a cwd that is not
-        // there) is refused at once.
-        self.interpreter(&target)?;
-        self.contexts.insert(
-            id.clone(),
-            Context {
+        // Started now, answered when it is ready: a context that cannot run (no such
+        // interpreter, a cwd that is not there) is refused, and does not exist.
+        self.start_context(&target)?;
+        let reply =
+            json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)});
+        Ok(ContextAnswer::WhenStarted {
+            key: id,
+            reply,
+            context: Some(Context {
                 language,
                 cwd: cwd.clone(),
-            },
-        );
-        Ok(json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)}))
+            }),
+        })
     }
 
-    /// Ends the interpreter of context `id`, if it runs, and its state with it: it is
-    /// forgotten and its process group killed (what its cells started), and this returns
-    /// once the jail's init has reaped it (its pid no longer counts against the session's
-    /// pids).
+    /// Ends the interpreter of context `id`, if it runs, and its state with it: a cell it
+    /// runs is cut (its client gets its verdict), it is forgotten and its process group
+    /// killed (what its cells started), and this returns once the jail's init has reaped
+    /// it (its pid no longer counts against the session's pids).
     pub(super) fn stop_interpreter(&mut self, id: &str) {
+        self.stop_cell(id);
+        self.stop_starting(id);
         if let Some(program) = self.interpreter_ended(id) {
             self.jail.wait_for_end(program);
         }
