@@ -36,7 +36,7 @@ pub enum Status {
 /// Read back (`Deserialize`, e.g. from a server's reply) it is the same verdict: the
 /// names brig writes as constants (the schema, the namespaces, ...) must be ones it
 /// writes, so a verdict of another schema is refused, not misread.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     #[serde(deserialize_with = "known::schema")]
     pub schema: known::Name,
@@ -114,7 +114,7 @@ fn present<'de, D: serde::Deserializer<'de>>(
     Option::<u32>::deserialize(deserializer).map(Some)
 }
 
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     pub time_limit_ms: Option<u64>,
     pub cpu_time_ms: Option<u64>,
@@ -129,7 +129,7 @@ pub struct Limits {
     pub rlimits: Vec<Rlimit>,
 }
 
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Protections {
     #[serde(deserialize_with = "known::namespaces")]
     pub namespaces: Vec<known::Name>,
@@ -154,7 +154,7 @@ pub struct Protections {
 /// per-user counters are the jail's), `shared` (as root with `--host-uid-range off` or
 /// `--host-uid`: one host uid for every jail, its namespace created by root) or `caller`
 /// (rootless: the caller's own uid).
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HostIdentity {
     #[serde(deserialize_with = "known::host_mode")]
     pub mode: known::Name,

@@ -15,7 +15,6 @@ use nix::fcntl::{AtFlags, OFlag, SpliceFFlags};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
-use serde_json::Value;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
@@ -54,7 +53,7 @@ pub fn handle(
     request: Request,
     connection: &OwnedFd,
     (end_by, drain): (Option<Instant>, Option<Drain>),
-) -> Result<Option<Value>> {
+) -> Result<Option<SessionReply>> {
     let reply = match request {
         Request::SessionLs {
             path,
@@ -138,7 +137,7 @@ pub fn handle(
             ));
         }
     };
-    Ok(Some(reply.to_value()))
+    Ok(Some(reply))
 }
 
 /// One entry as stat and a listing report it.

@@ -181,11 +181,6 @@ impl SessionReply {
             .and_then(|value| value["type"].as_str().map(str::to_owned))
             .unwrap_or_default()
     }
-
-    /// The frame as a JSON value (the server's dispatch, which answers with values).
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("a reply always serializes")
-    }
 }
 
 /// A foreground exec's end: its verdict, and what it wrote unless that was streamed.

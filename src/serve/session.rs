@@ -13,7 +13,8 @@ mod starting;
 
 use super::kernel::{self, Syscall};
 use super::policy;
-use super::protocol::{self, FrameReader, Language, Reply, Request};
+use super::protocol::{self, FrameReader, Language, Request};
+use super::reply::{self, FileEntry, SessionReply};
 use super::runner_common::{self, dev_null, pipe};
 use super::wire::{DRAINING, Opening, Report, ToSession};
 use super::workspace::{self, Workspace};
@@ -29,7 +30,7 @@ use base64::Engine;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -190,13 +191,43 @@ struct CellError {
     traceback: String,
 }
 
-/// The reply to cell `cell` in `line`, or why the line is not one.
+impl From<CellError> for reply::CellError {
+    fn from(error: CellError) -> reply::CellError {
+        reply::CellError {
+            kind: error.kind,
+            message: error.message,
+            traceback: error.traceback,
+        }
+    }
+}
+
+/// An interpreter's first line: it is ready for cells.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ready {
+    ready: bool,
+}
+
+/// Whether `line` is an interpreter's `{"ready": true}`.
+fn is_ready(line: &[u8]) -> bool {
+    object_line::<Ready>(line).is_some_and(|line| line.ready)
+}
+
+/// A line of an interpreter's as `T`: one JSON object with `T`'s fields (serde would take
+/// an array of the values in order too, which no interpreter sends).
+fn object_line<T: serde::de::DeserializeOwned>(line: &[u8]) -> Option<T> {
+    let object = line.trim_ascii_start().starts_with(b"{");
+    object.then(|| serde_json::from_slice(line).ok()).flatten()
+}
+
+/// The reply to cell `cell` in `line` (at most [`MAX_INTERPRETER_LINE`] bytes, as
+/// [`Interpreter::next_line`] keeps them), or why the line is not one.
 fn cell_reply(
-    line: &Value,
+    line: &[u8],
     cell: u64,
     language: Language,
 ) -> std::result::Result<CellReply, String> {
-    let reply: CellReply = serde_json::from_value(line.clone()).map_err(|_| {
+    let reply: CellReply = object_line(line).ok_or_else(|| {
         "a line on its control descriptor that is not a well-formed reply".to_string()
     })?;
     if reply.id != cell {
@@ -383,14 +414,13 @@ impl<'p> Session<'p> {
             let err = Error::setup(format!(
                 "brig serve: {DRAINING}; the session was not created"
             ));
-            let _ = protocol::write_frame(connection.as_fd(), &Reply::error(&err), &[]);
+            let _ = protocol::write_frame(connection.as_fd(), &error_reply(&err), &[]);
             return self.end_jail();
         }
-        let reply = json!({
-            "type": "session",
-            "session": self.id,
-            "workspace": self.plan().identity.home,
-        });
+        let reply = SessionReply::Session {
+            session: self.id.clone(),
+            workspace: self.plan().identity.home.to_string_lossy().into_owned(),
+        };
         let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
         drop(connection);
         let ends_at = Instant::now() + Duration::from_millis(session_timeout_ms);
@@ -411,7 +441,7 @@ impl<'p> Session<'p> {
             if let Some(connection) = fds.first() {
                 let _ = protocol::write_frame(
                     connection.as_fd(),
-                    &Reply::error(&Error::input(message.clone())),
+                    &error_reply(&Error::input(message.clone())),
                     &[],
                 );
             }
@@ -420,7 +450,7 @@ impl<'p> Session<'p> {
         self.end_jail();
         // Answered once nothing of the session is left.
         if let Some(connection) = closed_by {
-            let reply = json!({"type": "closed", "session": id});
+            let reply = SessionReply::Closed { session: id };
             let _ = protocol::write_frame(connection.as_fd(), &reply, &[]);
         }
     }
@@ -430,23 +460,27 @@ impl<'p> Session<'p> {
         self.jail.end();
     }
 
-    /// One request's reply.
-    fn handle(&mut self, request: Result<Request>, peer: Peer, connection: &OwnedFd) -> Value {
+    /// One request's reply; None when the answer went out on the connection already (a
+    /// streamed read).
+    fn handle(
+        &mut self,
+        request: Result<Request>,
+        peer: Peer,
+        connection: &OwnedFd,
+    ) -> Option<SessionReply> {
         let request = match request {
             Ok(request) => request,
-            Err(err) => return error_reply(&err),
+            Err(err) => return Some(error_reply(&err)),
         };
         let result = match request {
-            Request::SessionExec { .. } => Err(Error::input(
-                EXEC_FORM,
-            )),
+            Request::SessionExec { .. } => Err(Error::input(EXEC_FORM)),
             Request::SessionPut {
                 path, data, append, ..
             } => base64::engine::general_purpose::STANDARD
                 .decode(data.as_bytes())
                 .map_err(|err| Error::input(format!("session_put: \"data\" is not base64: {err}")))
                 .and_then(|data| self.workspace().put(&path, &data, append))
-                .map(|size| json!({"type": "put", "path": path, "size": size})),
+                .map(|size| Some(SessionReply::Put { path, size })),
             Request::SessionGet {
                 path,
                 offset,
@@ -456,12 +490,11 @@ impl<'p> Session<'p> {
                 .workspace()
                 .get(&path, offset, length)
                 .map(|(data, size)| {
-                    json!({
-                        "type": "get",
-                        "path": path,
-                        "offset": offset,
-                        "size": size,
-                        "data": base64::engine::general_purpose::STANDARD.encode(data),
+                    Some(SessionReply::Get {
+                        path,
+                        offset,
+                        size,
+                        data: base64::engine::general_purpose::STANDARD.encode(data),
                     })
                 }),
             Request::SessionNetwork {
@@ -475,11 +508,15 @@ impl<'p> Session<'p> {
                 &allow_net,
                 &add_host,
                 self.audit_log.as_deref(),
-            ),
+            )
+            .map(Some),
             // Checked by the server against its --session-timeout.
             Request::SessionSetTimeout { timeout, .. } => {
                 self.ends_at = Some(Instant::now() + timeout.0);
-                Ok(json!({"type": "timeout", "session": self.id, "timeout_ms": timeout.0.as_millis() as u64}))
+                Ok(Some(SessionReply::Timeout {
+                    session: self.id.clone(),
+                    timeout_ms: timeout.0.as_millis() as u64,
+                }))
             }
             request if super::files::answers(&request) => {
                 let end_by = self.end_by();
@@ -493,19 +530,21 @@ impl<'p> Session<'p> {
                     connection,
                     (end_by, drain),
                 )
-                .map(Option::unwrap_or_default)
             }
-            Request::SessionLs { path, .. } => self
-                .workspace()
-                .list(&path)
-                .map(|(entries, truncated)| {
-                    json!({"type": "ls", "path": path, "entries": entries, "truncated": truncated})
-                }),
+            Request::SessionLs { path, .. } => {
+                self.workspace().list(&path).map(|(entries, truncated)| {
+                    Some(SessionReply::Ls {
+                        path,
+                        entries: entries.into_iter().map(FileEntry::from).collect(),
+                        truncated,
+                    })
+                })
+            }
             _ => Err(Error::input(
                 "brig serve: a session's runner was handed a request that is not for a session",
             )),
         };
-        result.unwrap_or_else(|err| error_reply(&err))
+        result.unwrap_or_else(|err| Some(error_reply(&err)))
     }
 
     fn workspace(&self) -> Workspace<'_> {
@@ -624,7 +663,7 @@ impl<'p> Session<'p> {
             .unwrap_or(0)
     }
 
-    /// The exec's verdict as JSON, with the session's id and what ran (a cell's
+    /// The exec's verdict, with the session's id and what ran (a cell's
     /// language and context, a command's pid); the server's audit line.
     fn verdict(
         &mut self,
@@ -632,7 +671,7 @@ impl<'p> Session<'p> {
         output: &Captured,
         served: crate::verdict::Served,
         ran: Ran,
-    ) -> Value {
+    ) -> Verdict {
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
             // The session's cgroup counts since its start; an exec's own are below.
@@ -674,12 +713,12 @@ impl<'p> Session<'p> {
                 Ran::Command { pid } => Some(pid),
             },
         });
-        let verdict = serde_json::to_value(verdict).unwrap_or_default();
         if let Some(path) = &self.audit_log
             && let Ok(sinks) = Sinks::open(None, None, Some(path))
         {
             let digest = crate::verdict::config_digest(self.plan());
-            sinks.deliver_json(&verdict, Some(digest), Some(served));
+            let line = serde_json::to_value(&verdict).expect("a verdict always serializes");
+            sinks.deliver_json(&line, Some(digest), Some(served));
         }
         verdict
     }
@@ -847,12 +886,12 @@ impl Interpreter {
         })
     }
 
-    /// The next whole line the interpreter sent, as JSON; None when none is there yet.
-    fn next_line(&mut self) -> Option<Value> {
+    /// The next whole line the interpreter sent (its newline included); None when none
+    /// is there yet.
+    fn next_line(&mut self) -> Option<Vec<u8>> {
         loop {
             if let Some(end) = self.lines.iter().position(|byte| *byte == b'\n') {
-                let line: Vec<u8> = self.lines.drain(..=end).collect();
-                return serde_json::from_slice(&line).ok().or(Some(Value::Null));
+                return Some(self.lines.drain(..=end).collect());
             }
             // Without waiting, but only this read: a cell is written to the same socket,
             // which must block while the interpreter takes a large one in.
@@ -911,8 +950,8 @@ fn language_name(language: Language) -> &'static str {
     }
 }
 
-fn error_reply(err: &Error) -> Value {
-    serde_json::to_value(Reply::error(err)).unwrap_or_default()
+fn error_reply(err: &Error) -> SessionReply {
+    SessionReply::error(err)
 }
 
 /// Checks a request for a session before the server hands it on: the paths and sizes a
@@ -951,5 +990,78 @@ pub fn check_request(request: &Request) -> Result<()> {
             code.is_some(),
         ),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interpreters_reply_line_is_parsed_into_its_type() {
+        let line = br#"{"id": 4, "result": "2", "error": null, "results": [{"text/plain": "2", "is_main_result": true}]}
+"#;
+        let reply = cell_reply(line, 4, Language::Python).unwrap();
+        assert_eq!((reply.id, reply.result.as_deref()), (4, Some("2")));
+        assert_eq!((reply.results.len(), reply.results_dropped), (1, 0));
+        let error = br#"{"id": 5, "result": null, "error": {"type": "ZeroDivisionError", "message": "division by zero", "traceback": "Traceback"}}"#;
+        let error = cell_reply(error, 5, Language::Python)
+            .unwrap()
+            .error
+            .unwrap();
+        let error = reply::CellError::from(error);
+        assert_eq!(
+            (error.kind.as_str(), error.traceback.as_str()),
+            ("ZeroDivisionError", "Traceback")
+        );
+        let bash = br#"{"id": 6, "exit_code": 3}"#;
+        assert_eq!(
+            cell_reply(bash, 6, Language::Bash).unwrap().exit_code,
+            Some(3)
+        );
+    }
+
+    /// A line a cell forged (or broke) is refused whole, with why: the runner's reply
+    /// holds only what the interpreter's protocol allows.
+    #[test]
+    fn a_malformed_or_forged_reply_line_is_refused() {
+        let refused: [(&[u8], Language, &str); 10] = [
+            (b"not a reply\n", Language::Python, "not a well-formed reply"),
+            (b"", Language::Python, "not a well-formed reply"),
+            (b"[4]\n", Language::Python, "not a well-formed reply"),
+            (br#"[4, "'forged'", null, [], 0, null]"#, Language::Python, "not a well-formed reply"),
+            // Fields that are not the interpreter's to give (a verdict, a status).
+            (br#"{"id": 4, "verdict": {"status": "ok"}}"#, Language::Python, "not a well-formed reply"),
+            (br#"{"id": 4, "error": {"type": "E", "message": "m", "traceback": "", "status": 0}}"#, Language::Node, "not a well-formed reply"),
+            (br#"{"id": "4"}"#, Language::Python, "not a well-formed reply"),
+            (br#"{"id": 999, "result": null}"#, Language::Python, "wrong id"),
+            (br#"{"id": 4, "exit_code": 0}"#, Language::Python, "only bash"),
+            (br#"{"id": 4, "results": [{"cpu_user_ms": 0}]}"#, Language::Node, "not a mime type"),
+        ];
+        for (line, language, why) in refused {
+            let text = String::from_utf8_lossy(line);
+            let err = cell_reply(line, 4, language)
+                .err()
+                .unwrap_or_else(|| panic!("{text}"));
+            assert!(err.contains(why), "{text}: {err}");
+        }
+        // A status out of a shell's range is not a status.
+        assert!(cell_reply(br#"{"id": 4, "exit_code": 256}"#, 4, Language::Bash).is_err());
+    }
+
+    #[test]
+    fn only_the_ready_line_says_ready() {
+        assert!(is_ready(b"{\"ready\":true}\n"));
+        assert!(is_ready(br#"{"ready": true}"#));
+        for line in [
+            &br#"{"ready": false}"#[..],
+            br#"{"ready": "yes"}"#,
+            br#"{"ready": true, "id": 1}"#,
+            br#"{"id": 1}"#,
+            b"[true]\n",
+            b"ready\n",
+        ] {
+            assert!(!is_ready(line), "{}", String::from_utf8_lossy(line));
+        }
     }
 }

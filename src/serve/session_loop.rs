@@ -11,6 +11,7 @@ use super::session_process::{
 };
 use super::*;
 use crate::jail::Output;
+use crate::serve::reply::{ExecReply, ListedProcess};
 use std::collections::BTreeMap;
 
 /// The most output a reply queued for a client carries (escaped as JSON, at most six
@@ -464,19 +465,23 @@ impl<'p> Session<'p> {
             if let Some(mut foreground) = process.foreground.take() {
                 let captured = &mut process.captured;
                 let kept = captured.stdout.len() + captured.stderr.len();
-                let reply = match foreground.stream {
-                    true => json!({
-                        "type": "exec",
-                        "verdict": verdict,
-                        "dropped": foreground.client.dropped,
-                    }),
-                    false => json!({
-                        "type": "exec",
-                        "verdict": verdict,
-                        "stdout": std::mem::take(&mut captured.stdout),
-                        "stderr": std::mem::take(&mut captured.stderr),
-                    }),
+                let exec = match foreground.stream {
+                    true => ExecReply {
+                        verdict: Box::new(verdict.clone()),
+                        stdout: None,
+                        stderr: None,
+                        cell: None,
+                        dropped: Some(foreground.client.dropped),
+                    },
+                    false => ExecReply {
+                        verdict: Box::new(verdict.clone()),
+                        stdout: Some(std::mem::take(&mut captured.stdout)),
+                        stderr: Some(std::mem::take(&mut captured.stderr)),
+                        cell: None,
+                        dropped: None,
+                    },
                 };
+                let reply = SessionReply::Exec(Box::new(exec));
                 if kept <= QUEUED_OUTPUT {
                     foreground.client.queue(&reply, None);
                     self.close_client(foreground.client);
@@ -489,7 +494,7 @@ impl<'p> Session<'p> {
                     let _ = protocol::write_reply_by(connection, &reply, give_up.expect("some"));
                 }
             }
-            process.verdict = Some(verdict);
+            process.verdict = Some(Box::new(verdict));
             // Ended before the jail said its pid (it could not be started): its starter
             // is told how it ended.
             if let Some(mut starter) = process.announce.take() {
@@ -529,11 +534,10 @@ impl<'p> Session<'p> {
     /// The session ends: everyone waiting is told so (within a second at most, all
     /// together), then let go.
     fn end_clients(&mut self, why: &str) {
-        let message = Reply::error(&Error::setup(format!(
+        let message = error_reply(&Error::setup(format!(
             "brig serve: session {} ended: {why}",
             self.id
         )));
-        let message = serde_json::to_value(message).unwrap_or_default();
         let mut clients = std::mem::take(&mut self.processes.closing);
         for process in std::mem::take(&mut self.processes.watched).into_values() {
             for mut client in process
@@ -620,17 +624,15 @@ impl<'p> Session<'p> {
                 }
             }
             Ok(Request::SessionPs { .. }) => {
-                let list: Vec<Value> = self
+                let processes = self
                     .processes
                     .watched
                     .values()
-                    .map(Watched::describe)
+                    .map(|process| ListedProcess {
+                        process: process.process(),
+                    })
                     .collect();
-                (
-                    connection,
-                    memfd,
-                    json!({"type": "processes", "processes": list}),
-                )
+                (connection, memfd, SessionReply::Processes { processes })
             }
             Ok(Request::SessionConnect { pid, tag, .. }) => {
                 let found = self
@@ -681,8 +683,10 @@ impl<'p> Session<'p> {
                         }
                         process
                             .queue_stdin(&data, close)
-                            .map(|written| {
-                                json!({"type": "stdin", "pid": pid, "written": written, "closed": close})
+                            .map(|written| SessionReply::Stdin {
+                                pid,
+                                written,
+                                closed: close,
                             })
                             .map_err(|why| {
                                 Error::input(format!("session_stdin: process {pid}: {why}"))
@@ -728,12 +732,11 @@ impl<'p> Session<'p> {
             }
             // Files (a reply of at most 512 KiB of data) and errors: queued.
             request => {
-                let reply = self.handle(request, peer, &connection);
-                // Null: the answer went out already (a streamed read).
-                if reply.is_null() {
+                // None: the answer went out already (a streamed read).
+                let Some(reply) = self.handle(request, peer, &connection) else {
                     let _ = nix::unistd::ftruncate(&memfd, 0);
                     return;
-                }
+                };
                 (connection, memfd, reply)
             }
         };
@@ -790,7 +793,7 @@ impl<'p> Session<'p> {
         pid: Option<u32>,
         tag: Option<&str>,
         signal: Signal,
-    ) -> Result<Value> {
+    ) -> Result<SessionReply> {
         let id = self.find_process(what, pid, tag)?;
         let pid = self.processes.watched[&id].pid.unwrap_or_default();
         if !self.processes.watched[&id].running() {
@@ -799,7 +802,10 @@ impl<'p> Session<'p> {
             )));
         }
         self.jail.signal(id, signal, true)?;
-        Ok(json!({"type": "signaled", "pid": pid, "signal": signal.as_str()}))
+        Ok(SessionReply::Signaled {
+            pid,
+            signal: signal.as_str().to_string(),
+        })
     }
 
     /// Starts a command: watched in the foreground (its client waits), or in the

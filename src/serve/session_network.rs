@@ -19,7 +19,6 @@ use crate::net::policy::Policy;
 use crate::options::{JailOptions, NetMode};
 use crate::verdict::Peer;
 use serde::Serialize;
-use serde_json::Value;
 use std::io::Write;
 use std::path::Path;
 
@@ -87,7 +86,7 @@ pub fn apply(
     allow_net: &[String],
     add_host: &[String],
     audit_log: Option<&Path>,
-) -> Result<Value> {
+) -> Result<super::reply::SessionReply> {
     let Some(old) = jail.network().cloned() else {
         return Err(fixed(session, jail.plan().net));
     };
@@ -112,7 +111,7 @@ pub fn apply(
         add_host: after.add_host,
         cut: cut as u64,
     };
-    Ok(reply.to_value())
+    Ok(reply)
 }
 
 /// A network change's line in the server's `--audit-log`.

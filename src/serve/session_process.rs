@@ -324,7 +324,7 @@ pub struct Watched {
     pub failure: Option<(u8, String)>,
     pub ended: Option<Ended>,
     /// Its verdict, once it has ended.
-    pub verdict: Option<Value>,
+    pub verdict: Option<Box<crate::verdict::Verdict>>,
     pub oom_before: u64,
     pub foreground: Option<Foreground>,
     pub listeners: Vec<Listener>,
@@ -542,23 +542,17 @@ impl Watched {
         SessionReply::Exited(Box::new(reply::Exited {
             pid: self.pid,
             tag: self.tag.clone(),
-            verdict: self.typed_verdict(),
+            verdict: self.verdict.clone(),
             dropped,
         }))
-    }
-
-    /// Its verdict as the type it was made from (it is kept as JSON).
-    fn typed_verdict(&self) -> Option<Box<crate::verdict::Verdict>> {
-        let verdict = self.verdict.clone()?;
-        serde_json::from_value(verdict).ok().map(Box::new)
     }
 
     /// What `session_ps` and `session_connect` say of it.
     pub fn process(&self) -> reply::Process {
         let status = self.verdict.as_ref().map(|verdict| reply::ProcessStatus {
-            status: serde_json::from_value(verdict["status"].clone()).ok(),
-            exit_code: verdict["exit_code"].as_i64().map(|code| code as i32),
-            signal: verdict["signal"].as_i64().map(|signal| signal as i32),
+            status: Some(verdict.status),
+            exit_code: verdict.exit_code,
+            signal: verdict.signal,
         });
         reply::Process {
             pid: self.pid,
@@ -573,10 +567,9 @@ impl Watched {
         }
     }
 
-    /// Its `process` frame, as JSON (`session_loop.rs` lists them so; the typed list is
-    /// `SessionReply::Processes` of [`Watched::process`]).
-    pub fn describe(&self) -> Value {
-        SessionReply::Process(Box::new(self.process())).to_value()
+    /// Its `process` frame (a start's answer, `session_connect`'s first frame).
+    pub fn describe(&self) -> SessionReply {
+        SessionReply::Process(Box::new(self.process()))
     }
 }
 

@@ -129,7 +129,7 @@ impl<'p> Session<'p> {
         pid: Option<u32>,
         tag: Option<&str>,
         size: PtySize,
-    ) -> Result<Value> {
+    ) -> Result<SessionReply> {
         check_size("session_resize", size)?;
         let id = self.find_process("session_resize", pid, tag)?;
         let process = self.processes.watched.get_mut(&id).expect("found");
@@ -147,12 +147,11 @@ impl<'p> Session<'p> {
         crate::sys::set_window_size(master.as_fd(), size.cols, size.rows)
             .map_err(|errno| Error::os("resize the process's terminal (TIOCSWINSZ)", errno))?;
         process.pty = Some(size);
-        let resized = crate::serve::reply::SessionReply::Resized {
+        Ok(SessionReply::Resized {
             pid,
             cols: size.cols,
             rows: size.rows,
-        };
-        Ok(resized.to_value())
+        })
     }
 }
 

@@ -13,6 +13,7 @@
 use super::session_loop::Source;
 use super::session_process::{CellStream, Listener};
 use super::*;
+use crate::serve::reply::ExecReply;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Cells that may wait behind the running one of a context; one more is refused.
@@ -606,7 +607,7 @@ impl<'p> Session<'p> {
 
     /// The session ends: the clients of the cells that run or wait get `message`, and
     /// are returned to be flushed with the others.
-    pub(super) fn end_cells(&mut self, message: &Value) -> Vec<Listener> {
+    pub(super) fn end_cells(&mut self, message: &SessionReply) -> Vec<Listener> {
         let mut clients = Vec::new();
         for (_, cell) in std::mem::take(&mut self.cells.running) {
             let mut client = match cell.streaming {
@@ -663,14 +664,10 @@ impl<'p> Session<'p> {
         let memfd = cell.memfd.try_clone().ok();
         let (reply, streaming, connection) = self.cell_reply(cell);
         let reply = reply.unwrap_or_else(|err| error_reply(&err));
-        let kept = reply["stdout"].as_str().map_or(0, str::len)
-            + reply["stderr"].as_str().map_or(0, str::len)
-            + reply["results"].as_array().map_or(0, |results| {
-                results
-                    .iter()
-                    .map(|bundle| serde_json::to_vec(bundle).map_or(0, |json| json.len()))
-                    .sum()
-            });
+        let kept = match &reply {
+            SessionReply::Exec(exec) => held_output(exec),
+            _ => 0,
+        };
         let mut client = match streaming {
             Some(stream) => stream.client,
             None => Listener::new(connection),
@@ -693,7 +690,10 @@ impl<'p> Session<'p> {
     }
 
     /// The reply of an ended cell, and where it goes (its stream, else its connection).
-    fn cell_reply(&mut self, cell: RunningCell) -> (Result<Value>, Option<CellStream>, OwnedFd) {
+    fn cell_reply(
+        &mut self,
+        cell: RunningCell,
+    ) -> (Result<SessionReply>, Option<CellStream>, OwnedFd) {
         let RunningCell {
             target,
             id,
@@ -765,9 +765,9 @@ impl<'p> Session<'p> {
         let stopped = cut == Some(Cut::Stopped);
         let state_lost = died.is_some() || lost_before.is_some() || stopped;
         let error = answer
-            .as_ref()
-            .and_then(|answer| answer.error.as_ref())
-            .map(|error| serde_json::to_value(error).unwrap_or_default());
+            .as_mut()
+            .and_then(|answer| answer.error.take())
+            .map(reply::CellError::from);
         // Rich results count against the output limit, with stdout and stderr.
         let (results, results_dropped) = match &mut answer {
             Some(answer) => context::keep_results(
@@ -836,39 +836,52 @@ impl<'p> Session<'p> {
                 .map(|why| format!("before this cell, its {name} interpreter saw {why}")),
         };
         let error = error.or_else(|| {
-            (died.is_some() || stopped).then(|| {
-                json!({
-                    "type": match (&broken, stopped) {
-                        (Some(_), _) => "ProtocolError",
-                        (None, true) => "Stopped",
-                        (None, false) => "InterpreterDied",
-                    },
-                    "message": format!(
-                        "{}; its state is lost and the next cell starts a fresh one",
-                        lost_why.as_deref().unwrap_or("the interpreter died")
-                    ),
-                    "traceback": "",
-                })
+            (died.is_some() || stopped).then(|| reply::CellError {
+                kind: match (&broken, stopped) {
+                    (Some(_), _) => "ProtocolError",
+                    (None, true) => "Stopped",
+                    (None, false) => "InterpreterDied",
+                }
+                .to_string(),
+                message: format!(
+                    "{}; its state is lost and the next cell starts a fresh one",
+                    lost_why.as_deref().unwrap_or("the interpreter died")
+                ),
+                traceback: String::new(),
             })
         });
-        let mut reply = json!({
-            "type": "exec",
-            "verdict": verdict,
-            "stdout": captured.stdout,
-            "stderr": captured.stderr,
-            "result": answer.as_ref().and_then(|answer| answer.result.clone()),
-            "results": results,
-            "context": key,
-            "error": error.unwrap_or(Value::Null),
-            "state_lost": state_lost,
-            "state_lost_reason": lost_why.filter(|_| state_lost),
-        });
+        let cell = reply::CellReply {
+            result: answer.and_then(|answer| answer.result),
+            results,
+            context: key.to_string(),
+            error,
+            state_lost,
+            state_lost_reason: lost_why.filter(|_| state_lost),
+        };
         // A streamed cell's output went in its `output` frames.
-        if let (Some(dropped), Some(object)) = (dropped, reply.as_object_mut()) {
-            object.remove("stdout");
-            object.remove("stderr");
-            object.insert("dropped".into(), json!(dropped));
-        }
+        let (stdout, stderr) = match dropped {
+            Some(_) => (None, None),
+            None => (Some(captured.stdout), Some(captured.stderr)),
+        };
+        let reply = SessionReply::Exec(Box::new(ExecReply {
+            verdict: Box::new(verdict),
+            stdout,
+            stderr,
+            cell: Some(cell),
+            dropped,
+        }));
         (Ok(reply), streaming, connection)
     }
+}
+
+/// The bytes of output an exec reply holds (its stdout, stderr and rich results): a large
+/// one is written straight into the socket, not queued.
+fn held_output(exec: &ExecReply) -> usize {
+    let text = |stream: &Option<String>| stream.as_ref().map_or(0, String::len);
+    let results = exec.cell.as_ref().map_or(0, |cell| {
+        (cell.results.iter())
+            .map(|bundle| serde_json::to_vec(bundle).map_or(0, |json| json.len()))
+            .sum()
+    });
+    text(&exec.stdout) + text(&exec.stderr) + results
 }

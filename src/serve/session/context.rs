@@ -14,8 +14,10 @@ use super::starting::ContextAnswer;
 use super::{Session, language_name};
 use crate::error::{Error, Result};
 use crate::serve::protocol::{ContextAction, Language};
+use crate::serve::reply::{CellError, ContextInfo, SessionReply};
 use nix::sys::signal::Signal;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 /// The most contexts `session_context` may create in one session (besides the three
@@ -61,7 +63,7 @@ pub fn request_line(language: Language, cell: u64, code: &str) -> Vec<u8> {
     match language {
         Language::Bash => format!("{cell}\n{code}\0").into_bytes(),
         _ => {
-            let mut line = serde_json::to_vec(&json!({"id": cell, "code": code})).expect("JSON");
+            let mut line = serde_json::to_vec(&CellRequest { id: cell, code }).expect("JSON");
             line.push(b'\n');
             line
         }
@@ -124,27 +126,34 @@ pub fn keep_results(
 }
 
 /// The cell's error when results were dropped at the output limit.
-pub fn results_cut(dropped: u64, limit: u64) -> Value {
-    json!({
-        "type": "OutputLimit",
-        "message": format!(
+pub fn results_cut(dropped: u64, limit: u64) -> CellError {
+    CellError {
+        kind: "OutputLimit".into(),
+        message: format!(
             "{dropped} result(s) of the cell were dropped: with its stdout and stderr they \
              pass the output limit of {limit} bytes; raise output_limit (at most {} bytes) \
              or display less",
             crate::serve::protocol::MAX_CAPTURE
         ),
-        "traceback": "",
-    })
+        traceback: String::new(),
+    }
 }
 
-fn describe(id: &str, language: Language, cwd: Option<&PathBuf>, running: bool) -> Value {
-    json!({
-        "id": id,
-        "language": language_name(language),
-        "cwd": cwd,
-        "default": is_default(id).is_some(),
-        "running": running,
-    })
+fn describe(id: &str, language: Language, cwd: Option<&PathBuf>, running: bool) -> ContextInfo {
+    ContextInfo {
+        id: id.to_string(),
+        language,
+        cwd: cwd.map(|dir| dir.to_string_lossy().into_owned()),
+        default: is_default(id).is_some(),
+        running,
+    }
+}
+
+/// A cell as Python and Node read it: one JSON line.
+#[derive(Serialize)]
+struct CellRequest<'a> {
+    id: u64,
+    code: &'a str,
 }
 
 impl Session<'_> {
@@ -214,26 +223,27 @@ impl Session<'_> {
             ContextAction::Create => self.create_context(language.unwrap_or_default(), cwd),
             ContextAction::List => {
                 self.absorb_events();
-                let mut listed: Vec<Value> = [Language::Python, Language::Node, Language::Bash]
-                    .into_iter()
-                    .map(Target::default_of)
-                    .filter(|target| self.interpreters.contains_key(&target.id))
-                    .map(|target| describe(&target.id, target.language, None, true))
-                    .collect();
-                listed.extend(self.contexts.iter().map(|(id, context)| {
+                let mut contexts: Vec<ContextInfo> =
+                    [Language::Python, Language::Node, Language::Bash]
+                        .into_iter()
+                        .map(Target::default_of)
+                        .filter(|target| self.interpreters.contains_key(&target.id))
+                        .map(|target| describe(&target.id, target.language, None, true))
+                        .collect();
+                contexts.extend(self.contexts.iter().map(|(id, context)| {
                     let running = self.interpreters.contains_key(id);
                     describe(id, context.language, context.cwd.as_ref(), running)
                 }));
-                Ok(ContextAnswer::Now(
-                    json!({"type": "contexts", "contexts": listed}),
-                ))
+                Ok(ContextAnswer::Now(SessionReply::Contexts { contexts }))
             }
             ContextAction::Restart => {
                 let id = named("restart")?;
                 let target = self.target(Some(&id), None, "")?;
                 self.stop_interpreter(&id);
                 self.start_context(&target)?;
-                let reply = json!({"type": "context", "context": describe(&id, target.language, target.cwd.as_ref(), true)});
+                let reply = SessionReply::Context {
+                    context: describe(&id, target.language, target.cwd.as_ref(), true),
+                };
                 Ok(ContextAnswer::WhenStarted {
                     key: id,
                     reply,
@@ -251,9 +261,9 @@ impl Session<'_> {
                 } else {
                     self.target(Some(&id), None, "")?;
                 }
-                Ok(ContextAnswer::Now(
-                    json!({"type": "context_removed", "context": id}),
-                ))
+                Ok(ContextAnswer::Now(SessionReply::ContextRemoved {
+                    context: id,
+                }))
             }
         }
     }
@@ -282,8 +292,9 @@ impl Session<'_> {
         // Started now, answered when it is ready: a context that cannot run (no such
         // interpreter, a cwd that is not there) is refused, and does not exist.
         self.start_context(&target)?;
-        let reply =
-            json!({"type": "context", "context": describe(&id, language, cwd.as_ref(), true)});
+        let reply = SessionReply::Context {
+            context: describe(&id, language, cwd.as_ref(), true),
+        };
         Ok(ContextAnswer::WhenStarted {
             key: id,
             reply,
@@ -320,6 +331,7 @@ impl Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn bundle(value: Value) -> Map<String, Value> {
         value.as_object().expect("an object").clone()

@@ -35,7 +35,7 @@ pub(super) struct Starting {
 /// A `session_context` request that waits for its context's interpreter.
 pub(super) struct Waiter {
     client: Listener,
-    reply: Value,
+    reply: SessionReply,
     /// A context being created: it exists once its interpreter is ready.
     context: Option<context::Context>,
 }
@@ -43,10 +43,10 @@ pub(super) struct Waiter {
 /// The answer of a `session_context` request: now, or when the interpreter of context
 /// `key` is ready.
 pub(super) enum ContextAnswer {
-    Now(Value),
+    Now(SessionReply),
     WhenStarted {
         key: String,
-        reply: Value,
+        reply: SessionReply,
         context: Option<context::Context>,
     },
 }
@@ -268,7 +268,7 @@ impl<'p> Session<'p> {
     }
 
     /// The session ends: the clients waiting for an interpreter get `message`.
-    pub(super) fn end_starting(&mut self, message: &Value) -> Vec<Listener> {
+    pub(super) fn end_starting(&mut self, message: &SessionReply) -> Vec<Listener> {
         let mut clients = Vec::new();
         for (_, starting) in std::mem::take(&mut self.cells.starting) {
             for waiter in starting.waiters {
@@ -290,7 +290,7 @@ impl Starting {
         }
         if !self.ready
             && let Some(line) = self.interpreter.next_line()
-            && line.get("ready") == Some(&Value::Bool(true))
+            && is_ready(&line)
             && self.interpreter.pid.is_some()
         {
             self.ready = true;
