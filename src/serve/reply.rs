@@ -772,6 +772,25 @@ mod tests {
         }
     }
 
+    /// The runner's frames say what the run path's say: its error frame is the run
+    /// protocol's, a shallow listing's entry is the workspace's own.
+    #[test]
+    fn session_frames_match_the_shapes_they_replaced() {
+        let err = Error::input("session_put: \"data\" is not base64");
+        assert_eq!(
+            serde_json::to_string(&SessionReply::error(&err)).unwrap(),
+            serde_json::to_string(&crate::serve::protocol::Reply::error(&err)).unwrap()
+        );
+        let entry = crate::serve::workspace::Entry {
+            name: "a.py".into(),
+            kind: "file",
+            size: 3,
+            mode: 0o600,
+        };
+        let plain = serde_json::to_string(&entry).unwrap();
+        assert_eq!(serde_json::to_string(&FileEntry::from(entry)).unwrap(), plain);
+    }
+
     #[test]
     fn exec_replies_of_commands_cells_and_streams() {
         let verdict_json = serde_json::to_string(&verdict()).unwrap();
@@ -809,6 +828,29 @@ mod tests {
             streamed_cell,
             &format!(
                 r#"{{"type":"exec","verdict":{verdict_json},"result":null,"results":[],"context":"python","error":{{"type":"ZeroDivisionError","message":"division by zero","traceback":"Traceback"}},"state_lost":false,"state_lost_reason":null,"dropped":0}}"#
+            ),
+        );
+        // A cell not streamed: its output, and a rich result (open mime keys).
+        let bundle: Bundle = serde_json::from_str(r#"{"is_main_result":true,"text/plain":"2"}"#)
+            .unwrap();
+        let cell = CellReply {
+            result: Some("2".into()),
+            results: vec![bundle],
+            context: "ctx-1".into(),
+            error: None,
+            state_lost: false,
+            state_lost_reason: None,
+        };
+        round_trip(
+            SessionReply::Exec(Box::new(ExecReply {
+                verdict: verdict(),
+                stdout: Some("out\n".into()),
+                stderr: Some(String::new()),
+                cell: Some(cell),
+                dropped: None,
+            })),
+            &format!(
+                r#"{{"type":"exec","verdict":{verdict_json},"stdout":"out\n","stderr":"","result":"2","results":[{{"is_main_result":true,"text/plain":"2"}}],"context":"ctx-1","error":null,"state_lost":false,"state_lost_reason":null}}"#
             ),
         );
         // The server's sorted keys (a `json!` map) read the same.

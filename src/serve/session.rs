@@ -30,7 +30,6 @@ use base64::Engine;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -173,7 +172,7 @@ struct CellReply {
     error: Option<CellError>,
     /// Mime bundles (`context::check_bundle`).
     #[serde(default)]
-    results: Vec<serde_json::Map<String, Value>>,
+    results: Vec<reply::Bundle>,
     /// Results the interpreter dropped to keep its reply within its bound.
     #[serde(default)]
     results_dropped: u64,

@@ -14,10 +14,9 @@ use super::starting::ContextAnswer;
 use super::{Session, language_name};
 use crate::error::{Error, Result};
 use crate::serve::protocol::{ContextAction, Language};
-use crate::serve::reply::{CellError, ContextInfo, SessionReply};
+use crate::serve::reply::{Bundle, CellError, ContextInfo, SessionReply};
 use nix::sys::signal::Signal;
 use serde::Serialize;
-use serde_json::{Map, Value};
 use std::path::PathBuf;
 
 /// The most contexts `session_context` may create in one session (besides the three
@@ -84,7 +83,7 @@ fn is_mime(mime: &str) -> bool {
 
 /// Checks one mime bundle of a reply: `is_main_result` a boolean, every other key a mime
 /// type whose value is text (base64 for binary types), or any JSON for a JSON type.
-pub fn check_bundle(bundle: &Map<String, Value>) -> std::result::Result<(), String> {
+pub fn check_bundle(bundle: &Bundle) -> std::result::Result<(), String> {
     for (key, value) in bundle {
         let fits = match key.as_str() {
             "is_main_result" => value.is_boolean(),
@@ -106,10 +105,10 @@ pub fn check_bundle(bundle: &Map<String, Value>) -> std::result::Result<(), Stri
 /// The results that fit in `room` bytes (their JSON), in order; what does not fit is
 /// dropped and counted, with those the interpreter already dropped.
 pub fn keep_results(
-    results: Vec<Map<String, Value>>,
+    results: Vec<Bundle>,
     room: u64,
     dropped_before: u64,
-) -> (Vec<Map<String, Value>>, u64) {
+) -> (Vec<Bundle>, u64) {
     let mut used = 0u64;
     let mut dropped = dropped_before;
     let mut kept = Vec::new();
@@ -331,7 +330,7 @@ impl Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     fn bundle(value: Value) -> Map<String, Value> {
         value.as_object().expect("an object").clone()
