@@ -788,7 +788,10 @@ mod tests {
             mode: 0o600,
         };
         let plain = serde_json::to_string(&entry).unwrap();
-        assert_eq!(serde_json::to_string(&FileEntry::from(entry)).unwrap(), plain);
+        assert_eq!(
+            serde_json::to_string(&FileEntry::from(entry)).unwrap(),
+            plain
+        );
     }
 
     #[test]
@@ -831,8 +834,8 @@ mod tests {
             ),
         );
         // A cell not streamed: its output, and a rich result (open mime keys).
-        let bundle: Bundle = serde_json::from_str(r#"{"is_main_result":true,"text/plain":"2"}"#)
-            .unwrap();
+        let bundle: Bundle =
+            serde_json::from_str(r#"{"is_main_result":true,"text/plain":"2"}"#).unwrap();
         let cell = CellReply {
             result: Some("2".into()),
             results: vec![bundle],

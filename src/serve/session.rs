@@ -9,6 +9,7 @@
 
 mod cell;
 mod context;
+mod lines;
 mod starting;
 
 use super::kernel::{self, Syscall};
@@ -138,8 +139,9 @@ struct Interpreter {
     /// What its main thread is blocked in while it waits for its next request.
     idle: Idle,
     control: UnixStream,
-    /// What arrived on `control` beyond the last whole line.
-    lines: Vec<u8>,
+    /// What arrived on `control` beyond the last whole line (at most
+    /// [`MAX_INTERPRETER_LINE`] of a line).
+    lines: lines::LineBuffer,
     /// Another process wrote to `control` (a cell's child holding the descriptor): its pid.
     stranger: Option<u32>,
     stdout: OwnedFd,
@@ -779,7 +781,7 @@ impl<'p> Session<'p> {
                 Language::Node => Idle::Epoll(None, socket_inode),
             },
             control: ours,
-            lines: Vec::new(),
+            lines: lines::LineBuffer::new(MAX_INTERPRETER_LINE),
             stranger: None,
             stdout: stdout_read,
             stderr: stderr_read,
@@ -889,8 +891,8 @@ impl Interpreter {
     /// is there yet.
     fn next_line(&mut self) -> Option<Vec<u8>> {
         loop {
-            if let Some(end) = self.lines.iter().position(|byte| *byte == b'\n') {
-                return Some(self.lines.drain(..=end).collect());
+            if let Some(line) = self.lines.next_line() {
+                return Some(line);
             }
             // Without waiting, but only this read: a cell is written to the same socket,
             // which must block while the interpreter takes a large one in.
@@ -902,7 +904,9 @@ impl Interpreter {
             );
             match received {
                 Ok((count @ 1.., sender)) => {
-                    self.lines.extend_from_slice(&chunk[..count]);
+                    // A cell's output goes to its pipes: a runaway line here is the
+                    // program's own writing to descriptor 3, kept within bounds.
+                    self.lines.push(&chunk[..count]);
                     // The first writer is the interpreter, saying it is ready; another
                     // process writing later is noted (the kernel names it).
                     match (self.pid, sender) {
@@ -912,11 +916,6 @@ impl Interpreter {
                     }
                 }
                 _ => return None,
-            }
-            // A cell's output goes to its pipes: a runaway line here is the program's
-            // own writing to descriptor 3, kept within bounds.
-            if self.lines.len() > MAX_INTERPRETER_LINE {
-                self.lines.clear();
             }
         }
     }

@@ -1114,12 +1114,23 @@ fn a_forged_reply_does_not_end_a_running_cell(mode: Mode) {
 }
 
 /// Lines on the control descriptor that are not the interpreter's one reply to the cell
-/// that runs (not JSON, a wrong id, a second reply, a line while no cell runs) cost the
-/// interpreter: it is replaced, the answer says `state_lost` and why, and the next cell
-/// runs in the fresh one.
+/// that runs (not JSON, a wrong id, a second reply, the reply's values as an array, a line
+/// longer than brig keeps, a line while no cell runs) cost the interpreter: it is
+/// replaced, the answer says `state_lost` and why, and the next cell runs in the fresh one.
 fn replies_that_break_the_protocol_cost_the_interpreter(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
     let id = create(&server, json!({}));
+    // The cell's own id and a forged result, as an array: serde would read it as the
+    // reply's fields in order; brig takes only an object.
+    let forged_array = FORGE_PY.replace(
+        "{'id': frame.f_locals['id'], 'result': \"'forged'\", 'error': None}",
+        "[frame.f_locals['id'], \"'forged'\", None]",
+    );
+    assert_ne!(forged_array, FORGE_PY);
+    // Past brig's bound on a line (MAX_INTERPRETER_LINE, 17 MiB): its start is dropped, its
+    // tail is no reply.
+    let runaway =
+        "import os\nos.write(3, b'{\"id\": 1, \"result\": \"' + b'x' * (18 << 20) + b'\"}\\n')\n1";
     let cases = [
         (
             "import os\nos.write(3, b'not a reply\\n')\n1",
@@ -1130,6 +1141,8 @@ fn replies_that_break_the_protocol_cost_the_interpreter(mode: Mode) {
             "wrong id",
         ),
         (&format!("{FORGE_PY}1"), "second reply"),
+        (&format!("{forged_array}1"), "not a well-formed reply"),
+        (runaway, "not a well-formed reply"),
     ];
     for (code_text, why) in cases {
         cell(&server, &id, "kept = 'yes'");

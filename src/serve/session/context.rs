@@ -104,11 +104,7 @@ pub fn check_bundle(bundle: &Bundle) -> std::result::Result<(), String> {
 
 /// The results that fit in `room` bytes (their JSON), in order; what does not fit is
 /// dropped and counted, with those the interpreter already dropped.
-pub fn keep_results(
-    results: Vec<Bundle>,
-    room: u64,
-    dropped_before: u64,
-) -> (Vec<Bundle>, u64) {
+pub fn keep_results(results: Vec<Bundle>, room: u64, dropped_before: u64) -> (Vec<Bundle>, u64) {
     let mut used = 0u64;
     let mut dropped = dropped_before;
     let mut kept = Vec::new();
