@@ -315,9 +315,16 @@ mod tests {
 
     /// A DNS server on 127.0.0.1 (UDP, and TCP on the same port) answering as told.
     fn server(behaviour: Behaviour) -> SocketAddr {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let address = udp.local_addr().unwrap();
-        let tcp = TcpListener::bind(address).unwrap();
+        // The kernel picks a free UDP port; TCP's same port may be another test's (or
+        // another build's) at that moment: pick again.
+        let (udp, tcp, address) = (0..100)
+            .find_map(|_| {
+                let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let address = udp.local_addr().ok()?;
+                let tcp = TcpListener::bind(address).ok()?;
+                Some((udp, tcp, address))
+            })
+            .expect("a port free for both UDP and TCP on 127.0.0.1");
         std::thread::spawn(move || {
             let mut buffer = [0u8; 512];
             while let Ok((length, peer)) = udp.recv_from(&mut buffer) {
@@ -378,9 +385,15 @@ mod tests {
         reply.build_bytes_vec().ok()
     }
 
+    /// A resolver asking a test server. One that answers gets a timeout no loaded machine
+    /// reaches (a test of its answer must not turn into a test of the scheduler); the
+    /// silent one is waited for briefly.
     fn resolver(behaviour: Behaviour) -> HostResolver {
-        HostResolver::with_nameservers(vec![server(behaviour)], Vec::new())
-            .with_timeout(Duration::from_millis(300))
+        let timeout = match behaviour {
+            Behaviour::Silent => Duration::from_millis(300),
+            _ => Duration::from_secs(30),
+        };
+        HostResolver::with_nameservers(vec![server(behaviour)], Vec::new()).with_timeout(timeout)
     }
 
     fn ip(text: &str) -> IpAddr {
