@@ -20,6 +20,10 @@ pub enum ErrorKind {
     SetupFailed,
     /// The program could not be executed or found (exit status 126 or 127).
     ExecFailed,
+    /// A server refused the request for its load or its state right now (its slots,
+    /// queues or buffers are full, it is draining, the jail it chose just went away):
+    /// nothing ran, and the same request may succeed if sent again later.
+    Busy,
 }
 
 /// The step of building the jail a failure belongs to, in the order they run.
@@ -117,6 +121,12 @@ impl Error {
         Error::new(ErrorKind::SetupFailed, message)
     }
 
+    /// A refusal to retry later: the server is at a limit or draining, nothing ran; the
+    /// message names the limit and when to retry.
+    pub fn busy(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Busy, message)
+    }
+
     /// A system call failed: `what` names the operation and its path.
     pub fn os(what: impl fmt::Display, errno: Errno) -> Error {
         Error {
@@ -178,6 +188,11 @@ impl Error {
 
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// Whether sending the same request again later may succeed (kind `busy`).
+    pub fn is_retryable(&self) -> bool {
+        self.kind == ErrorKind::Busy
     }
 
     pub fn stage(&self) -> Option<Stage> {
