@@ -29,17 +29,17 @@ use std::time::{Duration, Instant};
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
 /// waits for a program. Dropped without running one, it is killed and its cgroup removed.
 pub struct Jail<'p> {
-    pub(super) plan: &'p Plan,
+    plan: &'p Plan,
     init: Init,
-    pub(super) channel: ParentEnd,
+    channel: ParentEnd,
     signals: SignalFd,
     /// The output collector: with `--output-limit`, or a captured run's.
     output: Option<Output>,
     audit: Option<seccomp::AuditLog>,
     /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
-    pub(super) tun: Option<OwnedFd>,
+    tun: Option<OwnedFd>,
     /// A session's home directory, opened inside the jail.
-    pub(super) workspace: Option<OwnedFd>,
+    workspace: Option<OwnedFd>,
     /// The plan's `--time-limit`, unless the run was given another.
     time_limit: Option<Span>,
     /// A server's jail with `--output-limit` or a captured run: brig's copies of the
@@ -52,7 +52,7 @@ pub struct Jail<'p> {
     clock: Option<OwnedFd>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
-    pub(super) cgroup: Option<JailCgroup>,
+    cgroup: Option<JailCgroup>,
     reaped: bool,
     /// The jail's host ids. Declared after `cgroup`: a per-jail uid's lock is released
     /// only once nothing of the jail is left.
@@ -228,6 +228,44 @@ impl<'p> Jail<'p> {
         (self.host.uid, self.host.gid)
     }
 
+    pub(super) fn plan(&self) -> &'p Plan {
+        self.plan
+    }
+
+    /// brig's end of the channel to the jail's init: a session's jail speaks its commands
+    /// and reads its events over it.
+    pub(super) fn channel(&self) -> &ParentEnd {
+        &self.channel
+    }
+
+    /// `--net filtered`: starts relaying the jail's network under the plan's policy, with
+    /// the TUN device the jail handed over (once: a second call finds none); None
+    /// without a filtered network.
+    pub(super) fn start_network(&mut self) -> Result<Option<Forwarder>> {
+        match (self.tun.take(), &self.plan.network) {
+            (Some(tun), Some(policy)) => Forwarder::start(tun, policy)
+                .context(|| "start relaying the jail's network".into())
+                .at(Stage::Isolation)
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// A session's workspace (the jail's home directory), opened inside the jail; None
+    /// for a jail of another shape.
+    pub(super) fn workspace(&self) -> Option<BorrowedFd<'_>> {
+        self.workspace.as_ref().map(AsFd::as_fd)
+    }
+
+    /// What the jail's cgroup counts so far; None without a cgroup of its own.
+    pub(super) fn usage(&self) -> Option<crate::cgroup::Usage> {
+        self.cgroup.as_ref().map(JailCgroup::usage)
+    }
+
+    pub(super) fn cgroup_version(&self) -> Option<crate::cgroup::Version> {
+        self.cgroup.as_ref().map(JailCgroup::version)
+    }
+
     /// A reader of the jail cgroup's counters for another thread; None without a cgroup.
     pub fn cgroup_probe(&self) -> Option<crate::cgroup::UsageProbe> {
         self.cgroup.as_ref().map(crate::cgroup::JailCgroup::probe)
@@ -344,14 +382,7 @@ impl<'p> Jail<'p> {
             (stdio, _, _) => stdio,
         };
         // The filter relays from the program's first packet on.
-        let forwarder = match (self.tun.take(), &plan.network) {
-            (Some(tun), Some(policy)) => Some(
-                Forwarder::start(tun, policy)
-                    .context(|| "start relaying the jail's network".into())
-                    .at(Stage::Isolation)?,
-            ),
-            _ => None,
-        };
+        let forwarder = self.start_network()?;
         // Without a cgroup of its own the jail is in brig's, whose memory limit (a
         // container's) the kernel may enforce: its OOM kills are counted there.
         let enclosing_ooms = self
