@@ -2,7 +2,7 @@
 //! jail's first process, which assembles the jail and stays as its PID 1 (`child.rs`,
 //! then `init.rs`), and the program, which a process of the jail becomes
 //! (`program.rs`). They talk over `channel.rs`; `output.rs` collects their bounded
-//! output.
+//! output; `kill.rs` ends a jail whole and measures what it ended.
 //!
 //! A jail is assembled first and given its program later ([`Jail::assemble`], then
 //! [`Jail::run`]): between the two, its init waits with every namespace, the id maps, the
@@ -11,6 +11,7 @@
 mod channel;
 mod child;
 mod init;
+mod kill;
 pub mod outcome;
 pub mod output;
 mod program;
