@@ -258,4 +258,18 @@ mod tests {
         }
         assert_eq!(Stage::from_wire(200), None);
     }
+
+    /// A refusal to retry later is kind `busy` on the wire (error frames, the verdict's
+    /// `error_kind`), and the only retryable kind.
+    #[test]
+    fn busy_is_its_own_kind_on_the_wire() {
+        let busy = Error::busy("brig serve: all 4 jails are busy (--max-jails); retry later");
+        assert!(busy.is_retryable());
+        assert_eq!(serde_json::to_value(busy.kind()).unwrap(), "busy");
+        let kind: ErrorKind = serde_json::from_str(r#""busy""#).unwrap();
+        assert_eq!(kind, ErrorKind::Busy);
+        for other in [Error::input("x"), Error::host("x"), Error::setup("x")] {
+            assert!(!other.is_retryable(), "{:?}", other.kind());
+        }
+    }
 }
