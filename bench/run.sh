@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 if ! command -v bwrap >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
 fi
-cargo build --release -q -p brig -p brig-bench
-exec target/x86_64-unknown-linux-gnu/release/brig-bench \
-    --brig target/x86_64-unknown-linux-gnu/release/brig --json bench/results.json "$@"
+source bench/build-release.sh
+build_release
+bench=$(release_binary brig-bench)
+brig=$(release_binary brig)
+exec "$bench" --brig "$brig" --json bench/results.json "$@"

@@ -10,10 +10,12 @@
 # (bench/soak_sessions.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p brig -p brig-bench
+source bench/build-release.sh
+build_release
+brig=$(release_binary brig)
 if [[ ${1:-} == --sessions ]]; then
     shift
-    exec /usr/bin/python3 bench/soak_sessions.py "$@"
+    exec /usr/bin/python3 bench/soak_sessions.py --brig "$brig" "$@"
 fi
-exec target/x86_64-unknown-linux-gnu/release/brig-soak \
-    --brig target/x86_64-unknown-linux-gnu/release/brig --json bench/soak-results.json "$@"
+soak=$(release_binary brig-soak)
+exec "$soak" --brig "$brig" --json bench/soak-results.json "$@"

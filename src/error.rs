@@ -20,6 +20,10 @@ pub enum ErrorKind {
     SetupFailed,
     /// The program could not be executed or found (exit status 126 or 127).
     ExecFailed,
+    /// A server refused the request for its load or its state right now (its slots,
+    /// queues or buffers are full, it is draining, the jail it chose just went away):
+    /// nothing ran, and the same request may succeed if sent again later.
+    Busy,
 }
 
 /// The step of building the jail a failure belongs to, in the order they run.
@@ -117,6 +121,12 @@ impl Error {
         Error::new(ErrorKind::SetupFailed, message)
     }
 
+    /// A refusal to retry later: the server is at a limit or draining, nothing ran; the
+    /// message names the limit and when to retry.
+    pub fn busy(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Busy, message)
+    }
+
     /// A system call failed: `what` names the operation and its path.
     pub fn os(what: impl fmt::Display, errno: Errno) -> Error {
         Error {
@@ -178,6 +188,11 @@ impl Error {
 
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    /// Whether sending the same request again later may succeed (kind `busy`).
+    pub fn is_retryable(&self) -> bool {
+        self.kind == ErrorKind::Busy
     }
 
     pub fn stage(&self) -> Option<Stage> {
@@ -242,5 +257,19 @@ mod tests {
             assert_eq!(Stage::from_wire(stage.to_wire()), Some(stage));
         }
         assert_eq!(Stage::from_wire(200), None);
+    }
+
+    /// A refusal to retry later is kind `busy` on the wire (error frames, the verdict's
+    /// `error_kind`), and the only retryable kind.
+    #[test]
+    fn busy_is_its_own_kind_on_the_wire() {
+        let busy = Error::busy("brig serve: all 4 jails are busy (--max-jails); retry later");
+        assert!(busy.is_retryable());
+        assert_eq!(serde_json::to_value(busy.kind()).unwrap(), "busy");
+        let kind: ErrorKind = serde_json::from_str(r#""busy""#).unwrap();
+        assert_eq!(kind, ErrorKind::Busy);
+        for other in [Error::input("x"), Error::host("x"), Error::setup("x")] {
+            assert!(!other.is_retryable(), "{:?}", other.kind());
+        }
     }
 }

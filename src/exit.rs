@@ -1,6 +1,12 @@
 //! brig's exit status: the one place that knows the numbers. `brig --help`, the man page
 //! (generated from it) and the README's table come from `ExitStatus::TABLE`; a test holds
 //! the README to it.
+//!
+//! A server's refusal to retry later (`ErrorKind::Busy`) has no status of its own: every
+//! number from 0 to 255 is one a program can exit with, so a caller that retried on, say,
+//! 75 (sysexits' EX_TEMPFAIL) would run again a program that had run and exited 75. It
+//! ends as 125 like brig's other failures; the error frame's `kind`, and the clients'
+//! `retryable`, tell it apart without that ambiguity.
 
 /// How `brig run` ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +56,7 @@ impl ExitStatus {
         ),
         (
             "125",
-            "brig itself failed (bad option or config, setup failure); one line on stderr says why",
+            "brig itself failed (bad option or config, setup failure), or a server refused the run for now (kind busy: retry later); one line on stderr says why",
         ),
         ("126", "the program could not be executed"),
         ("127", "the program was not found"),

@@ -43,7 +43,7 @@ the program was killed by signal \fIN\fR; 159 (SIGSYS) with a line saying so whe
 brig killed the jail at a limit it enforces itself, \fB\-\-time\-limit\fR or \fB\-\-output\-limit\fR
 .TP
 125
-brig itself failed: a bad option, config or path, or a setup step the kernel refused; one line on standard error names what failed and the fix
+brig itself failed: a bad option, config or path, or a setup step the kernel refused; or \fBbrig serve\fR refused the run for now (full or draining: error kind busy, nothing ran, send it again later); one line on standard error names what failed and the fix
 .TP
 126
 the program could not be executed
@@ -446,7 +446,7 @@ why brig or the kernel ended the run (a limit reached, a seccomp kill, a program
 a default limit this host could not enforce and how to get it, the other line brig prints on stderr; null with \-\-quiet\-limits (the client's or the server's) or \-\-memory max
 .TP
 \fBerror_kind\fR, \fBerror_stage\fR
-for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
+for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed, or busy: a server's refusal for now, to retry later) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
 .TP
 \fBnetwork\fR
 null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-net rules and \-\-add\-host pins), \fBconnections\fR (one entry per destination and outcome: \fBname\fR, \fBport\fR, \fBaddress\fR brig connected to or refused, \fBallowed\fR, \fBreason\fR for a refusal or a cut, \fBconnections\fR, \fBbytes_sent\fR, \fBbytes_received\fR), \fBlookups\fR (\fBname\fR, \fBanswer\fR: the synthetic address, null for NXDOMAIN, \fBcount\fR), \fBdropped\fR (\fBprotocol\fR, \fBaddress\fR, \fBport\fR, \fBpackets\fR: UDP other than DNS, ICMP, IPv4 fragments, other protocols), \fBbytes_sent\fR, \fBbytes_received\fR and \fBlimit_reached\fR (net\-bytes, net\-connections or null)

@@ -1,8 +1,10 @@
 export const PROTOCOL_VERSION: 1;
 
 export class BrigError extends Error {
-  kind: "bad_input" | "host_lacks" | "setup_failed" | "exec_failed";
+  kind: "bad_input" | "host_lacks" | "setup_failed" | "exec_failed" | "busy";
   exitCode: number;
+  /** The server refused for now (kind `busy`: full or draining); nothing ran, send it again later. */
+  readonly retryable: boolean;
 }
 
 export interface RunResult {

@@ -21,6 +21,12 @@ class BrigError extends Error {
     this.kind = kind;
     this.exitCode = exitCode;
   }
+
+  // The server refused for now (full, draining): nothing ran, the same request may be
+  // answered if sent again later.
+  get retryable() {
+    return this.kind === "busy";
+  }
 }
 
 function exchange(socketPath, request, timeoutMs) {

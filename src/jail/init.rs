@@ -2,7 +2,7 @@
 //! program's status. Its exit ends the PID namespace, so everything else in the jail dies.
 
 use super::channel::{ChildEnd, Command, Ended, Message};
-use super::child;
+use super::program;
 use crate::error::Stage;
 use crate::exit::ExitStatus;
 use crate::plan::Plan;
@@ -149,7 +149,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
             }
             Some((Command::Spawn { id, program }, stdio)) => {
                 let spawned = sys::spawn_sharing_memory(&mut || {
-                    child::become_program(plan, &program, Some(&stdio), channel, Some(id), false)
+                    program::become_program(plan, &program, Some(&stdio), channel, Some(id), false)
                 });
                 drop(stdio);
                 started(&mut programs, id, spawned, channel);
@@ -181,7 +181,7 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                     [Ok(a), Ok(b), Ok(c)] => {
                         let stdio = vec![a, b, c];
                         sys::spawn_sharing_memory(&mut || {
-                            child::become_program(
+                            program::become_program(
                                 plan,
                                 &program,
                                 Some(&stdio),

@@ -9,13 +9,13 @@ use super::Program;
 use super::channel::{Command, Message};
 use super::child::Shape;
 use super::supervisor::Jail;
-use crate::cgroup::{JailCgroup, Usage, Version};
+use crate::cgroup::{Usage, Version};
 use crate::error::{AtStage, Context, Result, Stage};
 use crate::net::forward::Forwarder;
 use crate::net::policy::Policy;
 use crate::plan::Plan;
 use nix::sys::signal::Signal;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 pub use super::channel::Ended;
 
@@ -49,17 +49,10 @@ impl<'p> SessionJail<'p> {
     /// network relay, if it has one.
     pub fn assemble(plan: &'p Plan) -> Result<SessionJail<'p>> {
         let mut jail = Jail::assemble_with(plan, Shape::Session)?;
-        jail.channel
+        jail.channel()
             .report_without_waiting()
             .context(|| "make the jail's report pipe non-blocking".into())?;
-        let forwarder = match (jail.tun.take(), &plan.network) {
-            (Some(tun), Some(policy)) => Some(
-                Forwarder::start(tun, policy)
-                    .context(|| "start relaying the jail's network".into())
-                    .at(Stage::Isolation)?,
-            ),
-            _ => None,
-        };
+        let forwarder = jail.start_network()?;
         Ok(SessionJail {
             jail,
             pending: Vec::new(),
@@ -71,7 +64,7 @@ impl<'p> SessionJail<'p> {
     }
 
     pub fn plan(&self) -> &'p Plan {
-        self.jail.plan
+        self.jail.plan()
     }
 
     /// The network policy the session relays under now; None: not `--net filtered`.
@@ -104,10 +97,8 @@ impl<'p> SessionJail<'p> {
     /// resolved beneath it.
     pub fn workspace(&self) -> BorrowedFd<'_> {
         self.jail
-            .workspace
-            .as_ref()
+            .workspace()
             .expect("a session's jail has a workspace")
-            .as_fd()
     }
 
     /// Starts `program` with `stdio` as its descriptors 0, 1, 2, ..., in a process group
@@ -121,7 +112,7 @@ impl<'p> SessionJail<'p> {
             program: program.clone(),
         };
         self.jail
-            .channel
+            .channel()
             .send_command(&command, stdio)
             .context(|| "hand the program to the session's jail".into())
             .at(Stage::Spawn)?;
@@ -147,7 +138,7 @@ impl<'p> SessionJail<'p> {
             cols,
             rows,
         };
-        let channel = &self.jail.channel;
+        let channel = self.jail.channel();
         channel
             .send_command(&command, &[])
             .context(|| "hand the program to the session's jail".into())
@@ -190,7 +181,7 @@ impl<'p> SessionJail<'p> {
             group,
         };
         self.jail
-            .channel
+            .channel()
             .send_command(&command, &[])
             .context(|| "signal a program of the session".into())
     }
@@ -204,12 +195,12 @@ impl<'p> SessionJail<'p> {
             keep_groups: keep_groups.to_vec(),
         };
         self.jail
-            .channel
+            .channel()
             .send_command(&command, &[])
             .context(|| "end the processes of a session".into())?;
         let deadline = std::time::Instant::now() + SWEEP_WAIT;
         loop {
-            for message in self.jail.channel.read_available(&mut self.pending) {
+            for message in self.jail.channel().read_available(&mut self.pending) {
                 match message {
                     Message::Swept => return Ok(()),
                     other => self.queued.extend(event(other)),
@@ -236,7 +227,7 @@ impl<'p> SessionJail<'p> {
                 };
             }
             index = self.queued.len();
-            let arrived = self.jail.channel.read_available(&mut self.pending);
+            let arrived = self.jail.channel().read_available(&mut self.pending);
             if !arrived.is_empty() {
                 self.queued.extend(arrived.into_iter().filter_map(event));
                 continue;
@@ -265,7 +256,7 @@ impl<'p> SessionJail<'p> {
 
     /// Readable when the jail has [`Event`]s to read.
     pub fn events_fd(&self) -> BorrowedFd<'_> {
-        self.jail.channel.report_fd()
+        self.jail.channel().report_fd()
     }
 
     /// Readable when the jail's init has died (the session is over).
@@ -276,18 +267,18 @@ impl<'p> SessionJail<'p> {
     /// The events that have arrived; never blocks.
     pub fn events(&mut self) -> Vec<Event> {
         let mut events = std::mem::take(&mut self.queued);
-        let arrived = self.jail.channel.read_available(&mut self.pending);
+        let arrived = self.jail.channel().read_available(&mut self.pending);
         events.extend(arrived.into_iter().filter_map(event));
         events
     }
 
     /// What the session's cgroup counts so far (memory peak, OOM kills, pids, CPU).
     pub fn usage(&self) -> Option<Usage> {
-        self.jail.cgroup.as_ref().map(JailCgroup::usage)
+        self.jail.usage()
     }
 
     pub fn cgroup_version(&self) -> Option<Version> {
-        self.jail.cgroup.as_ref().map(JailCgroup::version)
+        self.jail.cgroup_version()
     }
 
     /// Ends the session: every process killed, init reaped, the network relay stopped;

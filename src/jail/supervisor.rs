@@ -6,13 +6,13 @@ use super::Program;
 use super::channel::{Channel, Message, ParentEnd, Stdio};
 use super::child::{self, Shape};
 use super::init;
+use super::kill::{Init, Measured, descendants_usage};
 use super::outcome::{EndedBy, Outcome, ProgramEnd, RunReport, Spent, decide};
 use super::output::{Captured, JailEnds, Output};
 use crate::cgroup::JailCgroup;
 use crate::error::{AtStage, Context, Error, Result, Stage};
 use crate::net::forward::Forwarder;
 use crate::plan::Plan;
-use crate::procfs::Stat;
 use crate::sys::{self, Cloned};
 use crate::units::Span;
 use crate::{identity, seccomp};
@@ -20,8 +20,7 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::Pid;
+use nix::sys::wait::WaitStatus;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
@@ -29,17 +28,17 @@ use std::time::{Duration, Instant};
 /// A jail that is assembled — namespaces, id maps, cgroup, mount tree — and whose init
 /// waits for a program. Dropped without running one, it is killed and its cgroup removed.
 pub struct Jail<'p> {
-    pub(super) plan: &'p Plan,
+    plan: &'p Plan,
     init: Init,
-    pub(super) channel: ParentEnd,
+    channel: ParentEnd,
     signals: SignalFd,
     /// The output collector: with `--output-limit`, or a captured run's.
     output: Option<Output>,
     audit: Option<seccomp::AuditLog>,
     /// `--net filtered`: the jail's TUN device, until `run` starts relaying for it.
-    pub(super) tun: Option<OwnedFd>,
+    tun: Option<OwnedFd>,
     /// A session's home directory, opened inside the jail.
-    pub(super) workspace: Option<OwnedFd>,
+    workspace: Option<OwnedFd>,
     /// The plan's `--time-limit`, unless the run was given another.
     time_limit: Option<Span>,
     /// A server's jail with `--output-limit` or a captured run: brig's copies of the
@@ -52,7 +51,7 @@ pub struct Jail<'p> {
     clock: Option<OwnedFd>,
     // Declared last: dropped (killing what is left inside, then removed) after `init` is
     // reaped on every path.
-    pub(super) cgroup: Option<JailCgroup>,
+    cgroup: Option<JailCgroup>,
     reaped: bool,
     /// The jail's host ids. Declared after `cgroup`: a per-jail uid's lock is released
     /// only once nothing of the jail is left.
@@ -163,15 +162,7 @@ impl<'p> Jail<'p> {
         let output_ends = jail_output.filter(|_| shape == Shape::Streams);
         let mut jail = Jail {
             plan,
-            init: Init {
-                pid,
-                pidfd,
-                namespaces: plan
-                    .identity
-                    .rootless
-                    .then(|| Init::open_namespaces(pid))
-                    .flatten(),
-            },
+            init: Init::new(pid, pidfd, plan.identity.rootless),
             channel: channel.parent_end(),
             signals,
             output,
@@ -220,12 +211,50 @@ impl<'p> Jail<'p> {
     /// A pidfd of the jail's init: a signal to it (SIGKILL) ends the jail, and after the
     /// jail is reaped it reaches nobody.
     pub fn init_pidfd(&self) -> BorrowedFd<'_> {
-        self.init.pidfd.as_fd()
+        self.init.pidfd()
     }
 
     /// The host uid and gid the jail's user maps to (its own, with a per-jail range).
     pub fn host_ids(&self) -> (u32, u32) {
         (self.host.uid, self.host.gid)
+    }
+
+    pub(super) fn plan(&self) -> &'p Plan {
+        self.plan
+    }
+
+    /// brig's end of the channel to the jail's init: a session's jail speaks its commands
+    /// and reads its events over it.
+    pub(super) fn channel(&self) -> &ParentEnd {
+        &self.channel
+    }
+
+    /// `--net filtered`: starts relaying the jail's network under the plan's policy, with
+    /// the TUN device the jail handed over (once: a second call finds none); None
+    /// without a filtered network.
+    pub(super) fn start_network(&mut self) -> Result<Option<Forwarder>> {
+        match (self.tun.take(), &self.plan.network) {
+            (Some(tun), Some(policy)) => Forwarder::start(tun, policy)
+                .context(|| "start relaying the jail's network".into())
+                .at(Stage::Isolation)
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// A session's workspace (the jail's home directory), opened inside the jail; None
+    /// for a jail of another shape.
+    pub(super) fn workspace(&self) -> Option<BorrowedFd<'_>> {
+        self.workspace.as_ref().map(AsFd::as_fd)
+    }
+
+    /// What the jail's cgroup counts so far; None without a cgroup of its own.
+    pub(super) fn usage(&self) -> Option<crate::cgroup::Usage> {
+        self.cgroup.as_ref().map(JailCgroup::usage)
+    }
+
+    pub(super) fn cgroup_version(&self) -> Option<crate::cgroup::Version> {
+        self.cgroup.as_ref().map(JailCgroup::version)
     }
 
     /// A reader of the jail cgroup's counters for another thread; None without a cgroup.
@@ -344,14 +373,7 @@ impl<'p> Jail<'p> {
             (stdio, _, _) => stdio,
         };
         // The filter relays from the program's first packet on.
-        let forwarder = match (self.tun.take(), &plan.network) {
-            (Some(tun), Some(policy)) => Some(
-                Forwarder::start(tun, policy)
-                    .context(|| "start relaying the jail's network".into())
-                    .at(Stage::Isolation)?,
-            ),
-            _ => None,
-        };
+        let forwarder = self.start_network()?;
         // Without a cgroup of its own the jail is in brig's, whose memory limit (a
         // container's) the kernel may enforce: its OOM kills are counted there.
         let enclosing_ooms = self
@@ -568,72 +590,11 @@ impl Ending {
             // Processes killed now are reaped by nobody whose usage brig learns: measure
             // them first, stopped, so that none forks, spins or frees memory meanwhile.
             jail.signal_from_inside(Signal::SIGSTOP);
-            self.at_kill = Some(descendants_usage(jail.pid));
+            self.at_kill = Some(descendants_usage(jail.pid()));
             jail.kill();
             self.by = why;
         }
     }
-}
-
-/// CPU time and peak memory of a group of processes.
-#[derive(Clone, Copy, Default)]
-struct Measured {
-    user: Duration,
-    system: Duration,
-    max_rss_kib: u64,
-}
-
-impl Measured {
-    fn of_rusage(usage: &libc::rusage) -> Measured {
-        let time = |tv: libc::timeval| {
-            Duration::from_secs(tv.tv_sec.max(0) as u64)
-                + Duration::from_micros(tv.tv_usec.max(0) as u64)
-        };
-        Measured {
-            user: time(usage.ru_utime),
-            system: time(usage.ru_stime),
-            max_rss_kib: usage.ru_maxrss.max(0) as u64,
-        }
-    }
-}
-
-/// Every live descendant of `root` (not `root` itself): their CPU time, including what
-/// they reaped (/proc/PID/stat), and the largest peak resident set among them
-/// (/proc/PID/status; that of children they reaped is not in /proc).
-fn descendants_usage(root: Pid) -> Measured {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Measured::default();
-    };
-    // pid -> (ppid, its CPU time including what it reaped)
-    let table: std::collections::HashMap<u64, (u64, (Duration, Duration))> = entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u64>().ok())
-        .filter_map(|pid| {
-            let stat = Stat::read(pid)?;
-            Some((pid, (stat.field(4)?, stat.cpu(true))))
-        })
-        .collect();
-    let root = root.as_raw() as u64;
-    let is_descendant = |mut pid: u64| {
-        for _ in 0..table.len() {
-            match table.get(&pid) {
-                Some((ppid, _)) if *ppid == root => return true,
-                Some((ppid, _)) if *ppid > 1 => pid = *ppid,
-                _ => return false,
-            }
-        }
-        false
-    };
-    table.iter().filter(|(pid, _)| is_descendant(**pid)).fold(
-        Measured::default(),
-        |usage, (pid, (_, cpu))| Measured {
-            user: usage.user + cpu.0,
-            system: usage.system + cpu.1,
-            max_rss_kib: usage
-                .max_rss_kib
-                .max(crate::procfs::peak_rss_kib(*pid).unwrap_or(0)),
-        },
-    )
 }
 
 /// What brig watches besides the jail's exit and its own signals.
@@ -685,18 +646,8 @@ impl RequestClock {
     }
 }
 
-/// How long brig's helper waits for the process that signals the jail from inside, in ms.
-const SENDER_TIMEOUT_MS: u16 = 2000;
-
-/// The jail's init process, as brig sees it.
-struct Init {
-    pid: Pid,
-    pidfd: OwnedFd,
-    /// Rootless: the jail's user and PID namespaces, to join them when killing the jail.
-    /// As root, init's pidfd is the way in.
-    namespaces: Option<[OwnedFd; 2]>,
-}
-
+/// Watching the jail is the supervisor's; holding, killing and reaping its init is
+/// kill.rs's.
 impl Init {
     /// Waits until init exits, passing signals on, relaying output, and killing the jail
     /// at the deadline, past the output limit, on an OOM kill (v1), or when brig is
@@ -727,7 +678,7 @@ impl Init {
                 _ => PollTimeout::NONE,
             };
             let mut sources = vec![
-                (Source::Exit, self.pidfd.as_fd()),
+                (Source::Exit, self.pidfd()),
                 (Source::Signals, signals.as_fd()),
             ];
             if let Some(output) = &watch.output {
@@ -814,7 +765,7 @@ impl Init {
                             let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
                                 continue;
                             };
-                            let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), signal);
+                            let _ = sys::pidfd_send_signal(self.pidfd(), signal);
                             let stopping = !matches!(signal, Signal::SIGUSR1 | Signal::SIGUSR2);
                             if stopping && stop_at.is_none() {
                                 stop_at = Some(Instant::now() + STOP_GRACE);
@@ -851,106 +802,6 @@ impl Init {
                 ending.end(self, EndedBy::Stopped);
                 stop_at = None;
             }
-        }
-    }
-
-    /// Kills every process of the jail. Killing init alone would do, as its death kills
-    /// everything in its PID namespace, but only once init gets a CPU: it waits its turn
-    /// behind every runnable process of the jail, 13 s behind a fork bomb's 3,900 on two
-    /// CPUs. So the rest of the jail is killed from inside the namespace too, at once.
-    /// Init first: with a SIGKILL pending it reports nothing of the program's death.
-    fn kill(&self) {
-        self.kill_init();
-        self.signal_from_inside(Signal::SIGKILL);
-    }
-
-    /// Blocks until init has exited (it does once it has reported the program's end).
-    fn wait_for_exit(&self) {
-        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
-        while let Err(nix::errno::Errno::EINTR) = poll(&mut fds, PollTimeout::NONE) {}
-    }
-
-    fn kill_init(&self) {
-        let _ = sys::pidfd_send_signal(self.pidfd.as_fd(), Signal::SIGKILL);
-    }
-
-    /// Rootless, joining the jail's PID namespace takes CAP_SYS_ADMIN over it and in one's
-    /// own user namespace, which brig has only in the jail's user namespace. Joining
-    /// through init's pidfd would need brig to be allowed to inspect init, which it is
-    /// not once init has made itself undumpable: so the namespaces are opened now, while
-    /// init waits for brig's go-ahead.
-    fn open_namespaces(pid: Pid) -> Option<[OwnedFd; 2]> {
-        let open = |name: &str| {
-            std::fs::File::open(format!("/proc/{pid}/ns/{name}"))
-                .ok()
-                .map(OwnedFd::from)
-        };
-        Some([open("user")?, open("pid")?])
-    }
-
-    /// Sends `signal` to every process of the jail's PID namespace but its init: `kill(-1)`
-    /// from a process in that namespace, which reaches exactly the namespace's processes,
-    /// in one pass under the kernel's task-list lock, and no fork completes with a signal
-    /// pending, so none gets away. The sender is a grandchild of brig whose parent joined
-    /// the namespace (as root through init's pidfd, Linux 5.8+). Where that fails (no
-    /// process left to fork in the caller's quota, with `--pids max`), init's death kills
-    /// the jail, later.
-    fn signal_from_inside(&self, signal: Signal) {
-        use nix::sched::{CloneFlags, setns};
-        let Ok(own_namespace) = std::fs::metadata("/proc/self/ns/pid").map(|meta| meta.ino())
-        else {
-            return;
-        };
-        match sys::fork_process() {
-            Ok(Some(helper)) => while let Err(nix::errno::Errno::EINTR) = waitpid(helper, None) {},
-            Ok(None) => {
-                // A copy of brig: undumpable, so that no jail process can read its memory.
-                let _ = nix::sys::prctl::set_dumpable(false);
-                let joined = match &self.namespaces {
-                    Some([user, pid]) => setns(user, CloneFlags::CLONE_NEWUSER)
-                        .and_then(|()| setns(pid, CloneFlags::CLONE_NEWPID)),
-                    None => setns(&self.pidfd, CloneFlags::CLONE_NEWPID),
-                };
-                if joined.is_err() {
-                    sys::exit_now(1);
-                }
-                match sys::clone_process(0, None) {
-                    Ok(Cloned::Parent { pid, pidfd, .. }) => {
-                        // In the jail's PID namespace, a jail process could stop the
-                        // sender (rootless without Landlock's signal scoping) and so hold
-                        // brig: it gets SENDER_TIMEOUT_MS, then it is killed. (Not waiting
-                        // at all would leave a zombie for the host's init to reap, and the
-                        // jail's init waits for every process of its namespace to be gone.)
-                        let mut sent = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-                        let timeout = PollTimeout::from(SENDER_TIMEOUT_MS);
-                        if !poll(&mut sent, timeout).is_ok_and(|ready| ready > 0) {
-                            let _ = sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGKILL);
-                        }
-                        while let Err(nix::errno::Errno::EINTR) = waitpid(pid, None) {}
-                        sys::exit_now(0);
-                    }
-                    Ok(Cloned::Child) => {
-                        // Only ever from another PID namespace than brig's: there, kill(-1)
-                        // would reach every process brig may signal.
-                        let inside = std::fs::metadata("/proc/self/ns/pid")
-                            .is_ok_and(|meta| meta.ino() != own_namespace);
-                        if inside {
-                            let _ = nix::sys::signal::kill(Pid::from_raw(-1), signal);
-                        }
-                        sys::exit_now(0);
-                    }
-                    Err(_) => sys::exit_now(1),
-                }
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// Waits for init; its usage includes that of every process it reaped.
-    fn reap(&self) -> (Option<WaitStatus>, Measured) {
-        match sys::wait4(self.pid) {
-            Ok((status, usage)) => (Some(status), Measured::of_rusage(&usage)),
-            Err(_) => (None, Measured::default()),
         }
     }
 }

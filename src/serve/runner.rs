@@ -9,7 +9,7 @@
 //! The runner is single-threaded until its jail is assembled; then threads pass the
 //! client's signals on and feed or drain captured streams.
 
-use super::protocol::{self, FrameReader, Reply, StdioMode};
+use super::protocol::{self, FrameReader, StdioMode};
 use super::runner_common::{
     self, ClientWatcher, Streams, answer, answer_error, client_streams, report_failed,
 };
@@ -73,7 +73,7 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
         Ok(jail) => jail,
         Err(err) => return report_failed(control, &err),
     };
-    rehearse(plan);
+    let _ = rehearse(plan);
     if protocol::write_frame(control.as_fd(), &Report::Ready, &[]).is_err() {
         return 0;
     }
@@ -82,17 +82,26 @@ fn pooled(control: &OwnedFd, plan: &Plan, audit_log: Option<&PathBuf>) -> i32 {
     let Ok(Some((body, fds))) = FrameReader::default().read_blocking(control) else {
         return 0;
     };
-    let Ok(job) = serde_json::from_slice::<Job>(&body) else {
+    let Some(job) = decode_job(&body) else {
         return 1;
     };
     run_job(jail, plan, job, fds, audit_log, control, watcher)
+}
+
+/// A job frame's body as the server sent it (`protocol::write_frame`); None when it is
+/// not one.
+fn decode_job(body: &[u8]) -> Option<Job> {
+    serde_json::from_slice(body).ok()
 }
 
 /// Walks a request's path once before any request comes: decoding a job, encoding a
 /// verdict. This process is a fork of the server, sharing its memory until it writes
 /// there; the first writes (the allocator's pages, the encoders' buffers) would otherwise
 /// copy pages while a client waits.
-fn rehearse(plan: &Plan) {
+///
+/// It goes through the functions the request takes ([`decode_job`], `runner_common::done`),
+/// so that it cannot drift from them; the encoded reply is returned for its test.
+fn rehearse(plan: &Plan) -> Option<Vec<u8>> {
     let job = Job {
         options: JailOptions::default(),
         program: Program::of(plan),
@@ -106,15 +115,9 @@ fn rehearse(plan: &Plan) {
             pid: 0,
         },
     };
-    let encoded = serde_json::to_vec(&job).unwrap_or_default();
-    let _ = serde_json::from_slice::<Job>(&encoded);
+    let job = decode_job(&serde_json::to_vec(&job).ok()?)?;
     let verdict = Verdict::of_setup_error(Some(plan), &Error::setup("rehearsal"));
-    let _ = serde_json::to_vec(&Reply::Done {
-        verdict: Box::new(verdict),
-        config_digest: String::new(),
-        stdout: None,
-        stderr: None,
-    });
+    serde_json::to_vec(&runner_common::done(verdict, &job, None)).ok()
 }
 
 fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &OwnedFd) -> i32 {
@@ -188,4 +191,54 @@ fn run_job(
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::protocol::Reply;
+
+    fn options() -> JailOptions {
+        let yaml = "command: [python3, -c, 'print(1)']\ntmpfs: [/tmp:64M]\n";
+        crate::config::parse(yaml, "test").unwrap()
+    }
+
+    fn plan() -> Plan {
+        Plan::resolve(options()).unwrap()
+    }
+
+    /// The rehearsal's reply is a run's answer as the client reads it: a `done` frame with
+    /// a verdict of the current schema.
+    #[test]
+    fn the_rehearsal_ends_in_the_reply_a_client_reads() {
+        let bytes = rehearse(&plan()).expect("the rehearsal encodes a reply");
+        let frame: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(frame["type"], "done", "{frame}");
+        assert_eq!(frame["verdict"]["schema"], "brig-verdict/1", "{frame}");
+        let reply: Reply = serde_json::from_slice(&bytes).unwrap();
+        assert!(matches!(reply, Reply::Done { .. }), "{reply:?}");
+    }
+
+    /// A job as the server encodes it comes out of the runner's decoder whole, every field
+    /// set: what the rehearsal decodes is what a request brings.
+    #[test]
+    fn a_job_survives_the_frame_whole() {
+        let plan = plan();
+        let job = Job {
+            options: options(),
+            program: Program::of(&plan),
+            time_limit: plan.time_limit,
+            config_digest: "digest".into(),
+            stdio: StdioMode::Capture,
+            stdin: Some("input".into()),
+            peer: Peer {
+                uid: 1000,
+                gid: 1000,
+                pid: 42,
+            },
+        };
+        let sent = serde_json::to_value(&job).unwrap();
+        let decoded = decode_job(&serde_json::to_vec(&job).unwrap()).expect("a job");
+        assert_eq!(serde_json::to_value(&decoded).unwrap(), sent);
+    }
 }

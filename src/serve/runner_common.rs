@@ -115,10 +115,6 @@ pub(super) fn answer(
     captured: Option<Captured>,
     audit_log: Option<&PathBuf>,
 ) {
-    let (stdout, stderr) = match captured {
-        Some(captured) => (Some(captured.stdout), Some(captured.stderr)),
-        None => (None, None),
-    };
     // The client's --quiet-limits holds for the notice too.
     if job.options.quiet_limits {
         verdict.unenforced = None;
@@ -138,17 +134,28 @@ pub(super) fn answer(
             "brig serve: {}; the run was stopped at the end of its --drain-grace",
             DRAINING
         ))),
-        false => Reply::Done {
-            verdict: Box::new(verdict),
-            config_digest: job.config_digest.clone(),
-            stdout,
-            stderr,
-        },
+        false => done(verdict, job, captured),
     };
     // Within REPLY_TIMEOUT: a client that does not read loses its answer, and the slot
     // is free once the jail is torn down.
     let _ = protocol::write_reply(connection.as_fd(), &reply);
     let _ = protocol::write_frame(control.as_fd(), &Report::Answered, &[]);
+}
+
+/// The `done` frame that answers `job`: its verdict, and the output captured for it
+/// (none when the program wrote to the client's own streams). A pooled runner's
+/// rehearsal builds its reply with it too.
+pub(super) fn done(verdict: Verdict, job: &Job, captured: Option<Captured>) -> Reply {
+    let (stdout, stderr) = match captured {
+        Some(captured) => (Some(captured.stdout), Some(captured.stderr)),
+        None => (None, None),
+    };
+    Reply::Done {
+        verdict: Box::new(verdict),
+        config_digest: job.config_digest.clone(),
+        stdout,
+        stderr,
+    }
 }
 
 /// Passes the client's `signal` frames on to the program (through this process's signal

@@ -431,7 +431,7 @@ fn hand_over(
                 "brig serve: the warm {} ended just before this request reached it; retry",
                 warm.name()
             );
-            runner_common::answer_error(&[connection], &Error::setup(message));
+            runner_common::answer_error(&[connection], &Error::busy(message));
             return HandOver::Nothing;
         }
     };

@@ -63,6 +63,20 @@ fn run_other(mode: Mode, args: &[&str]) -> std::process::Output {
     output_of(command)
 }
 
+/// `request`'s reply, sent as `mode`'s uid: root (this test process) or 65534.
+fn ask_as(mode: Mode, server: &Server, request: Value) -> Value {
+    match mode {
+        Mode::Root => common::serve::ask(server, request),
+        Mode::Rootless => {
+            let mut request = request;
+            request["brig"] = json!(1);
+            let output = common::serve::exchange_as_nobody(server.socket(), &request);
+            serde_json::from_str(&stdout(&output))
+                .unwrap_or_else(|_| panic!("{}", describe(&output)))
+        }
+    }
+}
+
 /// The largest VmHWM (bytes) of the server's children: its runners.
 fn runners_peak(server: u32) -> u64 {
     let children = std::fs::read_to_string(format!("/proc/{server}/task/{server}/children"))
@@ -423,7 +437,11 @@ fn idle_connections_are_capped_per_uid(mode: Mode) {
     drop(holder.stdin.take());
     let refusal = lines.next().and_then(Result::ok).unwrap_or_default();
     let _ = holder.wait();
-    assert!(refusal.contains("--max-connections-per-uid"), "{refusal}");
+    let refusal: Value = serde_json::from_str(&refusal).unwrap_or_else(|_| json!(refusal));
+    assert_eq!(refusal["type"], "error", "{refusal}");
+    assert_eq!(refusal["kind"], "busy", "{refusal}");
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-connections-per-uid"), "{refusal}");
     let status = server.status();
     assert_eq!(status["runs"], 1, "{status}");
 }
@@ -499,6 +517,10 @@ fn a_uid_at_its_share_of_sessions_is_refused_while_another_is_served(mode: Mode)
     assert_eq!(code(&first), 0, "{}", describe(&first));
     let refused = run(mode, &["session", "create", "--server", server.socket()]);
     assert_one_line_error(&refused, &["--max-sessions-per-uid 1"]);
+    let refused = ask_as(mode, &server, json!({"type": "session_create"}));
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["kind"], "busy", "{refused}");
+    assert_eq!(refused["exit_code"], 125, "{refused}");
     let theirs = run_other(mode, &["session", "create", "--server", server.socket()]);
     assert_eq!(code(&theirs), 0, "{}", describe(&theirs));
     for (mine, output) in [(true, &first), (false, &theirs)] {

@@ -20,6 +20,7 @@ both_modes!(
     python_client_checks_the_listener,
     python_client_streams_and_drives_processes,
     node_client_streams_and_drives_processes,
+    both_clients_say_a_full_server_is_retryable,
 );
 
 /// `script` run by python3 with the client on its path (`sys.argv[1]` is `socket`).
@@ -104,6 +105,54 @@ fn node_client_runs_and_reports(mode: Mode) {
     );
     assert_eq!(lines[1], r#"["BrigError","bad_input",125,true]"#);
     assert!(lines[2].contains("\"pooled_runs\""), "{}", lines[2]);
+}
+
+/// A second session where `--max-sessions 1` allows one: `BrigError` of kind `busy`,
+/// `retryable`; a bad input is not.
+const PYTHON_BUSY_SCRIPT: &str = r#"
+import json, sys
+from brig_client import BrigError, Sandbox
+with Sandbox(socket=sys.argv[1], timeout=60) as first:
+    try:
+        Sandbox(socket=sys.argv[1], timeout=60)
+        print("a second session was created")
+    except BrigError as error:
+        print(json.dumps([error.kind, error.retryable, error.exit_code, "--max-sessions" in error.message], separators=(",", ":")))
+print(json.dumps(BrigError("x", "bad_input").retryable))
+"#;
+
+const NODE_BUSY_SCRIPT: &str = r#"
+const brig = require(process.argv[1]);
+const socket = process.argv[2];
+(async () => {
+  const first = await brig.Sandbox.create({ socket, timeoutMs: 60000 });
+  try {
+    await brig.Sandbox.create({ socket, timeoutMs: 60000 });
+    console.log("a second session was created");
+  } catch (error) {
+    console.log(JSON.stringify([error.kind, error.retryable, error.exitCode, error.message.includes("--max-sessions")]));
+  }
+  await first.close();
+  console.log(JSON.stringify(new brig.BrigError("x", "bad_input").retryable));
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+/// A server at `--max-sessions` refuses for now: each client says so as `retryable`.
+fn both_clients_say_a_full_server_is_retryable(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0", "--max-sessions", "1"]);
+    // Both print the same JSON: the refusal's kind, retryable, exit code, and whether the
+    // message names the option; then whether a bad input is retryable.
+    let says_busy = |output: std::process::Output| {
+        let out = assert_success(&output);
+        let lines: Vec<&str> = out.lines().collect();
+        let expected = [r#"["busy",true,125,true]"#, "false"];
+        assert_eq!(lines, expected, "{}", describe(&output));
+    };
+    says_busy(python_client(mode, PYTHON_BUSY_SCRIPT, server.socket()));
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    says_busy(run_node_client(mode, NODE_BUSY_SCRIPT, server.socket()));
 }
 
 /// A session through the Python client: state between cells, output, a raised exception,

@@ -43,6 +43,12 @@ class BrigError(Exception):
         self.kind = kind
         self.exit_code = exit_code
 
+    @property
+    def retryable(self) -> bool:
+        """The server refused for now (kind ``busy``: full, draining): nothing ran, and the
+        same request may be answered if sent again later."""
+        return self.kind == "busy"
+
 
 class _Verdicted:
     """What a reply with a verdict tells at a glance: its status, and whether it is ok."""

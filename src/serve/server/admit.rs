@@ -81,7 +81,7 @@ impl Server {
                 let cap = self.args.max_connections_per_uid;
                 match may_connect(open, cap) {
                     true => Ok(()),
-                    false => Err(Error::setup(format!(
+                    false => Err(Error::busy(format!(
                         "brig serve: uid {} has {open} connections waiting already (--max-connections-per-uid {cap}); close some or retry later",
                         peer.uid
                     ))),

@@ -342,7 +342,7 @@ impl Server {
         let _ = std::fs::remove_file(&self.args.socket);
         // Every waiting client is answered: queued requests and those still arriving now,
         // running ones when their jails end (sessions' runners answer theirs).
-        let draining = Error::setup(format!(
+        let draining = Error::busy(format!(
             "brig serve: {DRAINING}; the request was not run; retry with another server"
         ));
         for pending in std::mem::take(&mut self.queue) {
@@ -571,7 +571,7 @@ impl Server {
                     "brig serve: all {max_jails} jails are busy (--max-jails); waited {waited} (--queue-timeout); retry later"
                 ),
             };
-            refuse(&pending.fds[0], &Error::setup(message));
+            refuse(&pending.fds[0], &Error::busy(message));
         }
         self.status.queued = self.queue.len();
         self.dispatch_queued();

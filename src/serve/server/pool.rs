@@ -211,7 +211,7 @@ impl Server {
             if self.queue.len() >= MAX_QUEUE {
                 return refuse(
                     &pending.fds[0],
-                    &Error::setup(format!(
+                    &Error::busy(format!(
                         "brig serve: {MAX_QUEUE} requests wait already; retry later"
                     )),
                 );
@@ -238,7 +238,7 @@ impl Server {
                 if protocol::write_frame(runner.control.as_fd(), &pending.job, &fds).is_err() {
                     refuse(
                         &pending.fds[0],
-                        &Error::setup("brig serve: the pooled jail went away; retry"),
+                        &Error::busy("brig serve: the pooled jail went away; retry"),
                     );
                 }
                 self.count_ready();

@@ -59,13 +59,13 @@ impl Server {
         let (max, per_uid) = (self.args.max_sessions, self.sessions_per_uid);
         match full(self.status.sessions, of_uid, max, per_uid) {
             Some(Full::All) => {
-                return Err(Error::setup(format!(
+                return Err(Error::busy(format!(
                     "brig serve: {} sessions are open (--max-sessions); close one or retry later",
                     self.status.sessions
                 )));
             }
             Some(Full::Uid) => {
-                return Err(Error::setup(format!(
+                return Err(Error::busy(format!(
                     "brig serve: uid {} has {of_uid} sessions open, its share (--max-sessions-per-uid {per_uid}); close one or retry later",
                     peer.uid
                 )));
@@ -209,7 +209,7 @@ impl Server {
             &[connection.as_fd(), memfd.as_fd()],
         )
         .map_err(|err| match err.errno() {
-            Some(nix::errno::Errno::EAGAIN) => Error::setup(format!(
+            Some(nix::errno::Errno::EAGAIN) => Error::busy(format!(
                 "brig serve: session {id} has too many requests waiting; retry once its current one is answered"
             )),
             _ => gone(),
