@@ -60,6 +60,7 @@ fn dispatch(command: Command) -> Result<i32> {
         Command::Run(args) => Ok(run(args)),
         Command::Serve(args) => brig::serve::serve(*args),
         Command::Session(command) => brig::serve::session_client::run(command),
+        Command::Gateway(args) => brig::gateway::run(args),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)

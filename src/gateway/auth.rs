@@ -1,0 +1,149 @@
+//! Who may touch which sandbox. The REST API's caller is the tenant of its `X-API-Key`;
+//! each sandbox is a brig session whose metadata names its tenant (and its envd access
+//! token when created `secure`), under keys the gateway keeps for itself. A tenant sees
+//! only sessions of its own; another tenant's id is answered as one that does not exist.
+//!
+//! envd requests carry no API key (E2B's SDK sends only the sandbox's id, and its access
+//! token for a `secure` sandbox): as in E2B, the id (128 random bits, brig's session id)
+//! is what reaches a sandbox, and `secure` adds the token.
+//!
+//! Owners are cached by sandbox id so that an envd call costs no extra round trip to the
+//! server; a miss reloads the cache from `session_list` (replacing it whole, so closed
+//! and expired sandboxes leave it).
+
+use super::backend::{Backend, Outcome};
+use super::config::ApiKeys;
+use super::error::ApiError;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// The metadata keys the gateway keeps for itself; a client's keys may not start so.
+pub const RESERVED: &str = "brig-gateway.";
+pub const TENANT_KEY: &str = "brig-gateway.tenant";
+pub const TEMPLATE_KEY: &str = "brig-gateway.template";
+pub const TOKEN_KEY: &str = "brig-gateway.envd-token";
+
+/// A sandbox's owner, and its envd access token if it has one.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub tenant: String,
+    pub token: Option<String>,
+}
+
+impl Owner {
+    /// The owner a session's metadata names; none for a session the gateway did not
+    /// create.
+    pub fn of(session: &Value) -> Option<Owner> {
+        let metadata = &session["metadata"];
+        Some(Owner {
+            tenant: metadata[TENANT_KEY].as_str()?.to_string(),
+            token: metadata[TOKEN_KEY].as_str().map(str::to_string),
+        })
+    }
+}
+
+/// How many killed sandboxes are remembered as gone (see [`Tenants::forget`]).
+const REMEMBERED_KILLS: usize = 4096;
+
+/// The API keys and the owners of the sandboxes seen.
+pub struct Tenants {
+    keys: ApiKeys,
+    owners: Mutex<HashMap<String, Owner>>,
+    /// Sandboxes killed lately, oldest first: the server may list a session for a moment
+    /// after its `session_close` is answered (while its jail is torn down), and a
+    /// refresh must not bring it back.
+    killed: Mutex<VecDeque<String>>,
+}
+
+impl Tenants {
+    pub fn new(keys: ApiKeys) -> Tenants {
+        Tenants {
+            keys,
+            owners: Mutex::default(),
+            killed: Mutex::default(),
+        }
+    }
+
+    /// The caller's tenant, from its `X-API-Key`; 401 without a known one.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        let key = headers
+            .get("x-api-key")
+            .and_then(|value| value.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "no X-API-Key header; send one of this gateway's API keys",
+                )
+            })?;
+        self.keys.tenant(key).map(str::to_string).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "X-API-Key: not a key of this gateway; ask its operator for one",
+            )
+        })
+    }
+
+    /// Remembers the owner of a sandbox just created.
+    pub fn created(&self, id: &str, owner: Owner) {
+        self.owners.lock().unwrap().insert(id.into(), owner);
+    }
+
+    /// Forgets a killed sandbox, for good.
+    pub fn forget(&self, id: &str) {
+        self.owners.lock().unwrap().remove(id);
+        let mut killed = self.killed.lock().unwrap();
+        if killed.len() == REMEMBERED_KILLS {
+            killed.pop_front();
+        }
+        killed.push_back(id.into());
+    }
+
+    /// Whether `id` was killed lately.
+    pub fn killed(&self, id: &str) -> bool {
+        self.killed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|killed| killed == id)
+    }
+
+    /// The sandbox's owner: from the cache, or else from the server's list (which
+    /// replaces the cache). None: no such sandbox of the gateway's.
+    pub fn owner(&self, backend: &Backend, id: &str) -> Outcome<Option<Owner>> {
+        if let Some(owner) = self.owners.lock().unwrap().get(id) {
+            return Ok(Some(owner.clone()));
+        }
+        let sessions = backend.list(BTreeMap::new())?;
+        self.refresh(&sessions);
+        Ok(self.owners.lock().unwrap().get(id).cloned())
+    }
+
+    /// Replaces the cache with the sessions of a whole `session_list`.
+    pub fn refresh(&self, sessions: &[Value]) {
+        let owners = sessions
+            .iter()
+            .filter(|session| {
+                !session["session"]
+                    .as_str()
+                    .is_some_and(|id| self.killed(id))
+            })
+            .filter_map(|session| {
+                Some((
+                    session["session"].as_str()?.to_string(),
+                    Owner::of(session)?,
+                ))
+            })
+            .collect();
+        *self.owners.lock().unwrap() = owners;
+    }
+}
+
+/// A fresh access token: 32 hex digits from the kernel's random source.
+pub fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
