@@ -337,7 +337,11 @@ fn read_frame(reader: &mut FrameReader, connection: &UnixStream) -> Outcome<Opti
 
 /// What an `error` frame means for the HTTP side.
 fn classify(reply: &Value, message: &str) -> Failure {
-    if message.contains(": no session ") || message.contains("no process with") {
+    // envd knows only running processes: one that has ended is not found, as there.
+    if message.contains(": no session ")
+        || message.contains("no process with")
+        || message.contains(" has ended")
+    {
         Failure::NotFound
     } else if message.contains("belongs to another user") {
         // The gateway's own uid created every session it serves.

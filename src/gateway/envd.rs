@@ -231,7 +231,12 @@ impl Call {
             let pid = process["pid"].as_u64().unwrap_or(0) as u32;
             let selector = Selector::Pid(pid);
             if close_stdin {
-                backend.stdin(sandbox, &selector, &[], true)?;
+                // A program that has already ended has no stdin left to close.
+                if let Err(err) = backend.stdin(sandbox, &selector, &[], true)
+                    && err.failure != super::backend::Failure::NotFound
+                {
+                    return Err(err);
+                }
             }
             backend.connect(sandbox, &selector)
         })

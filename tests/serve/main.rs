@@ -11,6 +11,7 @@ mod common;
 
 mod bounds;
 mod clients;
+mod gateway;
 mod server;
 mod session_engine;
 mod session_files;
