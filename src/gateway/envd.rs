@@ -101,7 +101,9 @@ pub async fn serve(
     };
     let answer = match (service, procedure, shape) {
         ("process.Process", "Start", Shape::Stream) => {
-            return match connect::decode::<pb::StartRequest>(codec, shape, &body) {
+            return match user_of(&headers)
+                .and_then(|()| connect::decode::<pb::StartRequest>(codec, shape, &body))
+            {
                 Ok(request) => call.start(request),
                 Err(err) => fail(shape, codec, err),
             };
@@ -182,6 +184,38 @@ fn fail(shape: Shape, codec: Codec, err: ConnectError) -> Response {
             connect::end_of_stream(Some(&err)),
         )
             .into_response(),
+    }
+}
+
+/// The user a process is to run as (envd's `Authorization: Basic base64(USER:)`): only
+/// E2B's default user is served, which every command runs as; `root` and others are
+/// refused rather than run as someone else.
+fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
+    use base64::Engine;
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(());
+    };
+    let user = value
+        .to_str()
+        .ok()
+        .and_then(|value| value.strip_prefix("Basic "))
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok())
+        .map(|decoded| decoded.split(':').next().unwrap_or("").to_string())
+        .ok_or_else(|| {
+            ConnectError::invalid(
+                "Authorization: not `Basic` with base64 of `USER:`; leave the user out",
+            )
+        })?;
+    match user.as_str() {
+        "" | "user" => Ok(()),
+        other => Err(ConnectError::invalid(format!(
+            "user {other:?}: brig gateway runs commands as the sandbox's own user only (not root, which has no powers in a jail either); leave the user out"
+        ))),
     }
 }
 

@@ -166,7 +166,7 @@ fn assert_passed(output: Option<Output>) {
 
 const COMMANDS: &str = r#"
 import os
-from e2b import Sandbox, CommandExitException
+from e2b import Sandbox, CommandExitException, InvalidArgumentException
 sbx = Sandbox.create(envs={"SANDBOX_VAR": "from create"})
 
 result = sbx.commands.run("echo hi")
@@ -217,6 +217,14 @@ except CommandExitException as err:
     assert (err.exit_code, err.error) == (-1, "signal: killed"), err
 assert sleeper.pid not in [process.pid for process in sbx.commands.list()]
 assert sbx.commands.kill(sleeper.pid) is False
+
+# Only the sandbox's own user runs commands.
+try:
+    sbx.commands.run("id", user="root")
+    raise SystemExit("a command ran as root")
+except InvalidArgumentException as err:
+    assert 'user "root"' in str(err), err
+assert sbx.commands.run("echo as user", user="user").stdout == "as user\n"
 
 # Another client attaches to a running command and sees it end.
 waiting = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
