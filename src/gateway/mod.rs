@@ -98,6 +98,11 @@ async fn serve(args: GatewayArgs, gateway: Arc<Gateway>) -> Result<i32> {
         let _ = writeln!(stdout, "brig gateway: listening on http://{address}");
         let _ = stdout.flush();
     }
+    // Nagle's algorithm would hold each small frame of a stream (an envelope after the
+    // headers) until the client's delayed ACK, 40 ms a time.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+        let _ = connection.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(stop_signal())
         .await
