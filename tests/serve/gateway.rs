@@ -233,6 +233,27 @@ again = sbx.commands.connect(waiting.pid)
 sbx.commands.send_stdin(waiting.pid, "it\n")
 assert again.wait().stdout == "got it\n"
 
+# A terminal: typed into, resized once the first line has run, its output one stream,
+# its exit status.
+from e2b.sandbox.commands.command_handle import PtySize
+terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+sbx.pty.send_stdin(terminal.pid, b"stty size; echo marker-$((6*7))\n")
+screen = b""
+for _, _, chunk in terminal:
+    screen += chunk or b""
+    if b"marker-42" in screen:
+        break
+sbx.pty.resize(terminal.pid, PtySize(rows=40, cols=120))
+sbx.pty.send_stdin(terminal.pid, b"stty size; exit 5\n")
+seen = []
+try:
+    terminal.wait(on_pty=seen.append)
+    raise SystemExit("a terminal's exit status 5 raised nothing")
+except CommandExitException as err:
+    assert err.exit_code == 5, err
+screen = (screen + b"".join(seen)).decode(errors="replace")
+assert "24 80\r\nmarker-42\r\n" in screen and "40 120\r\n" in screen, screen
+
 sbx.kill()
 print("PASS")
 "#;
@@ -423,6 +444,14 @@ with httpx.Client(base_url=url, headers=envd) as http:
     answer = http.get("/health")
     assert answer.status_code == 204, answer.text
     answer = http.get("/health", headers={"E2b-Sandbox-Port": "8080"})
+    assert answer.status_code == 502, answer.text
+
+# The host form of a sandbox's address: {port}-{sandboxID}.{domain}.
+with httpx.Client(base_url=url) as http:
+    host = {"Host": f"49983-{sbx.sandbox_id}.sandboxes.example", "X-Access-Token": sbx._envd_access_token}
+    answer = http.post("/process.Process/List", content=b"{}", headers={**host, "Content-Type": "application/json"})
+    assert answer.status_code == 200 and answer.json() == {}, answer.text
+    answer = http.get("/health", headers={"Host": "49983-0123456789abcdef0123456789abcdef.sandboxes.example"})
     assert answer.status_code == 502, answer.text
 
 # Binary protobuf, over HTTP/2 without TLS.
