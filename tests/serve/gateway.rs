@@ -23,6 +23,7 @@ both_modes!(
     e2b_sdk_lists_times_and_kills_sandboxes,
     e2b_tenants_are_kept_apart,
     e2b_bad_requests_get_the_sdks_errors,
+    gateway_holds_nothing_for_clients_gone,
     gateway_refuses_a_bad_key_file,
 );
 
@@ -485,6 +486,56 @@ fn e2b_bad_requests_get_the_sdks_errors(mode: Mode) {
     let server = Server::start(mode, &[]);
     let gateway = Gateway::start(mode, &server);
     assert_passed(gateway.sdk(KEY_A, BAD_REQUESTS));
+}
+
+/// Starts ten background commands and leaves without a word (its streams still open).
+const LEAVE_STREAMS_OPEN: &str = r#"
+from e2b import Sandbox
+sbx = Sandbox.create(timeout=120)
+handles = [sbx.commands.run("sleep 600", background=True) for _ in range(10)]
+print(sbx.sandbox_id)
+print(sbx._envd_access_token)
+"#;
+
+/// The sandbox of `sys.argv[2]`: its ten commands still run; then it is killed.
+const STILL_RUNNING: &str = r#"
+import sys
+from e2b import Sandbox
+sbx = Sandbox.connect(sys.argv[2])
+assert len([p for p in sbx.commands.list() if p.args == ["-l", "-c", "sleep 600"]]) == 10, sbx.commands.list()
+sbx.kill()
+print("PASS")
+"#;
+
+/// The descriptors a process holds.
+fn descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
+}
+
+/// A client that leaves with process streams open takes nothing of the gateway along:
+/// each stream's connection to the server (and its thread) goes when the HTTP connection
+/// does, and the processes go on running, as envd's do.
+fn gateway_holds_nothing_for_clients_gone(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start(mode, &server);
+    let pid = gateway.running.as_ref().unwrap().pid();
+    let before = descriptors(pid);
+    let Some(left) = gateway.sdk(KEY_A, LEAVE_STREAMS_OPEN) else {
+        return;
+    };
+    let out = assert_success(&left);
+    let sandbox = out.lines().next().expect("the sandbox's id");
+    let released = wait_until(std::time::Duration::from_secs(20), || {
+        descriptors(pid) <= before
+    });
+    assert!(
+        released,
+        "the gateway held {} descriptors after its client left, {before} before",
+        descriptors(pid)
+    );
+    let mut script = format!("import sys\nsys.argv[2:] = {:?}\n", [sandbox]);
+    script.push_str(STILL_RUNNING);
+    assert_passed(gateway.sdk(KEY_A, &script));
 }
 
 fn gateway_refuses_a_bad_key_file(mode: Mode) {
