@@ -29,7 +29,7 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
     axum::Router::new()
         .route("/health", get(health))
         .route("/sandboxes", post(create).get(list))
-        .route("/v2/sandboxes", get(list_v2))
+        .route("/v2/sandboxes", get(list))
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))
@@ -183,9 +183,15 @@ async fn create(
             token: token.clone(),
         },
     );
+    let sandbox = address(&request.template_id, &id, token.as_deref());
+    Ok((StatusCode::CREATED, Json(sandbox)).into_response())
+}
+
+/// E2B's `Sandbox`: how to reach a sandbox (create's and connect's answer).
+fn address(template: &str, id: &str, token: Option<&str>) -> Value {
     let mut sandbox = json!({
-        "templateID": request.template_id,
-        "alias": request.template_id,
+        "templateID": template,
+        "alias": template,
         "sandboxID": id,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
@@ -194,7 +200,7 @@ async fn create(
     if let Some(token) = token {
         sandbox["envdAccessToken"] = token.into();
     }
-    Ok((StatusCode::CREATED, Json(sandbox)).into_response())
+    sandbox
 }
 
 /// E2B's deprecated `clientID`, the same for every sandbox here.
@@ -321,10 +327,11 @@ fn metadata_filter(query: &ListQuery) -> Result<BTreeMap<String, String>, ApiErr
         })
 }
 
-async fn list_of(
-    gateway: Arc<Gateway>,
+/// `GET /sandboxes` and `GET /v2/sandboxes` (the same list: one page).
+async fn list(
+    State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
-    raw: Option<String>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = gateway.tenants.caller(&headers)?;
     let query = ListQuery::parse(raw.as_deref())?;
@@ -345,22 +352,6 @@ async fn list_of(
         Vec::new()
     };
     Ok(Json(listed).into_response())
-}
-
-async fn list(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    list_of(gateway, headers, raw).await
-}
-
-async fn list_v2(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    list_of(gateway, headers, raw).await
 }
 
 async fn detail(
@@ -410,15 +401,24 @@ struct TimeoutRequest {
     timeout: i64,
 }
 
+/// The caller's tenant and the `timeout` of its body (set_timeout's, connect's).
+fn timeout_request(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<(String, Duration), ApiError> {
+    let tenant = gateway.tenants.caller(headers)?;
+    let request: TimeoutRequest = body(bytes)?;
+    Ok((tenant, seconds(request.timeout, "timeout")?))
+}
+
 async fn set_timeout(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let request: TimeoutRequest = body(&bytes)?;
-    let timeout = seconds(request.timeout, "timeout")?;
+    let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
     blocking(&gateway, move |gateway| {
         owned(gateway, &tenant, &id)?;
         gateway
@@ -438,9 +438,7 @@ async fn connect(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let request: TimeoutRequest = body(&bytes)?;
-    let timeout = seconds(request.timeout, "timeout")?;
+    let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
     let session = blocking(&gateway, move |gateway| {
         let session = sandbox_of(gateway, &tenant, &id)?;
         let wanted = SystemTime::now() + timeout;
@@ -455,18 +453,11 @@ async fn connect(
     })
     .await?;
     let metadata = &session["metadata"];
-    let template = metadata[TEMPLATE_KEY].as_str().unwrap_or("base");
-    let mut sandbox = json!({
-        "templateID": template,
-        "alias": template,
-        "sandboxID": session["session"],
-        "clientID": CLIENT_ID,
-        "envdVersion": ENVD_VERSION,
-        "domain": null,
-    });
-    if let Some(token) = metadata[TOKEN_KEY].as_str() {
-        sandbox["envdAccessToken"] = token.into();
-    }
+    let sandbox = address(
+        metadata[TEMPLATE_KEY].as_str().unwrap_or("base"),
+        session["session"].as_str().unwrap_or_default(),
+        metadata[TOKEN_KEY].as_str(),
+    );
     Ok((StatusCode::OK, Json(sandbox)).into_response())
 }
 

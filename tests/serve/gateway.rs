@@ -158,6 +158,19 @@ impl Drop for Gateway {
     }
 }
 
+/// A gateway in front of a server, in `mode`, runs `script` with tenant A's key, which
+/// passes.
+fn sdk_program_passes(mode: Mode, script: &str) {
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start(mode, &server);
+    assert_passed(gateway.sdk(KEY_A, script));
+}
+
+/// `script` with `sys.argv[2:]` set to `args`.
+fn with_args(script: &str, args: &[&str]) -> String {
+    format!("import sys\nsys.argv[2:] = {args:?}\n{script}")
+}
+
 /// The script passed (it printed PASS last).
 fn assert_passed(output: Option<Output>) {
     let Some(output) = output else { return };
@@ -260,9 +273,7 @@ print("PASS")
 "#;
 
 fn e2b_sdk_runs_commands(mode: Mode) {
-    let server = Server::start(mode, &[]);
-    let gateway = Gateway::start(mode, &server);
-    assert_passed(gateway.sdk(KEY_A, COMMANDS));
+    sdk_program_passes(mode, COMMANDS);
 }
 
 const LIFECYCLE: &str = r#"
@@ -386,16 +397,9 @@ fn e2b_tenants_are_kept_apart(mode: Mode) {
         panic!("{}", describe(&created))
     };
     assert_eq!(token.len(), 32, "{token}");
-    let with_id = |script: &str, args: &[&str]| {
-        let mut full = format!("import sys\nsys.argv[2:] = {args:?}\n");
-        full.push_str(script);
-        gateway.sdk(KEY_B, &full)
-    };
-    assert_passed(with_id(OTHER_TENANT, &[sandbox]));
+    assert_passed(gateway.sdk(KEY_B, &with_args(OTHER_TENANT, &[sandbox])));
     // Tenant B's attempts left it running: A still reaches it, with its token only.
-    let mut script = format!("import sys\nsys.argv[2:] = {:?}\n", [sandbox, token]);
-    script.push_str(SECURE_TOKEN);
-    assert_passed(gateway.sdk(KEY_A, &script));
+    assert_passed(gateway.sdk(KEY_A, &with_args(SECURE_TOKEN, &[sandbox, token])));
 }
 
 /// Malformed requests of every layer: each gets the status and body the SDK maps to its
@@ -483,9 +487,7 @@ print("PASS")
 "#;
 
 fn e2b_bad_requests_get_the_sdks_errors(mode: Mode) {
-    let server = Server::start(mode, &[]);
-    let gateway = Gateway::start(mode, &server);
-    assert_passed(gateway.sdk(KEY_A, BAD_REQUESTS));
+    sdk_program_passes(mode, BAD_REQUESTS);
 }
 
 /// Starts ten background commands and leaves without a word (its streams still open).
@@ -533,9 +535,7 @@ fn gateway_holds_nothing_for_clients_gone(mode: Mode) {
         "the gateway held {} descriptors after its client left, {before} before",
         descriptors(pid)
     );
-    let mut script = format!("import sys\nsys.argv[2:] = {:?}\n", [sandbox]);
-    script.push_str(STILL_RUNNING);
-    assert_passed(gateway.sdk(KEY_A, &script));
+    assert_passed(gateway.sdk(KEY_A, &with_args(STILL_RUNNING, &[sandbox])));
 }
 
 fn gateway_refuses_a_bad_key_file(mode: Mode) {
