@@ -77,21 +77,9 @@ pub async fn serve(
     let Some((codec, shape)) = connect::call_of(&headers) else {
         return connect::unsupported_media(&headers);
     };
-    let body = match axum::body::to_bytes(body, connect::MAX_MESSAGE).await {
+    let body = match read_body(body).await {
         Ok(body) => body,
-        Err(_) => {
-            return fail(
-                shape,
-                codec,
-                ConnectError::new(
-                    Code::ResourceExhausted,
-                    format!(
-                        "the request is larger than {} bytes (or broke off); send smaller messages",
-                        connect::MAX_MESSAGE
-                    ),
-                ),
-            );
-        }
+        Err(err) => return fail(shape, codec, err),
     };
     let call = Call {
         gateway,
@@ -172,6 +160,42 @@ pub async fn serve(
         Ok(response) => response,
         Err(err) => fail(shape, codec, err),
     }
+}
+
+/// What a larger body is read to its end for (and dropped), so that its client, still
+/// sending, gets the answer instead of a connection reset; past it the connection goes.
+const DRAINED_AT_MOST: usize = 64 << 20;
+
+/// A request's body, at most [`connect::MAX_MESSAGE`] bytes.
+async fn read_body(body: Body) -> Result<Bytes, ConnectError> {
+    use futures_util::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut whole = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|err| {
+            ConnectError::invalid(format!(
+                "the request's body broke off: {err}; send it whole"
+            ))
+        })?;
+        seen += chunk.len();
+        if seen <= connect::MAX_MESSAGE {
+            whole.extend_from_slice(&chunk);
+        } else if seen > DRAINED_AT_MOST {
+            break;
+        }
+    }
+    if seen > connect::MAX_MESSAGE {
+        return Err(ConnectError::new(
+            Code::ResourceExhausted,
+            format!(
+                "the request is {}{seen} bytes, more than {}; send smaller messages",
+                if seen > DRAINED_AT_MOST { "over " } else { "" },
+                connect::MAX_MESSAGE
+            ),
+        ));
+    }
+    Ok(whole.freeze())
 }
 
 /// An error as the call's shape carries it: a unary call's status and body, or a stream

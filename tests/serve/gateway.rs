@@ -444,6 +444,8 @@ with httpx.Client(base_url=url, headers=envd) as http:
         assert flags == 2 and b'"invalid_argument"' in answer.content[5:], answer.content
     answer = http.post("/process.Process/SendSignal", json={"process": {"pid": 999999}, "signal": "SIGNAL_SIGTERM"})
     assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
+    answer = http.post("/process.Process/List", content=b" " * (5 << 20), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 429 and answer.json()["code"] == "resource_exhausted", answer.text
     answer = http.post("/filesystem.Filesystem/Stat", json={"path": "/"})
     assert answer.status_code == 501 and answer.json()["code"] == "unimplemented", answer.text
     answer = http.get("/health")
