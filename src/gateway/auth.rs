@@ -44,17 +44,38 @@ impl Owner {
     }
 }
 
+/// A miss reloads the owners at most this often: ids nobody owns (guessed, long gone)
+/// cost the server one `session_list` per period, not one per request. Every sandbox
+/// this gateway creates is cached at once, so a miss within it is an id it does not
+/// serve.
+const RELOAD_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long a sandbox this gateway created stays cached though a list did not show it:
+/// a list that was asked for before the sandbox was created (and answered after) must
+/// not drop it.
+const CREATED_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An owner in the cache, and when this gateway created the sandbox (None: known from a
+/// list).
+#[derive(Clone, Debug)]
+struct Cached {
+    owner: Owner,
+    created: Option<std::time::Instant>,
+}
+
 /// How many killed sandboxes are remembered as gone (see [`Tenants::forget`]).
 const REMEMBERED_KILLS: usize = 4096;
 
 /// The API keys and the owners of the sandboxes seen.
 pub struct Tenants {
     keys: ApiKeys,
-    owners: Mutex<HashMap<String, Owner>>,
+    owners: Mutex<HashMap<String, Cached>>,
     /// Sandboxes killed lately, oldest first: the server may list a session for a moment
     /// after its `session_close` is answered (while its jail is torn down), and a
     /// refresh must not bring it back.
     killed: Mutex<VecDeque<String>>,
+    /// When the owners were last reloaded.
+    reloaded: Mutex<Option<std::time::Instant>>,
 }
 
 impl Tenants {
@@ -63,6 +84,7 @@ impl Tenants {
             keys,
             owners: Mutex::default(),
             killed: Mutex::default(),
+            reloaded: Mutex::default(),
         }
     }
 
@@ -87,7 +109,11 @@ impl Tenants {
 
     /// Remembers the owner of a sandbox just created.
     pub fn created(&self, id: &str, owner: Owner) {
-        self.owners.lock().unwrap().insert(id.into(), owner);
+        let created = Some(std::time::Instant::now());
+        self.owners
+            .lock()
+            .unwrap()
+            .insert(id.into(), Cached { owner, created });
     }
 
     /// Forgets a killed sandbox, for good.
@@ -112,17 +138,31 @@ impl Tenants {
     /// The sandbox's owner: from the cache, or else from the server's list (which
     /// replaces the cache). None: no such sandbox of the gateway's.
     pub fn owner(&self, backend: &Backend, id: &str) -> Outcome<Option<Owner>> {
-        if let Some(owner) = self.owners.lock().unwrap().get(id) {
-            return Ok(Some(owner.clone()));
+        if let Some(owner) = self.cached(id) {
+            return Ok(Some(owner));
+        }
+        {
+            let mut reloaded = self.reloaded.lock().unwrap();
+            if reloaded.is_some_and(|at| at.elapsed() < RELOAD_AT_MOST_EVERY) {
+                return Ok(None);
+            }
+            *reloaded = Some(std::time::Instant::now());
         }
         let sessions = backend.list(BTreeMap::new())?;
         self.refresh(&sessions);
-        Ok(self.owners.lock().unwrap().get(id).cloned())
+        Ok(self.cached(id))
     }
 
-    /// Replaces the cache with the sessions of a whole `session_list`.
+    /// The cached owner of `id`.
+    fn cached(&self, id: &str) -> Option<Owner> {
+        let owners = self.owners.lock().unwrap();
+        owners.get(id).map(|cached| cached.owner.clone())
+    }
+
+    /// Replaces the cache with the sessions of a whole `session_list` (and the sandboxes
+    /// created lately, which it may not show yet).
     pub fn refresh(&self, sessions: &[Value]) {
-        let owners = sessions
+        let mut owners: HashMap<String, Cached> = sessions
             .iter()
             .filter(|session| {
                 !session["session"]
@@ -130,13 +170,24 @@ impl Tenants {
                     .is_some_and(|id| self.killed(id))
             })
             .filter_map(|session| {
+                let owner = Owner::of(session)?;
+                let created = None;
                 Some((
                     session["session"].as_str()?.to_string(),
-                    Owner::of(session)?,
+                    Cached { owner, created },
                 ))
             })
             .collect();
-        *self.owners.lock().unwrap() = owners;
+        let mut cache = self.owners.lock().unwrap();
+        for (id, cached) in cache.drain() {
+            if cached
+                .created
+                .is_some_and(|at| at.elapsed() < CREATED_KEPT_FOR)
+            {
+                owners.entry(id).or_insert(cached);
+            }
+        }
+        *cache = owners;
     }
 }
 
@@ -146,4 +197,47 @@ pub fn new_token() -> std::io::Result<String> {
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn session(id: &str, tenant: &str) -> Value {
+        json!({"session": id, "metadata": {TENANT_KEY: tenant, TOKEN_KEY: "t0ken"}})
+    }
+
+    #[test]
+    fn a_list_replaces_the_owners_but_keeps_sandboxes_just_created() {
+        let tenants = Tenants::new(ApiKeys::default());
+        let owner = |tenant: &str| Owner {
+            tenant: tenant.into(),
+            token: None,
+        };
+        tenants.created("new", owner("alice"));
+        tenants.refresh(&[
+            session("old", "bob"),
+            json!({"session": "not-ours", "metadata": {}}),
+        ]);
+        // The list, asked for before "new" was created, does not drop it.
+        assert_eq!(tenants.cached("new").unwrap().tenant, "alice");
+        let old = tenants.cached("old").unwrap();
+        assert_eq!(
+            (old.tenant.as_str(), old.token.as_deref()),
+            ("bob", Some("t0ken"))
+        );
+        assert!(
+            tenants.cached("not-ours").is_none(),
+            "a session the gateway did not create"
+        );
+        // A later list without "old" drops it; a killed sandbox stays out though listed.
+        tenants.forget("new");
+        tenants.refresh(&[session("new", "alice")]);
+        assert!(tenants.cached("old").is_none());
+        assert!(
+            tenants.cached("new").is_none(),
+            "a killed sandbox came back"
+        );
+    }
 }
