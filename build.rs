@@ -50,20 +50,30 @@ fn main() {
 
 /// The types of E2B's envd protocol (`proto/e2b-envd/`, used by `brig gateway`): protox
 /// parses the .proto files (no system protoc), prost generates the messages and pbjson
-/// their protobuf-JSON mapping, into `$OUT_DIR/process.rs` and `process.serde.rs`.
+/// their protobuf-JSON mapping, into `$OUT_DIR/{process,filesystem}.rs` and
+/// `*.serde.rs`; protobuf's well-known types (the Timestamp) are pbjson-types'.
 fn envd_protocol() {
     use prost::Message as _;
     let root = Path::new("proto/e2b-envd");
     println!("cargo:rerun-if-changed={}", root.display());
-    let descriptors = protox::compile(["process/process.proto"], [root])
-        .unwrap_or_else(|err| panic!("parse {}: {err:?}", root.display()));
+    let descriptors = protox::compile(
+        ["process/process.proto", "filesystem/filesystem.proto"],
+        [root],
+    )
+    .unwrap_or_else(|err| panic!("parse {}: {err:?}", root.display()));
     let encoded = descriptors.encode_to_vec();
     prost_build::Config::new()
+        .compile_well_known_types()
+        .extern_path(".google.protobuf", "::pbjson_types")
         .compile_fds(descriptors)
         .unwrap_or_else(|err| panic!("generate the envd types: {err}"));
     pbjson_build::Builder::new()
         .register_descriptors(&encoded)
-        .and_then(|builder| builder.ignore_unknown_fields().build(&[".process"]))
+        .and_then(|builder| {
+            builder
+                .ignore_unknown_fields()
+                .build(&[".process", ".filesystem"])
+        })
         .unwrap_or_else(|err| panic!("generate the envd JSON mapping: {err}"));
 }
 

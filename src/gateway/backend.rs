@@ -226,6 +226,93 @@ impl Backend {
         .map(drop)
     }
 
+    /// A path's entry (`session_stat`).
+    pub fn stat(&self, session: &str, path: &str) -> Outcome<Value> {
+        let reply = self.call(&Request::SessionStat {
+            session: session.into(),
+            path: path.into(),
+        })?;
+        Ok(reply["entry"].clone())
+    }
+
+    /// A directory's entries, `depth` levels deep (`session_ls`).
+    pub fn list_dir(&self, session: &str, path: &str, depth: u32) -> Outcome<Vec<Value>> {
+        let reply = self.call(&Request::SessionLs {
+            session: session.into(),
+            path: path.into(),
+            depth: Some(depth),
+        })?;
+        Ok(reply["entries"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Makes a directory and its parents; whether it was made (false: it was there).
+    pub fn make_dir(&self, session: &str, path: &str) -> Outcome<bool> {
+        let reply = self.call(&Request::SessionMkdir {
+            session: session.into(),
+            path: path.into(),
+            parents: true,
+        })?;
+        Ok(reply["created"] == true)
+    }
+
+    pub fn rename(&self, session: &str, source: &str, destination: &str) -> Outcome<()> {
+        self.call(&Request::SessionRename {
+            session: session.into(),
+            source: source.into(),
+            destination: destination.into(),
+        })
+        .map(drop)
+    }
+
+    pub fn remove(&self, session: &str, path: &str) -> Outcome<()> {
+        self.call(&Request::SessionRemove {
+            session: session.into(),
+            path: path.into(),
+        })
+        .map(drop)
+    }
+
+    /// Writes `data` to a file (parents made), or appends it.
+    pub fn put(&self, session: &str, path: &str, data: &[u8], append: bool) -> Outcome<()> {
+        use base64::Engine;
+        self.call(&Request::SessionPut {
+            session: session.into(),
+            path: path.into(),
+            data: base64::engine::general_purpose::STANDARD.encode(data),
+            append,
+        })
+        .map(drop)
+    }
+
+    /// A file's bytes as they are read (`session_read`): its length, then its chunks over
+    /// a bounded channel (an error if the connection ends short). Dropping the
+    /// [`FileStream`] hangs up.
+    pub fn read_file(&self, session: &str, path: &str) -> Outcome<FileStream> {
+        let mut connection = self.send(&Request::SessionRead {
+            session: session.into(),
+            path: path.into(),
+            offset: 0,
+            length: None,
+        })?;
+        let reading = exact_frame(&mut connection)?;
+        let length = reading["length"].as_u64().unwrap_or(0);
+        let hangup = connection.try_clone().map_err(|err| {
+            BackendError::unavailable(format!("brig gateway: duplicate a connection: {err}"))
+        })?;
+        let (chunks, receiver) = mpsc::channel(STREAM_FRAMES);
+        std::thread::Builder::new()
+            .name("gateway-file".into())
+            .spawn(move || copy_file(connection, length, chunks))
+            .map_err(|err| {
+                BackendError::unavailable(format!("brig gateway: start a file's thread: {err}"))
+            })?;
+        Ok(FileStream {
+            length,
+            chunks: receiver,
+            _hangup: Hangup(hangup),
+        })
+    }
+
     /// Attaches to a process: its `process` frame, its kept output, live output, then
     /// its `exited` frame, each as the server sends it, over a bounded channel. Dropping
     /// the returned [`Stream`] hangs up (the process goes on).
@@ -248,7 +335,7 @@ impl Backend {
             })?;
         Ok(Stream {
             frames: receiver,
-            hangup,
+            _hangup: Hangup(hangup),
         })
     }
 
@@ -275,17 +362,72 @@ impl Backend {
     }
 }
 
+/// A file's bytes as they come (see [`Backend::read_file`]).
+pub struct FileStream {
+    pub length: u64,
+    pub chunks: mpsc::Receiver<Outcome<bytes::Bytes>>,
+    _hangup: Hangup,
+}
+
+/// Shuts a connection when dropped, which ends the thread reading it.
+struct Hangup(UnixStream);
+
+impl Drop for Hangup {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A file's thread: `length` raw bytes from the server to the channel, in chunks.
+fn copy_file(mut connection: UnixStream, length: u64, chunks: mpsc::Sender<Outcome<bytes::Bytes>>) {
+    use std::io::Read;
+    let mut left = length;
+    let mut buffer = vec![0u8; 64 << 10];
+    while left > 0 {
+        let want = buffer.len().min(left as usize);
+        let chunk = match connection.read(&mut buffer[..want]) {
+            Ok(0) | Err(_) => Err(BackendError::unavailable(format!(
+                "brig gateway: the file ended after {} of {length} bytes (it shrank while it was read, or the sandbox ended)",
+                length - left
+            ))),
+            Ok(count) => {
+                left -= count as u64;
+                Ok(bytes::Bytes::copy_from_slice(&buffer[..count]))
+            }
+        };
+        let failed = chunk.is_err();
+        if chunks.blocking_send(chunk).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// One reply frame read byte-exact (raw data may follow it on the connection).
+fn exact_frame(connection: &mut UnixStream) -> Outcome<Value> {
+    use std::io::Read;
+    let gone = |err: std::io::Error| {
+        BackendError::unavailable(format!(
+            "brig gateway: the brig server closed the connection without an answer ({err})"
+        ))
+    };
+    let mut length = [0u8; 4];
+    connection.read_exact(&mut length).map_err(gone)?;
+    let length = u32::from_be_bytes(length) as usize;
+    if length > protocol::MAX_FRAME {
+        return Err(BackendError::unavailable(format!(
+            "brig gateway: the brig server sent a frame of {length} bytes"
+        )));
+    }
+    let mut body = vec![0u8; length];
+    connection.read_exact(&mut body).map_err(gone)?;
+    reply_of(&body)
+}
+
 /// A process's frames as they come; the connection is shut when this is dropped, which
 /// ends its thread.
 pub struct Stream {
     pub frames: mpsc::Receiver<Outcome<Value>>,
-    hangup: UnixStream,
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        let _ = self.hangup.shutdown(std::net::Shutdown::Both);
-    }
+    _hangup: Hangup,
 }
 
 /// A stream's thread: frames from the server to the channel until the end (an `exited`
@@ -320,7 +462,12 @@ fn read_frame(reader: &mut FrameReader, connection: &UnixStream) -> Outcome<Opti
     else {
         return Ok(None);
     };
-    let reply: Value = serde_json::from_slice(&body).map_err(|err| {
+    reply_of(&body).map(Some)
+}
+
+/// A reply frame's JSON; an `error` frame as the error it reports.
+fn reply_of(body: &[u8]) -> Outcome<Value> {
+    let reply: Value = serde_json::from_slice(body).map_err(|err| {
         BackendError::unavailable(format!(
             "brig gateway: the brig server sent a frame that is not JSON: {err}"
         ))
@@ -332,7 +479,7 @@ fn read_frame(reader: &mut FrameReader, connection: &UnixStream) -> Outcome<Opti
             message,
         });
     }
-    Ok(Some(reply))
+    Ok(reply)
 }
 
 /// What an `error` frame means for the HTTP side.
@@ -341,6 +488,7 @@ fn classify(reply: &Value, message: &str) -> Failure {
     if message.contains(": no session ")
         || message.contains("no process with")
         || message.contains(" has ended")
+        || message.contains("no such file in the workspace")
     {
         Failure::NotFound
     } else if message.contains("belongs to another user") {

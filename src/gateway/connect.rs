@@ -37,6 +37,7 @@ pub enum Shape {
 pub enum Code {
     InvalidArgument,
     NotFound,
+    AlreadyExists,
     ResourceExhausted,
     Unimplemented,
     Internal,
@@ -48,6 +49,7 @@ impl Code {
         match self {
             Code::InvalidArgument => "invalid_argument",
             Code::NotFound => "not_found",
+            Code::AlreadyExists => "already_exists",
             Code::ResourceExhausted => "resource_exhausted",
             Code::Unimplemented => "unimplemented",
             Code::Internal => "internal",
@@ -60,6 +62,7 @@ impl Code {
         match self {
             Code::InvalidArgument => StatusCode::BAD_REQUEST,
             Code::NotFound => StatusCode::NOT_FOUND,
+            Code::AlreadyExists => StatusCode::CONFLICT,
             Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
             Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -9,8 +9,9 @@
 //! `List`, `SendInput`, `CloseStdin`, `SendSignal` and `Update` (a terminal's size) are
 //! `session_ps`, `session_stdin`, `session_signal` and `session_resize`.
 //!
-//! Not served yet: the filesystem service, `StreamInput` (a client stream), `/files`,
-//! `/envs` (answered `unimplemented` / 501, naming what is missing).
+//! The filesystem service and `/files` are `files.rs`. Not served yet: `StreamInput` (a
+//! client stream), `/envs`, watchers (answered `unimplemented` / 501, naming what is
+//! missing).
 
 use super::Gateway;
 use super::backend::{BackendError, Selector, Start, Stream};
@@ -45,13 +46,18 @@ pub async fn serve(
     gateway: Arc<Gateway>,
     sandbox: String,
     method: Method,
-    path: &str,
+    uri: &axum::http::Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let path = uri.path();
     match (method.as_str(), path) {
         ("GET", "/health") => return StatusCode::NO_CONTENT.into_response(),
-        (_, "/files") | (_, "/envs") | (_, "/metrics") => {
+        (_, "/files") => {
+            return super::files::transfer(gateway, sandbox, method, uri.query(), &headers, body)
+                .await;
+        }
+        (_, "/envs") | (_, "/metrics") => {
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!("{path}: not served by brig gateway yet (see docs/e2b.md)"),
@@ -145,10 +151,13 @@ pub async fn serve(
             Code::Unimplemented,
             "process.Process/StreamInput is not served by brig gateway yet; use SendInput",
         )),
-        ("filesystem.Filesystem", _, _) => Err(ConnectError::new(
+        ("filesystem.Filesystem", _, Shape::Unary) => {
+            super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
+        }
+        ("filesystem.Filesystem", _, Shape::Stream) => Err(ConnectError::new(
             Code::Unimplemented,
             format!(
-                "filesystem.Filesystem/{procedure} is not served by brig gateway yet (see docs/e2b.md)"
+                "filesystem.Filesystem/{procedure} (a stream) is not served by brig gateway yet (see docs/e2b.md)"
             ),
         )),
         _ => Err(ConnectError::new(

@@ -19,6 +19,7 @@ mod config;
 mod connect;
 mod envd;
 mod error;
+mod files;
 pub mod proto;
 mod rest;
 
@@ -207,7 +208,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
         gateway,
         sandbox,
         parts.method,
-        parts.uri.path(),
+        &parts.uri,
         parts.headers,
         body,
     )

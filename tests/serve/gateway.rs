@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 
 both_modes!(
     e2b_sdk_runs_commands,
+    e2b_sdk_reads_and_writes_files,
     e2b_sdk_lists_times_and_kills_sandboxes,
     e2b_tenants_are_kept_apart,
     e2b_bad_requests_get_the_sdks_errors,
@@ -276,6 +277,58 @@ fn e2b_sdk_runs_commands(mode: Mode) {
     sdk_program_passes(mode, COMMANDS);
 }
 
+const FILES: &str = r#"
+import hashlib, io, os
+from e2b import Sandbox, NotFoundException, InvalidArgumentException, FileType
+sbx = Sandbox.create()
+
+info = sbx.files.write("notes/hello.txt", "hi there\n")
+assert (info.name, info.path) == ("hello.txt", "/home/sandbox/notes/hello.txt"), info
+assert sbx.files.read("notes/hello.txt") == "hi there\n"
+# E2B's home names the workspace, which is the commands' working directory.
+assert sbx.files.read("/home/user/notes/hello.txt") == "hi there\n"
+assert sbx.commands.run("cat notes/hello.txt").stdout == "hi there\n"
+
+assert sbx.files.exists("notes/hello.txt") and not sbx.files.exists("nope.txt")
+assert sbx.files.make_dir("a/b") is True and sbx.files.make_dir("a/b") is False
+moved = sbx.files.rename("notes/hello.txt", "a/b/moved.txt")
+assert (moved.path, moved.size, moved.permissions) == ("/home/sandbox/a/b/moved.txt", 9, "-rw-r--r--"), moved
+listed = [(entry.path, entry.type) for entry in sbx.files.list("a", depth=2)]
+assert listed == [("/home/sandbox/a/b", FileType.DIR), ("/home/sandbox/a/b/moved.txt", FileType.FILE)], listed
+sbx.files.remove("a")
+assert not sbx.files.exists("a/b/moved.txt")
+
+# Several files at once (multipart), and bytes of every value through a file object.
+sbx.files.write_files([{"path": "m/one.txt", "data": "one"}, {"path": "m/two.bin", "data": b"\x00\xff"}])
+assert sbx.files.read("m/one.txt") == "one" and sbx.files.read("m/two.bin", format="bytes") == b"\x00\xff"
+data = os.urandom(3 << 20) + bytes(range(256))
+sbx.files.write("big.bin", io.BytesIO(data))
+assert sbx.files.read("big.bin", format="bytes") == data
+digest = sbx.commands.run("sha256sum big.bin").stdout.split()[0]
+assert digest == hashlib.sha256(data).hexdigest(), digest
+
+# Nothing outside the workspace: absolute paths elsewhere, `..`, a symlink leading out.
+try:
+    sbx.files.read("missing.txt")
+    raise SystemExit("a missing file was read")
+except NotFoundException:
+    pass
+sbx.commands.run("ln -s /etc/passwd out-link")
+for path in ("/etc/passwd", "../../etc/passwd", "out-link", "/home/user/../../etc/passwd"):
+    for attempt in (lambda: sbx.files.read(path), lambda: sbx.files.write(path, "x"), lambda: sbx.files.list(path)):
+        try:
+            attempt()
+            raise SystemExit(f"{path} was reached")
+        except InvalidArgumentException:
+            pass
+sbx.kill()
+print("PASS")
+"#;
+
+fn e2b_sdk_reads_and_writes_files(mode: Mode) {
+    sdk_program_passes(mode, FILES);
+}
+
 const LIFECYCLE: &str = r#"
 from e2b import Sandbox, SandboxQuery, SandboxNotFoundException
 one = Sandbox.create(metadata={"job": "one", "team": "x"}, timeout=60)
@@ -446,7 +499,7 @@ with httpx.Client(base_url=url, headers=envd) as http:
     assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
     answer = http.post("/process.Process/List", content=b" " * (5 << 20), headers={"Content-Type": "application/json"})
     assert answer.status_code == 429 and answer.json()["code"] == "resource_exhausted", answer.text
-    answer = http.post("/filesystem.Filesystem/Stat", json={"path": "/"})
+    answer = http.post("/filesystem.Filesystem/CreateWatcher", json={"path": "."})
     assert answer.status_code == 501 and answer.json()["code"] == "unimplemented", answer.text
     answer = http.get("/health")
     assert answer.status_code == 204, answer.text
