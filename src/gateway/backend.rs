@@ -272,6 +272,34 @@ impl Backend {
         .map(drop)
     }
 
+    /// A polled watcher of a directory (`session_watch`): its id.
+    pub fn watch(&self, session: &str, path: &str, recursive: bool) -> Outcome<String> {
+        let reply = self.call(&Request::SessionWatch {
+            session: session.into(),
+            path: path.into(),
+            recursive,
+            stream: false,
+        })?;
+        string_field(&reply, "watcher")
+    }
+
+    /// What a watcher saw since the last call (`session_watch_events`).
+    pub fn watch_events(&self, session: &str, watcher: &str) -> Outcome<Vec<Value>> {
+        let reply = self.call(&Request::SessionWatchEvents {
+            session: session.into(),
+            watcher: watcher.into(),
+        })?;
+        Ok(reply["events"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub fn unwatch(&self, session: &str, watcher: &str) -> Outcome<()> {
+        self.call(&Request::SessionUnwatch {
+            session: session.into(),
+            watcher: watcher.into(),
+        })
+        .map(drop)
+    }
+
     /// Writes `data` to a file (parents made), or appends it.
     pub fn put(&self, session: &str, path: &str, data: &[u8], append: bool) -> Outcome<()> {
         use base64::Engine;

@@ -10,8 +10,9 @@
 //! by the kernel: `..` and symlinks leading out are refused there). Entries are reported
 //! with their paths in the jail (`/home/sandbox/...`).
 //!
-//! Not served yet: watchers (`WatchDir`, `CreateWatcher`, `GetWatcherEvents`,
-//! `RemoveWatcher`), gzip uploads, file metadata.
+//! Watchers are the server's polled ones (`CreateWatcher`, `GetWatcherEvents`,
+//! `RemoveWatcher`), their events named relative to the watched directory. Not served
+//! yet: `WatchDir` (the streamed watcher), gzip uploads, file metadata.
 
 use super::Gateway;
 use super::backend::{Backend, BackendError, Failure};
@@ -138,19 +139,97 @@ pub async fn procedure(
             .await?;
             Ok(connect::unary(codec, &fs::RemoveResponse {}))
         }
-        "WatchDir" | "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-            Err(ConnectError::new(
-                Code::Unimplemented,
-                format!(
-                    "filesystem.Filesystem/{procedure} (watchers) is not served by brig gateway yet (see docs/e2b.md)"
-                ),
+        "CreateWatcher" => {
+            let request: fs::CreateWatcherRequest = connect::decode(codec, shape, body)?;
+            let path = path_of(&request.path)?;
+            let recursive = request.recursive;
+            let watched = path.clone();
+            let watcher = blocking(&gateway, &sandbox, move |backend, sandbox| {
+                backend.watch(sandbox, &path, recursive)
+            })
+            .await?;
+            // The id names the directory too: events are reported relative to it.
+            let watcher_id = format!("{watcher}{WATCHER_SEPARATOR}{watched}");
+            Ok(connect::unary(
+                codec,
+                &fs::CreateWatcherResponse { watcher_id },
             ))
         }
+        "GetWatcherEvents" => {
+            let request: fs::GetWatcherEventsRequest = connect::decode(codec, shape, body)?;
+            let (watcher, watched) = watcher_of(&request.watcher_id)?;
+            let events = blocking(&gateway, &sandbox, move |backend, sandbox| {
+                backend.watch_events(sandbox, &watcher)
+            })
+            .await?;
+            let events = events
+                .iter()
+                .filter_map(|event| event_of(event, &watched))
+                .collect();
+            Ok(connect::unary(
+                codec,
+                &fs::GetWatcherEventsResponse { events },
+            ))
+        }
+        "RemoveWatcher" => {
+            let request: fs::RemoveWatcherRequest = connect::decode(codec, shape, body)?;
+            let (watcher, _) = watcher_of(&request.watcher_id)?;
+            blocking(&gateway, &sandbox, move |backend, sandbox| {
+                backend.unwatch(sandbox, &watcher)
+            })
+            .await?;
+            Ok(connect::unary(codec, &fs::RemoveWatcherResponse {}))
+        }
+        "WatchDir" => Err(ConnectError::new(
+            Code::Unimplemented,
+            "filesystem.Filesystem/WatchDir (a stream) is not served by brig gateway yet; use CreateWatcher and GetWatcherEvents (the sync SDK's watch_dir)",
+        )),
         _ => Err(ConnectError::new(
             Code::Unimplemented,
             format!("filesystem.Filesystem/{procedure}: no such procedure in envd"),
         )),
     }
+}
+
+/// Between the server's watcher id and the watched directory in the id a client gets.
+const WATCHER_SEPARATOR: char = '@';
+
+/// The server's watcher id and the watched directory (relative to the workspace).
+fn watcher_of(id: &str) -> Result<(String, String), ConnectError> {
+    id.split_once(WATCHER_SEPARATOR)
+        .map(|(watcher, watched)| (watcher.to_string(), watched.to_string()))
+        .ok_or_else(|| {
+            ConnectError::new(
+                Code::NotFound,
+                format!("watcher {id:?}: no such watcher; create one with CreateWatcher"),
+            )
+        })
+}
+
+/// envd's event for one of the server's: its kind, and its path relative to the watched
+/// directory.
+fn event_of(event: &Value, watched: &str) -> Option<fs::FilesystemEvent> {
+    let kind = match event["type"].as_str()? {
+        "create" => fs::EventType::Create,
+        "write" => fs::EventType::Write,
+        "remove" => fs::EventType::Remove,
+        "rename" => fs::EventType::Rename,
+        "chmod" => fs::EventType::Chmod,
+        _ => return None,
+    };
+    let path = event["path"].as_str()?;
+    let name = match watched {
+        "." => path,
+        watched => path
+            .strip_prefix(watched)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .unwrap_or(path),
+    };
+    Some(fs::FilesystemEvent {
+        name: name.to_string(),
+        r#type: kind as i32,
+        entry: None,
+    })
 }
 
 /// Runs a blocking backend call off the async threads.

@@ -295,6 +295,16 @@ moved = sbx.files.rename("notes/hello.txt", "a/b/moved.txt")
 assert (moved.path, moved.size, moved.permissions) == ("/home/sandbox/a/b/moved.txt", 9, "-rw-r--r--"), moved
 listed = [(entry.path, entry.type) for entry in sbx.files.list("a", depth=2)]
 assert listed == [("/home/sandbox/a/b", FileType.DIR), ("/home/sandbox/a/b/moved.txt", FileType.FILE)], listed
+
+# A watcher, polled: what changed in the directory, named relative to it.
+sbx.files.make_dir("watched")
+watcher = sbx.files.watch_dir("watched", recursive=True)
+sbx.files.write("watched/new.txt", "x")
+sbx.commands.run("mkdir watched/sub && touch watched/sub/deep && rm watched/new.txt")
+seen = [(event.type.value, event.name) for event in watcher.get_new_events()]
+for expected in [("create", "new.txt"), ("create", "sub"), ("create", "sub/deep"), ("remove", "new.txt")]:
+    assert expected in seen, (expected, seen)
+watcher.stop()
 sbx.files.remove("a")
 assert not sbx.files.exists("a/b/moved.txt")
 
@@ -499,8 +509,8 @@ with httpx.Client(base_url=url, headers=envd) as http:
     assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
     answer = http.post("/process.Process/List", content=b" " * (5 << 20), headers={"Content-Type": "application/json"})
     assert answer.status_code == 429 and answer.json()["code"] == "resource_exhausted", answer.text
-    answer = http.post("/filesystem.Filesystem/CreateWatcher", json={"path": "."})
-    assert answer.status_code == 501 and answer.json()["code"] == "unimplemented", answer.text
+    answer = http.post("/filesystem.Filesystem/GetWatcherEvents", json={"watcherId": "nope"})
+    assert answer.status_code == 404 and answer.json()["code"] == "not_found", answer.text
     answer = http.get("/health")
     assert answer.status_code == 204, answer.text
     answer = http.get("/health", headers={"E2b-Sandbox-Port": "8080"})
