@@ -58,6 +58,7 @@ pub async fn serve(
                 .await;
         }
         (_, "/envs") | (_, "/metrics") => {
+            drain(body).await;
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!("{path}: not served by brig gateway yet (see docs/e2b.md)"),
@@ -66,6 +67,9 @@ pub async fn serve(
         }
         _ => {}
     }
+    // Read first, whatever the answer: a body left unread closes the connection after
+    // the answer, and a client that reuses it meanwhile sees it reset.
+    let body = read_body(body).await;
     let Some(rpc) = path.strip_prefix('/') else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -83,7 +87,7 @@ pub async fn serve(
     let Some((codec, shape)) = connect::call_of(&headers) else {
         return connect::unsupported_media(&headers);
     };
-    let body = match read_body(body).await {
+    let body = match body {
         Ok(body) => body,
         Err(err) => return fail(shape, codec, err),
     };
@@ -174,6 +178,12 @@ pub async fn serve(
 /// What a larger body is read to its end for (and dropped), so that its client, still
 /// sending, gets the answer instead of a connection reset; past it the connection goes.
 const DRAINED_AT_MOST: usize = 64 << 20;
+
+/// Reads a body that is not wanted to its end (up to [`DRAINED_AT_MOST`]), so that the
+/// answer reaches a client still sending it and the connection stays usable.
+pub async fn drain(body: Body) {
+    let _ = read_body(body).await;
+}
 
 /// A request's body, at most [`connect::MAX_MESSAGE`] bytes.
 async fn read_body(body: Body) -> Result<Bytes, ConnectError> {

@@ -160,6 +160,9 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let Some((sandbox, port)) = sandbox_address(request.headers()) else {
         return next.run(request).await;
     };
+    // A body is read to its end before any refusal (`envd::drain`): left unread, it
+    // closes the connection after the answer, under a client that may reuse it.
+    let (parts, body) = request.into_parts();
     // E2B's proxy answers 502 for a sandbox it cannot reach: the SDK takes it as the
     // sandbox having ended (`is_running()` is false).
     let unreachable = |message: String| {
@@ -170,6 +173,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             .into_response()
     };
     if port != ENVD_PORT.to_string() {
+        envd::drain(body).await;
         return unreachable(format!(
             "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} yet"
         ));
@@ -179,21 +183,28 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
         let id = sandbox.clone();
         tokio::task::spawn_blocking(move || gateway.tenants.owner(&gateway.backend, &id)).await
     };
-    let owner = match owner {
-        Ok(Ok(Some(owner))) => owner,
-        Ok(Ok(None)) => return unreachable(format!("sandbox {sandbox:?} not found")),
-        Ok(Err(err)) => return ApiError::from(err).into_response(),
+    let refused = match owner {
+        Ok(Ok(Some(owner))) => Ok(owner),
+        Ok(Ok(None)) => Err(unreachable(format!("sandbox {sandbox:?} not found"))),
+        Ok(Err(err)) => Err(ApiError::from(err).into_response()),
         Err(err) => {
-            return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
-                .into_response();
+            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response())
+        }
+    };
+    let owner = match refused {
+        Ok(owner) => owner,
+        Err(answer) => {
+            envd::drain(body).await;
+            return answer;
         }
     };
     if let Some(token) = &owner.token {
-        let given = request
-            .headers()
+        let given = parts
+            .headers
             .get("x-access-token")
             .and_then(|value| value.to_str().ok());
         if given != Some(token.as_str()) {
+            envd::drain(body).await;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 format!(
@@ -203,7 +214,6 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             .into_response();
         }
     }
-    let (parts, body) = request.into_parts();
     envd::serve(
         gateway,
         sandbox,
