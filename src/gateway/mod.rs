@@ -52,6 +52,19 @@ pub struct Gateway {
 /// as configured.
 pub fn run(args: GatewayArgs) -> Result<i32> {
     let keys = ApiKeys::read(&args.api_keys)?;
+    // Each connection holds a descriptor (each stream one more): a shell's soft limit
+    // (often 1,024) would refuse clients after about a thousand idle ones.
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|errno| {
+            Error::os(
+                format!("brig gateway: raise the soft RLIMIT_NOFILE from {soft} to {hard}"),
+                errno,
+            )
+        })?;
+    }
     let backend = Backend::new(args.server.clone());
     rest::check(&backend).map_err(|err| {
         Error::input(format!(
