@@ -341,16 +341,32 @@ impl Backend {
         })
     }
 
+    /// A streamed watcher of a directory (`session_watch` with `stream`): its `watcher`
+    /// frame, then a `watch_event` frame a change, until the hang-up. Dropping the
+    /// returned [`Stream`] hangs up, which drops the watcher.
+    pub fn watch_stream(&self, session: &str, path: &str, recursive: bool) -> Outcome<Stream> {
+        self.stream(&Request::SessionWatch {
+            session: session.into(),
+            path: path.into(),
+            recursive,
+            stream: true,
+        })
+    }
+
     /// Attaches to a process: its `process` frame, its kept output, live output, then
     /// its `exited` frame, each as the server sends it, over a bounded channel. Dropping
     /// the returned [`Stream`] hangs up (the process goes on).
     pub fn connect(&self, session: &str, process: &Selector) -> Outcome<Stream> {
-        let request = Request::SessionConnect {
+        self.stream(&Request::SessionConnect {
             session: session.into(),
             pid: process.pid(),
             tag: process.tag(),
-        };
-        let connection = self.send(&request)?;
+        })
+    }
+
+    /// A request whose answer is a stream of frames, relayed by a thread of its own.
+    fn stream(&self, request: &Request) -> Outcome<Stream> {
+        let connection = self.send(request)?;
         let hangup = connection.try_clone().map_err(|err| {
             BackendError::unavailable(format!("brig gateway: duplicate a connection: {err}"))
         })?;
@@ -465,7 +481,7 @@ fn relay(connection: UnixStream, frames: mpsc::Sender<Outcome<Value>>) {
     loop {
         let (frame, last) = match read_frame(&mut reader, &connection) {
             Ok(Some(frame)) => {
-                let last = frame["type"] == "exited";
+                let last = frame["type"] == "exited" || frame["type"] == "watch_end";
                 (Ok(frame), last)
             }
             Ok(None) => (

@@ -158,6 +158,12 @@ pub async fn serve(
         ("filesystem.Filesystem", _, Shape::Unary) => {
             super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
         }
+        ("filesystem.Filesystem", "WatchDir", Shape::Stream) => {
+            return match connect::decode(codec, shape, &body) {
+                Ok(request) => call.watch_dir(request),
+                Err(err) => fail(shape, codec, err),
+            };
+        }
         ("filesystem.Filesystem", _, Shape::Stream) => Err(ConnectError::new(
             Code::Unimplemented,
             format!(
@@ -303,20 +309,23 @@ impl Call {
         };
         // envd's default when a client does not say: stdin open.
         let close_stdin = request.stdin == Some(false) && start.pty.is_none();
-        self.stream(move |backend, sandbox| {
-            let process = backend.start(sandbox, start)?;
-            let pid = process["pid"].as_u64().unwrap_or(0) as u32;
-            let selector = Selector::Pid(pid);
-            if close_stdin {
-                // A program that has already ended has no stdin left to close.
-                if let Err(err) = backend.stdin(sandbox, &selector, &[], true)
-                    && err.failure != super::backend::Failure::NotFound
-                {
-                    return Err(err);
+        self.stream(
+            move |backend, sandbox| {
+                let process = backend.start(sandbox, start)?;
+                let pid = process["pid"].as_u64().unwrap_or(0) as u32;
+                let selector = Selector::Pid(pid);
+                if close_stdin {
+                    // A program that has already ended has no stdin left to close.
+                    if let Err(err) = backend.stdin(sandbox, &selector, &[], true)
+                        && err.failure != super::backend::Failure::NotFound
+                    {
+                        return Err(err);
+                    }
                 }
-            }
-            backend.connect(sandbox, &selector)
-        })
+                backend.connect(sandbox, &selector)
+            },
+            Events::Process,
+        )
     }
 
     fn connect(self, request: pb::ConnectRequest) -> Response {
@@ -324,17 +333,34 @@ impl Call {
             Ok(selector) => selector,
             Err(err) => return fail(Shape::Stream, self.codec, err),
         };
-        self.stream(move |backend, sandbox| backend.connect(sandbox, &selector))
+        self.stream(
+            move |backend, sandbox| backend.connect(sandbox, &selector),
+            Events::Process,
+        )
     }
 
-    /// A stream's answer: `attach` runs off the async threads, then each frame of the
-    /// process becomes an event as it comes, until its end (the `start` event from the
-    /// server's `process` frame, its output, its `end`).
+    /// `filesystem.Filesystem/WatchDir`: the server's streamed watcher, its events as
+    /// they come until the client hangs up (which drops the watcher).
+    pub(super) fn watch_dir(self, request: super::proto::filesystem::WatchDirRequest) -> Response {
+        let watched = match super::files::in_workspace(&request.path) {
+            Ok(watched) => watched,
+            Err(message) => return fail(Shape::Stream, self.codec, ConnectError::invalid(message)),
+        };
+        let path = watched.clone();
+        self.stream(
+            move |backend, sandbox| backend.watch_stream(sandbox, &path, request.recursive),
+            Events::Watch { watched },
+        )
+    }
+
+    /// A stream's answer: `attach` runs off the async threads, then each of the server's
+    /// frames becomes an event as it comes (`events` says which), until the end.
     fn stream(
         self,
         attach: impl FnOnce(&super::backend::Backend, &str) -> Result<Stream, BackendError>
         + Send
         + 'static,
+        events: Events,
     ) -> Response {
         let codec = self.codec;
         let Ok(permit) = self.gateway.streams.clone().try_acquire_owned() else {
@@ -344,7 +370,7 @@ impl Call {
                 ConnectError::new(
                     Code::ResourceExhausted,
                     format!(
-                        "brig gateway has {} process streams open, its most; retry when one ends",
+                        "brig gateway has {} streams open, its most; retry when one ends",
                         super::MAX_STREAMS
                     ),
                 ),
@@ -354,7 +380,7 @@ impl Call {
         tokio::spawn(async move {
             let _permit = permit;
             let error = match self.blocking(attach).await {
-                Ok(stream) => relay(stream, &chunks, codec, self.keepalive).await,
+                Ok(stream) => relay(stream, &chunks, codec, self.keepalive, &events).await,
                 Err(err) => Some(err),
             };
             let _ = chunks.send(connect::end_of_stream(error.as_ref())).await;
@@ -502,39 +528,93 @@ fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, Connec
     }
 }
 
-/// A process's frames as stream events, until its end; the error that ended it early, if
-/// any. Keepalive events go out when nothing else did for the client's period.
+/// What a stream's frames become.
+enum Events {
+    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames.
+    Process,
+    /// A watcher's (`WatchDir`): `watcher`, `watch_event`, `watch_end` frames, events named
+    /// relative to `watched`.
+    Watch { watched: String },
+}
+
+impl Events {
+    /// The message for one of the server's frames, and whether it is the last.
+    fn message(&self, codec: Codec, frame: &Value) -> Option<(Bytes, bool)> {
+        use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
+        match self {
+            Events::Process => {
+                let event = event_of(frame)?;
+                let end = matches!(event, process_event::Event::End(_));
+                // Start and Connect answer messages of the same shape.
+                let message = pb::StartResponse {
+                    event: Some(ProcessEvent { event: Some(event) }),
+                };
+                Some((connect::envelope(codec, &message), end))
+            }
+            Events::Watch { watched } => {
+                let (event, end) = match frame["type"].as_str()? {
+                    "watcher" => (watch_dir_response::Event::Start(Default::default()), false),
+                    "watch_event" => (
+                        watch_dir_response::Event::Filesystem(super::files::event_of(
+                            frame, watched,
+                        )?),
+                        false,
+                    ),
+                    "watch_end" => return Some((Bytes::new(), true)),
+                    _ => return None,
+                };
+                let message = WatchDirResponse { event: Some(event) };
+                Some((connect::envelope(codec, &message), end))
+            }
+        }
+    }
+
+    fn keepalive(&self, codec: Codec) -> Bytes {
+        use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
+        match self {
+            Events::Process => connect::envelope(
+                codec,
+                &pb::StartResponse {
+                    event: Some(ProcessEvent {
+                        event: Some(process_event::Event::Keepalive(process_event::KeepAlive {})),
+                    }),
+                },
+            ),
+            Events::Watch { .. } => connect::envelope(
+                codec,
+                &WatchDirResponse {
+                    event: Some(watch_dir_response::Event::Keepalive(Default::default())),
+                },
+            ),
+        }
+    }
+}
+
+/// A stream's frames as events, until its end; the error that ended it early, if any.
+/// Keepalive events go out when nothing else did for the client's period.
 async fn relay(
     mut stream: Stream,
     chunks: &mpsc::Sender<Bytes>,
     codec: Codec,
     keepalive: Option<Duration>,
+    events: &Events,
 ) -> Option<ConnectError> {
     let period = keepalive.unwrap_or(Duration::from_secs(3600));
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
-        let event = tokio::select! {
+        let (message, end) = tokio::select! {
             frame = stream.frames.recv() => match frame {
-                Some(Ok(frame)) => match event_of(&frame) {
-                    Some(event) => event,
+                Some(Ok(frame)) => match events.message(codec, &frame) {
+                    Some(message) => message,
                     None => continue,
                 },
                 Some(Err(err)) => return Some(err.into()),
-                None => return Some(ConnectError::new(Code::Unavailable, "brig gateway: the process's stream broke off")),
+                None => return Some(ConnectError::new(Code::Unavailable, "brig gateway: the stream from the server broke off")),
             },
-            _ = ticker.tick(), if keepalive.is_some() => process_event::Event::Keepalive(process_event::KeepAlive {}),
+            _ = ticker.tick(), if keepalive.is_some() => (events.keepalive(codec), false),
             () = chunks.closed() => return None,
         };
-        let end = matches!(event, process_event::Event::End(_));
-        // Start and Connect answer messages of the same shape.
-        let message = pb::StartResponse {
-            event: Some(ProcessEvent { event: Some(event) }),
-        };
-        if chunks
-            .send(connect::envelope(codec, &message))
-            .await
-            .is_err()
-        {
+        if !message.is_empty() && chunks.send(message).await.is_err() {
             return None;
         }
         ticker.reset();

@@ -10,9 +10,9 @@
 //! by the kernel: `..` and symlinks leading out are refused there). Entries are reported
 //! with their paths in the jail (`/home/sandbox/...`).
 //!
-//! Watchers are the server's polled ones (`CreateWatcher`, `GetWatcherEvents`,
-//! `RemoveWatcher`), their events named relative to the watched directory. Not served
-//! yet: `WatchDir` (the streamed watcher), gzip uploads, file metadata.
+//! Watchers are the server's: polled (`CreateWatcher`, `GetWatcherEvents`,
+//! `RemoveWatcher`) or streamed (`WatchDir`, `envd.rs`), their events named relative to
+//! the watched directory. Not served yet: gzip uploads, file metadata.
 
 use super::Gateway;
 use super::backend::{Backend, BackendError, Failure};
@@ -180,10 +180,6 @@ pub async fn procedure(
             .await?;
             Ok(connect::unary(codec, &fs::RemoveWatcherResponse {}))
         }
-        "WatchDir" => Err(ConnectError::new(
-            Code::Unimplemented,
-            "filesystem.Filesystem/WatchDir (a stream) is not served by brig gateway yet; use CreateWatcher and GetWatcherEvents (the sync SDK's watch_dir)",
-        )),
         _ => Err(ConnectError::new(
             Code::Unimplemented,
             format!("filesystem.Filesystem/{procedure}: no such procedure in envd"),
@@ -208,8 +204,10 @@ fn watcher_of(id: &str) -> Result<(String, String), ConnectError> {
 
 /// envd's event for one of the server's: its kind, and its path relative to the watched
 /// directory.
-fn event_of(event: &Value, watched: &str) -> Option<fs::FilesystemEvent> {
-    let kind = match event["type"].as_str()? {
+pub(super) fn event_of(event: &Value, watched: &str) -> Option<fs::FilesystemEvent> {
+    // A polled event's kind is its `type`; a streamed one's (`watch_event`) its `kind`.
+    let kind = event["kind"].as_str().or(event["type"].as_str());
+    let kind = match kind? {
         "create" => fs::EventType::Create,
         "write" => fs::EventType::Write,
         "remove" => fs::EventType::Remove,

@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 both_modes!(
     e2b_sdk_runs_commands,
     e2b_sdk_reads_and_writes_files,
+    e2b_async_sdk_runs_and_watches,
     e2b_sdk_lists_times_and_kills_sandboxes,
     e2b_tenants_are_kept_apart,
     e2b_bad_requests_get_the_sdks_errors,
@@ -337,6 +338,38 @@ print("PASS")
 
 fn e2b_sdk_reads_and_writes_files(mode: Mode) {
     sdk_program_passes(mode, FILES);
+}
+
+/// The async SDK: its commands, files, and a streamed watcher (`WatchDir`), which it
+/// uses where the sync SDK polls.
+const ASYNC: &str = r#"
+import asyncio
+from e2b import AsyncSandbox
+async def main():
+    sbx = await AsyncSandbox.create()
+    assert (await sbx.commands.run("echo async")).stdout == "async\n"
+    seen = []
+    await sbx.commands.run("echo out; echo err >&2", on_stdout=seen.append, on_stderr=seen.append)
+    assert sorted(seen) == ["err\n", "out\n"], seen
+    await sbx.files.make_dir("w")
+    created = asyncio.Event()
+    events = []
+    def on_event(event):
+        events.append((event.type.value, event.name))
+        if event.name == "sub/new.txt":
+            created.set()
+    handle = await sbx.files.watch_dir("w", on_event=on_event, recursive=True)
+    await sbx.commands.run("mkdir w/sub && echo x > w/sub/new.txt")
+    await asyncio.wait_for(created.wait(), 30)
+    assert ("create", "sub") in events and ("create", "sub/new.txt") in events, events
+    await handle.stop()
+    await sbx.kill()
+    print("PASS")
+asyncio.run(main())
+"#;
+
+fn e2b_async_sdk_runs_and_watches(mode: Mode) {
+    sdk_program_passes(mode, ASYNC);
 }
 
 const LIFECYCLE: &str = r#"
