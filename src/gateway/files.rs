@@ -15,7 +15,7 @@
 //! the watched directory. Not served yet: gzip uploads, file metadata.
 
 use super::Gateway;
-use super::backend::{Backend, BackendError, Failure};
+use super::backend::{Backend, BackendError};
 use super::connect::{self, Code, Codec, ConnectError};
 use super::error::ApiError;
 use super::proto::filesystem as fs;
@@ -328,17 +328,6 @@ fn query_path(query: Option<&str>) -> Result<Option<String>, ApiError> {
     Ok(path)
 }
 
-/// envd's error body for a failed file request, with the status the SDK maps.
-fn api_error(err: BackendError) -> ApiError {
-    let status = match err.failure {
-        Failure::NotFound => StatusCode::NOT_FOUND,
-        Failure::BadInput => StatusCode::BAD_REQUEST,
-        Failure::Unavailable => StatusCode::BAD_GATEWAY,
-        Failure::Server => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    ApiError::new(status, err.message)
-}
-
 async fn download(
     gateway: Arc<Gateway>,
     sandbox: String,
@@ -351,7 +340,7 @@ async fn download(
     let file = tokio::task::spawn_blocking(move || backend.read_file(&sandbox, &relative))
         .await
         .map_err(|err| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?
-        .map_err(api_error)?;
+        .map_err(ApiError::from)?;
     let length = file.length;
     let body = futures_util::stream::unfold(file, |mut file| async move {
         let chunk = file.chunks.recv().await?;
@@ -459,7 +448,7 @@ async fn store(
             tokio::task::spawn_blocking(move || backend.put(&sandbox, &relative, &data, append))
                 .await
                 .map_err(|err| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()))?
-                .map_err(api_error)?;
+                .map_err(ApiError::from)?;
             sent_any = true;
             if piece.is_empty() && done {
                 break;
