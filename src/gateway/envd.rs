@@ -9,9 +9,9 @@
 //! `List`, `SendInput`, `CloseStdin`, `SendSignal` and `Update` (a terminal's size) are
 //! `session_ps`, `session_stdin`, `session_signal` and `session_resize`.
 //!
-//! The filesystem service and `/files` are `files.rs`. Not served yet: `StreamInput` (a
-//! client stream), `/envs`, watchers (answered `unimplemented` / 501, naming what is
-//! missing).
+//! The filesystem service and `/files` are `files.rs` (`WatchDir`, a stream, is served
+//! here with the process streams: one relay for both). Not served yet: `StreamInput` (a
+//! client stream) and `/envs` (answered `unimplemented` / 501, naming what is missing).
 
 use super::Gateway;
 use super::backend::{BackendError, Selector, Start, Stream};

@@ -4,8 +4,9 @@
 //! tokio and axum (hyper: HTTP/1.1 and h2c) on one listener, which serves
 //!
 //! - E2B's REST API (`rest.rs`): a sandbox is a brig session;
-//! - envd, the in-sandbox API (`envd.rs`, over the Connect protocol of `connect.rs`, with
-//!   the messages `proto.rs` generates), for requests addressed to a sandbox: by the
+//! - envd, the in-sandbox API (`envd.rs` its processes, `files.rs` its files, over the
+//!   Connect protocol of `connect.rs`, with the messages `proto.rs` generates), for
+//!   requests addressed to a sandbox: by the
 //!   SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (its `E2B_SANDBOX_URL` form),
 //!   or by a `Host` of `{port}-{sandboxID}.{domain}`.
 //!
@@ -37,8 +38,8 @@ use std::sync::Arc;
 /// The port envd listens on in an E2B sandbox, as the SDK addresses it.
 pub const ENVD_PORT: u16 = 49983;
 
-/// Process streams open at once (each holds a thread and a connection to the server);
-/// more are refused with `resource_exhausted` until one ends.
+/// Streams open at once (processes, watchers, each holding a thread and a connection to
+/// the server); more are refused with `resource_exhausted` until one ends.
 const MAX_STREAMS: usize = 256;
 
 /// What every request handler shares.
