@@ -25,7 +25,9 @@ const STREAM_FRAMES: usize = 64;
 /// Why a call failed, as the HTTP side needs to tell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// The session (sandbox) or the process does not exist (any more).
+    /// The session (the sandbox) does not exist (any more): killed, or at its end.
+    Gone,
+    /// A process or a file does not exist (any more).
     NotFound,
     /// The server refused the request's content (`bad_input`).
     BadInput,
@@ -529,14 +531,13 @@ fn reply_of(body: &[u8]) -> Outcome<Value> {
 /// What an `error` frame means for the HTTP side.
 fn classify(reply: &Value, message: &str) -> Failure {
     // envd knows only running processes: one that has ended is not found, as there.
-    if message.contains(": no session ")
-        || message.contains("no process with")
+    if message.contains(": no session ") || message.contains("belongs to another user") {
+        // (The gateway's own uid created every session it serves.)
+        Failure::Gone
+    } else if message.contains("no process with")
         || message.contains(" has ended")
         || message.contains("no such file in the workspace")
     {
-        Failure::NotFound
-    } else if message.contains("belongs to another user") {
-        // The gateway's own uid created every session it serves.
         Failure::NotFound
     } else if reply["kind"] == "bad_input" {
         Failure::BadInput

@@ -100,6 +100,8 @@ impl From<super::backend::BackendError> for ConnectError {
         use super::backend::Failure;
         let code = match err.failure {
             Failure::NotFound => Code::NotFound,
+            // E2B's proxy answers for a sandbox that has ended; the SDK says it timed out.
+            Failure::Gone => Code::Unavailable,
             Failure::BadInput => Code::InvalidArgument,
             Failure::Unavailable => Code::Unavailable,
             Failure::Server => Code::Internal,

@@ -52,7 +52,7 @@ pub async fn serve(
 ) -> Response {
     let path = uri.path();
     match (method.as_str(), path) {
-        ("GET", "/health") => return StatusCode::NO_CONTENT.into_response(),
+        ("GET", "/health") => return health(gateway, sandbox).await,
         (_, "/files") => {
             return super::files::transfer(gateway, sandbox, method, uri.query(), &headers, body)
                 .await;
@@ -184,6 +184,25 @@ pub async fn serve(
 /// What a larger body is read to its end for (and dropped), so that its client, still
 /// sending, gets the answer instead of a connection reset; past it the connection goes.
 const DRAINED_AT_MOST: usize = 64 << 20;
+
+/// envd's health: 204 while the sandbox lives (its session answers `session_ps`), 502 once
+/// it has ended (killed, or at its timeout: the SDK's `is_running()` is then false), and
+/// the gateway forgets it.
+async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
+    let backend = gateway.backend.clone();
+    let id = sandbox.clone();
+    let answer = tokio::task::spawn_blocking(move || backend.processes(&id)).await;
+    match answer {
+        Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(err)) if err.failure == super::backend::Failure::Gone => {
+            gateway.tenants.forget(&sandbox);
+            super::unreachable(&sandbox, format!("sandbox {sandbox:?} has ended"))
+        }
+        Ok(Err(err)) => super::error::ApiError::from(err).into_response(),
+        Err(err) => super::error::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
+            .into_response(),
+    }
+}
 
 /// Reads a body that is not wanted to its end (up to [`DRAINED_AT_MOST`]), so that the
 /// answer reaches a client still sending it and the connection stays usable.

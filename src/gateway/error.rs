@@ -36,7 +36,7 @@ impl ApiError {
 impl From<BackendError> for ApiError {
     fn from(err: BackendError) -> ApiError {
         let status = match err.failure {
-            Failure::NotFound => StatusCode::NOT_FOUND,
+            Failure::NotFound | Failure::Gone => StatusCode::NOT_FOUND,
             Failure::BadInput => StatusCode::BAD_REQUEST,
             Failure::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Failure::Server => StatusCode::INTERNAL_SERVER_ERROR,

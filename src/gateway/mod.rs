@@ -169,6 +169,16 @@ fn sandbox_address(headers: &HeaderMap) -> Option<(String, String)> {
     .then(|| (id.to_string(), port.to_string()))
 }
 
+/// E2B's proxy answers 502 for a sandbox it cannot reach: the SDK takes it as the sandbox
+/// having ended (`is_running()` is false, other calls raise its timeout error).
+fn unreachable(sandbox: &str, message: String) -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        axum::Json(serde_json::json!({"code": 502, "message": message, "sandboxId": sandbox})),
+    )
+        .into_response()
+}
+
 /// Sends a request addressed to a sandbox to its envd; others go on to the REST API.
 async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
     let Some((sandbox, port)) = sandbox_address(request.headers()) else {
@@ -177,15 +187,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     // A body is read to its end before any refusal (`envd::drain`): left unread, it
     // closes the connection after the answer, under a client that may reuse it.
     let (parts, body) = request.into_parts();
-    // E2B's proxy answers 502 for a sandbox it cannot reach: the SDK takes it as the
-    // sandbox having ended (`is_running()` is false).
-    let unreachable = |message: String| {
-        (
-            StatusCode::BAD_GATEWAY,
-            axum::Json(serde_json::json!({"code": 502, "message": message, "sandboxId": sandbox})),
-        )
-            .into_response()
-    };
+    let unreachable = |message: String| unreachable(&sandbox, message);
     if port != ENVD_PORT.to_string() {
         envd::drain(body).await;
         return unreachable(format!(

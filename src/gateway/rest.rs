@@ -391,7 +391,7 @@ fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
 /// A sandbox that ended between the check and the call is not found, as E2B says it.
 fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
     match err.failure {
-        super::backend::Failure::NotFound => ApiError::no_sandbox(id),
+        super::backend::Failure::Gone => ApiError::no_sandbox(id),
         _ => err.into(),
     }
 }

@@ -411,6 +411,21 @@ except SandboxNotFoundException:
     pass
 assert Sandbox.kill(one.sandbox_id) is False
 assert listed() == [two.sandbox_id]
+
+# A sandbox ends at its timeout: not running, its commands the SDK's timeout error.
+import time
+from e2b import TimeoutException
+short = Sandbox.create(timeout=1)
+deadline = time.monotonic() + 30
+while short.is_running():
+    assert time.monotonic() < deadline, "a sandbox outlived its 1 s timeout by 30 s"
+    time.sleep(0.05)
+try:
+    short.commands.run("true")
+    raise SystemExit("an ended sandbox ran a command")
+except TimeoutException:
+    pass
+assert listed() == [two.sandbox_id]
 assert two.is_running() is True
 two.kill()
 assert listed() == []
