@@ -78,7 +78,7 @@ fn sdk_python() -> Option<&'static Path> {
     let found = require(
         &format!("the E2B SDK ({E2B_SDK}, from PyPI)"),
         &format!(
-            "let the test reach PyPI once (`python3 -m venv` and `pip install {E2B_SDK}`; it is kept under the target directory)"
+            "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once for `pip install {E2B_SDK}` (kept under the target directory)"
         ),
         python.is_some(),
     );
