@@ -531,7 +531,10 @@ fn reply_of(body: &[u8]) -> Outcome<Value> {
 /// What an `error` frame means for the HTTP side.
 fn classify(reply: &Value, message: &str) -> Failure {
     // envd knows only running processes: one that has ended is not found, as there.
-    if message.contains(": no session ") || message.contains("belongs to another user") {
+    // A session at its end answers its waiting requests `session ID ended: WHY` (its
+    // timeout, the server draining) before it is gone from the server's table.
+    let ended = message.contains("session ") && message.contains(" ended: ");
+    if message.contains(": no session ") || ended || message.contains("belongs to another user") {
         // (The gateway's own uid created every session it serves.)
         Failure::Gone
     } else if message.contains("no process with")
@@ -543,6 +546,46 @@ fn classify(reply: &Value, message: &str) -> Failure {
         Failure::BadInput
     } else {
         Failure::Server
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Failure, classify};
+    use serde_json::json;
+
+    #[test]
+    fn a_sandbox_that_ended_is_gone_by_any_of_the_servers_words() {
+        let bad = json!({"kind": "bad_input"});
+        for (message, failure) in [
+            (
+                "brig serve: no session 0a1b (closed, expired or never created)",
+                Failure::Gone,
+            ),
+            (
+                "brig serve: session 0a1b ended: it reached its session_timeout",
+                Failure::Gone,
+            ),
+            (
+                "brig serve: session 0a1b belongs to another user",
+                Failure::Gone,
+            ),
+            (
+                "no process with pid 9 in session 0a1b; see session_ps",
+                Failure::NotFound,
+            ),
+            (
+                "session_signal: process 14 has ended; see session_ps",
+                Failure::NotFound,
+            ),
+            (
+                "path \"x\": no such file in the workspace",
+                Failure::NotFound,
+            ),
+            ("tag: \"a\" is in use", Failure::BadInput),
+        ] {
+            assert_eq!(classify(&bad, message), failure, "{message}");
+        }
     }
 }
 
