@@ -549,6 +549,14 @@ fn classify(reply: &Value, message: &str) -> Failure {
     }
 }
 
+fn string_field(reply: &Value, field: &str) -> Outcome<String> {
+    reply[field].as_str().map(str::to_string).ok_or_else(|| {
+        BackendError::unavailable(format!(
+            "brig gateway: the brig server's answer lacks \"{field}\": {reply}"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Failure, classify};
@@ -587,12 +595,4 @@ mod tests {
             assert_eq!(classify(&bad, message), failure, "{message}");
         }
     }
-}
-
-fn string_field(reply: &Value, field: &str) -> Outcome<String> {
-    reply[field].as_str().map(str::to_string).ok_or_else(|| {
-        BackendError::unavailable(format!(
-            "brig gateway: the brig server's answer lacks \"{field}\": {reply}"
-        ))
-    })
 }
