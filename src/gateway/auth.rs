@@ -76,6 +76,8 @@ pub struct Tenants {
     killed: Mutex<VecDeque<String>>,
     /// When the owners were last reloaded.
     reloaded: Mutex<Option<std::time::Instant>>,
+    /// Creates under way, by tenant (counted against its cap with its sandboxes).
+    creating: Mutex<HashMap<String, usize>>,
 }
 
 impl Tenants {
@@ -85,6 +87,7 @@ impl Tenants {
             owners: Mutex::default(),
             killed: Mutex::default(),
             reloaded: Mutex::default(),
+            creating: Mutex::default(),
         }
     }
 
@@ -104,6 +107,27 @@ impl Tenants {
                 StatusCode::UNAUTHORIZED,
                 "X-API-Key: not a key of this gateway; ask its operator for one",
             )
+        })
+    }
+
+    /// Takes one of `tenant`'s `cap` places for a sandbox about to be created, if its
+    /// `existing` sandboxes and its creates under way leave one (0: no cap); the place is
+    /// given back when the returned guard goes, the sandbox then counting for itself.
+    pub fn reserve<'a>(
+        &'a self,
+        tenant: &str,
+        existing: usize,
+        cap: usize,
+    ) -> Option<Reserved<'a>> {
+        let mut creating = self.creating.lock().unwrap();
+        let under_way = creating.entry(tenant.to_string()).or_default();
+        if cap != 0 && existing + *under_way >= cap {
+            return None;
+        }
+        *under_way += 1;
+        Some(Reserved {
+            tenants: self,
+            tenant: tenant.to_string(),
         })
     }
 
@@ -188,6 +212,24 @@ impl Tenants {
             }
         }
         *cache = owners;
+    }
+}
+
+/// A tenant's place for a sandbox being created (see [`Tenants::reserve`]).
+pub struct Reserved<'a> {
+    tenants: &'a Tenants,
+    tenant: String,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut creating = self.tenants.creating.lock().unwrap();
+        if let Some(under_way) = creating.get_mut(&self.tenant) {
+            *under_way -= 1;
+            if *under_way == 0 {
+                creating.remove(&self.tenant);
+            }
+        }
     }
 }
 

@@ -22,6 +22,12 @@ pub struct GatewayArgs {
     /// and touches only its own sandboxes.
     #[arg(long, value_name = "FILE")]
     pub api_keys: PathBuf,
+
+    /// Sandboxes one tenant may have at once; more creates are refused (429, the SDK's
+    /// RateLimitException) until one ends. 0: no cap of the gateway's own (the server's
+    /// --max-sessions still holds for all tenants together).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_sandboxes_per_tenant: usize,
 }
 
 /// The tenants, by API key.

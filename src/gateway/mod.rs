@@ -47,6 +47,8 @@ pub struct Gateway {
     backend: Backend,
     tenants: auth::Tenants,
     streams: Arc<tokio::sync::Semaphore>,
+    /// `--max-sandboxes-per-tenant` (0: none).
+    max_sandboxes_per_tenant: usize,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
@@ -78,6 +80,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         backend,
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -175,7 +175,24 @@ async fn create(
         env,
         no_network: request.allow_internet_access == Some(false),
     };
-    let id = blocking(&gateway, move |gateway| Ok(gateway.backend.create(new)?)).await?;
+    let cap = gateway.max_sandboxes_per_tenant;
+    let creator = tenant.clone();
+    let id = blocking(&gateway, move |gateway| {
+        let existing = match cap {
+            0 => 0,
+            _ => sandboxes_of(gateway, &creator, BTreeMap::new())?.len(),
+        };
+        let _place = gateway.tenants.reserve(&creator, existing, cap).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "tenant {creator:?} has {existing} sandboxes (or is creating more), its most (--max-sandboxes-per-tenant {cap}); kill one first"
+                ),
+            )
+        })?;
+        Ok(gateway.backend.create(new)?)
+    })
+    .await?;
     gateway.tenants.created(
         &id,
         Owner {

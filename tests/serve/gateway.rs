@@ -24,6 +24,7 @@ both_modes!(
     e2b_async_sdk_runs_and_watches,
     e2b_sdk_lists_times_and_kills_sandboxes,
     e2b_tenants_are_kept_apart,
+    e2b_a_tenants_sandboxes_are_capped,
     e2b_bad_requests_get_the_sdks_errors,
     gateway_holds_nothing_for_clients_gone,
     gateway_refuses_a_bad_key_file,
@@ -95,23 +96,27 @@ struct Gateway {
 
 impl Gateway {
     fn start(mode: Mode, server: &Server) -> Gateway {
+        Gateway::start_with(mode, server, &[])
+    }
+
+    /// A gateway with `extra` options.
+    fn start_with(mode: Mode, server: &Server, extra: &[&str]) -> Gateway {
         let keys = TempDir::new("gateway-keys");
         let file = keys.file(
             "keys",
             &format!("# two tenants\n{KEY_A} alice\n{KEY_B} bob\n"),
         );
-        let mut command = command(
-            mode,
-            &[
-                "gateway",
-                "--listen",
-                "127.0.0.1:0",
-                "--server",
-                server.socket(),
-                "--api-keys",
-                file.to_str().unwrap(),
-            ],
-        );
+        let mut args = vec![
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--server",
+            server.socket(),
+            "--api-keys",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let mut command = command(mode, &args);
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut running = Running::spawn(command);
         let mut line = String::new();
@@ -518,6 +523,31 @@ fn e2b_tenants_are_kept_apart(mode: Mode) {
     assert_passed(gateway.sdk(KEY_B, &with_args(OTHER_TENANT, &[sandbox])));
     // Tenant B's attempts left it running: A still reaches it, with its token only.
     assert_passed(gateway.sdk(KEY_A, &with_args(SECURE_TOKEN, &[sandbox, token])));
+}
+
+/// Tenant A at its cap of two (`sys.argv[2]`: tenant B's key): a third is refused with
+/// the SDK's RateLimitException, B is not held by A's cap, and a kill makes room.
+const CAPPED: &str = r#"
+import sys
+from e2b import Sandbox, RateLimitException
+first, second = Sandbox.create(), Sandbox.create()
+try:
+    Sandbox.create()
+    raise SystemExit("a third sandbox was created past the cap of 2")
+except RateLimitException as err:
+    assert "--max-sandboxes-per-tenant 2" in str(err), err
+others = Sandbox.create(api_key=sys.argv[2])
+first.kill()
+third = Sandbox.create()
+for sandbox in (second, third, others):
+    sandbox.kill()
+print("PASS")
+"#;
+
+fn e2b_a_tenants_sandboxes_are_capped(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start_with(mode, &server, &["--max-sandboxes-per-tenant", "2"]);
+    assert_passed(gateway.sdk(KEY_A, &with_args(CAPPED, &[KEY_B])));
 }
 
 /// Malformed requests of every layer: each gets the status and body the SDK maps to its
