@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     record_commit();
+    envd_protocol();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
     let dir = Path::new("seccomp-profiles").join(&arch);
     // A directory: cargo reruns when any file in it changes, or one is added or removed.
@@ -45,6 +46,35 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out.join("seccomp_profiles.rs"), code).expect("write seccomp_profiles.rs");
+}
+
+/// The types of E2B's envd protocol (`proto/e2b-envd/`, used by `brig gateway`): protox
+/// parses the .proto files (no system protoc), prost generates the messages and pbjson
+/// their protobuf-JSON mapping, into `$OUT_DIR/{process,filesystem}.rs` and
+/// `*.serde.rs`; protobuf's well-known types (the Timestamp) are pbjson-types'.
+fn envd_protocol() {
+    use prost::Message as _;
+    let root = Path::new("proto/e2b-envd");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let descriptors = protox::compile(
+        ["process/process.proto", "filesystem/filesystem.proto"],
+        [root],
+    )
+    .unwrap_or_else(|err| panic!("parse {}: {err:?}", root.display()));
+    let encoded = descriptors.encode_to_vec();
+    prost_build::Config::new()
+        .compile_well_known_types()
+        .extern_path(".google.protobuf", "::pbjson_types")
+        .compile_fds(descriptors)
+        .unwrap_or_else(|err| panic!("generate the envd types: {err}"));
+    pbjson_build::Builder::new()
+        .register_descriptors(&encoded)
+        .and_then(|builder| {
+            builder
+                .ignore_unknown_fields()
+                .build(&[".process", ".filesystem"])
+        })
+        .unwrap_or_else(|err| panic!("generate the envd JSON mapping: {err}"));
 }
 
 /// `BRIG_COMMIT` for `brig --version`: the commit brig is built from (with `-dirty` when

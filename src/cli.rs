@@ -42,6 +42,15 @@ pub enum Command {
                       RestartPreventExitStatus=125."
     )]
     Serve(Box<brig::serve::ServeArgs>),
+    /// E2B's API (REST and envd) on HOST:PORT, for the official SDKs: each sandbox a
+    /// session of the `brig serve` on SOCKET, each API key a tenant.
+    #[command(
+        after_help = "An E2B program then needs only E2B_API_URL=http://HOST:PORT \
+                      E2B_SANDBOX_URL=http://HOST:PORT E2B_API_KEY=KEY. Exit status: 0 once \
+                      stopped (SIGTERM, SIGINT); 125 when it cannot start as configured (one \
+                      line on stderr names the option or file:line and the fix)."
+    )]
+    Gateway(brig::gateway::GatewayArgs),
     /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
     /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
     #[command(subcommand)]

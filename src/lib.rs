@@ -14,6 +14,7 @@ pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod exit;
+pub mod gateway;
 pub mod jail;
 pub mod net;
 pub mod options;

@@ -61,6 +61,7 @@ fn dispatch(command: Command) -> Result<i32> {
         Command::Serve(args) if args.status => cli::served::status(&args.socket),
         Command::Serve(args) => brig::serve::serve(*args),
         Command::Session(command) => cli::session::run(command),
+        Command::Gateway(args) => brig::gateway::run(args),
         Command::Check(args) => {
             let plan = resolve(args)?;
             let yaml = serde_saphyr::to_string(&plan)

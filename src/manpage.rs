@@ -72,6 +72,14 @@ anything else is refused at once: a TCP reset (ECONNREFUSED in the program); UDP
 Rootless, brig creates the TUN device as the caller inside the jail's namespaces, which needs \fI/dev/net/tun\fR open to everyone (mode 0666, the usual one); \fBbrig doctor\fR checks it.
 "#;
 
+const GATEWAY: &str = r#".SH E2B GATEWAY
+\fBbrig gateway \-\-listen\fR \fIHOST:PORT\fR \fB\-\-server\fR \fISOCKET\fR \fB\-\-api\-keys\fR \fIFILE\fR serves E2B's API (its REST API and envd, the in-sandbox API, over the Connect protocol; HTTP/1.1 and h2c) in front of the \fBbrig serve\fR on \fISOCKET\fR, so that a program written for E2B's SDK runs unchanged with \fBE2B_API_URL\fR=http://\fIHOST:PORT\fR \fBE2B_SANDBOX_URL\fR=http://\fIHOST:PORT\fR \fBE2B_API_KEY\fR=\fIKEY\fR.
+.IP \(bu 2
+Each sandbox is a session of the server, each command a background process of it. \fIFILE\fR holds one \fIKEY TENANT\fR a line (\fB#\fR comments); each key is a tenant, which sees and touches only its own sandboxes (another's id is not found). A bad line stops the gateway with one line naming \fIFILE\fR:\fILINE\fR and the fix (125).
+.IP \(bu 2
+It prints \fBbrig gateway: listening on http://\fR\fIADDRESS\fR (the port chosen for port 0) and stops on SIGTERM or SIGINT (0). It speaks plain HTTP: keep it on loopback or behind a TLS ingress. Run the server with \fB\-\-max\-sessions\-per\-uid 0\fR (every sandbox is a session of the gateway's uid) and an \fB\-\-idle\-timeout\fR as long as \fB\-\-session\-timeout\fR (E2B's sandboxes end at their timeout only). What is served and what not yet: docs/e2b.md.
+"#;
+
 const SESSIONS: &str = r#".SH SESSIONS
 A session is a jail of \fBbrig serve\fR that lives between requests, for the code-interpreter pattern: a variable set by one cell is there in the next, a file written in the workspace stays. \fBbrig session create \-\-server\fR \fISOCKET\fR [\fIRUN OPTIONS\fR] opens one and prints its id; \fBexec\fR, \fBput\fR, \fBget\fR, \fBls\fR and \fBclose\fR take it with \fB\-\-session\fR (or \fBBRIG_SESSION\fR; the socket from \fBBRIG_SERVER\fR), \fBlist\fR lists the caller's sessions.
 .IP \(bu 2
@@ -297,6 +305,11 @@ pub fn render_brig1() -> String {
         "OPTIONS OF SESSION EXEC",
     ));
     text.push_str(&options_section(
+        &find(&["gateway"]),
+        "brig gateway",
+        "OPTIONS OF GATEWAY",
+    ));
+    text.push_str(&options_section(
         &find(&["doctor"]),
         "brig doctor",
         "OPTIONS OF DOCTOR",
@@ -312,6 +325,7 @@ pub fn render_brig1() -> String {
         NETWORK,
         SERVE,
         SESSIONS,
+        GATEWAY,
         LIMITS_AND_VERDICT,
         CONFIGURATION,
         OPERATORS,

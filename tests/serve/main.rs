@@ -12,6 +12,7 @@ mod common;
 mod bounds;
 mod client_api;
 mod clients;
+mod gateway;
 mod server;
 mod session_cells;
 mod session_engine;

@@ -1,0 +1,285 @@
+//! Who may touch which sandbox. The REST API's caller is the tenant of its `X-API-Key`;
+//! each sandbox is a brig session whose metadata names its tenant (and its envd access
+//! token when created `secure`), under keys the gateway keeps for itself. A tenant sees
+//! only sessions of its own; another tenant's id is answered as one that does not exist.
+//!
+//! envd requests carry no API key (E2B's SDK sends only the sandbox's id, and its access
+//! token for a `secure` sandbox): as in E2B, the id (128 random bits, brig's session id)
+//! is what reaches a sandbox, and `secure` adds the token.
+//!
+//! Owners are cached by sandbox id so that an envd call costs no extra round trip to the
+//! server; a miss reloads the cache from `session_list` (replacing it whole, so closed
+//! and expired sandboxes leave it).
+
+use super::backend::{Backend, Outcome};
+use super::config::ApiKeys;
+use super::error::ApiError;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+/// The metadata keys the gateway keeps for itself; a client's keys may not start so.
+pub const RESERVED: &str = "brig-gateway.";
+pub const TENANT_KEY: &str = "brig-gateway.tenant";
+pub const TEMPLATE_KEY: &str = "brig-gateway.template";
+pub const TOKEN_KEY: &str = "brig-gateway.envd-token";
+
+/// A sandbox's owner, and its envd access token if it has one.
+#[derive(Clone, Debug)]
+pub struct Owner {
+    pub tenant: String,
+    pub token: Option<String>,
+}
+
+impl Owner {
+    /// The owner a session's metadata names; none for a session the gateway did not
+    /// create.
+    pub fn of(session: &Value) -> Option<Owner> {
+        let metadata = &session["metadata"];
+        Some(Owner {
+            tenant: metadata[TENANT_KEY].as_str()?.to_string(),
+            token: metadata[TOKEN_KEY].as_str().map(str::to_string),
+        })
+    }
+}
+
+/// A miss reloads the owners at most this often: ids nobody owns (guessed, long gone)
+/// cost the server one `session_list` per period, not one per request. Every sandbox
+/// this gateway creates is cached at once, so a miss within it is an id it does not
+/// serve.
+const RELOAD_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long a sandbox this gateway created stays cached though a list did not show it:
+/// a list that was asked for before the sandbox was created (and answered after) must
+/// not drop it.
+const CREATED_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An owner in the cache, and when this gateway created the sandbox (None: known from a
+/// list).
+#[derive(Clone, Debug)]
+struct Cached {
+    owner: Owner,
+    created: Option<std::time::Instant>,
+}
+
+/// How many killed sandboxes are remembered as gone (see [`Tenants::forget`]).
+const REMEMBERED_KILLS: usize = 4096;
+
+/// The API keys and the owners of the sandboxes seen.
+pub struct Tenants {
+    keys: ApiKeys,
+    owners: Mutex<HashMap<String, Cached>>,
+    /// Sandboxes killed lately, oldest first: the server may list a session for a moment
+    /// after its `session_close` is answered (while its jail is torn down), and a
+    /// refresh must not bring it back.
+    killed: Mutex<VecDeque<String>>,
+    /// When the owners were last reloaded.
+    reloaded: Mutex<Option<std::time::Instant>>,
+    /// Creates under way, by tenant (counted against its cap with its sandboxes).
+    creating: Mutex<HashMap<String, usize>>,
+}
+
+impl Tenants {
+    pub fn new(keys: ApiKeys) -> Tenants {
+        Tenants {
+            keys,
+            owners: Mutex::default(),
+            killed: Mutex::default(),
+            reloaded: Mutex::default(),
+            creating: Mutex::default(),
+        }
+    }
+
+    /// The caller's tenant, from its `X-API-Key`; 401 without a known one.
+    pub fn caller(&self, headers: &HeaderMap) -> Result<String, ApiError> {
+        let key = headers
+            .get("x-api-key")
+            .and_then(|value| value.to_str().ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "no X-API-Key header; send one of this gateway's API keys",
+                )
+            })?;
+        self.keys.tenant(key).map(str::to_string).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "X-API-Key: not a key of this gateway; ask its operator for one",
+            )
+        })
+    }
+
+    /// Takes one of `tenant`'s `cap` places for a sandbox about to be created, if its
+    /// `existing` sandboxes and its creates under way leave one (0: no cap); the place is
+    /// given back when the returned guard goes, the sandbox then counting for itself.
+    pub fn reserve<'a>(
+        &'a self,
+        tenant: &str,
+        existing: usize,
+        cap: usize,
+    ) -> Option<Reserved<'a>> {
+        let mut creating = self.creating.lock().unwrap();
+        let under_way = creating.entry(tenant.to_string()).or_default();
+        if cap != 0 && existing + *under_way >= cap {
+            return None;
+        }
+        *under_way += 1;
+        Some(Reserved {
+            tenants: self,
+            tenant: tenant.to_string(),
+        })
+    }
+
+    /// Remembers the owner of a sandbox just created.
+    pub fn created(&self, id: &str, owner: Owner) {
+        let created = Some(std::time::Instant::now());
+        self.owners
+            .lock()
+            .unwrap()
+            .insert(id.into(), Cached { owner, created });
+    }
+
+    /// Forgets a killed sandbox, for good.
+    pub fn forget(&self, id: &str) {
+        self.owners.lock().unwrap().remove(id);
+        let mut killed = self.killed.lock().unwrap();
+        if killed.len() == REMEMBERED_KILLS {
+            killed.pop_front();
+        }
+        killed.push_back(id.into());
+    }
+
+    /// Whether `id` was killed lately.
+    pub fn killed(&self, id: &str) -> bool {
+        self.killed
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|killed| killed == id)
+    }
+
+    /// The sandbox's owner: from the cache, or else from the server's list (which
+    /// replaces the cache). None: no such sandbox of the gateway's.
+    pub fn owner(&self, backend: &Backend, id: &str) -> Outcome<Option<Owner>> {
+        if let Some(owner) = self.cached(id) {
+            return Ok(Some(owner));
+        }
+        {
+            let mut reloaded = self.reloaded.lock().unwrap();
+            if reloaded.is_some_and(|at| at.elapsed() < RELOAD_AT_MOST_EVERY) {
+                return Ok(None);
+            }
+            *reloaded = Some(std::time::Instant::now());
+        }
+        let sessions = backend.list(BTreeMap::new())?;
+        self.refresh(&sessions);
+        Ok(self.cached(id))
+    }
+
+    /// The cached owner of `id`.
+    fn cached(&self, id: &str) -> Option<Owner> {
+        let owners = self.owners.lock().unwrap();
+        owners.get(id).map(|cached| cached.owner.clone())
+    }
+
+    /// Replaces the cache with the sessions of a whole `session_list` (and the sandboxes
+    /// created lately, which it may not show yet).
+    pub fn refresh(&self, sessions: &[Value]) {
+        let mut owners: HashMap<String, Cached> = sessions
+            .iter()
+            .filter(|session| {
+                !session["session"]
+                    .as_str()
+                    .is_some_and(|id| self.killed(id))
+            })
+            .filter_map(|session| {
+                let owner = Owner::of(session)?;
+                let created = None;
+                Some((
+                    session["session"].as_str()?.to_string(),
+                    Cached { owner, created },
+                ))
+            })
+            .collect();
+        let mut cache = self.owners.lock().unwrap();
+        for (id, cached) in cache.drain() {
+            if cached
+                .created
+                .is_some_and(|at| at.elapsed() < CREATED_KEPT_FOR)
+            {
+                owners.entry(id).or_insert(cached);
+            }
+        }
+        *cache = owners;
+    }
+}
+
+/// A tenant's place for a sandbox being created (see [`Tenants::reserve`]).
+pub struct Reserved<'a> {
+    tenants: &'a Tenants,
+    tenant: String,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut creating = self.tenants.creating.lock().unwrap();
+        if let Some(under_way) = creating.get_mut(&self.tenant) {
+            *under_way -= 1;
+            if *under_way == 0 {
+                creating.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// A fresh access token: 32 hex digits from the kernel's random source.
+pub fn new_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn session(id: &str, tenant: &str) -> Value {
+        json!({"session": id, "metadata": {TENANT_KEY: tenant, TOKEN_KEY: "t0ken"}})
+    }
+
+    #[test]
+    fn a_list_replaces_the_owners_but_keeps_sandboxes_just_created() {
+        let tenants = Tenants::new(ApiKeys::default());
+        let owner = |tenant: &str| Owner {
+            tenant: tenant.into(),
+            token: None,
+        };
+        tenants.created("new", owner("alice"));
+        tenants.refresh(&[
+            session("old", "bob"),
+            json!({"session": "not-ours", "metadata": {}}),
+        ]);
+        // The list, asked for before "new" was created, does not drop it.
+        assert_eq!(tenants.cached("new").unwrap().tenant, "alice");
+        let old = tenants.cached("old").unwrap();
+        assert_eq!(
+            (old.tenant.as_str(), old.token.as_deref()),
+            ("bob", Some("t0ken"))
+        );
+        assert!(
+            tenants.cached("not-ours").is_none(),
+            "a session the gateway did not create"
+        );
+        // A later list without "old" drops it; a killed sandbox stays out though listed.
+        tenants.forget("new");
+        tenants.refresh(&[session("new", "alice")]);
+        assert!(tenants.cached("old").is_none());
+        assert!(
+            tenants.cached("new").is_none(),
+            "a killed sandbox came back"
+        );
+    }
+}

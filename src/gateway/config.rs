@@ -1,0 +1,145 @@
+//! `brig gateway`'s command line, and its API-key file.
+
+use crate::error::{Error, Result};
+use clap::Args;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Clone, Debug)]
+pub struct GatewayArgs {
+    /// The address to serve E2B's API on (plain HTTP/1.1 and h2c: keep it on loopback or
+    /// behind a TLS ingress), e.g. 127.0.0.1:3000 (port 0: any free port, printed).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: SocketAddr,
+
+    /// The socket of the `brig serve` whose sessions are the sandboxes.
+    #[arg(long, value_name = "SOCKET")]
+    pub server: PathBuf,
+
+    /// The API keys: one `KEY TENANT` a line (`#` starts a comment). Each key is a
+    /// tenant's (E2B's `X-API-Key`, so `e2b_` and hex digits for the SDK); a tenant sees
+    /// and touches only its own sandboxes.
+    #[arg(long, value_name = "FILE")]
+    pub api_keys: PathBuf,
+
+    /// Sandboxes one tenant may have at once; more creates are refused (429, the SDK's
+    /// RateLimitException) until one ends. 0: no cap of the gateway's own (the server's
+    /// --max-sessions still holds for all tenants together).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_sandboxes_per_tenant: usize,
+}
+
+/// The tenants, by API key.
+#[derive(Debug, Default)]
+pub struct ApiKeys {
+    tenants: HashMap<String, String>,
+}
+
+impl ApiKeys {
+    /// Reads `path`: one `KEY TENANT` a line; blank lines and `#` comments are skipped.
+    pub fn read(path: &Path) -> Result<ApiKeys> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            Error::input(format!(
+                "--api-keys {}: cannot read it: {err}; give a file of `KEY TENANT` lines",
+                path.display()
+            ))
+        })?;
+        ApiKeys::parse(&text, &path.display().to_string())
+    }
+
+    /// The keys of `text`, read from `origin` (for errors: `origin:line`).
+    pub fn parse(text: &str, origin: &str) -> Result<ApiKeys> {
+        let mut keys = ApiKeys::default();
+        for (index, line) in text.lines().enumerate() {
+            let at = format!("--api-keys {origin}:{}", index + 1);
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [key, tenant] = words[..] else {
+                return Err(Error::input(format!(
+                    "{at}: {} words; write one `KEY TENANT` a line (e.g. `e2b_0123abcd alice`)",
+                    words.len()
+                )));
+            };
+            if key.len() < 16 || !key.bytes().all(|byte| byte.is_ascii_graphic()) {
+                return Err(Error::input(format!(
+                    "{at}: the key is {} characters; give at least 16 printable characters (the SDK wants `e2b_` and hex digits)",
+                    key.len()
+                )));
+            }
+            if tenant.len() > 64
+                || !tenant
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"-_.@".contains(&byte))
+            {
+                return Err(Error::input(format!(
+                    "{at}: tenant {tenant:?}: use 1 to 64 letters, digits, '-', '_', '.' or '@'"
+                )));
+            }
+            if keys.tenants.insert(key.into(), tenant.into()).is_some() {
+                return Err(Error::input(format!(
+                    "{at}: this key is listed twice; give each key one tenant"
+                )));
+            }
+        }
+        if keys.tenants.is_empty() {
+            return Err(Error::input(format!(
+                "--api-keys {origin}: no keys; write one `KEY TENANT` a line"
+            )));
+        }
+        Ok(keys)
+    }
+
+    /// The tenant whose key this is.
+    pub fn tenant(&self, key: &str) -> Option<&str> {
+        self.tenants.get(key).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiKeys;
+
+    #[test]
+    fn a_key_file_names_a_tenant_per_key() {
+        let keys = ApiKeys::parse(
+            "# the team\ne2b_0123456789abcdef alice\n\n  e2b_fedcba9876543210   bob  # ops\n",
+            "keys",
+        )
+        .unwrap();
+        assert_eq!(keys.tenant("e2b_0123456789abcdef"), Some("alice"));
+        assert_eq!(keys.tenant("e2b_fedcba9876543210"), Some("bob"));
+        assert_eq!(keys.tenant("e2b_0000000000000000"), None);
+    }
+
+    #[test]
+    fn a_bad_line_is_named_with_its_fix() {
+        for (text, expected) in [
+            (
+                "e2b_0123456789abcdef\n",
+                "keys:1: 1 words; write one `KEY TENANT`",
+            ),
+            ("\ne2b_0123456789abcdef a b\n", "keys:2: 3 words"),
+            (
+                "short alice\n",
+                "keys:1: the key is 5 characters; give at least 16",
+            ),
+            (
+                "e2b_0123456789abcdef a/b\n",
+                "keys:1: tenant \"a/b\": use 1 to 64",
+            ),
+            (
+                "e2b_0123456789abcdef a\ne2b_0123456789abcdef b\n",
+                "keys:2: this key is listed twice",
+            ),
+            ("# nothing\n", "keys: no keys"),
+        ] {
+            let err = ApiKeys::parse(text, "keys").unwrap_err().to_string();
+            assert!(err.contains(expected), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+}

@@ -1,0 +1,755 @@
+//! envd, the API E2B's SDK speaks to inside a sandbox (`spec/envd/envd.yaml`,
+//! `proto/e2b-envd/process/process.proto`), served on brig sessions: the process service
+//! over Connect (`connect.rs`) and `/health`.
+//!
+//! A process is a background command of the session (`session_exec` with `background`):
+//! `Start` starts it and attaches (`session_connect`), so its output streams as the
+//! runner reads it, then its end; a client that hangs up leaves it running (as envd's),
+//! and `Connect` attaches again (what the client missed, the latest 1 MiB, first).
+//! `List`, `SendInput`, `CloseStdin`, `SendSignal` and `Update` (a terminal's size) are
+//! `session_ps`, `session_stdin`, `session_signal` and `session_resize`.
+//!
+//! The filesystem service and `/files` are `files.rs` (`WatchDir`, a stream, is served
+//! here with the process streams: one relay for both). Not served yet: `StreamInput` (a
+//! client stream) and `/envs` (answered `unimplemented` / 501, naming what is missing).
+
+use super::Gateway;
+use super::backend::{BackendError, Selector, Start, Stream};
+use super::connect::{self, Code, Codec, ConnectError, Shape};
+use super::proto::process::{
+    self as pb, ProcessEvent, process_event, process_event::data_event, process_input,
+    process_selector,
+};
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The envd version the gateway tells the SDK (what its features are gated on: stdin
+/// control, the default user, closing stdin).
+pub const ENVD_VERSION: &str = "0.5.2";
+
+/// The header with which E2B's SDK asks for keepalive events on a stream, every that
+/// many seconds.
+const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
+
+/// Chunks of a stream's answer waiting for the HTTP connection.
+const BODY_CHUNKS: usize = 16;
+
+/// One envd request for sandbox `sandbox` (its owner already known to exist).
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    sandbox: String,
+    method: Method,
+    uri: &axum::http::Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let path = uri.path();
+    match (method.as_str(), path) {
+        ("GET", "/health") => return health(gateway, sandbox).await,
+        (_, "/files") => {
+            return super::files::transfer(gateway, sandbox, method, uri.query(), &headers, body)
+                .await;
+        }
+        (_, "/envs") | (_, "/metrics") => {
+            drain(body).await;
+            return super::error::ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                format!("{path}: not served by brig gateway yet (see docs/e2b.md)"),
+            )
+            .into_response();
+        }
+        _ => {}
+    }
+    // Read first, whatever the answer: a body left unread closes the connection after
+    // the answer, and a client that reuses it meanwhile sees it reset.
+    let body = read_body(body).await;
+    let Some(rpc) = path.strip_prefix('/') else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Some((service, procedure)) = rpc.split_once('/') else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    if method != Method::POST {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "POST")],
+            "envd's procedures take POST\n",
+        )
+            .into_response();
+    }
+    let Some((codec, shape)) = connect::call_of(&headers) else {
+        return connect::unsupported_media(&headers);
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(err) => return fail(shape, codec, err),
+    };
+    let call = Call {
+        gateway,
+        sandbox,
+        codec,
+        keepalive: keepalive_period(&headers),
+    };
+    let answer = match (service, procedure, shape) {
+        ("process.Process", "Start", Shape::Stream) => {
+            return match user_of(&headers)
+                .and_then(|()| connect::decode::<pb::StartRequest>(codec, shape, &body))
+            {
+                Ok(request) => call.start(request),
+                Err(err) => fail(shape, codec, err),
+            };
+        }
+        ("process.Process", "Connect", Shape::Stream) => {
+            return match connect::decode::<pb::ConnectRequest>(codec, shape, &body) {
+                Ok(request) => call.connect(request),
+                Err(err) => fail(shape, codec, err),
+            };
+        }
+        ("process.Process", "List", Shape::Unary) => match connect::decode(codec, shape, &body) {
+            Ok(pb::ListRequest {}) => call.list().await,
+            Err(err) => Err(err),
+        },
+        ("process.Process", "SendInput", Shape::Unary) => {
+            match connect::decode(codec, shape, &body) {
+                Ok(request) => call.send_input(request).await,
+                Err(err) => Err(err),
+            }
+        }
+        ("process.Process", "CloseStdin", Shape::Unary) => {
+            match connect::decode(codec, shape, &body) {
+                Ok(request) => call.close_stdin(request).await,
+                Err(err) => Err(err),
+            }
+        }
+        ("process.Process", "SendSignal", Shape::Unary) => {
+            match connect::decode(codec, shape, &body) {
+                Ok(request) => call.send_signal(request).await,
+                Err(err) => Err(err),
+            }
+        }
+        ("process.Process", "Update", Shape::Unary) => match connect::decode(codec, shape, &body) {
+            Ok(request) => call.update(request).await,
+            Err(err) => Err(err),
+        },
+        ("process.Process", "Start" | "Connect", Shape::Unary)
+        | (
+            "process.Process",
+            "List" | "SendInput" | "CloseStdin" | "SendSignal" | "Update",
+            Shape::Stream,
+        ) => Err(ConnectError::invalid(format!(
+            "process.Process/{procedure} is a {} procedure; send it with the matching Content-Type",
+            if shape == Shape::Unary {
+                "streaming"
+            } else {
+                "unary"
+            }
+        ))),
+        ("process.Process", "StreamInput", _) => Err(ConnectError::new(
+            Code::Unimplemented,
+            "process.Process/StreamInput is not served by brig gateway yet; use SendInput",
+        )),
+        ("filesystem.Filesystem", _, Shape::Unary) => {
+            super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
+        }
+        ("filesystem.Filesystem", "WatchDir", Shape::Stream) => {
+            return match connect::decode(codec, shape, &body) {
+                Ok(request) => call.watch_dir(request),
+                Err(err) => fail(shape, codec, err),
+            };
+        }
+        ("filesystem.Filesystem", _, Shape::Stream) => Err(ConnectError::new(
+            Code::Unimplemented,
+            format!(
+                "filesystem.Filesystem/{procedure} (a stream) is not served by brig gateway yet (see docs/e2b.md)"
+            ),
+        )),
+        _ => Err(ConnectError::new(
+            Code::Unimplemented,
+            format!("{service}/{procedure}: no such procedure in envd"),
+        )),
+    };
+    match answer {
+        Ok(response) => response,
+        Err(err) => fail(shape, codec, err),
+    }
+}
+
+/// What a larger body is read to its end for (and dropped), so that its client, still
+/// sending, gets the answer instead of a connection reset; past it the connection goes.
+const DRAINED_AT_MOST: usize = 64 << 20;
+
+/// envd's health: 204 while the sandbox lives (its session answers `session_ps`), 502 once
+/// it has ended (killed, or at its timeout: the SDK's `is_running()` is then false), and
+/// the gateway forgets it.
+async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
+    let backend = gateway.backend.clone();
+    let id = sandbox.clone();
+    let answer = tokio::task::spawn_blocking(move || backend.processes(&id)).await;
+    match answer {
+        Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(err)) if err.failure == super::backend::Failure::Gone => {
+            gateway.tenants.forget(&sandbox);
+            super::unreachable(&sandbox, format!("sandbox {sandbox:?} has ended"))
+        }
+        Ok(Err(err)) => super::error::ApiError::from(err).into_response(),
+        Err(err) => super::error::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string())
+            .into_response(),
+    }
+}
+
+/// Reads a body that is not wanted to its end (up to [`DRAINED_AT_MOST`]), so that the
+/// answer reaches a client still sending it and the connection stays usable.
+pub async fn drain(body: Body) {
+    let _ = read_body(body).await;
+}
+
+/// A request's body, at most [`connect::MAX_MESSAGE`] bytes.
+async fn read_body(body: Body) -> Result<Bytes, ConnectError> {
+    use futures_util::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut whole = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|err| {
+            ConnectError::invalid(format!(
+                "the request's body broke off: {err}; send it whole"
+            ))
+        })?;
+        seen += chunk.len();
+        if seen <= connect::MAX_MESSAGE {
+            whole.extend_from_slice(&chunk);
+        } else if seen > DRAINED_AT_MOST {
+            break;
+        }
+    }
+    if seen > connect::MAX_MESSAGE {
+        return Err(ConnectError::new(
+            Code::ResourceExhausted,
+            format!(
+                "the request is {}{seen} bytes, more than {}; send smaller messages",
+                if seen > DRAINED_AT_MOST { "over " } else { "" },
+                connect::MAX_MESSAGE
+            ),
+        ));
+    }
+    Ok(whole.freeze())
+}
+
+/// An error as the call's shape carries it: a unary call's status and body, or a stream
+/// of only its end.
+fn fail(shape: Shape, codec: Codec, err: ConnectError) -> Response {
+    match shape {
+        Shape::Unary => err.into_response(),
+        Shape::Stream => (
+            [(header::CONTENT_TYPE, connect::stream_content_type(codec))],
+            connect::end_of_stream(Some(&err)),
+        )
+            .into_response(),
+    }
+}
+
+/// The user a process is to run as (envd's `Authorization: Basic base64(USER:)`): only
+/// E2B's default user is served, which every command runs as; `root` and others are
+/// refused rather than run as someone else.
+fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
+    use base64::Engine;
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(());
+    };
+    let user = value
+        .to_str()
+        .ok()
+        .and_then(|value| value.strip_prefix("Basic "))
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok())
+        .map(|decoded| decoded.split(':').next().unwrap_or("").to_string())
+        .ok_or_else(|| {
+            ConnectError::invalid(
+                "Authorization: not `Basic` with base64 of `USER:`; leave the user out",
+            )
+        })?;
+    match user.as_str() {
+        "" | "user" => Ok(()),
+        other => Err(ConnectError::invalid(format!(
+            "user {other:?}: brig gateway runs commands as the sandbox's own user only (not root, which has no powers in a jail either); leave the user out"
+        ))),
+    }
+}
+
+/// The keepalive period a stream's client asked for, within 1 s to 5 min.
+fn keepalive_period(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(KEEPALIVE_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds.clamp(1, 300)))
+}
+
+/// One call's context.
+struct Call {
+    gateway: Arc<Gateway>,
+    sandbox: String,
+    codec: Codec,
+    keepalive: Option<Duration>,
+}
+
+impl Call {
+    /// Runs a blocking backend call off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&super::backend::Backend, &str) -> Result<T, BackendError> + Send + 'static,
+    ) -> Result<T, ConnectError> {
+        let backend = self.gateway.backend.clone();
+        let sandbox = self.sandbox.clone();
+        tokio::task::spawn_blocking(move || work(&backend, &sandbox))
+            .await
+            .map_err(|err| ConnectError::new(Code::Internal, format!("brig gateway: {err}")))?
+            .map_err(ConnectError::from)
+    }
+
+    fn start(self, request: pb::StartRequest) -> Response {
+        let start = match command_of(&request) {
+            Ok(start) => start,
+            Err(err) => return fail(Shape::Stream, self.codec, err),
+        };
+        // envd's default when a client does not say: stdin open.
+        let close_stdin = request.stdin == Some(false) && start.pty.is_none();
+        self.stream(
+            move |backend, sandbox| {
+                let process = backend.start(sandbox, start)?;
+                let pid = process["pid"].as_u64().unwrap_or(0) as u32;
+                let selector = Selector::Pid(pid);
+                if close_stdin {
+                    // A program that has already ended has no stdin left to close.
+                    if let Err(err) = backend.stdin(sandbox, &selector, &[], true)
+                        && err.failure != super::backend::Failure::NotFound
+                    {
+                        return Err(err);
+                    }
+                }
+                backend.connect(sandbox, &selector)
+            },
+            Events::Process,
+        )
+    }
+
+    fn connect(self, request: pb::ConnectRequest) -> Response {
+        let selector = match selector_of(request.process.as_ref()) {
+            Ok(selector) => selector,
+            Err(err) => return fail(Shape::Stream, self.codec, err),
+        };
+        self.stream(
+            move |backend, sandbox| backend.connect(sandbox, &selector),
+            Events::Process,
+        )
+    }
+
+    /// `filesystem.Filesystem/WatchDir`: the server's streamed watcher, its events as
+    /// they come until the client hangs up (which drops the watcher).
+    pub(super) fn watch_dir(self, request: super::proto::filesystem::WatchDirRequest) -> Response {
+        let watched = match super::files::in_workspace(&request.path) {
+            Ok(watched) => watched,
+            Err(message) => return fail(Shape::Stream, self.codec, ConnectError::invalid(message)),
+        };
+        let path = watched.clone();
+        self.stream(
+            move |backend, sandbox| backend.watch_stream(sandbox, &path, request.recursive),
+            Events::Watch { watched },
+        )
+    }
+
+    /// A stream's answer: `attach` runs off the async threads, then each of the server's
+    /// frames becomes an event as it comes (`events` says which), until the end.
+    fn stream(
+        self,
+        attach: impl FnOnce(&super::backend::Backend, &str) -> Result<Stream, BackendError>
+        + Send
+        + 'static,
+        events: Events,
+    ) -> Response {
+        let codec = self.codec;
+        let Ok(permit) = self.gateway.streams.clone().try_acquire_owned() else {
+            return fail(
+                Shape::Stream,
+                codec,
+                ConnectError::new(
+                    Code::ResourceExhausted,
+                    format!(
+                        "brig gateway has {} streams open, its most; retry when one ends",
+                        super::MAX_STREAMS
+                    ),
+                ),
+            );
+        };
+        let (chunks, receiver) = mpsc::channel::<Bytes>(BODY_CHUNKS);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let error = match self.blocking(attach).await {
+                Ok(stream) => relay(stream, &chunks, codec, self.keepalive, &events).await,
+                Err(err) => Some(err),
+            };
+            let _ = chunks.send(connect::end_of_stream(error.as_ref())).await;
+        });
+        let body = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let chunk = receiver.recv().await?;
+            Some((Ok::<_, Infallible>(chunk), receiver))
+        });
+        (
+            [(header::CONTENT_TYPE, connect::stream_content_type(codec))],
+            Body::from_stream(body),
+        )
+            .into_response()
+    }
+
+    async fn list(self) -> Result<Response, ConnectError> {
+        let processes = self
+            .blocking(|backend, sandbox| backend.processes(sandbox))
+            .await?;
+        let processes = processes
+            .iter()
+            .filter(|process| process["running"] == true)
+            .map(|process| {
+                let mut argv = process["command"]
+                    .as_array()
+                    .map(|argv| argv.iter().filter_map(Value::as_str).map(str::to_string))
+                    .into_iter()
+                    .flatten();
+                pb::ProcessInfo {
+                    config: Some(pb::ProcessConfig {
+                        cmd: argv.next().unwrap_or_default(),
+                        args: argv.collect(),
+                        envs: Default::default(),
+                        cwd: None,
+                    }),
+                    pid: process["pid"].as_u64().unwrap_or(0) as u32,
+                    tag: process["tag"].as_str().map(str::to_string),
+                }
+            })
+            .collect();
+        Ok(connect::unary(self.codec, &pb::ListResponse { processes }))
+    }
+
+    async fn send_input(self, request: pb::SendInputRequest) -> Result<Response, ConnectError> {
+        let selector = selector_of(request.process.as_ref())?;
+        let data = match request.input.and_then(|input| input.input) {
+            Some(process_input::Input::Stdin(data) | process_input::Input::Pty(data)) => data,
+            None => return Err(ConnectError::invalid("input: give stdin or pty bytes")),
+        };
+        self.blocking(move |backend, sandbox| backend.stdin(sandbox, &selector, &data, false))
+            .await?;
+        Ok(connect::unary(self.codec, &pb::SendInputResponse {}))
+    }
+
+    async fn close_stdin(self, request: pb::CloseStdinRequest) -> Result<Response, ConnectError> {
+        let selector = selector_of(request.process.as_ref())?;
+        self.blocking(move |backend, sandbox| backend.stdin(sandbox, &selector, &[], true))
+            .await?;
+        Ok(connect::unary(self.codec, &pb::CloseStdinResponse {}))
+    }
+
+    async fn send_signal(self, request: pb::SendSignalRequest) -> Result<Response, ConnectError> {
+        let selector = selector_of(request.process.as_ref())?;
+        let signal = match pb::Signal::try_from(request.signal) {
+            Ok(pb::Signal::Sigterm) => libc::SIGTERM,
+            Ok(pb::Signal::Sigkill) => libc::SIGKILL,
+            _ => {
+                return Err(ConnectError::invalid(format!(
+                    "signal: {} is not one envd sends; give SIGNAL_SIGTERM or SIGNAL_SIGKILL",
+                    request.signal
+                )));
+            }
+        };
+        self.blocking(move |backend, sandbox| backend.signal(sandbox, &selector, signal))
+            .await?;
+        Ok(connect::unary(self.codec, &pb::SendSignalResponse {}))
+    }
+
+    async fn update(self, request: pb::UpdateRequest) -> Result<Response, ConnectError> {
+        let selector = selector_of(request.process.as_ref())?;
+        let Some(size) = pty_size(request.pty.as_ref())? else {
+            return Ok(connect::unary(self.codec, &pb::UpdateResponse {}));
+        };
+        self.blocking(move |backend, sandbox| backend.resize(sandbox, &selector, size))
+            .await?;
+        Ok(connect::unary(self.codec, &pb::UpdateResponse {}))
+    }
+}
+
+/// What `Start` asks to run.
+fn command_of(request: &pb::StartRequest) -> Result<Start, ConnectError> {
+    let config = request
+        .process
+        .as_ref()
+        .ok_or_else(|| ConnectError::invalid("process: missing; give the process's cmd"))?;
+    if config.cmd.is_empty() {
+        return Err(ConnectError::invalid(
+            "process.cmd: empty; give the program to run (e.g. /bin/bash)",
+        ));
+    }
+    let mut env: Vec<String> = config
+        .envs
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    env.sort();
+    Ok(Start {
+        argv: std::iter::once(config.cmd.clone())
+            .chain(config.args.iter().cloned())
+            .collect(),
+        env,
+        chdir: config
+            .cwd
+            .clone()
+            .filter(|cwd| !cwd.is_empty())
+            .map(Into::into),
+        tag: request.tag.clone(),
+        pty: pty_size(request.pty.as_ref())?,
+    })
+}
+
+fn pty_size(
+    pty: Option<&pb::Pty>,
+) -> Result<Option<crate::serve::protocol::PtySize>, ConnectError> {
+    let Some(size) = pty.and_then(|pty| pty.size.as_ref()) else {
+        return Ok(None);
+    };
+    let side = |value: u32, name: &str| {
+        u16::try_from(value)
+            .map_err(|_| ConnectError::invalid(format!("pty.size.{name}: {value}; give 1 to 1000")))
+    };
+    Ok(Some(crate::serve::protocol::PtySize {
+        cols: side(size.cols, "cols")?,
+        rows: side(size.rows, "rows")?,
+    }))
+}
+
+fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, ConnectError> {
+    match process.and_then(|process| process.selector.as_ref()) {
+        Some(process_selector::Selector::Pid(pid)) => Ok(Selector::Pid(*pid)),
+        Some(process_selector::Selector::Tag(tag)) => Ok(Selector::Tag(tag.clone())),
+        None => Err(ConnectError::invalid(
+            "process: give the process's pid or tag",
+        )),
+    }
+}
+
+/// What a stream's frames become.
+enum Events {
+    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames.
+    Process,
+    /// A watcher's (`WatchDir`): `watcher`, `watch_event`, `watch_end` frames, events named
+    /// relative to `watched`.
+    Watch { watched: String },
+}
+
+impl Events {
+    /// The message for one of the server's frames, and whether it is the last.
+    fn message(&self, codec: Codec, frame: &Value) -> Option<(Bytes, bool)> {
+        use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
+        match self {
+            Events::Process => {
+                let event = event_of(frame)?;
+                let end = matches!(event, process_event::Event::End(_));
+                // Start and Connect answer messages of the same shape.
+                let message = pb::StartResponse {
+                    event: Some(ProcessEvent { event: Some(event) }),
+                };
+                Some((connect::envelope(codec, &message), end))
+            }
+            Events::Watch { watched } => {
+                let (event, end) = match frame["type"].as_str()? {
+                    "watcher" => (watch_dir_response::Event::Start(Default::default()), false),
+                    "watch_event" => (
+                        watch_dir_response::Event::Filesystem(super::files::event_of(
+                            frame, watched,
+                        )?),
+                        false,
+                    ),
+                    "watch_end" => return Some((Bytes::new(), true)),
+                    _ => return None,
+                };
+                let message = WatchDirResponse { event: Some(event) };
+                Some((connect::envelope(codec, &message), end))
+            }
+        }
+    }
+
+    fn keepalive(&self, codec: Codec) -> Bytes {
+        use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
+        match self {
+            Events::Process => connect::envelope(
+                codec,
+                &pb::StartResponse {
+                    event: Some(ProcessEvent {
+                        event: Some(process_event::Event::Keepalive(process_event::KeepAlive {})),
+                    }),
+                },
+            ),
+            Events::Watch { .. } => connect::envelope(
+                codec,
+                &WatchDirResponse {
+                    event: Some(watch_dir_response::Event::Keepalive(Default::default())),
+                },
+            ),
+        }
+    }
+}
+
+/// A stream's frames as events, until its end; the error that ended it early, if any.
+/// Keepalive events go out when nothing else did for the client's period.
+async fn relay(
+    mut stream: Stream,
+    chunks: &mpsc::Sender<Bytes>,
+    codec: Codec,
+    keepalive: Option<Duration>,
+    events: &Events,
+) -> Option<ConnectError> {
+    let period = keepalive.unwrap_or(Duration::from_secs(3600));
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        let (message, end) = tokio::select! {
+            frame = stream.frames.recv() => match frame {
+                Some(Ok(frame)) => match events.message(codec, &frame) {
+                    Some(message) => message,
+                    None => continue,
+                },
+                Some(Err(err)) => return Some(err.into()),
+                None => return Some(ConnectError::new(Code::Unavailable, "brig gateway: the stream from the server broke off")),
+            },
+            _ = ticker.tick(), if keepalive.is_some() => (events.keepalive(codec), false),
+            () = chunks.closed() => return None,
+        };
+        if !message.is_empty() && chunks.send(message).await.is_err() {
+            return None;
+        }
+        ticker.reset();
+        if end {
+            return None;
+        }
+    }
+}
+
+/// The event of one of the server's frames (`process`, `output`, `exited`).
+fn event_of(frame: &Value) -> Option<process_event::Event> {
+    use base64::Engine;
+    match frame["type"].as_str()? {
+        "process" => Some(process_event::Event::Start(process_event::StartEvent {
+            pid: frame["pid"].as_u64()? as u32,
+        })),
+        "output" => {
+            let data = match (frame["data"].as_str(), frame["base64"].as_str()) {
+                (Some(text), _) => text.as_bytes().to_vec(),
+                (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .ok()?,
+                (None, None) => return None,
+            };
+            let output = match frame["stream"].as_str()? {
+                "stdout" => data_event::Output::Stdout(data),
+                "stderr" => data_event::Output::Stderr(data),
+                _ => data_event::Output::Pty(data),
+            };
+            Some(process_event::Event::Data(process_event::DataEvent {
+                output: Some(output),
+            }))
+        }
+        "exited" => Some(process_event::Event::End(end_of(&frame["verdict"]))),
+        _ => None,
+    }
+}
+
+/// envd's end event for a brig verdict: the exit code and Go's `ProcessState` wording
+/// (`exit status 1`, `signal: killed`), and brig's explanation when brig ended it (time
+/// or output limit, memory).
+fn end_of(verdict: &Value) -> process_event::EndEvent {
+    let signal = verdict["signal"].as_i64();
+    let exit_code = verdict["exit_code"].as_i64();
+    let status = match (exit_code, signal) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("signal: {}", signal_name(signal as i32)),
+        (None, None) => verdict["status"].as_str().unwrap_or("ended").to_string(),
+    };
+    // envd's error is Go's `cmd.Wait()` error (`exit status 3`, `signal: killed`); for a
+    // program brig ended (its time or output limit, memory), brig's explanation.
+    let error = match verdict["status"].as_str() {
+        Some("ok") => None,
+        Some("nonzero_exit" | "signaled") => Some(status.clone()),
+        _ => Some(
+            verdict["explanation"]
+                .as_str()
+                .map_or_else(|| status.clone(), str::to_string),
+        ),
+    };
+    process_event::EndEvent {
+        exit_code: exit_code.map_or(-1, |code| code as i32),
+        exited: exit_code.is_some(),
+        status,
+        error,
+    }
+}
+
+/// Go's names for the signals that end processes.
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGKILL => "killed".into(),
+        libc::SIGTERM => "terminated".into(),
+        libc::SIGINT => "interrupt".into(),
+        libc::SIGHUP => "hangup".into(),
+        libc::SIGPIPE => "broken pipe".into(),
+        libc::SIGSEGV => "segmentation fault".into(),
+        libc::SIGABRT => "aborted".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verdict_ends_as_envd_says_it() {
+        let ok = end_of(&serde_json::json!({"status":"ok","exit_code":0}));
+        assert_eq!(
+            (ok.exit_code, ok.exited, ok.status.as_str()),
+            (0, true, "exit status 0")
+        );
+        let failed = end_of(&serde_json::json!({"status":"nonzero_exit","exit_code":3}));
+        assert_eq!(
+            (failed.exit_code, failed.status.as_str()),
+            (3, "exit status 3")
+        );
+        assert_eq!(failed.error.as_deref(), Some("exit status 3"));
+        assert_eq!(ok.error, None);
+        let killed = end_of(&serde_json::json!({"status":"signaled","exit_code":null,"signal":9}));
+        assert_eq!(
+            (
+                killed.exit_code,
+                killed.exited,
+                killed.status.as_str(),
+                killed.error
+            ),
+            (-1, false, "signal: killed", Some("signal: killed".into()))
+        );
+        let timeout = end_of(
+            &serde_json::json!({"status":"timeout","signal":9,"explanation":"brig ended it at its time limit"}),
+        );
+        assert_eq!(
+            timeout.error.as_deref(),
+            Some("brig ended it at its time limit")
+        );
+    }
+}

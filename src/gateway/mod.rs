@@ -1,0 +1,269 @@
+//! `brig gateway`: E2B's API served by brig, so that a program written for E2B's SDK runs
+//! against a brig host by changing `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY`.
+//! Its own process, next to a `brig serve` (which stays single-threaded and forking):
+//! tokio and axum (hyper: HTTP/1.1 and h2c) on one listener, which serves
+//!
+//! - E2B's REST API (`rest.rs`): a sandbox is a brig session;
+//! - envd, the in-sandbox API (`envd.rs` its processes, `files.rs` its files, over the
+//!   Connect protocol of `connect.rs`, with the messages `proto.rs` generates), for
+//!   requests addressed to a sandbox: by the
+//!   SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (its `E2B_SANDBOX_URL` form),
+//!   or by a `Host` of `{port}-{sandboxID}.{domain}`.
+//!
+//! `config.rs` is the command line and the API-key file, `auth.rs` the tenants and who
+//! owns which sandbox, `error.rs` the REST API's errors, and `backend.rs` every call to
+//! the brig server.
+
+mod auth;
+mod backend;
+mod config;
+mod connect;
+mod envd;
+mod error;
+mod files;
+pub mod proto;
+mod rest;
+
+pub use config::{ApiKeys, GatewayArgs};
+
+use crate::error::{Error, Result};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use backend::Backend;
+use error::ApiError;
+use std::sync::Arc;
+
+/// The port envd listens on in an E2B sandbox, as the SDK addresses it.
+pub const ENVD_PORT: u16 = 49983;
+
+/// Streams open at once (processes, watchers, each holding a thread and a connection to
+/// the server); more are refused with `resource_exhausted` until one ends.
+const MAX_STREAMS: usize = 256;
+
+/// What every request handler shares.
+pub struct Gateway {
+    backend: Backend,
+    tenants: auth::Tenants,
+    streams: Arc<tokio::sync::Semaphore>,
+    /// `--max-sandboxes-per-tenant` (0: none).
+    max_sandboxes_per_tenant: usize,
+}
+
+/// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
+/// as configured.
+pub fn run(args: GatewayArgs) -> Result<i32> {
+    let keys = ApiKeys::read(&args.api_keys)?;
+    // Each connection holds a descriptor (each stream one more): a shell's soft limit
+    // (often 1,024) would refuse clients after about a thousand idle ones.
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|errno| {
+            Error::os(
+                format!("brig gateway: raise the soft RLIMIT_NOFILE from {soft} to {hard}"),
+                errno,
+            )
+        })?;
+    }
+    let backend = Backend::new(args.server.clone());
+    rest::check(&backend).map_err(|err| {
+        Error::input(format!(
+            "--server {}: {err}; start `brig serve --socket {}` first",
+            args.server.display(),
+            args.server.display()
+        ))
+    })?;
+    let gateway = Arc::new(Gateway {
+        backend,
+        tenants: auth::Tenants::new(keys),
+        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|err| Error::setup(format!("brig gateway: start tokio's runtime: {err}")))?;
+    runtime.block_on(serve(args, gateway))
+}
+
+async fn serve(args: GatewayArgs, gateway: Arc<Gateway>) -> Result<i32> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|err| {
+            Error::input(format!(
+                "--listen {}: cannot listen there: {err}; give a free HOST:PORT of this host",
+                args.listen
+            ))
+        })?;
+    let address = listener
+        .local_addr()
+        .map_err(|err| Error::setup(format!("brig gateway: read the listener's address: {err}")))?;
+    let app = rest::routes()
+        .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            to_sandbox,
+        ))
+        .with_state(gateway);
+    {
+        use std::io::Write;
+        // Scripts (and the tests) read the address, the port when it was 0.
+        let mut stdout = std::io::stdout();
+        let _ = writeln!(stdout, "brig gateway: listening on http://{address}");
+        let _ = stdout.flush();
+    }
+    // Nagle's algorithm would hold each small frame of a stream (an envelope after the
+    // headers) until the client's delayed ACK, 40 ms a time.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+        let _ = connection.set_nodelay(true);
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop_signal())
+        .await
+        .map_err(|err| Error::setup(format!("brig gateway: serve on {address}: {err}")))?;
+    Ok(0)
+}
+
+/// SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+}
+
+async fn no_route(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "{} {}: no such route in E2B's API as brig gateway serves it (see docs/e2b.md)",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+/// Which sandbox and port a request is addressed to, if any: the SDK's headers, or a
+/// `Host` of `{port}-{sandboxID}.{domain}`.
+fn sandbox_address(headers: &HeaderMap) -> Option<(String, String)> {
+    let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    if let Some(id) = text("e2b-sandbox-id") {
+        let port = text("e2b-sandbox-port").unwrap_or("49983");
+        return Some((id.to_string(), port.to_string()));
+    }
+    let host = text("host")?;
+    let (label, _domain) = host.split_once('.')?;
+    let (port, id) = label.split_once('-')?;
+    (!port.is_empty()
+        && port.bytes().all(|byte| byte.is_ascii_digit())
+        && !id.is_empty()
+        && id.bytes().all(|byte| byte.is_ascii_alphanumeric()))
+    .then(|| (id.to_string(), port.to_string()))
+}
+
+/// E2B's proxy answers 502 for a sandbox it cannot reach: the SDK takes it as the sandbox
+/// having ended (`is_running()` is false, other calls raise its timeout error).
+fn unreachable(sandbox: &str, message: String) -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        axum::Json(serde_json::json!({"code": 502, "message": message, "sandboxId": sandbox})),
+    )
+        .into_response()
+}
+
+/// Sends a request addressed to a sandbox to its envd; others go on to the REST API.
+async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
+    let Some((sandbox, port)) = sandbox_address(request.headers()) else {
+        return next.run(request).await;
+    };
+    // A body is read to its end before any refusal (`envd::drain`): left unread, it
+    // closes the connection after the answer, under a client that may reuse it.
+    let (parts, body) = request.into_parts();
+    let unreachable = |message: String| unreachable(&sandbox, message);
+    if port != ENVD_PORT.to_string() {
+        envd::drain(body).await;
+        return unreachable(format!(
+            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} yet"
+        ));
+    }
+    let owner = {
+        let gateway = gateway.clone();
+        let id = sandbox.clone();
+        tokio::task::spawn_blocking(move || gateway.tenants.owner(&gateway.backend, &id)).await
+    };
+    let refused = match owner {
+        Ok(Ok(Some(owner))) => Ok(owner),
+        Ok(Ok(None)) => Err(unreachable(format!("sandbox {sandbox:?} not found"))),
+        Ok(Err(err)) => Err(ApiError::from(err).into_response()),
+        Err(err) => {
+            Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response())
+        }
+    };
+    let owner = match refused {
+        Ok(owner) => owner,
+        Err(answer) => {
+            envd::drain(body).await;
+            return answer;
+        }
+    };
+    if let Some(token) = &owner.token {
+        let given = parts
+            .headers
+            .get("x-access-token")
+            .and_then(|value| value.to_str().ok());
+        if given != Some(token.as_str()) {
+            envd::drain(body).await;
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "sandbox {sandbox:?} is secure: send its envdAccessToken in X-Access-Token"
+                ),
+            )
+            .into_response();
+        }
+    }
+    envd::serve(
+        gateway,
+        sandbox,
+        parts.method,
+        &parts.uri,
+        parts.headers,
+        body,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sandbox_address;
+    use axum::http::HeaderMap;
+
+    #[test]
+    fn a_sandbox_is_addressed_by_headers_or_by_host() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", "127.0.0.1:3000".parse().unwrap());
+        assert_eq!(sandbox_address(&headers), None);
+        headers.insert("host", "49983-abc123.e2b.example:3000".parse().unwrap());
+        assert_eq!(
+            sandbox_address(&headers),
+            Some(("abc123".into(), "49983".into()))
+        );
+        headers.insert("e2b-sandbox-id", "def456".parse().unwrap());
+        headers.insert("e2b-sandbox-port", "8080".parse().unwrap());
+        assert_eq!(
+            sandbox_address(&headers),
+            Some(("def456".into(), "8080".into()))
+        );
+    }
+}
