@@ -21,11 +21,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 
 const JAIL: IpAddr = IpAddr::V4(JAIL_ADDRESS);
-const ALLOWED: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 8));
+const ALLOWED: IpAddr = IpAddr::V4(Ipv4Addr::new(151, 101, 113, 8));
 /// `example.com`'s synthetic address under [`fuzzing::policy`] (its first exact name).
 const EXAMPLE_COM: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
 /// Where the tests' host resolver says the names are.
-const RESOLVED: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10));
+const RESOLVED: IpAddr = IpAddr::V4(Ipv4Addr::new(151, 101, 113, 10));
 const JAIL_SEQ: i32 = 1000;
 
 fn plan(rules: &[&str], pins: &[&str], bytes: Option<u64>, connections: Option<u32>) -> Policy {
@@ -300,9 +300,9 @@ fn classify_sorts_each_kind_of_packet() {
             Packet::Chatter,
         ),
         (
-            raw(v6, "2001:db8::7".parse().unwrap(), 58, &[128, 0, 0, 0]),
+            raw(v6, "2a04:4e42::7".parse().unwrap(), 58, &[128, 0, 0, 0]),
             Packet::Icmp {
-                destination: "2001:db8::7".parse().unwrap(),
+                destination: "2a04:4e42::7".parse().unwrap(),
             },
         ),
         (
@@ -318,7 +318,7 @@ fn classify_sorts_each_kind_of_packet() {
     for (packet, expected) in cases {
         assert_eq!(decide::classify(&packet), expected, "{packet:02x?}");
     }
-    let target = ("2001:db8::7".parse().unwrap(), 443);
+    let target = ("2a04:4e42::7".parse().unwrap(), 443);
     assert!(matches!(
         decide::classify(&tcp((v6, 40000), target, TcpControl::Syn, 1, None, b"")),
         Packet::Tcp { opening: true, .. }
@@ -377,8 +377,8 @@ fn new_connections_are_judged_by_the_policy_alone() {
         (to(ALLOWED, 80), Opening::Connect(ALLOWED)),
         (to(ALLOWED, 443), refuse(None, "not on the list")),
         (
-            to("2001:db8::7".parse().unwrap(), 443),
-            Opening::Connect("2001:db8::7".parse().unwrap()),
+            to("2a04:4e42::7".parse().unwrap(), 443),
+            Opening::Connect("2a04:4e42::7".parse().unwrap()),
         ),
         (
             to(IpAddr::from([127, 0, 0, 1]), 80),
@@ -438,7 +438,7 @@ fn a_connected_flow_relays_both_ways_and_is_recorded() {
     jail.requests();
     let out = jail.accept(0);
     let mut brig_seq = jail.complete_handshake(&out, 40000, (ALLOWED, 80));
-    let request = b"GET / HTTP/1.1\r\nHost: 203.0.113.8\r\n\r\n";
+    let request = b"GET / HTTP/1.1\r\nHost: 151.101.113.8\r\n\r\n";
     let data = tcp(
         (JAIL, 40000),
         (ALLOWED, 80),
@@ -470,7 +470,7 @@ fn a_connected_flow_relays_both_ways_and_is_recorded() {
     let (name, port, address, allowed, reason, count) = only_connection(&record);
     assert_eq!(
         (name.as_deref(), port, address, allowed, reason, count),
-        (Some("203.0.113.8"), 80, Some(ALLOWED), true, None, 1)
+        (Some("151.101.113.8"), 80, Some(ALLOWED), true, None, 1)
     );
     assert_eq!(record.bytes_sent, request.len() as u64);
     assert_eq!(record.bytes_received, 27);
@@ -527,8 +527,8 @@ fn a_failed_connect_tries_the_next_address_then_resets_the_jail() {
     let target = (IpAddr::from([198, 18, 0, 1]), 443);
     jail.send([syn(40002, target)]);
     assert_eq!(jail.requests(), [Request::Resolve("multi.example".into())]);
-    let first: IpAddr = "203.0.113.20".parse().unwrap();
-    let second: IpAddr = "2001:db8::20".parse().unwrap();
+    let first: IpAddr = "151.101.113.20".parse().unwrap();
+    let second: IpAddr = "2a04:4e42::20".parse().unwrap();
     jail.relay
         .resolved("multi.example", Ok(vec![first, second]));
     let connect = |address| Request::Connect {
@@ -883,7 +883,7 @@ fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
             Some("api.example.org"),
             false,
             Some(
-                "HTTP Host names evil.test, which is not on the list (connection for api.example.org)"
+                "HTTP Host names evil.test, which is not on the list (connection for api.example.org); to allow it add --allow-net evil.test:80"
             )
         )
     );
@@ -891,7 +891,7 @@ fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
 
 #[test]
 fn the_byte_cap_cuts_open_flows_and_refuses_new_ones() {
-    let mut jail = Jail::new(plan(&["203.0.113.8:80"], &[], Some(10), None));
+    let mut jail = Jail::new(plan(&["151.101.113.8:80"], &[], Some(10), None));
     jail.send([syn(40014, (ALLOWED, 80))]);
     jail.requests();
     let out = jail.accept(0);
@@ -925,7 +925,7 @@ fn flows_still_held_when_the_jail_ends_are_recorded_as_such() {
 #[test]
 fn a_host_connection_handed_in_late_is_dropped() {
     let mut jail = Jail::fuzz_policy();
-    jail.send([syn(40017, (IpAddr::from([203, 0, 113, 7]), 81))]);
+    jail.send([syn(40017, (IpAddr::from([151, 101, 113, 7]), 81))]);
     jail.requests();
     jail.relay.connect_failed(0, "Connection refused");
     assert_reset(&jail.exchange(), 40017);
@@ -1037,7 +1037,7 @@ mod seeds {
 
     pub fn jail_packets() -> Vec<Vec<u8>> {
         let v6 = IpAddr::V6(JAIL_ADDRESS_V6);
-        let v6_target: IpAddr = "2001:db8::7".parse().unwrap();
+        let v6_target: IpAddr = "2a04:4e42::7".parse().unwrap();
         let get = b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n";
         let hello = include_bytes!("../../../tests/data/client-hello-example.com.bin");
         let resolver = (IpAddr::V4(RESOLVER), 53);
@@ -1078,7 +1078,7 @@ mod seeds {
             vec![
                 lookup("example.com"),
                 syn(40001, (EXAMPLE_COM, 443)),
-                syn(40002, (IpAddr::from([203, 0, 113, 7]), 81)),
+                syn(40002, (IpAddr::from([151, 101, 113, 7]), 81)),
             ],
             vec![tcp(
                 (v6, 40000),
@@ -1106,13 +1106,34 @@ mod seeds {
         .collect()
     }
 
+    /// A control byte (what the destination expects, the segment size; see
+    /// `fuzzing::first_bytes`), then the jail's stream.
     pub fn first_bytes() -> Vec<Vec<u8>> {
-        vec![
-            include_bytes!("../../../tests/data/client-hello-example.com.bin").to_vec(),
-            b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\n".to_vec(),
-            b"POST /x HTTP/1.1\r\nhost: [2001:db8::1]:443\r\nContent-Length: 2\r\n\r\nhi".to_vec(),
-            b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(),
-        ]
+        let streams: [(u8, &[u8]); 7] = [
+            (120, include_bytes!("../../../tests/data/client-hello-example.com.bin")),
+            (
+                4,
+                b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\nGET /2 HTTP/1.1\r\nHost: xother.test\r\n\r\n",
+            ),
+            (
+                30,
+                b"POST /x HTTP/1.1\r\nhost: [2a04:4e42::1]:443\r\nContent-Length: 2\r\n\r\nhi",
+            ),
+            (
+                63,
+                b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            ),
+            (
+                9,
+                b"GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello",
+            ),
+            (0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            (1, b"SSH-2.0-OpenSSH_9.2\r\n"),
+        ];
+        streams
+            .iter()
+            .map(|(control, stream)| [&[*control][..], stream].concat())
+            .collect()
     }
 
     pub fn dns_query() -> Vec<Vec<u8>> {
@@ -1132,7 +1153,7 @@ mod seeds {
 fn ipv6_connections_are_relayed_like_ipv4_ones() {
     let mut jail = Jail::fuzz_policy();
     let v6 = IpAddr::V6(JAIL_ADDRESS_V6);
-    let target: IpAddr = "2001:db8::7".parse().unwrap();
+    let target: IpAddr = "2a04:4e42::7".parse().unwrap();
     jail.send([tcp(
         (v6, 40018),
         (target, 443),
@@ -1168,7 +1189,7 @@ type Rejudged = (
 #[test]
 fn flows_are_judged_again_by_a_replaced_policy() {
     let policy = plan(
-        &["example.com:443", "203.0.113.8:80"],
+        &["example.com:443", "151.101.113.8:80"],
         &["db.test:127.0.0.1"],
         None,
         None,
@@ -1182,7 +1203,7 @@ fn flows_are_judged_again_by_a_replaced_policy() {
             None,
             Some(ALLOWED),
             81,
-            Err("203.0.113.8 port 81 is not on the list"),
+            Err("151.101.113.8 port 81 is not on the list"),
         ),
         (Some("example.com"), None, Some(RESOLVED), 443, Ok(())),
         (
@@ -1218,7 +1239,7 @@ fn flows_are_judged_again_by_a_replaced_policy() {
     ];
     for (name, claimed, address, port, expected) in cases {
         assert_eq!(
-            decide::still_allowed(&policy, name, claimed, address, port),
+            decide::still_allowed(&policy, name, claimed, address, port, &[]),
             expected.map_err(String::from),
             "{name:?} {claimed:?} {address:?} {port}"
         );
@@ -1227,8 +1248,13 @@ fn flows_are_judged_again_by_a_replaced_policy() {
 
 #[test]
 fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
-    let mut jail = Jail::new(plan(&["203.0.113.7:81", "203.0.113.8:80"], &[], None, None));
-    let kept = (IpAddr::from([203, 0, 113, 7]), 81);
+    let mut jail = Jail::new(plan(
+        &["151.101.113.7:81", "151.101.113.8:80"],
+        &[],
+        None,
+        None,
+    ));
+    let kept = (IpAddr::from([151, 101, 113, 7]), 81);
     jail.send([syn(40020, (ALLOWED, 80)), syn(40021, kept)]);
     assert_eq!(jail.requests().len(), 2);
     let out = jail.accept(0);
@@ -1237,7 +1263,7 @@ fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
     jail.complete_handshake(&out, 40021, kept);
     assert_eq!(
         jail.relay
-            .replace_policy(plan(&["203.0.113.7:81"], &[], None, None)),
+            .replace_policy(plan(&["151.101.113.7:81"], &[], None, None)),
         1
     );
     let out = jail.exchange();
@@ -1265,13 +1291,13 @@ fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
     assert!(
         reasons.iter().any(|reason| reason.as_deref()
             == Some(
-                "the session's network policy changed: 203.0.113.8 port 80 is not on the list"
+                "the session's network policy changed: 151.101.113.8 port 80 is not on the list"
             )),
         "{reasons:?}"
     );
     assert_eq!(
         record.rules,
-        ["203.0.113.7:81"],
+        ["151.101.113.7:81"],
         "the record has the policy in force"
     );
 }
@@ -1296,7 +1322,7 @@ fn an_opened_policy_lets_new_names_and_addresses_through() {
     assert_reset(&jail.send([syn(40024, (ALLOWED, 80))]), 40024);
     assert_eq!(
         jail.relay.replace_policy(plan(
-            &["example.com:443", "203.0.113.8:80"],
+            &["example.com:443", "151.101.113.8:80"],
             &[],
             None,
             None
