@@ -414,14 +414,20 @@ impl Inspector {
 
 const H2C_REFUSED: &str = "HTTP/2 without TLS (h2c) names a host per stream, which brig does not judge; use HTTP/1.1 or HTTPS";
 
-/// Whether the first bytes are an HTTP/1 request line (`TOKEN SP TARGET SP HTTP/1.x`), as
-/// far as they go: None until the first line is complete (or plainly not HTTP).
+/// Whether the first bytes are an HTTP/1 request line (`METHOD SP TARGET SP HTTP/1.x`), as
+/// far as they go: None until the first line is complete (or plainly not HTTP). A method
+/// is taken to be upper-case letters, `-` and `_` (what nginx accepts; servers answer
+/// others with an error, never by routing on Host), so that a short message of another
+/// protocol (`ping`) is told apart at once rather than held for a line end.
 fn looks_like_http(held: &[u8]) -> Option<bool> {
-    let token = held.iter().take_while(|&&byte| is_tchar(byte)).count();
-    if token == held.len() {
-        return (token >= HEAD_LIMIT).then_some(false);
+    let method = held
+        .iter()
+        .take_while(|&&byte| byte.is_ascii_uppercase() || byte == b'-' || byte == b'_')
+        .count();
+    if method == held.len() {
+        return (method >= HEAD_LIMIT).then_some(false);
     }
-    if token == 0 || held[token] != b' ' {
+    if method == 0 || held[method] != b' ' {
         return Some(false);
     }
     let Some(line_end) = held.iter().position(|&byte| byte == b'\n') else {
@@ -431,15 +437,9 @@ fn looks_like_http(held: &[u8]) -> Option<bool> {
     let line = held[..line_end]
         .strip_suffix(b"\r")
         .unwrap_or(&held[..line_end]);
-    // Any version: a server may answer HTTP/1.2 or HTTP/0.9 with an error, or not; the
-    // head parser refuses what is not HTTP/1.0 or 1.1.
+    // Any version: the head parser refuses what is not HTTP/1.0 or 1.1.
     let version = line.rsplit(|&byte| byte == b' ').next().unwrap_or_default();
     Some(version.starts_with(b"HTTP/"))
-}
-
-/// RFC 9110's token characters.
-fn is_tchar(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }
 
 /// Where the head ends (just past its empty line), checking every line end on the way:
