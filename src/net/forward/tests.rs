@@ -4,6 +4,7 @@
 //! answer as the host would (a Unix socket pair stands for brig's host connection).
 
 use super::decide::{self, Names, Opening, Packet};
+use super::flow;
 use super::fuzzing::{self, raw, tcp, udp};
 use super::relay::{Relay, Request};
 use crate::net::policy::Policy;
@@ -886,6 +887,78 @@ fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
                 "HTTP Host names evil.test, which is not on the list (connection for api.example.org); to allow it add --allow-net evil.test:80"
             )
         )
+    );
+}
+
+/// An open flow to api.example.org:80 after the jail's handshake: brig's next sequence
+/// number.
+fn open_web_flow(jail: &mut Jail, port: u16) -> i32 {
+    ask(jail, "api.example.org");
+    let target = (IpAddr::from([198, 18, 0, 3]), 80);
+    jail.send([syn(port, target)]);
+    jail.requests();
+    jail.relay.resolved("api.example.org", Ok(vec![RESOLVED]));
+    jail.requests();
+    let out = jail.accept(0);
+    jail.complete_handshake(&out, port, target)
+}
+
+#[test]
+fn a_later_request_naming_another_host_ends_the_connection_after_the_first_went_through() {
+    let mut jail = Jail::fuzz_policy();
+    let brig_seq = open_web_flow(&mut jail, 40020);
+    let target = (IpAddr::from([198, 18, 0, 3]), 80);
+    let first = b"GET / HTTP/1.1\r\nHost: api.example.org\r\n\r\n";
+    let second = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+    let both = [&first[..], &second[..]].concat();
+    let data = tcp(
+        (JAIL, 40020),
+        target,
+        TcpControl::Psh,
+        JAIL_SEQ + 1,
+        Some(brig_seq),
+        &both,
+    );
+    let out = jail.send([data]);
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    let record = jail.finish();
+    let (_, _, _, allowed, reason, _) = only_connection(&record);
+    assert!(!allowed);
+    assert!(reason.unwrap().starts_with("HTTP Host names evil.test"));
+}
+
+#[test]
+fn a_head_not_whole_within_its_time_is_refused() {
+    let mut jail = Jail::fuzz_policy();
+    let brig_seq = open_web_flow(&mut jail, 40021);
+    let target = (IpAddr::from([198, 18, 0, 3]), 80);
+    let partial = b"GET / HTTP/1.1\r\nHost: api.exa";
+    let data = tcp(
+        (JAIL, 40021),
+        target,
+        TcpControl::Psh,
+        JAIL_SEQ + 1,
+        Some(brig_seq),
+        partial,
+    );
+    let out = jail.send([data]);
+    assert!(
+        segments(&out).iter().all(|s| !s.rst),
+        "held, not refused yet"
+    );
+    assert_eq!(jail.host_reads(0), Some(Vec::new()), "nothing passed yet");
+    // The relay asks to be woken at the deadline.
+    let delay = jail.relay.poll_delay(jail.now).expect("a deadline");
+    assert!(delay <= flow::HEAD_TIME, "{delay}");
+    jail.now += flow::HEAD_TIME;
+    let out = jail.exchange();
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    assert_eq!(jail.host_reads(0), None);
+    let (_, _, _, allowed, reason, _) = only_connection(&jail.finish());
+    assert!(!allowed);
+    assert_eq!(
+        reason.as_deref(),
+        Some("an HTTP request head did not arrive whole within 10 s")
     );
 }
 
