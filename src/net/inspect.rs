@@ -726,7 +726,7 @@ fn client_hello_name(message: &[u8]) -> Result<Option<String>, String> {
     let extensions = match hello.ext {
         None => Vec::new(),
         Some(raw) => match tls_parser::parse_tls_extensions(raw) {
-            Ok((rest, extensions)) if rest.is_empty() => extensions,
+            Ok(([], extensions)) => extensions,
             _ => return Err("has extensions that do not parse".into()),
         },
     };

@@ -1222,7 +1222,7 @@ fn requests_a_strict_server_would_refuse_or_read_two_ways_are_refused(mode: Mode
         ),
         (
             "empty-line-first",
-            vec![format!("\r\nGET /host HTTP/1.1\r\nHost: other.test\r\n\r\n").into_bytes()],
+            vec![b"\r\nGET /host HTTP/1.1\r\nHost: other.test\r\n\r\n".to_vec()],
         ),
         (
             "h2c-preface",
@@ -1454,7 +1454,7 @@ fn a_name_resolving_to_the_hosts_own_or_a_reserved_address_is_refused(mode: Mode
     let reason = refusal(&verdict, documentation, listener.port);
     assert!(reason.contains("TEST-NET-1"), "{reason}");
     assert_eq!(listener.accepted(), 0);
-    assert!(servers.dns_queries().iter().any(|name| *name == own_name));
+    assert!(servers.dns_queries().contains(&own_name));
     // Control: an IP rule naming the address lets the same name through, to the listener.
     let mut args = vec![
         "--allow-net".to_string(),
