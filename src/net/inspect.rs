@@ -5,8 +5,9 @@
 //! (the policy's decision, `forward::decide`), apart from this reading of the bytes.
 //!
 //! - TLS: the ClientHello, gathered whole across records and TCP segments (records up to
-//!   TLS's 2^14 bytes, the message up to 64 KiB), must name exactly one server (SNI) and
-//!   carry no encrypted ClientHello; what follows it is relayed unread (encrypted).
+//!   TLS's 2^14 bytes, the message up to 64 KiB), must name exactly one server (SNI); an
+//!   encrypted ClientHello (ECH) is reported to the judge, which refuses it unless an
+//!   `ech://` rule names its outer name; what follows it is relayed unread (encrypted).
 //! - HTTP/1.x: every request head on the connection is parsed (httparse) and judged, the
 //!   body passed by its framing (Content-Length or chunked), then the next head. What a
 //!   strict server would refuse, or could read two ways, is refused: duplicate Host, an
@@ -57,22 +58,23 @@ pub enum Expect {
 pub enum Claim<'a> {
     /// A request's `Host` (no port).
     HttpHost(&'a str),
-    /// A ClientHello's one server name, or None when it has none.
-    TlsSni(Option<&'a str>),
+    /// A ClientHello's one server name (None when it has none); `ech`: it is the outer
+    /// ClientHello of an encrypted one, whose real server name brig cannot see.
+    Tls { sni: Option<&'a str>, ech: bool },
 }
 
 impl Claim<'_> {
     pub fn kind(&self) -> &'static str {
         match self {
             Claim::HttpHost(_) => "HTTP Host",
-            Claim::TlsSni(_) => "TLS SNI",
+            Claim::Tls { .. } => "TLS SNI",
         }
     }
 
     pub fn name(&self) -> Option<&str> {
         match *self {
             Claim::HttpHost(name) => Some(name),
-            Claim::TlsSni(name) => name,
+            Claim::Tls { sni, .. } => sni,
         }
     }
 }
@@ -299,11 +301,14 @@ impl Inspector {
             Gathered::Bad(why) => return Step::Refuse(format!("a TLS ClientHello {why}")),
             Gathered::Whole { message, consumed } => (message, consumed),
         };
-        let sni = match client_hello_name(&hello) {
-            Ok(sni) => sni,
+        let (sni, ech) = match client_hello_name(&hello) {
+            Ok(named) => named,
             Err(why) => return Step::Refuse(format!("a TLS ClientHello {why}")),
         };
-        if let Err(why) = judge(Claim::TlsSni(sni.as_deref())) {
+        if let Err(why) = judge(Claim::Tls {
+            sni: sni.as_deref(),
+            ech,
+        }) {
             return Step::Refuse(why);
         }
         self.state = State::Unread;
@@ -712,9 +717,10 @@ fn gather_client_hello(mut held: &[u8]) -> Gathered {
     }
 }
 
-/// The one server name a ClientHello asks for (None: it names none); Err: why brig refuses
-/// it (no parse, more than one name, an encrypted ClientHello).
-fn client_hello_name(message: &[u8]) -> Result<Option<String>, String> {
+/// The one server name a ClientHello asks for (None: it names none), and whether it
+/// carries an encrypted ClientHello (ECH, or the older ESNI draft); Err: why brig refuses
+/// it (no parse, more than one name).
+fn client_hello_name(message: &[u8]) -> Result<(Option<String>, bool), String> {
     let Ok((rest, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) =
         tls_parser::parse_tls_message_handshake(message)
     else {
@@ -731,18 +737,17 @@ fn client_hello_name(message: &[u8]) -> Result<Option<String>, String> {
         },
     };
     let mut names = Vec::new();
+    let mut ech = false;
     for extension in &extensions {
         match extension {
             TlsExtension::SNI(list) => names.extend(list.iter()),
-            TlsExtension::EncryptedServerName { .. } => return Err(ECH_REFUSED.into()),
-            TlsExtension::Unknown(kind, _) if kind.0 == ECH_EXTENSION => {
-                return Err(ECH_REFUSED.into());
-            }
+            TlsExtension::EncryptedServerName { .. } => ech = true,
+            TlsExtension::Unknown(kind, _) if kind.0 == ECH_EXTENSION => ech = true,
             _ => {}
         }
     }
-    match names.as_slice() {
-        [] => Ok(None),
+    let name = match names.as_slice() {
+        [] => None,
         [(kind, name)] if kind.0 == SNI_HOST_NAME => {
             let name = std::str::from_utf8(name)
                 .ok()
@@ -753,17 +758,18 @@ fn client_hello_name(message: &[u8]) -> Result<Option<String>, String> {
                         String::from_utf8_lossy(name)
                     )
                 })?;
-            Ok(Some(name))
+            Some(name)
         }
-        [_] => Err("names its server with a type other than host_name".into()),
-        _ => Err(format!(
-            "names {} servers; brig lets through exactly one",
-            names.len()
-        )),
-    }
+        [_] => return Err("names its server with a type other than host_name".into()),
+        _ => {
+            return Err(format!(
+                "names {} servers; brig lets through exactly one",
+                names.len()
+            ));
+        }
+    };
+    Ok((name, ech))
 }
-
-const ECH_REFUSED: &str = "is encrypted (ECH), which hides the server name brig judges; brig refuses encrypted ClientHellos";
 
 #[cfg(test)]
 mod tests {
@@ -790,9 +796,15 @@ mod tests {
         let mut claims = Vec::new();
         let mut judge = |claim: Claim| {
             claims.push(claim.name().map(str::to_string));
-            match claim.name() {
-                Some(name) if !allowed.contains(&name) => Err(format!("{name} is not allowed")),
-                _ => Ok(()),
+            match claim {
+                Claim::Tls {
+                    sni: Some(name),
+                    ech: true,
+                } => Err(format!("ech {name} not allowed")),
+                _ => match claim.name() {
+                    Some(name) if !allowed.contains(&name) => Err(format!("{name} is not allowed")),
+                    _ => Ok(()),
+                },
             }
         };
         let mut held: Vec<u8> = Vec::new();
@@ -1191,7 +1203,7 @@ mod tests {
                     &client_hello(&[server_names(&["web.test"]), (ECH_EXTENSION, vec![0; 40])]),
                     1000,
                 ),
-                "encrypted (ECH)",
+                "ech web.test not allowed",
             ),
             (
                 records(&client_hello(&[server_names(&["web test"])]), 1000),

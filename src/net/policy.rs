@@ -34,6 +34,9 @@ pub struct Rule {
     pub port: Option<u16>,
     /// `tcp://`: bytes that are neither HTTP nor TLS may pass, unread.
     pub raw: bool,
+    /// `ech://`: an encrypted ClientHello whose outer server name this rule matches may
+    /// pass (the name inside is never seen).
+    pub ech: bool,
     /// The rule as the operator wrote it, for the record and for error messages.
     pub text: String,
 }
@@ -142,6 +145,13 @@ impl Policy {
                     Some(name) => rule.matches_name(name),
                     None => rule.matches_ip(ip),
                 }
+        })
+    }
+
+    /// Does an `ech://` rule allow an encrypted ClientHello whose outer name is `name`?
+    pub fn ech_allowed(&self, name: &str, port: u16) -> bool {
+        self.rules.iter().any(|rule| {
+            rule.ech && rule.matches_name(name) && rule.port.is_none_or(|only| only == port)
         })
     }
 
@@ -343,12 +353,17 @@ impl FromStr for Rule {
 
     fn from_str(text: &str) -> std::result::Result<Rule, String> {
         let bad = |why: &str| format!("--allow-net {text}: {why}");
-        let (raw, rest) = match text.split_once("://") {
-            None => (false, text),
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("tcp") => (true, rest),
-            Some((scheme, _)) => {
+        let (scheme, rest) = match text.split_once("://") {
+            None => (String::new(), text),
+            Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        };
+        let (raw, ech) = match scheme.as_str() {
+            "" => (false, false),
+            "tcp" => (true, false),
+            "ech" => (false, true),
+            _ => {
                 return Err(bad(&format!(
-                    "'{scheme}://' is not a rule scheme; write HOST[:PORT] (HTTP and TLS are judged by what they name) or tcp://HOST:PORT for raw TCP"
+                    "'{scheme}://' is not a rule scheme; write HOST[:PORT] (HTTP and TLS are judged by what they name), tcp://HOST:PORT for raw TCP or ech://NAME[:PORT] for encrypted ClientHellos"
                 )));
             }
         };
@@ -362,10 +377,16 @@ impl FromStr for Rule {
             ));
         }
         let host = parse_host(host).map_err(|why| bad(&why))?;
+        if ech && !matches!(host, Host::Name(_) | Host::Suffix(_)) {
+            return Err(bad(
+                "an ech:// rule names the outer server name, e.g. ech://cloudflare-ech.com:443",
+            ));
+        }
         Ok(Rule {
             host,
             port,
             raw,
+            ech,
             text: text.to_string(),
         })
     }
@@ -504,6 +525,9 @@ impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.raw {
             f.write_str("tcp://")?;
+        }
+        if self.ech {
+            f.write_str("ech://")?;
         }
         match &self.host {
             Host::Name(name) => write!(f, "{name}")?,
@@ -769,6 +793,10 @@ mod tests {
         );
     }
 
+    fn policy_with_ech() -> Policy {
+        policy(&["ech://cloudflare-ech.com:443", "web.test:443"], &[])
+    }
+
     #[test]
     fn tcp_rules_allow_raw_bytes_to_their_host_and_port() {
         let policy = policy(
@@ -789,7 +817,12 @@ mod tests {
         assert!(policy.raw_allowed(None, ip("fd00::1"), 22));
         assert!(!policy.raw_allowed(None, ip("10.2.2.3"), 6379));
         assert_eq!(policy.rules[0].to_string(), "tcp://db.test:5432");
+        let ech = policy_with_ech();
+        assert!(ech.ech_allowed("cloudflare-ech.com", 443));
+        assert!(ech.name_allowed("cloudflare-ech.com", 443));
+        assert!(!ech.ech_allowed("web.test", 443));
         for (text, needle) in [
+            ("ech://10.0.0.1:443", "outer server name"),
             ("tcp://db.test", "names its port"),
             ("http://web.test:80", "not a rule scheme"),
             ("tcp://", "empty rule"),

@@ -1292,11 +1292,28 @@ fn requests_a_strict_server_would_refuse_or_read_two_ways_are_refused(mode: Mode
 
 /// Python in the jail: makes a ClientHello for each server name in argv (`-` for none)
 /// with the ssl module, re-cuts it into TLS records of RECORD bytes sent as separate
-/// segments, and prints `NAME answered` if the server sent anything back.
+/// segments, and prints `NAME answered` if the server sent anything back. A name ending
+/// in `+ech` gets an `encrypted_client_hello` extension (0xfe0d, as a client offering ECH
+/// sends it outside) added to its ClientHello.
 const SPLIT_HELLO_PROBE: &str = r#"
 import socket, ssl, sys, time
+
+def with_ech(message):
+    # ClientHello: type(1) length(3) version(2) random(32) session_id cipher_suites
+    # compression extensions; append one extension and fix the lengths.
+    at = 4 + 2 + 32
+    at += 1 + message[at]
+    at += 2 + int.from_bytes(message[at:at + 2], "big")
+    at += 1 + message[at]
+    extensions = message[at + 2:]
+    ech = (0xfe0d).to_bytes(2, "big") + (40).to_bytes(2, "big") + bytes([0]) + bytes(39)
+    extensions += ech
+    body = message[4:at] + len(extensions).to_bytes(2, "big") + extensions
+    return bytes([1]) + len(body).to_bytes(3, "big") + body
+
 host, port, record = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-for name in sys.argv[4:]:
+for label in sys.argv[4:]:
+    name = label.removesuffix("+ech")
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -1308,6 +1325,8 @@ for name in sys.argv[4:]:
         pass
     hello = outgoing.read()
     message = hello[5:5 + int.from_bytes(hello[3:5], "big")]
+    if label.endswith("+ech"):
+        message = with_ech(message)
     s = socket.create_connection((host, port), timeout=10)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for at in range(0, len(message), record):
@@ -1318,7 +1337,7 @@ for name in sys.argv[4:]:
         answer = s.recv(65536)
     except OSError:
         answer = b""
-    print(name, "answered" if answer else "nothing", flush=True)
+    print(label, "answered" if answer else "nothing", flush=True)
     s.close()
 "#;
 
@@ -1339,6 +1358,7 @@ fn client_hellos_are_judged_whole_and_need_one_allowed_name(mode: Mode) {
             "other.test".into(),
             "-".into(),
             WEB.into(),
+            format!("{WEB}+ech"),
         ];
         let (done, verdict) = filtered(mode, args, &strs_of(&argv));
         (stdout(&done.output), verdict)
@@ -1346,18 +1366,46 @@ fn client_hellos_are_judged_whole_and_need_one_allowed_name(mode: Mode) {
     let (out, verdict) = probe(&web_rules(&[tls]), WEB);
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
-        ["other.test nothing", "- nothing", "web.test answered"],
+        [
+            "other.test nothing",
+            "- nothing",
+            "web.test answered",
+            "web.test+ech nothing"
+        ],
         "{verdict}"
     );
     let reasons = verdict.to_string();
     assert!(reasons.contains("TLS SNI names other.test"), "{reasons}");
     assert!(reasons.contains("without a server name (SNI)"), "{reasons}");
+    assert!(
+        reasons.contains("is encrypted (ECH)") && reasons.contains("ech://web.test:"),
+        "{reasons}"
+    );
+    // An ech:// rule for the outer name lets the encrypted ClientHello through.
+    let mut args = web_rules(&[]);
+    args.extend(["--allow-net".into(), format!("ech://{WEB}:{tls}")]);
+    let (out, verdict) = probe(&args, WEB);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "other.test nothing",
+            "- nothing",
+            "web.test answered",
+            "web.test+ech answered"
+        ],
+        "{verdict}"
+    );
     // Control: without brig the server answers all three.
     let control = vec!["--net".to_string(), "host".into()];
     let (out, _) = probe(&control, "127.0.0.1");
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
-        ["other.test answered", "- answered", "web.test answered"]
+        [
+            "other.test answered",
+            "- answered",
+            "web.test answered",
+            "web.test+ech answered"
+        ]
     );
 }
 

@@ -187,6 +187,16 @@ pub fn claim(
     };
     let port = target.port;
     let kind = claim.kind();
+    if let Claim::Tls {
+        sni: Some(outer),
+        ech: true,
+    } = claim
+        && !policy.ech_allowed(outer, port)
+    {
+        return Err(format!(
+            "a TLS ClientHello for {outer} is encrypted (ECH), which hides the server it is really for; brig refuses ECH unless a rule allows it for that outer name: --allow-net ech://{outer}:{port}"
+        ));
+    }
     let Some(claimed) = claim.name() else {
         return Err(format!(
             "a TLS ClientHello without a server name (SNI) on a connection for {name}; brig judges TLS by the name it asks for, so connect by name"

@@ -1417,3 +1417,45 @@ fn an_opened_policy_lets_new_names_and_addresses_through() {
         ]
     );
 }
+
+#[test]
+fn an_encrypted_client_hello_passes_only_where_an_ech_rule_names_its_outer_name() {
+    use crate::net::inspect::Claim;
+    let policy = plan(
+        &["ech://cloudflare-ech.com:443", "web.test:443"],
+        &[],
+        None,
+        None,
+    );
+    let target = IpEndpoint::new(smoltcp::wire::IpAddress::v4(198, 18, 0, 1), 443);
+    let tls = |sni, ech| Claim::Tls {
+        sni: Some(sni),
+        ech,
+    };
+    let judged = |name, claim| decide::claim(&policy, Some(name), target, claim);
+    assert_eq!(
+        judged("cloudflare-ech.com", tls("cloudflare-ech.com", true)),
+        Ok(())
+    );
+    let refused = judged("web.test", tls("web.test", true)).unwrap_err();
+    assert_eq!(
+        refused,
+        "a TLS ClientHello for web.test is encrypted (ECH), which hides the server it is really for; brig refuses ECH unless a rule allows it for that outer name: --allow-net ech://web.test:443"
+    );
+    assert_eq!(judged("web.test", tls("web.test", false)), Ok(()));
+    assert!(
+        judged(
+            "web.test",
+            Claim::Tls {
+                sni: None,
+                ech: false
+            }
+        )
+        .is_err()
+    );
+    // A connection to an address rule: the operator named the address.
+    assert_eq!(
+        decide::claim(&policy, None, target, tls("any.test", true)),
+        Ok(())
+    );
+}
