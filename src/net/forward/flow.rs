@@ -73,6 +73,8 @@ pub struct Flow<U> {
     /// mio's edge-triggered readiness of the host socket, cleared on WouldBlock.
     pub readable: bool,
     pub writable: bool,
+    /// What the policy expected on the destination when the flow opened.
+    pub expect: Expect,
     /// The jail's bytes held while they are judged.
     held: Vec<u8>,
     inspector: Inspector,
@@ -127,6 +129,7 @@ impl<U: Upstream> Flow<U> {
             upstream: None,
             readable: false,
             writable: false,
+            expect,
             held: Vec::new(),
             inspector: Inspector::new(expect),
             head_since: None,

@@ -5,6 +5,7 @@
 //! that owns the TUN descriptor, the host sockets and the clock (`forward::Stack`) only
 //! moves these; the unit tests drive the same relay with packets they build.
 
+use super::super::inspect::Expect;
 use super::super::policy::Policy;
 use super::super::record::{Connection, NetworkRecord, Recorder};
 use super::super::{GATEWAY, GATEWAY_V6, JAIL_PREFIX, JAIL_PREFIX_V6, RESOLVER, dns};
@@ -255,6 +256,22 @@ impl<U: Upstream> Relay<U> {
                     flow.target.port,
                     &self.host_addresses,
                 )
+                .and_then(|()| {
+                    // A flow relayed unread under a tcp:// rule the new policy lacks.
+                    let raw_now = decide::expect(
+                        &self.policy,
+                        flow.name.as_deref(),
+                        IpAddr::from(flow.target.addr),
+                        flow.target.port,
+                    ) == Expect::Raw;
+                    match flow.expect == Expect::Raw && !raw_now {
+                        true => Err(format!(
+                            "no tcp:// rule allows raw TCP to port {} any more",
+                            flow.target.port
+                        )),
+                        false => Ok(()),
+                    }
+                })
                 .err()
                 .map(|why| (*id, why))
             })

@@ -1459,3 +1459,25 @@ fn an_encrypted_client_hello_passes_only_where_an_ech_rule_names_its_outer_name(
         Ok(())
     );
 }
+
+#[test]
+fn a_raw_flow_ends_when_the_replaced_policy_no_longer_allows_raw_tcp() {
+    let raw = || plan(&["tcp://151.101.113.8:5432"], &[], None, None);
+    let mut jail = Jail::new(raw());
+    jail.send([syn(40030, (ALLOWED, 5432))]);
+    jail.requests();
+    let out = jail.accept(0);
+    jail.complete_handshake(&out, 40030, (ALLOWED, 5432));
+    assert_eq!(jail.relay.replace_policy(raw()), 0, "still raw: kept");
+    let judged = plan(&["151.101.113.8:5432"], &[], None, None);
+    assert_eq!(jail.relay.replace_policy(judged), 1);
+    let out = jail.exchange();
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    let (_, _, _, _, reason, _) = only_connection(&jail.finish());
+    assert_eq!(
+        reason.as_deref(),
+        Some(
+            "the session's network policy changed: no tcp:// rule allows raw TCP to port 5432 any more"
+        )
+    );
+}
