@@ -200,9 +200,9 @@ impl Inspector {
             State::Start => self.start(held),
             State::ClientHello => self.client_hello(held, judge),
             State::Head => self.head(held, judge),
-            State::Body(left) => self.body(held, *left),
+            State::Body(left) => self.counted(held, *left, State::Head, State::Body),
             State::ChunkSize => self.chunk_size(held),
-            State::ChunkData(left) => self.chunk_data(held, *left),
+            State::ChunkData(left) => self.counted(held, *left, State::ChunkEnd, State::ChunkData),
             State::ChunkEnd => self.chunk_end(held),
             State::Trailers => self.trailers(held),
         };
@@ -337,11 +337,13 @@ impl Inspector {
         Step::Pass(end)
     }
 
-    fn body(&mut self, held: &[u8], left: u64) -> Step {
+    /// Passes up to `left` bytes of a body or chunk unread; then `done`, or `more` of what
+    /// is left.
+    fn counted(&mut self, held: &[u8], left: u64, done: State, more: fn(u64) -> State) -> Step {
         let pass = left.min(held.len() as u64);
         self.state = match left - pass {
-            0 => State::Head,
-            more => State::Body(more),
+            0 => done,
+            rest => more(rest),
         };
         Step::Pass(pass as usize)
     }
@@ -373,15 +375,6 @@ impl Inspector {
                 String::from_utf8_lossy(&line[..line.len() - 2])
             )),
         }
-    }
-
-    fn chunk_data(&mut self, held: &[u8], left: u64) -> Step {
-        let pass = left.min(held.len() as u64);
-        self.state = match left - pass {
-            0 => State::ChunkEnd,
-            more => State::ChunkData(more),
-        };
-        Step::Pass(pass as usize)
     }
 
     fn chunk_end(&mut self, held: &[u8]) -> Step {

@@ -853,24 +853,11 @@ fn a_dns_flood_is_bounded_by_the_resolver_queue() {
 #[test]
 fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
     let mut jail = Jail::fuzz_policy();
-    ask(&mut jail, "api.example.org");
-    let target = (IpAddr::from([198, 18, 0, 3]), 80);
-    jail.send([syn(40013, target)]);
-    jail.requests();
-    jail.relay.resolved("api.example.org", Ok(vec![RESOLVED]));
-    jail.requests();
-    let out = jail.accept(0);
-    let brig_seq = jail.complete_handshake(&out, 40013, target);
-    let fronted = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
-    let data = tcp(
-        (JAIL, 40013),
-        target,
-        TcpControl::Psh,
-        JAIL_SEQ + 1,
-        Some(brig_seq),
-        fronted,
+    let out = on_web_flow(
+        &mut jail,
+        40013,
+        b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
     );
-    let out = jail.send([data]);
     assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
     assert_eq!(
         jail.host_reads(0),
@@ -890,9 +877,9 @@ fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
     );
 }
 
-/// An open flow to api.example.org:80 after the jail's handshake: brig's next sequence
-/// number.
-fn open_web_flow(jail: &mut Jail, port: u16) -> i32 {
+/// Opens a flow from `port` to api.example.org:80, completes the jail's handshake and
+/// sends `payload` on it: what brig sent back to the jail.
+fn on_web_flow(jail: &mut Jail, port: u16, payload: &[u8]) -> Vec<Vec<u8>> {
     ask(jail, "api.example.org");
     let target = (IpAddr::from([198, 18, 0, 3]), 80);
     jail.send([syn(port, target)]);
@@ -900,26 +887,24 @@ fn open_web_flow(jail: &mut Jail, port: u16) -> i32 {
     jail.relay.resolved("api.example.org", Ok(vec![RESOLVED]));
     jail.requests();
     let out = jail.accept(0);
-    jail.complete_handshake(&out, port, target)
+    let brig_seq = jail.complete_handshake(&out, port, target);
+    let data = tcp(
+        (JAIL, port),
+        target,
+        TcpControl::Psh,
+        JAIL_SEQ + 1,
+        Some(brig_seq),
+        payload,
+    );
+    jail.send([data])
 }
 
 #[test]
 fn a_later_request_naming_another_host_ends_the_connection_after_the_first_went_through() {
     let mut jail = Jail::fuzz_policy();
-    let brig_seq = open_web_flow(&mut jail, 40020);
-    let target = (IpAddr::from([198, 18, 0, 3]), 80);
     let first = b"GET / HTTP/1.1\r\nHost: api.example.org\r\n\r\n";
     let second = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
-    let both = [&first[..], &second[..]].concat();
-    let data = tcp(
-        (JAIL, 40020),
-        target,
-        TcpControl::Psh,
-        JAIL_SEQ + 1,
-        Some(brig_seq),
-        &both,
-    );
-    let out = jail.send([data]);
+    let out = on_web_flow(&mut jail, 40020, &[&first[..], &second[..]].concat());
     assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
     let record = jail.finish();
     let (_, _, _, allowed, reason, _) = only_connection(&record);
@@ -930,18 +915,7 @@ fn a_later_request_naming_another_host_ends_the_connection_after_the_first_went_
 #[test]
 fn a_head_not_whole_within_its_time_is_refused() {
     let mut jail = Jail::fuzz_policy();
-    let brig_seq = open_web_flow(&mut jail, 40021);
-    let target = (IpAddr::from([198, 18, 0, 3]), 80);
-    let partial = b"GET / HTTP/1.1\r\nHost: api.exa";
-    let data = tcp(
-        (JAIL, 40021),
-        target,
-        TcpControl::Psh,
-        JAIL_SEQ + 1,
-        Some(brig_seq),
-        partial,
-    );
-    let out = jail.send([data]);
+    let out = on_web_flow(&mut jail, 40021, b"GET / HTTP/1.1\r\nHost: api.exa");
     assert!(
         segments(&out).iter().all(|s| !s.rst),
         "held, not refused yet"
