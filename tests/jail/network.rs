@@ -41,6 +41,7 @@ both_modes!(
     client_hellos_are_judged_whole_and_need_one_allowed_name,
     a_name_resolving_to_the_hosts_own_or_a_reserved_address_is_refused,
     bytes_neither_http_nor_tls_on_port_443_need_a_tcp_rule,
+    openssl_sni_variants_are_judged,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -1566,4 +1567,43 @@ fn bytes_neither_http_nor_tls_on_port_443_need_a_tcp_rule(mode: Mode) {
     let (lines, verdict) = raw_probe(mode, &args, "db.test", 443, b"", &cases);
     assert_eq!(lines, ["ssh answered"], "{verdict}");
     assert!(got.load(std::sync::atomic::Ordering::SeqCst) > 0);
+}
+
+/// openssl s_client with each SNI variant: another name, none, the allowed one.
+fn openssl_sni_variants_are_judged(mode: Mode) {
+    if !require_tun(mode) || !require_program("openssl", "apt install openssl") {
+        return;
+    }
+    let servers = Servers::start();
+    let tls = servers.tls;
+    let script = |host: &str| {
+        format!(
+            "for sni in '-servername other.test' -noservername '-servername {WEB}'; do \
+             openssl s_client -connect {host}:{tls} $sni </dev/null >/dev/null 2>&1; echo \"$sni exit=$?\"; done"
+        )
+    };
+    let (done, verdict) = filtered(mode, &web_rules(&[tls]), &["sh", "-c", &script(WEB)]);
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        [
+            "-servername other.test exit=1",
+            "-noservername exit=1",
+            "-servername web.test exit=0"
+        ],
+        "{verdict}"
+    );
+    let reasons = verdict.to_string();
+    assert!(reasons.contains("TLS SNI names other.test"), "{reasons}");
+    assert!(reasons.contains("without a server name (SNI)"), "{reasons}");
+    // Control: without brig's check every variant completes its handshake.
+    let control = vec!["--net".to_string(), "host".into()];
+    let (done, _) = filtered(mode, &control, &["sh", "-c", &script("127.0.0.1")]);
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        [
+            "-servername other.test exit=0",
+            "-noservername exit=0",
+            "-servername web.test exit=0"
+        ]
+    );
 }
