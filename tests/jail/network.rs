@@ -1279,6 +1279,14 @@ fn requests_a_strict_server_would_refuse_or_read_two_ways_are_refused(mode: Mode
         describe(&done.output)
     );
     assert!(refusal(&verdict, WEB, http).contains("h2c"), "{verdict}");
+    // The stderr summary carries the same reason, and what to do instead.
+    let summary = stderr(&done.output);
+    assert!(
+        summary.contains("brig: network: ")
+            && summary.contains("HTTP/2 without TLS (h2c)")
+            && summary.contains("use HTTP/1.1 or HTTPS"),
+        "{summary}"
+    );
     // Control: without brig's check the server is reached and answers every one.
     let control = vec!["--net".to_string(), "host".into()];
     let (lines, _) = raw_probe(mode, &control, "127.0.0.1", http, b"", &cases);
