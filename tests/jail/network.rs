@@ -1057,6 +1057,14 @@ fn bad_rules_are_refused_before_anything_starts() {
             &["--allow-net", "a.test", "--net-connections", "0"],
             &["--net-connections"],
         ),
+        (
+            &["--allow-net", "tcp://db.test"],
+            &["--allow-net tcp://db.test", "names its port"],
+        ),
+        (
+            &["--allow-net", "https://web.test"],
+            &["--allow-net https://web.test", "not a rule scheme"],
+        ),
     ];
     for (flags, needles) in cases {
         let mut args = vec!["run"];
@@ -1072,7 +1080,7 @@ fn check_shows_the_resolved_rules() {
     let dir = TempDir::new("net-config");
     let config = dir.file(
         "net.yaml",
-        "allow-net: [pypi.org:443, '*.github.com']\nadd-host: ['api.test:10.1.2.3']\nnet-bytes: 10M\ncommand: [true]\n",
+        "allow-net: [pypi.org:443, '*.github.com', 'tcp://db.test:5432', 'ech://cloudflare-ech.com:443']\nadd-host: ['api.test:10.1.2.3']\nnet-bytes: 10M\ncommand: [true]\n",
     );
     let output = run(Mode::Root, &["check", "--config", config.to_str().unwrap()]);
     let out = assert_success(&output);
@@ -1080,6 +1088,8 @@ fn check_shows_the_resolved_rules() {
         "net: filtered",
         "- pypi.org:443",
         "- \"*.github.com (any port)\"",
+        "- tcp://db.test:5432",
+        "- ech://cloudflare-ech.com:443",
         "- api.test:10.1.2.3",
         "max-bytes: 10485760",
     ] {
