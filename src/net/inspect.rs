@@ -19,6 +19,12 @@
 //!   decoder per connection; TLS with ALPN `h2` is judged by its SNI like any TLS.
 //! - Other bytes: relayed unread where the policy allows raw TCP, refused where it
 //!   expects HTTP or TLS ([`Expect::Web`]).
+//!
+//! Where a TLS terminator (issue 24's secrets) slots in: at the whole ClientHello. The
+//! decision (`forward::decide::claim`) would answer "terminate" for a name entitled to a
+//! secret; the flow would hand the held ClientHello to a per-connection terminator
+//! instead of the host, and feed the decrypted stream to a fresh `Inspector` in its
+//! request-head state, so that each request inside is judged by the same code.
 
 use super::policy::host_name;
 use std::net::IpAddr;
