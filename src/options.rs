@@ -179,7 +179,10 @@ pub struct JailOptions {
     pub net: Option<NetMode>,
 
     /// Let the jail connect to HOST[:PORT], *.DOMAIN[:PORT], IP[:PORT] or CIDR[:PORT]
-    /// (IPv6 in brackets; no port: any port); repeatable; implies --net filtered.
+    /// (IPv6 in brackets; no port: any port); `tcp://RULE:PORT` also lets bytes that are
+    /// neither HTTP nor TLS through (refused on ports 80 and 443 otherwise),
+    /// `ech://NAME[:PORT]` encrypted ClientHellos with that outer name; repeatable;
+    /// implies --net filtered.
     #[arg(long = "allow-net", value_name = "RULE")]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_net: Vec<String>,

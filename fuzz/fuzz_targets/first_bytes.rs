@@ -1,4 +1,4 @@
-//! A connection's first bytes, sniffed for a TLS ClientHello's SNI or an HTTP Host.
+//! A connection's bytes from the jail, read by the inspector (TLS ClientHello, every HTTP request).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -6,7 +6,9 @@
 //! - `policy`: the rules (`--allow-net`, `--add-host`), planned and matched;
 //! - `dns`: the jail's resolver: allowed names get a synthetic address, others NXDOMAIN;
 //! - `resolve`: the host-side lookup of an allowed name, at connect time;
-//! - `sniff`: the name a connection's first bytes claim (TLS SNI, HTTP Host);
+//! - `inspect`: a connection's bytes read as a strict server reads them (every HTTP request
+//!   head, the whole TLS ClientHello), and the names they claim;
+//! - `host`: the host's own addresses, which allowed names must not resolve to;
 //! - `tun` (child half): create and address the TUN device inside the jail;
 //! - `forward` (parent half): the user-mode stack and the connections it relays;
 //! - `record`: what the verdict says about the network.
@@ -36,8 +38,9 @@ pub const TUN_MTU: u32 = 65520;
 
 pub mod dns;
 pub mod forward;
+pub mod host;
+pub mod inspect;
 pub mod policy;
 pub mod record;
 pub mod resolve;
-pub mod sniff;
 pub mod tun;

@@ -4,7 +4,9 @@
 //! brig connect to this address it resolved).
 //!
 //! Rules use Deno's `--allow-net` spelling: `HOST[:PORT]`, `*.DOMAIN[:PORT]` (any depth of
-//! subdomain, not the bare domain), `IP[:PORT]`, `CIDR[:PORT]`, IPv6 in brackets.
+//! subdomain, not the bare domain), `IP[:PORT]`, `CIDR[:PORT]`, IPv6 in brackets; with
+//! `tcp://` in front and a port (`tcp://db.example:5432`), raw TCP to it is relayed unread
+//! (without it, ports 80 and 443 carry only HTTP or TLS, judged).
 
 use crate::error::{Error, Result};
 use crate::units::Size;
@@ -30,6 +32,11 @@ pub struct Rule {
     pub host: Host,
     /// None: any port.
     pub port: Option<u16>,
+    /// `tcp://`: bytes that are neither HTTP nor TLS may pass, unread.
+    pub raw: bool,
+    /// `ech://`: an encrypted ClientHello whose outer server name this rule matches may
+    /// pass (the name inside is never seen).
+    pub ech: bool,
     /// The rule as the operator wrote it, for the record and for error messages.
     pub text: String,
 }
@@ -127,6 +134,27 @@ impl Policy {
             .any(|rule| rule.matches_ip(ip) && rule.port.is_none_or(|only| only == port))
     }
 
+    /// Does a `tcp://` rule allow raw TCP to `name` (or, for a connection to an address,
+    /// to `ip`) on `port`?
+    pub fn raw_allowed(&self, name: Option<&str>, ip: IpAddr, port: u16) -> bool {
+        let ip = canonical(ip);
+        self.rules.iter().any(|rule| {
+            rule.raw
+                && rule.port == Some(port)
+                && match name {
+                    Some(name) => rule.matches_name(name),
+                    None => rule.matches_ip(ip),
+                }
+        })
+    }
+
+    /// Does an `ech://` rule allow an encrypted ClientHello whose outer name is `name`?
+    pub fn ech_allowed(&self, name: &str, port: u16) -> bool {
+        self.rules.iter().any(|rule| {
+            rule.ech && rule.matches_name(name) && rule.port.is_none_or(|only| only == port)
+        })
+    }
+
     pub fn pinned(&self, name: &str) -> Option<IpAddr> {
         self.pins
             .iter()
@@ -135,14 +163,16 @@ impl Policy {
     }
 
     /// Why brig must not connect to `ip`, an address it resolved for `name` (or was given
-    /// directly): a denied range, unless an `IP`/`CIDR` rule or a pin of `name` names it.
-    /// Checked after resolution, so an allowed name that resolves to 127.0.0.1 (DNS
+    /// directly): a denied range or one of the host's own addresses (`own`), unless an
+    /// `IP`/`CIDR` rule or a pin of `name` names it. Checked after resolution, so an
+    /// allowed name that resolves to 127.0.0.1 or to the host's public address (DNS
     /// rebinding) is still refused.
     pub fn address_refusal(
         &self,
         ip: IpAddr,
         name: Option<&str>,
         port: u16,
+        own: &[IpAddr],
     ) -> Option<&'static str> {
         let pinned_here = name
             .and_then(|name| self.pinned(name))
@@ -150,7 +180,11 @@ impl Policy {
         if pinned_here || self.ip_allowed(ip, port) {
             return None;
         }
-        denied_range(ip)
+        denied_range(ip).or_else(|| {
+            own.iter()
+                .any(|address| canonical(*address) == canonical(ip))
+                .then_some("host-own (an address of one of this host's interfaces)")
+        })
     }
 
     /// One warning per rule that names loopback (`127.0.0.1`, `[::1]`, `localhost`, a CIDR
@@ -250,6 +284,10 @@ fn denied_v4(ip: Ipv4Addr) -> Option<&'static str> {
         (224..=239, _) => "multicast",
         (240..=255, _) => "reserved",
         (192, 0) if ip.octets()[2] == 0 => "IETF protocol (192.0.0.0/24)",
+        (192, 0) if ip.octets()[2] == 2 => "documentation (TEST-NET-1 192.0.2.0/24)",
+        (198, 51) if ip.octets()[2] == 100 => "documentation (TEST-NET-2 198.51.100.0/24)",
+        (203, 0) if ip.octets()[2] == 113 => "documentation (TEST-NET-3 203.0.113.0/24)",
+        (192, 88) if ip.octets()[2] == 99 => "deprecated 6to4 relay (192.88.99.0/24)",
         _ => return None,
     })
 }
@@ -263,7 +301,30 @@ fn denied_v6(ip: Ipv6Addr) -> Option<&'static str> {
         0xfc00..=0xfdff => "unique-local (fc00::/7)",
         0xff00..=0xffff => "multicast",
         0xfec0..=0xfeff => "site-local (fec0::/10)",
-        _ => return None,
+        _ => return special_v6(ip),
+    })
+}
+
+/// IANA's IPv6 special-purpose ranges that are not globally reachable, or that carry
+/// another address inside (6to4, Teredo) which brig would not see.
+fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    const RANGES: [(&str, u8, &str); 10] = [
+        ("100::", 64, "discard-only (100::/64)"),
+        ("64:ff9b:1::", 48, "local-use NAT64 (64:ff9b:1::/48)"),
+        ("2001::", 32, "Teredo (2001::/32)"),
+        ("2001:2::", 48, "benchmarking (2001:2::/48)"),
+        ("2001:10::", 28, "deprecated ORCHID (2001:10::/28)"),
+        ("2001:20::", 28, "ORCHIDv2 (2001:20::/28)"),
+        ("2001:db8::", 32, "documentation (2001:db8::/32)"),
+        ("3fff::", 20, "documentation (3fff::/20)"),
+        ("2002::", 16, "6to4 (2002::/16)"),
+        ("5f00::", 16, "segment routing (5f00::/16)"),
+    ];
+    let bits = u128::from(ip);
+    RANGES.iter().find_map(|(network, prefix, label)| {
+        let network = u128::from(network.parse::<Ipv6Addr>().ok()?);
+        let mask = u128::MAX << (128 - u32::from(*prefix));
+        (bits & mask == network).then_some(*label)
     })
 }
 
@@ -292,14 +353,40 @@ impl FromStr for Rule {
 
     fn from_str(text: &str) -> std::result::Result<Rule, String> {
         let bad = |why: &str| format!("--allow-net {text}: {why}");
-        let (host, port) = split_host_port(text).map_err(|why| bad(&why))?;
+        let (scheme, rest) = match text.split_once("://") {
+            None => (String::new(), text),
+            Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        };
+        let (raw, ech) = match scheme.as_str() {
+            "" => (false, false),
+            "tcp" => (true, false),
+            "ech" => (false, true),
+            _ => {
+                return Err(bad(&format!(
+                    "'{scheme}://' is not a rule scheme; write HOST[:PORT] (HTTP and TLS are judged by what they name), tcp://HOST:PORT for raw TCP or ech://NAME[:PORT] for encrypted ClientHellos"
+                )));
+            }
+        };
+        let (host, port) = split_host_port(rest).map_err(|why| bad(&why))?;
         let port = port
             .map(|port| parse_port(port).map_err(|why| bad(&why)))
             .transpose()?;
+        if raw && port.is_none() {
+            return Err(bad(
+                "a tcp:// rule names its port, e.g. tcp://db.example:5432",
+            ));
+        }
         let host = parse_host(host).map_err(|why| bad(&why))?;
+        if ech && !matches!(host, Host::Name(_) | Host::Suffix(_)) {
+            return Err(bad(
+                "an ech:// rule names the outer server name, e.g. ech://cloudflare-ech.com:443",
+            ));
+        }
         Ok(Rule {
             host,
             port,
+            raw,
+            ech,
             text: text.to_string(),
         })
     }
@@ -436,6 +523,12 @@ impl FromStr for Pin {
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.raw {
+            f.write_str("tcp://")?;
+        }
+        if self.ech {
+            f.write_str("ech://")?;
+        }
         match &self.host {
             Host::Name(name) => write!(f, "{name}")?,
             Host::Suffix(domain) => write!(f, "*.{domain}")?,
@@ -607,6 +700,22 @@ mod tests {
             "::ffff:169.254.169.254",
             "::127.0.0.1",
             "64:ff9b::10.0.0.1",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.200",
+            "198.19.255.1",
+            "192.88.99.1",
+            "100::1",
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:2::1",
+            "2001:10::1",
+            "2001:2f::1",
+            "2001:db8::1",
+            "2002:7f00:1::1",
+            "3fff::1",
+            "5f00::1",
+            "64:ff9b:1::1",
         ] {
             assert!(denied_range(ip(text)).is_some(), "{text} should be denied");
         }
@@ -615,6 +724,11 @@ mod tests {
             "151.101.0.223",
             "2a04:4e42::223",
             "::ffff:1.1.1.1",
+            "192.0.3.1",
+            "203.0.114.1",
+            "2001:4860:4860::8888",
+            "2001:1::1",
+            "2003::1",
         ] {
             assert_eq!(denied_range(ip(text)), None, "{text}");
         }
@@ -629,21 +743,96 @@ mod tests {
         assert!(policy.ip_allowed(ip("10.20.3.4"), 5432));
         assert!(!policy.ip_allowed(ip("10.20.3.4"), 22));
         assert!(policy.ip_allowed(ip("::ffff:10.20.3.4"), 5432));
-        assert_eq!(policy.address_refusal(ip("10.20.3.4"), None, 5432), None);
+        assert_eq!(
+            policy.address_refusal(ip("10.20.3.4"), None, 5432, &[]),
+            None
+        );
         assert!(policy.loopback_warnings().is_empty());
         assert_eq!(
-            policy.address_refusal(ip("127.0.0.1"), Some("api.test"), 443),
+            policy.address_refusal(ip("127.0.0.1"), Some("api.test"), 443, &[]),
             None
         );
         // A name that is not pinned resolving to loopback is DNS rebinding.
         assert_eq!(
-            policy.address_refusal(ip("127.0.0.1"), Some("other.test"), 443),
+            policy.address_refusal(ip("127.0.0.1"), Some("other.test"), 443, &[]),
             Some("loopback")
         );
         assert_eq!(
-            policy.address_refusal(ip("93.184.216.34"), Some("other.test"), 80),
+            policy.address_refusal(ip("93.184.216.34"), Some("other.test"), 80, &[]),
             None
         );
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_refused_unless_named() {
+        let policy = policy(
+            &["api.test:443", "other.test", "203.0.113.5:443"],
+            &["api.test:198.51.100.9"],
+        );
+        let own = [ip("93.184.216.34"), ip("2a01:4f8::1")];
+        for address in ["93.184.216.34", "2a01:4f8::1", "::ffff:93.184.216.34"] {
+            assert_eq!(
+                policy.address_refusal(ip(address), Some("other.test"), 443, &own),
+                Some("host-own (an address of one of this host's interfaces)"),
+                "{address}"
+            );
+        }
+        // A pin or an IP rule names it: the operator meant it.
+        let own = [ip("198.51.100.9"), ip("203.0.113.5")];
+        assert_eq!(
+            policy.address_refusal(ip("198.51.100.9"), Some("api.test"), 443, &own),
+            None
+        );
+        assert_eq!(
+            policy.address_refusal(ip("203.0.113.5"), Some("other.test"), 443, &own),
+            None
+        );
+        assert_eq!(
+            policy.address_refusal(ip("203.0.113.5"), Some("other.test"), 80, &own),
+            Some("documentation (TEST-NET-3 203.0.113.0/24)")
+        );
+    }
+
+    fn policy_with_ech() -> Policy {
+        policy(&["ech://cloudflare-ech.com:443", "web.test:443"], &[])
+    }
+
+    #[test]
+    fn tcp_rules_allow_raw_bytes_to_their_host_and_port() {
+        let policy = policy(
+            &[
+                "tcp://db.test:5432",
+                "web.test:443",
+                "tcp://10.1.0.0/16:6379",
+                "TCP://[fd00::1]:22",
+            ],
+            &[],
+        );
+        let any = ip("198.18.0.1");
+        assert!(policy.raw_allowed(Some("db.test"), any, 5432));
+        assert!(!policy.raw_allowed(Some("db.test"), any, 5433));
+        assert!(policy.name_allowed("db.test", 5432));
+        assert!(!policy.raw_allowed(Some("web.test"), any, 443));
+        assert!(policy.raw_allowed(None, ip("10.1.2.3"), 6379));
+        assert!(policy.raw_allowed(None, ip("fd00::1"), 22));
+        assert!(!policy.raw_allowed(None, ip("10.2.2.3"), 6379));
+        assert_eq!(policy.rules[0].to_string(), "tcp://db.test:5432");
+        let ech = policy_with_ech();
+        assert!(ech.ech_allowed("cloudflare-ech.com", 443));
+        assert!(ech.name_allowed("cloudflare-ech.com", 443));
+        assert!(!ech.ech_allowed("web.test", 443));
+        for (text, needle) in [
+            ("ech://10.0.0.1:443", "outer server name"),
+            ("tcp://db.test", "names its port"),
+            ("http://web.test:80", "not a rule scheme"),
+            ("tcp://", "empty rule"),
+        ] {
+            let err = text.parse::<Rule>().unwrap_err();
+            assert!(
+                err.starts_with(&format!("--allow-net {text}:")) && err.contains(needle),
+                "{err}"
+            );
+        }
     }
 
     #[test]

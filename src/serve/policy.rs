@@ -352,9 +352,13 @@ pub const RULES: &[(&str, Rule)] = &[
                 let ours = server.plan.network.as_ref();
                 let rule = mine.rules.iter().find(|rule| {
                     !ours.is_some_and(|ours| {
-                        ours.rules
-                            .iter()
-                            .any(|theirs| theirs.host == rule.host && theirs.port == rule.port)
+                        // A tcp:// or ech:// rule lets more through than a plain one.
+                        ours.rules.iter().any(|theirs| {
+                            theirs.host == rule.host
+                                && theirs.port == rule.port
+                                && (theirs.raw || !rule.raw)
+                                && (theirs.ech || !rule.ech)
+                        })
                     })
                 })?;
                 let listed = |policy: Option<&crate::net::policy::Policy>| -> String {
@@ -1111,6 +1115,19 @@ mod tests {
                     web,
                     "allow-net: [evil.example:443]",
                     "--allow-net evil.example:443",
+                    "example.com:443",
+                )
+            },
+            // Raw TCP to an allowed host and port is more than judged HTTP/TLS to it.
+            Case {
+                consent: Some(Loosening::AllowNet),
+                ..case(
+                    "allow-net",
+                    web,
+                    None,
+                    web,
+                    "allow-net: ['tcp://example.com:443']",
+                    "--allow-net tcp://example.com:443",
                     "example.com:443",
                 )
             },

@@ -173,7 +173,8 @@ def udp_echo(sock):
 
 
 def dns_stub(sock):
-    """Answers A with 127.0.0.1 (TTL 1), anything else with no records."""
+    """Answers A with 127.0.0.1 (TTL 1), or with A.B.C.D for a name that starts with the
+    label A-B-C-D; anything else with no records."""
     while True:
         query, peer = sock.recvfrom(4096)
         if len(query) < 12:
@@ -189,7 +190,9 @@ def dns_stub(sock):
         question = query[12:offset + 5]
         answers = b""
         if qtype == 1:
-            answers = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 1, 4) + socket.inet_aton("127.0.0.1")
+            parts = labels[0].split("-") if labels else []
+            address = ".".join(parts) if len(parts) == 4 and all(p.isdigit() for p in parts) else "127.0.0.1"
+            answers = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 1, 4) + socket.inet_aton(address)
         header = query[:2] + struct.pack("!HHHHH", 0x8180, 1, 1 if answers else 0, 0, 0)
         sock.sendto(header + question + answers, peer)
 

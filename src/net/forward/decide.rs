@@ -3,6 +3,7 @@
 //! may be opened and how ([`open`]). Pure functions of their arguments, so the unit tests
 //! and the fuzz targets call them directly.
 
+use super::super::inspect::{Claim, Expect};
 use super::super::policy::{self, Policy};
 use super::super::{RESOLVER, SYNTHETIC_NET, SYNTHETIC_PREFIX};
 use smoltcp::wire::{IpEndpoint, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket};
@@ -133,6 +134,7 @@ pub fn still_allowed(
     claimed: Option<&str>,
     address: Option<IpAddr>,
     port: u16,
+    own: &[IpAddr],
 ) -> Result<(), String> {
     let Some(name) = name else {
         return match address {
@@ -151,10 +153,62 @@ pub fn still_allowed(
     {
         return Err(format!("{claimed} port {port} is not on the list"));
     }
-    match address.and_then(|address| policy.address_refusal(address, Some(name), port)) {
+    match address.and_then(|address| policy.address_refusal(address, Some(name), port, own)) {
         Some(range) => Err(format!("{name} is at a {range} address")),
         None => Ok(()),
     }
+}
+
+/// What the policy expects on a connection to `name` (or `address`) on `port`: raw TCP
+/// where a `tcp://` rule allows it, HTTP or TLS on ports 80 and 443, else HTTP or TLS
+/// judged when the bytes are that and anything else relayed unread.
+pub fn expect(policy: &Policy, name: Option<&str>, address: IpAddr, port: u16) -> Expect {
+    if policy.raw_allowed(name, address, port) {
+        Expect::Raw
+    } else if matches!(port, 80 | 443) {
+        Expect::Web
+    } else {
+        Expect::Any
+    }
+}
+
+/// Judges a name the connection's bytes claim (an HTTP request's Host, a ClientHello's
+/// server name) on a connection brig opened for `name` (None: for an address rule, where
+/// the operator allowed the address itself, whatever name is asked of it). Err: why not,
+/// and what to change.
+pub fn claim(
+    policy: &Policy,
+    name: Option<&str>,
+    target: IpEndpoint,
+    claim: Claim,
+) -> Result<(), String> {
+    let Some(name) = name else {
+        return Ok(());
+    };
+    let port = target.port;
+    let kind = claim.kind();
+    if let Claim::Tls {
+        sni: Some(outer),
+        ech: true,
+    } = claim
+        && !policy.ech_allowed(outer, port)
+    {
+        return Err(format!(
+            "a TLS ClientHello for {outer} is encrypted (ECH), which hides the server it is really for; brig refuses ECH unless a rule allows it for that outer name: --allow-net ech://{outer}:{port}"
+        ));
+    }
+    let Some(claimed) = claim.name() else {
+        return Err(format!(
+            "a TLS ClientHello without a server name (SNI) on a connection for {name}; brig judges TLS by the name it asks for, so connect by name"
+        ));
+    };
+    let names_target = claimed.parse::<IpAddr>().ok() == Some(target.addr.into());
+    if claimed == name || names_target || policy.name_allowed(claimed, port) {
+        return Ok(());
+    }
+    Err(format!(
+        "{kind} names {claimed}, which is not on the list (connection for {name}); to allow it add --allow-net {claimed}:{port}"
+    ))
 }
 
 /// What the forwarder needs of a packet's IP header.

@@ -1,12 +1,16 @@
 //! One connection from the jail: its smoltcp socket on the jail's side, its host socket on
-//! the other, and the bytes between them. The jail's first bytes are held until they show
-//! which name they claim (TLS SNI, HTTP Host): a name off the list ends the connection
-//! before anything reaches the host (no domain fronting through an allowed address).
+//! the other, and the bytes between them. The jail's bytes are held until the inspector
+//! (`net::inspect`) has read them as the server will: each HTTP request head, a TLS
+//! ClientHello; a name off the list, or bytes brig cannot judge where it must, end the
+//! connection before they reach the host (no domain fronting through an allowed address,
+//! on the first request or any later one).
 
+use super::super::inspect::{self, Expect, HEAD_LIMIT, Inspector, Step};
 use super::super::policy::Policy;
-use super::super::sniff::{self, SNIFF_LIMIT, Sniffed};
+use super::decide;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
+use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::IpEndpoint;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown};
@@ -17,6 +21,10 @@ pub const JAIL_TO_HOST_BUFFER: usize = 64 * 1024;
 /// What the host sent and the jail has not acknowledged yet: smoltcp's send buffer, the
 /// most brig has in flight towards the jail (large, for downloads).
 pub const HOST_TO_JAIL_BUFFER: usize = 1024 * 1024;
+/// How long a head (an HTTP request head, a ClientHello, a chunk-size line) may take to
+/// arrive whole once its first byte has: one held longer is refused (a slow trickle would
+/// otherwise hold the connection unjudged for ever).
+pub const HEAD_TIME: Duration = Duration::from_secs(10);
 
 /// The host side of a flow: brig's TCP connection (mio's), or in the unit tests and the
 /// fuzz targets one end of a Unix socket pair.
@@ -65,19 +73,24 @@ pub struct Flow<U> {
     /// mio's edge-triggered readiness of the host socket, cleared on WouldBlock.
     pub readable: bool,
     pub writable: bool,
-    /// The jail's first bytes, held while they are judged; None once judged.
-    sniffing: Option<Vec<u8>>,
+    /// What the policy expected on the destination when the flow opened.
+    pub expect: Expect,
+    /// The jail's bytes held while they are judged.
+    held: Vec<u8>,
+    inspector: Inspector,
+    /// When the head being held began to arrive (for [`HEAD_TIME`]).
+    head_since: Option<Instant>,
     /// Judged bytes not yet written to the host.
     pending: Vec<u8>,
     host_finished: bool,
     host_shut: bool,
     pub sent: u64,
     pub received: u64,
-    /// The name the first bytes claimed.
+    /// The name the last judged request or ClientHello claimed.
     pub claimed: Option<String>,
     /// Why brig ended the connection, if it did.
     pub cut_reason: Option<String>,
-    /// Its first bytes named a host off the list: refused before a byte was relayed.
+    /// Its bytes named a host off the list, or could not be judged: refused.
     pub refused: bool,
 }
 
@@ -87,12 +100,6 @@ pub struct Relayed {
     pub bytes: u64,
     /// A state change (a close, a cut) that smoltcp has to act on.
     pub changed: bool,
-}
-
-enum Judgement {
-    Wait,
-    Pass(Option<String>),
-    Refuse(String),
 }
 
 enum HostRead {
@@ -108,6 +115,7 @@ impl<U: Upstream> Flow<U> {
         target: IpEndpoint,
         name: Option<String>,
         syn: Vec<u8>,
+        expect: Expect,
     ) -> Flow<U> {
         Flow {
             jail,
@@ -121,7 +129,10 @@ impl<U: Upstream> Flow<U> {
             upstream: None,
             readable: false,
             writable: false,
-            sniffing: Some(Vec::new()),
+            expect,
+            held: Vec::new(),
+            inspector: Inspector::new(expect),
+            head_since: None,
             pending: Vec::new(),
             host_finished: false,
             host_shut: false,
@@ -140,28 +151,27 @@ impl<U: Upstream> Flow<U> {
     }
 
     /// Relays what can move now, both ways.
-    pub fn relay(&mut self, socket: &mut tcp::Socket, policy: &Policy) -> Relayed {
+    pub fn relay(&mut self, socket: &mut tcp::Socket, policy: &Policy, now: Instant) -> Relayed {
         let mut relayed = Relayed::default();
         if self.cut_reason.is_some() || self.upstream.is_none() {
             return relayed;
         }
-        if self.sniffing.is_some() {
-            match self.judge_first_bytes(socket, policy) {
-                Judgement::Wait => {}
-                Judgement::Pass(claimed) => {
-                    self.claimed = claimed;
-                    self.pending = self.sniffing.take().unwrap_or_default();
-                }
-                Judgement::Refuse(reason) => {
-                    self.refused = true;
-                    self.cut(&reason);
-                    socket.abort();
-                    relayed.changed = true;
-                    return relayed;
-                }
-            }
+        let judged = match self.head_deadline() {
+            Some(deadline) if now >= deadline => Err(format!(
+                "{} did not arrive whole within {} s",
+                self.inspector.holding(),
+                HEAD_TIME.secs()
+            )),
+            _ => self.inspect(socket, policy, now),
+        };
+        if let Err(reason) = judged {
+            self.refused = true;
+            self.cut(&reason);
+            socket.abort();
+            relayed.changed = true;
+            return relayed;
         }
-        if self.sniffing.is_none() && !self.pump_to_host(socket, &mut relayed) {
+        if !self.pump_to_host(socket, &mut relayed) {
             return self.fail(socket, relayed);
         }
         if !self.pump_to_jail(socket, &mut relayed) {
@@ -170,50 +180,82 @@ impl<U: Upstream> Flow<U> {
         relayed
     }
 
+    /// When the head brig holds must be whole, if it holds one.
+    pub fn head_deadline(&self) -> Option<Instant> {
+        self.head_since.map(|since| since + HEAD_TIME)
+    }
+
+    /// Reads what the jail sent into `held` and moves what the inspector judges fine to
+    /// `pending`; Err: why the connection is refused.
+    fn inspect(
+        &mut self,
+        socket: &mut tcp::Socket,
+        policy: &Policy,
+        now: Instant,
+    ) -> Result<(), String> {
+        if self.inspector.unread() && self.held.is_empty() {
+            return Ok(());
+        }
+        let (name, target) = (self.name.as_deref(), self.target);
+        let mut claimed = None;
+        let mut judge = |claim: inspect::Claim| {
+            let verdict = decide::claim(policy, name, target, claim);
+            if verdict.is_ok() {
+                claimed = claim.name().map(str::to_string);
+            }
+            verdict
+        };
+        let outcome = loop {
+            while socket.can_recv()
+                && self.held.len() < HEAD_LIMIT
+                && self.pending.len() < HEAD_LIMIT
+            {
+                let room = HEAD_LIMIT - self.held.len();
+                let held = &mut self.held;
+                let _ = socket.recv(|data| {
+                    let take = data.len().min(room);
+                    held.extend_from_slice(&data[..take]);
+                    (take, ())
+                });
+            }
+            let finished = jail_finished_sending(socket) && !socket.can_recv();
+            match self.inspector.step(&self.held, finished, &mut judge) {
+                Step::Wait => {
+                    if self.inspector.in_head() && !self.held.is_empty() {
+                        self.head_since.get_or_insert(now);
+                    }
+                    break Ok(());
+                }
+                Step::Pass(count) => {
+                    self.pending.extend(self.held.drain(..count));
+                    if count > 0 {
+                        self.head_since = None;
+                    }
+                    if self.pending.len() >= HEAD_LIMIT {
+                        break Ok(());
+                    }
+                }
+                Step::Unread => {
+                    self.pending.append(&mut self.held);
+                    self.head_since = None;
+                    break Ok(());
+                }
+                Step::AwaitReply => break Ok(()),
+                Step::Refuse(reason) => break Err(reason),
+            }
+        };
+        if let Some(claimed) = claimed {
+            self.claimed = Some(claimed);
+        }
+        outcome
+    }
+
     /// The host side failed (reset, error): reset the jail's side too.
     fn fail(&mut self, socket: &mut tcp::Socket, mut relayed: Relayed) -> Relayed {
         self.upstream = None;
         socket.abort();
         relayed.changed = true;
         relayed
-    }
-
-    fn judge_first_bytes(&mut self, socket: &mut tcp::Socket, policy: &Policy) -> Judgement {
-        let Some(first) = self.sniffing.as_mut() else {
-            return Judgement::Pass(None);
-        };
-        while socket.can_recv() && first.len() < SNIFF_LIMIT {
-            let room = SNIFF_LIMIT - first.len();
-            let _ = socket.recv(|data| {
-                let take = data.len().min(room);
-                first.extend_from_slice(&data[..take]);
-                (take, ())
-            });
-        }
-        let jail_done = jail_finished_sending(socket);
-        let (kind, claimed) = match sniff::sniff(first) {
-            Sniffed::NeedMore if first.len() < SNIFF_LIMIT && !jail_done => {
-                return Judgement::Wait;
-            }
-            Sniffed::NeedMore | Sniffed::Opaque => return Judgement::Pass(None),
-            Sniffed::Tls { sni } => ("TLS SNI", sni),
-            Sniffed::Http { host } => ("HTTP Host", host),
-        };
-        let Some(claimed) = claimed else {
-            return Judgement::Pass(None);
-        };
-        // A connection to an address rule: the operator allowed the address itself.
-        let Some(name) = self.name.as_deref() else {
-            return Judgement::Pass(Some(claimed));
-        };
-        let names_target = claimed.parse::<IpAddr>().ok() == Some(self.target.addr.into());
-        if claimed == name || names_target || policy.name_allowed(&claimed, self.target.port) {
-            Judgement::Pass(Some(claimed))
-        } else {
-            Judgement::Refuse(format!(
-                "{kind} names {claimed}, which is not on the list (connection for {name})"
-            ))
-        }
     }
 
     /// The jail's bytes to the host. False when the host side failed.
@@ -233,7 +275,13 @@ impl<U: Upstream> Flow<U> {
                 Err(_) => return false,
             }
         }
-        while self.writable && self.pending.is_empty() && socket.can_recv() {
+        // Once everything is relayed unread, straight from smoltcp's buffer to the host.
+        while self.writable
+            && self.pending.is_empty()
+            && self.held.is_empty()
+            && self.inspector.unread()
+            && socket.can_recv()
+        {
             let written = socket.recv(|data| match upstream.write(data) {
                 Ok(written) => (written, Ok(written)),
                 Err(err) => (0, Err(err)),
@@ -251,6 +299,7 @@ impl<U: Upstream> Flow<U> {
         // The jail closed its sending side and all of it reached the host: pass the FIN on.
         if !self.host_shut
             && self.pending.is_empty()
+            && self.held.is_empty()
             && !socket.can_recv()
             && jail_finished_sending(socket)
         {
@@ -266,10 +315,17 @@ impl<U: Upstream> Flow<U> {
         let Some(upstream) = self.upstream.as_mut() else {
             return false;
         };
+        let inspector = &mut self.inspector;
         while self.readable && !self.host_finished && socket.can_send() {
             let read = socket.send(|space| match upstream.read(space) {
                 Ok(0) => (0, HostRead::Finished),
-                Ok(count) => (count, HostRead::Data(count)),
+                Ok(count) => {
+                    // The reply to a WebSocket upgrade says whether what follows is HTTP.
+                    if inspector.awaiting_reply() {
+                        inspector.replied(&space[..count]);
+                    }
+                    (count, HostRead::Data(count))
+                }
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => (0, HostRead::Blocked),
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => (0, HostRead::Data(0)),
                 Err(_) => (0, HostRead::Failed),

@@ -5,7 +5,7 @@
 //! relay's unit tests are made with.
 
 use super::super::policy::Policy;
-use super::super::{dns, sniff};
+use super::super::{dns, inspect};
 use super::decide::{self, Names};
 use super::relay::{Relay, Request};
 use smoltcp::phy::ChecksumCapabilities;
@@ -23,14 +23,14 @@ pub fn policy() -> Policy {
     let rules = [
         "example.com:443",
         "*.example.org",
-        "203.0.113.7:81",
-        "203.0.113.8:80",
-        "[2001:db8::7]:443",
+        "151.101.113.7:81",
+        "151.101.113.8:80",
+        "[2a04:4e42::7]:443",
     ];
     let rules: Vec<String> = rules.iter().map(|rule| rule.to_string()).collect();
     Policy::plan(
         &rules,
-        &["pinned.example.org:203.0.113.9".into()],
+        &["pinned.example.org:151.101.113.9".into()],
         None,
         Some(8),
     )
@@ -62,7 +62,7 @@ pub fn join_packets(packets: &[Vec<u8>]) -> Vec<u8> {
 
 /// The jail writes `data` (packets, see [`split_packets`]) to its TUN device: each is
 /// classified, judged and fed to the relay, whose host requests are answered at once
-/// (every name resolves to 203.0.113.10 but `*.fail.example.org`, connects to port 81
+/// (every name resolves to 151.101.113.10 but `*.fail.example.org`, connects to port 81
 /// fail, the others get one end of a Unix socket pair whose other end has sent an HTTP
 /// response), and the relay exchanges with smoltcp, 10 ms of its clock per packet.
 pub fn jail_packets(data: &[u8]) {
@@ -96,7 +96,7 @@ fn answer_requests(relay: &mut Relay<UnixStream>, hosts: &mut Vec<UnixStream>) {
                 relay.resolved(&name, Err("no such name".into()))
             }
             Request::Resolve(name) => {
-                relay.resolved(&name, Ok(vec![IpAddr::from([203, 0, 113, 10])]))
+                relay.resolved(&name, Ok(vec![IpAddr::from([151, 101, 113, 10])]))
             }
             Request::Connect { flow, address } if address.port() == 81 => {
                 relay.connect_failed(flow, "Connection refused (os error 111)")
@@ -112,9 +112,49 @@ fn answer_requests(relay: &mut Relay<UnixStream>, hosts: &mut Vec<UnixStream>) {
     }
 }
 
-/// A connection's first bytes, as the sniffers read them (TLS ClientHello SNI, HTTP Host).
+/// A connection's bytes from the jail, read by the inspector (TLS ClientHello, every HTTP
+/// request head and body framing) as they would arrive: the first byte picks what the
+/// destination expects and the size of the segments, the rest is the stream. Claims of
+/// names that start with `x` are refused. Checks that the inspector never passes more
+/// than it holds and that it ends (every step consumes, changes state, or stops).
 pub fn first_bytes(data: &[u8]) {
-    let _ = sniff::sniff(data);
+    let Some((&control, stream)) = data.split_first() else {
+        return;
+    };
+    let expect = match control % 3 {
+        0 => inspect::Expect::Web,
+        1 => inspect::Expect::Any,
+        _ => inspect::Expect::Raw,
+    };
+    let segment = usize::from(control / 3).max(1);
+    let mut inspector = inspect::Inspector::new(expect);
+    let mut judge = |claim: inspect::Claim| match claim.name() {
+        Some(name) if name.starts_with('x') => Err("x".to_string()),
+        _ => Ok(()),
+    };
+    let mut held: Vec<u8> = Vec::new();
+    let mut chunks = stream.chunks(segment).peekable();
+    while let Some(chunk) = chunks.next() {
+        held.extend_from_slice(chunk);
+        let finished = chunks.peek().is_none();
+        for _ in 0..=held.len() + 8 {
+            match inspector.step(&held, finished, &mut judge) {
+                inspect::Step::Pass(count) => {
+                    assert!(count <= held.len(), "passed {count} of {}", held.len());
+                    held.drain(..count);
+                }
+                inspect::Step::Unread => return,
+                inspect::Step::Refuse(_) => return,
+                inspect::Step::AwaitReply => {
+                    inspector.replied(b"HTTP/1.1 400 No\r\n");
+                }
+                inspect::Step::Wait => break,
+            }
+        }
+        if held.len() > inspect::HEAD_LIMIT {
+            panic!("held {} bytes past the limit", held.len());
+        }
+    }
 }
 
 /// A query to brig's resolver, answered under [`policy`].

@@ -21,6 +21,7 @@ mod relay;
 #[cfg(test)]
 mod tests;
 
+use super::host::{self, AddressChanges};
 use super::policy::Policy;
 use super::record::NetworkRecord;
 use super::resolve::HostResolver;
@@ -40,8 +41,10 @@ use std::time::{Duration, Instant};
 
 const TUN: Token = Token(0);
 const WAKE: Token = Token(1);
+/// The kernel's notices of the host's addresses changing.
+const ADDRESSES: Token = Token(2);
 /// Flow `id` is registered with mio as `Token(FIRST_FLOW + id)`.
-const FIRST_FLOW: usize = 2;
+const FIRST_FLOW: usize = 3;
 /// How long brig tries to reach a destination before refusing the jail's connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -137,6 +140,7 @@ struct Stack {
     resolved_tx: mpsc::Sender<Resolved>,
     resolved_rx: mpsc::Receiver<Resolved>,
     new_policies: mpsc::Receiver<NewPolicy>,
+    address_changes: AddressChanges,
 }
 
 impl Stack {
@@ -149,7 +153,15 @@ impl Stack {
     ) -> io::Result<Stack> {
         poll.registry()
             .register(&mut SourceFd(&tun.as_raw_fd()), TUN, Interest::READABLE)?;
-        let relay = Relay::new(policy, random_seed(), SmolInstant::now())?;
+        let mut relay = Relay::new(policy, random_seed(), SmolInstant::now())?;
+        // Subscribed before the first read, so that no change falls between the two.
+        let address_changes = AddressChanges::open()?;
+        poll.registry().register(
+            &mut SourceFd(&address_changes.fd()),
+            ADDRESSES,
+            Interest::READABLE,
+        )?;
+        relay.set_host_addresses(host::addresses()?);
         let (resolved_tx, resolved_rx) = mpsc::channel();
         Ok(Stack {
             poll,
@@ -161,6 +173,7 @@ impl Stack {
             resolved_tx,
             resolved_rx,
             new_policies,
+            address_changes,
         })
     }
 
@@ -184,6 +197,14 @@ impl Stack {
                 match event.token() {
                     TUN => tun_readable = true,
                     WAKE => {}
+                    ADDRESSES => {
+                        // A failed read keeps the addresses known so far.
+                        if self.address_changes.drain()
+                            && let Ok(addresses) = host::addresses()
+                        {
+                            self.relay.set_host_addresses(addresses);
+                        }
+                    }
                     Token(token) => {
                         let id = token - FIRST_FLOW;
                         let readable = event.is_readable() || event.is_read_closed();

@@ -5,6 +5,7 @@
 //! that owns the TUN descriptor, the host sockets and the clock (`forward::Stack`) only
 //! moves these; the unit tests drive the same relay with packets they build.
 
+use super::super::inspect::Expect;
 use super::super::policy::Policy;
 use super::super::record::{Connection, NetworkRecord, Recorder};
 use super::super::{GATEWAY, GATEWAY_V6, JAIL_PREFIX, JAIL_PREFIX_V6, RESOLVER, dns};
@@ -50,6 +51,9 @@ pub struct Relay<U> {
     recorder: Recorder,
     /// Payload bytes relayed, both ways, for `--net-bytes`.
     relayed: u64,
+    /// Every address of every interface of the host, as last read: a name resolving to
+    /// one is refused like loopback (services listening on 0.0.0.0 answer there).
+    host_addresses: Vec<IpAddr>,
 }
 
 impl<U: Upstream> Relay<U> {
@@ -106,7 +110,13 @@ impl<U: Upstream> Relay<U> {
             requests: VecDeque::new(),
             recorder: Recorder::default(),
             relayed: 0,
+            host_addresses: Vec::new(),
         })
+    }
+
+    /// The host's own addresses, read at start and again whenever they change.
+    pub fn set_host_addresses(&mut self, addresses: Vec<IpAddr>) {
+        self.host_addresses = addresses;
     }
 
     /// The next thing to do on the host, if any.
@@ -114,9 +124,25 @@ impl<U: Upstream> Relay<U> {
         self.requests.pop_front()
     }
 
-    /// How long until smoltcp's next timer (retransmission, delayed ACK), if it has one.
+    /// How long until smoltcp's next timer (retransmission, delayed ACK) or the next
+    /// deadline of a head brig holds, if there is one.
     pub fn poll_delay(&mut self, now: Instant) -> Option<Duration> {
-        self.iface.poll_delay(now, &self.sockets)
+        let heads = self
+            .flows
+            .values()
+            .filter_map(Flow::head_deadline)
+            .min()
+            .map(|deadline| {
+                if deadline > now {
+                    deadline - now
+                } else {
+                    Duration::ZERO
+                }
+            });
+        [self.iface.poll_delay(now, &self.sockets), heads]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Flows brig holds (resolving, connecting or open).
@@ -194,7 +220,14 @@ impl<U: Upstream> Relay<U> {
         let id = self.next_id;
         self.next_id += 1;
         self.by_tuple.insert((jail, target), id);
-        self.flows.insert(id, Flow::new(jail, target, name, syn));
+        let expect = decide::expect(
+            &self.policy,
+            name.as_deref(),
+            IpAddr::from(target.addr),
+            target.port,
+        );
+        self.flows
+            .insert(id, Flow::new(jail, target, name, syn, expect));
         match opening {
             Opening::Resolve(name) => self.resolve(id, name),
             Opening::Connect(address) => self.connect(id, vec![address]),
@@ -221,7 +254,24 @@ impl<U: Upstream> Relay<U> {
                     flow.claimed.as_deref(),
                     flow.address,
                     flow.target.port,
+                    &self.host_addresses,
                 )
+                .and_then(|()| {
+                    // A flow relayed unread under a tcp:// rule the new policy lacks.
+                    let raw_now = decide::expect(
+                        &self.policy,
+                        flow.name.as_deref(),
+                        IpAddr::from(flow.target.addr),
+                        flow.target.port,
+                    ) == Expect::Raw;
+                    match flow.expect == Expect::Raw && !raw_now {
+                        true => Err(format!(
+                            "no tcp:// rule allows raw TCP to port {} any more",
+                            flow.target.port
+                        )),
+                        false => Ok(()),
+                    }
+                })
                 .err()
                 .map(|why| (*id, why))
             })
@@ -297,13 +347,16 @@ impl<U: Upstream> Relay<U> {
         let (usable, denied): (Vec<IpAddr>, Vec<IpAddr>) =
             addresses.into_iter().partition(|address| {
                 self.policy
-                    .address_refusal(*address, Some(name), port)
+                    .address_refusal(*address, Some(name), port, &self.host_addresses)
                     .is_none()
             });
         if usable.is_empty() {
             let first = denied.first().copied();
             let why = first
-                .and_then(|address| self.policy.address_refusal(address, Some(name), port))
+                .and_then(|address| {
+                    self.policy
+                        .address_refusal(address, Some(name), port, &self.host_addresses)
+                })
                 .unwrap_or("denied");
             let reason = format!("{name} resolves to a {why} address");
             return self.refuse(id, reason, first);
@@ -414,7 +467,7 @@ impl<U: Upstream> Relay<U> {
             let mut moved = false;
             let ids: Vec<usize> = self.flows.keys().copied().collect();
             for id in ids {
-                moved |= self.relay(id);
+                moved |= self.relay(id, now);
             }
             self.iface.poll(now, &mut self.device, &mut self.sockets);
             let wrote = !self.device.tx.is_empty();
@@ -455,7 +508,7 @@ impl<U: Upstream> Relay<U> {
     }
 
     /// Moves bytes both ways for one open flow; true if any moved.
-    fn relay(&mut self, id: usize) -> bool {
+    fn relay(&mut self, id: usize, now: Instant) -> bool {
         let Some(flow) = self.flows.get_mut(&id) else {
             return false;
         };
@@ -463,7 +516,7 @@ impl<U: Upstream> Relay<U> {
             return false;
         };
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
-        let outcome = flow.relay(socket, &self.policy);
+        let outcome = flow.relay(socket, &self.policy, now);
         self.relayed += outcome.bytes;
         if self.policy.max_bytes.is_some_and(|cap| self.relayed >= cap) {
             self.recorder.limit_reached = Some("net-bytes");

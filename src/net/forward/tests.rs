@@ -4,6 +4,7 @@
 //! answer as the host would (a Unix socket pair stands for brig's host connection).
 
 use super::decide::{self, Names, Opening, Packet};
+use super::flow;
 use super::fuzzing::{self, raw, tcp, udp};
 use super::relay::{Relay, Request};
 use crate::net::policy::Policy;
@@ -21,11 +22,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::net::UnixStream;
 
 const JAIL: IpAddr = IpAddr::V4(JAIL_ADDRESS);
-const ALLOWED: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 8));
+const ALLOWED: IpAddr = IpAddr::V4(Ipv4Addr::new(151, 101, 113, 8));
 /// `example.com`'s synthetic address under [`fuzzing::policy`] (its first exact name).
 const EXAMPLE_COM: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
 /// Where the tests' host resolver says the names are.
-const RESOLVED: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10));
+const RESOLVED: IpAddr = IpAddr::V4(Ipv4Addr::new(151, 101, 113, 10));
 const JAIL_SEQ: i32 = 1000;
 
 fn plan(rules: &[&str], pins: &[&str], bytes: Option<u64>, connections: Option<u32>) -> Policy {
@@ -300,9 +301,9 @@ fn classify_sorts_each_kind_of_packet() {
             Packet::Chatter,
         ),
         (
-            raw(v6, "2001:db8::7".parse().unwrap(), 58, &[128, 0, 0, 0]),
+            raw(v6, "2a04:4e42::7".parse().unwrap(), 58, &[128, 0, 0, 0]),
             Packet::Icmp {
-                destination: "2001:db8::7".parse().unwrap(),
+                destination: "2a04:4e42::7".parse().unwrap(),
             },
         ),
         (
@@ -318,7 +319,7 @@ fn classify_sorts_each_kind_of_packet() {
     for (packet, expected) in cases {
         assert_eq!(decide::classify(&packet), expected, "{packet:02x?}");
     }
-    let target = ("2001:db8::7".parse().unwrap(), 443);
+    let target = ("2a04:4e42::7".parse().unwrap(), 443);
     assert!(matches!(
         decide::classify(&tcp((v6, 40000), target, TcpControl::Syn, 1, None, b"")),
         Packet::Tcp { opening: true, .. }
@@ -377,8 +378,8 @@ fn new_connections_are_judged_by_the_policy_alone() {
         (to(ALLOWED, 80), Opening::Connect(ALLOWED)),
         (to(ALLOWED, 443), refuse(None, "not on the list")),
         (
-            to("2001:db8::7".parse().unwrap(), 443),
-            Opening::Connect("2001:db8::7".parse().unwrap()),
+            to("2a04:4e42::7".parse().unwrap(), 443),
+            Opening::Connect("2a04:4e42::7".parse().unwrap()),
         ),
         (
             to(IpAddr::from([127, 0, 0, 1]), 80),
@@ -438,7 +439,7 @@ fn a_connected_flow_relays_both_ways_and_is_recorded() {
     jail.requests();
     let out = jail.accept(0);
     let mut brig_seq = jail.complete_handshake(&out, 40000, (ALLOWED, 80));
-    let request = b"GET / HTTP/1.1\r\nHost: 203.0.113.8\r\n\r\n";
+    let request = b"GET / HTTP/1.1\r\nHost: 151.101.113.8\r\n\r\n";
     let data = tcp(
         (JAIL, 40000),
         (ALLOWED, 80),
@@ -470,7 +471,7 @@ fn a_connected_flow_relays_both_ways_and_is_recorded() {
     let (name, port, address, allowed, reason, count) = only_connection(&record);
     assert_eq!(
         (name.as_deref(), port, address, allowed, reason, count),
-        (Some("203.0.113.8"), 80, Some(ALLOWED), true, None, 1)
+        (Some("151.101.113.8"), 80, Some(ALLOWED), true, None, 1)
     );
     assert_eq!(record.bytes_sent, request.len() as u64);
     assert_eq!(record.bytes_received, 27);
@@ -527,8 +528,8 @@ fn a_failed_connect_tries_the_next_address_then_resets_the_jail() {
     let target = (IpAddr::from([198, 18, 0, 1]), 443);
     jail.send([syn(40002, target)]);
     assert_eq!(jail.requests(), [Request::Resolve("multi.example".into())]);
-    let first: IpAddr = "203.0.113.20".parse().unwrap();
-    let second: IpAddr = "2001:db8::20".parse().unwrap();
+    let first: IpAddr = "151.101.113.20".parse().unwrap();
+    let second: IpAddr = "2a04:4e42::20".parse().unwrap();
     jail.relay
         .resolved("multi.example", Ok(vec![first, second]));
     let connect = |address| Request::Connect {
@@ -852,24 +853,11 @@ fn a_dns_flood_is_bounded_by_the_resolver_queue() {
 #[test]
 fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
     let mut jail = Jail::fuzz_policy();
-    ask(&mut jail, "api.example.org");
-    let target = (IpAddr::from([198, 18, 0, 3]), 80);
-    jail.send([syn(40013, target)]);
-    jail.requests();
-    jail.relay.resolved("api.example.org", Ok(vec![RESOLVED]));
-    jail.requests();
-    let out = jail.accept(0);
-    let brig_seq = jail.complete_handshake(&out, 40013, target);
-    let fronted = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
-    let data = tcp(
-        (JAIL, 40013),
-        target,
-        TcpControl::Psh,
-        JAIL_SEQ + 1,
-        Some(brig_seq),
-        fronted,
+    let out = on_web_flow(
+        &mut jail,
+        40013,
+        b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
     );
-    let out = jail.send([data]);
     assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
     assert_eq!(
         jail.host_reads(0),
@@ -883,15 +871,74 @@ fn a_host_header_off_the_list_ends_the_connection_before_the_host_sees_it() {
             Some("api.example.org"),
             false,
             Some(
-                "HTTP Host names evil.test, which is not on the list (connection for api.example.org)"
+                "HTTP Host names evil.test, which is not on the list (connection for api.example.org); to allow it add --allow-net evil.test:80"
             )
         )
     );
 }
 
+/// Opens a flow from `port` to api.example.org:80, completes the jail's handshake and
+/// sends `payload` on it: what brig sent back to the jail.
+fn on_web_flow(jail: &mut Jail, port: u16, payload: &[u8]) -> Vec<Vec<u8>> {
+    ask(jail, "api.example.org");
+    let target = (IpAddr::from([198, 18, 0, 3]), 80);
+    jail.send([syn(port, target)]);
+    jail.requests();
+    jail.relay.resolved("api.example.org", Ok(vec![RESOLVED]));
+    jail.requests();
+    let out = jail.accept(0);
+    let brig_seq = jail.complete_handshake(&out, port, target);
+    let data = tcp(
+        (JAIL, port),
+        target,
+        TcpControl::Psh,
+        JAIL_SEQ + 1,
+        Some(brig_seq),
+        payload,
+    );
+    jail.send([data])
+}
+
+#[test]
+fn a_later_request_naming_another_host_ends_the_connection_after_the_first_went_through() {
+    let mut jail = Jail::fuzz_policy();
+    let first = b"GET / HTTP/1.1\r\nHost: api.example.org\r\n\r\n";
+    let second = b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+    let out = on_web_flow(&mut jail, 40020, &[&first[..], &second[..]].concat());
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    let record = jail.finish();
+    let (_, _, _, allowed, reason, _) = only_connection(&record);
+    assert!(!allowed);
+    assert!(reason.unwrap().starts_with("HTTP Host names evil.test"));
+}
+
+#[test]
+fn a_head_not_whole_within_its_time_is_refused() {
+    let mut jail = Jail::fuzz_policy();
+    let out = on_web_flow(&mut jail, 40021, b"GET / HTTP/1.1\r\nHost: api.exa");
+    assert!(
+        segments(&out).iter().all(|s| !s.rst),
+        "held, not refused yet"
+    );
+    assert_eq!(jail.host_reads(0), Some(Vec::new()), "nothing passed yet");
+    // The relay asks to be woken at the deadline.
+    let delay = jail.relay.poll_delay(jail.now).expect("a deadline");
+    assert!(delay <= flow::HEAD_TIME, "{delay}");
+    jail.now += flow::HEAD_TIME;
+    let out = jail.exchange();
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    assert_eq!(jail.host_reads(0), None);
+    let (_, _, _, allowed, reason, _) = only_connection(&jail.finish());
+    assert!(!allowed);
+    assert_eq!(
+        reason.as_deref(),
+        Some("an HTTP request head did not arrive whole within 10 s")
+    );
+}
+
 #[test]
 fn the_byte_cap_cuts_open_flows_and_refuses_new_ones() {
-    let mut jail = Jail::new(plan(&["203.0.113.8:80"], &[], Some(10), None));
+    let mut jail = Jail::new(plan(&["151.101.113.8:80"], &[], Some(10), None));
     jail.send([syn(40014, (ALLOWED, 80))]);
     jail.requests();
     let out = jail.accept(0);
@@ -925,7 +972,7 @@ fn flows_still_held_when_the_jail_ends_are_recorded_as_such() {
 #[test]
 fn a_host_connection_handed_in_late_is_dropped() {
     let mut jail = Jail::fuzz_policy();
-    jail.send([syn(40017, (IpAddr::from([203, 0, 113, 7]), 81))]);
+    jail.send([syn(40017, (IpAddr::from([151, 101, 113, 7]), 81))]);
     jail.requests();
     jail.relay.connect_failed(0, "Connection refused");
     assert_reset(&jail.exchange(), 40017);
@@ -1037,7 +1084,7 @@ mod seeds {
 
     pub fn jail_packets() -> Vec<Vec<u8>> {
         let v6 = IpAddr::V6(JAIL_ADDRESS_V6);
-        let v6_target: IpAddr = "2001:db8::7".parse().unwrap();
+        let v6_target: IpAddr = "2a04:4e42::7".parse().unwrap();
         let get = b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n";
         let hello = include_bytes!("../../../tests/data/client-hello-example.com.bin");
         let resolver = (IpAddr::V4(RESOLVER), 53);
@@ -1078,7 +1125,7 @@ mod seeds {
             vec![
                 lookup("example.com"),
                 syn(40001, (EXAMPLE_COM, 443)),
-                syn(40002, (IpAddr::from([203, 0, 113, 7]), 81)),
+                syn(40002, (IpAddr::from([151, 101, 113, 7]), 81)),
             ],
             vec![tcp(
                 (v6, 40000),
@@ -1106,13 +1153,34 @@ mod seeds {
         .collect()
     }
 
+    /// A control byte (what the destination expects, the segment size; see
+    /// `fuzzing::first_bytes`), then the jail's stream.
     pub fn first_bytes() -> Vec<Vec<u8>> {
-        vec![
-            include_bytes!("../../../tests/data/client-hello-example.com.bin").to_vec(),
-            b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\n".to_vec(),
-            b"POST /x HTTP/1.1\r\nhost: [2001:db8::1]:443\r\nContent-Length: 2\r\n\r\nhi".to_vec(),
-            b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(),
-        ]
+        let streams: [(u8, &[u8]); 7] = [
+            (120, include_bytes!("../../../tests/data/client-hello-example.com.bin")),
+            (
+                4,
+                b"GET / HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\nGET /2 HTTP/1.1\r\nHost: xother.test\r\n\r\n",
+            ),
+            (
+                30,
+                b"POST /x HTTP/1.1\r\nhost: [2a04:4e42::1]:443\r\nContent-Length: 2\r\n\r\nhi",
+            ),
+            (
+                63,
+                b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            ),
+            (
+                9,
+                b"GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05hello",
+            ),
+            (0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            (1, b"SSH-2.0-OpenSSH_9.2\r\n"),
+        ];
+        streams
+            .iter()
+            .map(|(control, stream)| [&[*control][..], stream].concat())
+            .collect()
     }
 
     pub fn dns_query() -> Vec<Vec<u8>> {
@@ -1132,7 +1200,7 @@ mod seeds {
 fn ipv6_connections_are_relayed_like_ipv4_ones() {
     let mut jail = Jail::fuzz_policy();
     let v6 = IpAddr::V6(JAIL_ADDRESS_V6);
-    let target: IpAddr = "2001:db8::7".parse().unwrap();
+    let target: IpAddr = "2a04:4e42::7".parse().unwrap();
     jail.send([tcp(
         (v6, 40018),
         (target, 443),
@@ -1168,7 +1236,7 @@ type Rejudged = (
 #[test]
 fn flows_are_judged_again_by_a_replaced_policy() {
     let policy = plan(
-        &["example.com:443", "203.0.113.8:80"],
+        &["example.com:443", "151.101.113.8:80"],
         &["db.test:127.0.0.1"],
         None,
         None,
@@ -1182,7 +1250,7 @@ fn flows_are_judged_again_by_a_replaced_policy() {
             None,
             Some(ALLOWED),
             81,
-            Err("203.0.113.8 port 81 is not on the list"),
+            Err("151.101.113.8 port 81 is not on the list"),
         ),
         (Some("example.com"), None, Some(RESOLVED), 443, Ok(())),
         (
@@ -1218,7 +1286,7 @@ fn flows_are_judged_again_by_a_replaced_policy() {
     ];
     for (name, claimed, address, port, expected) in cases {
         assert_eq!(
-            decide::still_allowed(&policy, name, claimed, address, port),
+            decide::still_allowed(&policy, name, claimed, address, port, &[]),
             expected.map_err(String::from),
             "{name:?} {claimed:?} {address:?} {port}"
         );
@@ -1227,8 +1295,13 @@ fn flows_are_judged_again_by_a_replaced_policy() {
 
 #[test]
 fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
-    let mut jail = Jail::new(plan(&["203.0.113.7:81", "203.0.113.8:80"], &[], None, None));
-    let kept = (IpAddr::from([203, 0, 113, 7]), 81);
+    let mut jail = Jail::new(plan(
+        &["151.101.113.7:81", "151.101.113.8:80"],
+        &[],
+        None,
+        None,
+    ));
+    let kept = (IpAddr::from([151, 101, 113, 7]), 81);
     jail.send([syn(40020, (ALLOWED, 80)), syn(40021, kept)]);
     assert_eq!(jail.requests().len(), 2);
     let out = jail.accept(0);
@@ -1237,7 +1310,7 @@ fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
     jail.complete_handshake(&out, 40021, kept);
     assert_eq!(
         jail.relay
-            .replace_policy(plan(&["203.0.113.7:81"], &[], None, None)),
+            .replace_policy(plan(&["151.101.113.7:81"], &[], None, None)),
         1
     );
     let out = jail.exchange();
@@ -1265,13 +1338,13 @@ fn a_locked_policy_cuts_open_flows_it_refuses_and_keeps_the_others() {
     assert!(
         reasons.iter().any(|reason| reason.as_deref()
             == Some(
-                "the session's network policy changed: 203.0.113.8 port 80 is not on the list"
+                "the session's network policy changed: 151.101.113.8 port 80 is not on the list"
             )),
         "{reasons:?}"
     );
     assert_eq!(
         record.rules,
-        ["203.0.113.7:81"],
+        ["151.101.113.7:81"],
         "the record has the policy in force"
     );
 }
@@ -1296,7 +1369,7 @@ fn an_opened_policy_lets_new_names_and_addresses_through() {
     assert_reset(&jail.send([syn(40024, (ALLOWED, 80))]), 40024);
     assert_eq!(
         jail.relay.replace_policy(plan(
-            &["example.com:443", "203.0.113.8:80"],
+            &["example.com:443", "151.101.113.8:80"],
             &[],
             None,
             None
@@ -1316,5 +1389,69 @@ fn an_opened_policy_lets_new_names_and_addresses_through() {
                 address: SocketAddr::new(ALLOWED, 80)
             }
         ]
+    );
+}
+
+#[test]
+fn an_encrypted_client_hello_passes_only_where_an_ech_rule_names_its_outer_name() {
+    use crate::net::inspect::Claim;
+    let policy = plan(
+        &["ech://cloudflare-ech.com:443", "web.test:443"],
+        &[],
+        None,
+        None,
+    );
+    let target = IpEndpoint::new(smoltcp::wire::IpAddress::v4(198, 18, 0, 1), 443);
+    let tls = |sni, ech| Claim::Tls {
+        sni: Some(sni),
+        ech,
+    };
+    let judged = |name, claim| decide::claim(&policy, Some(name), target, claim);
+    assert_eq!(
+        judged("cloudflare-ech.com", tls("cloudflare-ech.com", true)),
+        Ok(())
+    );
+    let refused = judged("web.test", tls("web.test", true)).unwrap_err();
+    assert_eq!(
+        refused,
+        "a TLS ClientHello for web.test is encrypted (ECH), which hides the server it is really for; brig refuses ECH unless a rule allows it for that outer name: --allow-net ech://web.test:443"
+    );
+    assert_eq!(judged("web.test", tls("web.test", false)), Ok(()));
+    assert!(
+        judged(
+            "web.test",
+            Claim::Tls {
+                sni: None,
+                ech: false
+            }
+        )
+        .is_err()
+    );
+    // A connection to an address rule: the operator named the address.
+    assert_eq!(
+        decide::claim(&policy, None, target, tls("any.test", true)),
+        Ok(())
+    );
+}
+
+#[test]
+fn a_raw_flow_ends_when_the_replaced_policy_no_longer_allows_raw_tcp() {
+    let raw = || plan(&["tcp://151.101.113.8:5432"], &[], None, None);
+    let mut jail = Jail::new(raw());
+    jail.send([syn(40030, (ALLOWED, 5432))]);
+    jail.requests();
+    let out = jail.accept(0);
+    jail.complete_handshake(&out, 40030, (ALLOWED, 5432));
+    assert_eq!(jail.relay.replace_policy(raw()), 0, "still raw: kept");
+    let judged = plan(&["151.101.113.8:5432"], &[], None, None);
+    assert_eq!(jail.relay.replace_policy(judged), 1);
+    let out = jail.exchange();
+    assert!(segments(&out).iter().any(|s| s.rst), "{out:?}");
+    let (_, _, _, _, reason, _) = only_connection(&jail.finish());
+    assert_eq!(
+        reason.as_deref(),
+        Some(
+            "the session's network policy changed: no tcp:// rule allows raw TCP to port 5432 any more"
+        )
     );
 }
