@@ -19,5 +19,6 @@ mod session_network;
 mod session_processes;
 mod session_pty;
 mod session_rich;
+mod session_scheduling;
 mod sessions;
 mod warm;
