@@ -211,6 +211,8 @@ fn launch(tool: &Tool, program: &[&str]) -> (Duration, u64) {
 #[derive(Serialize)]
 struct Latency {
     median_ms: f64,
+    /// The 90th percentile: nine runs in ten took at most this.
+    p90_ms: f64,
     min_ms: f64,
     max_ms: f64,
     runs: usize,
@@ -221,6 +223,7 @@ fn latency(samples: &mut [Duration]) -> Latency {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     Latency {
         median_ms: ms(samples[samples.len() / 2]),
+        p90_ms: ms(samples[samples.len() * 9 / 10]),
         min_ms: ms(samples[0]),
         max_ms: ms(samples[samples.len() - 1]),
         runs: samples.len(),
@@ -470,7 +473,7 @@ fn print_table(report: &Report, tools: &[Tool]) {
         "kernel {}, {} CPUs, {} interleaved rounds\n",
         report.kernel, report.cpus, report.rounds
     );
-    print!("{:<28}", "launch latency, median (min-max) ms");
+    print!("{:<28}", "launch, median/p90 (min-max) ms");
     for tool in tools {
         print!("{:>24}", tool.name);
     }
@@ -481,7 +484,10 @@ fn print_table(report: &Report, tools: &[Tool]) {
             let l = &per_tool[tool.name];
             print!(
                 "{:>24}",
-                format!("{:.2} ({:.2}-{:.1})", l.median_ms, l.min_ms, l.max_ms)
+                format!(
+                    "{:.2}/{:.2} ({:.2}-{:.1})",
+                    l.median_ms, l.p90_ms, l.min_ms, l.max_ms
+                )
             );
         }
         println!();

@@ -21,6 +21,8 @@ pub struct SessionsReport {
     pub session_pool: usize,
     /// Median ms of each.
     pub latency_ms: BTreeMap<String, f64>,
+    /// The 90th percentile (ms) of each: nine samples in ten took at most this.
+    pub p90_ms: BTreeMap<String, f64>,
     pub ratios: BTreeMap<String, f64>,
 }
 
@@ -261,6 +263,11 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
         &server.socket,
         json!({"type": "session_close", "session": live}),
     );
+    let p90_ms: BTreeMap<String, f64> = names
+        .iter()
+        .zip(&samples)
+        .map(|(name, samples)| (name.to_string(), percentile(samples, 90)))
+        .collect();
     let latency_ms: BTreeMap<String, f64> = names
         .iter()
         .zip(samples)
@@ -298,8 +305,16 @@ pub fn measure(brig: &str, bwrap: Option<Vec<String>>, rounds: usize) -> Session
     SessionsReport {
         session_pool,
         latency_ms,
+        p90_ms,
         ratios,
     }
+}
+
+/// The `percent`th percentile of `samples`.
+fn percentile(samples: &[f64], percent: usize) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[(sorted.len() * percent / 100).min(sorted.len() - 1)]
 }
 
 pub fn print(report: &SessionsReport) {
@@ -308,7 +323,10 @@ pub fn print(report: &SessionsReport) {
         report.session_pool
     );
     for (name, ms) in &report.latency_ms {
-        println!("{name:<32} median {ms:.3} ms");
+        println!(
+            "{name:<40} median {ms:.3} ms, p90 {:.3} ms",
+            report.p90_ms[name]
+        );
     }
     println!(
         "{:<48} {:.3} ms",
