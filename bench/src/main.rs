@@ -473,17 +473,17 @@ fn print_table(report: &Report, tools: &[Tool]) {
         "kernel {}, {} CPUs, {} interleaved rounds\n",
         report.kernel, report.cpus, report.rounds
     );
-    print!("{:<28}", "launch, median/p90 (min-max) ms");
+    print!("{:<32}", "launch, median/p90 (min-max) ms");
     for tool in tools {
-        print!("{:>24}", tool.name);
+        print!("{:>28}", tool.name);
     }
     println!();
     for (label, per_tool) in &report.latency {
-        print!("{label:<28}");
+        print!("{label:<32}");
         for tool in tools {
             let l = &per_tool[tool.name];
             print!(
-                "{:>24}",
+                "{:>28}",
                 format!(
                     "{:.2}/{:.2} ({:.2}-{:.1})",
                     l.median_ms, l.p90_ms, l.min_ms, l.max_ms
@@ -493,15 +493,15 @@ fn print_table(report: &Report, tools: &[Tool]) {
         println!();
     }
     println!();
-    print!("{:<28}", "throughput, jails/s");
+    print!("{:<32}", "throughput, jails/s");
     for tool in tools {
-        print!("{:>24}", tool.name);
+        print!("{:>28}", tool.name);
     }
     println!();
     for (label, per_tool) in &report.throughput {
-        print!("{label:<28}");
+        print!("{label:<32}");
         for tool in tools {
-            print!("{:>24.0}", per_tool[tool.name]);
+            print!("{:>28.0}", per_tool[tool.name]);
         }
         println!();
     }
