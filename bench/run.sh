@@ -4,7 +4,8 @@
 # stdout as a table with the brig/bwrap ratios, and to bench/results.json.
 # Run as root on an otherwise idle machine: `bench/run.sh [--rounds N] [--seconds S]`.
 # A/B of two builds: `bench/run.sh --tools brig,brig-baseline --baseline OLD-BRIG --no-net
-# --no-serve --no-sessions` (ratios brig/brig-baseline, interleaved).
+# --no-serve --no-sessions --no-files` (ratios brig/brig-baseline, interleaved: of the
+# medians, and the median of each round's own ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v bwrap >/dev/null; then

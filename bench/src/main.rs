@@ -211,6 +211,8 @@ fn launch(tool: &Tool, program: &[&str]) -> (Duration, u64) {
 #[derive(Serialize)]
 struct Latency {
     median_ms: f64,
+    /// The 90th percentile: nine runs in ten took at most this.
+    p90_ms: f64,
     min_ms: f64,
     max_ms: f64,
     runs: usize,
@@ -221,6 +223,7 @@ fn latency(samples: &mut [Duration]) -> Latency {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     Latency {
         median_ms: ms(samples[samples.len() / 2]),
+        p90_ms: ms(samples[samples.len() * 9 / 10]),
         min_ms: ms(samples[0]),
         max_ms: ms(samples[samples.len() - 1]),
         runs: samples.len(),
@@ -371,6 +374,21 @@ fn main() {
                 }
             }
         }
+        // A/B: each round ran both builds back to back, so a round's ratio has the same
+        // load in its two samples; their median is steadier than the medians' ratio on a
+        // shared machine.
+        let index_of = |name: &str| tools.iter().position(|tool| tool.name == name);
+        if let (Some(new), Some(old)) = (index_of("brig"), index_of("brig-baseline")) {
+            let ratios = samples[new]
+                .iter()
+                .zip(&samples[old])
+                .map(|(new, old)| new.as_secs_f64() / old.as_secs_f64())
+                .collect();
+            report.ratios.insert(
+                format!("latency {label}: brig/brig-baseline, median of the rounds' ratios"),
+                median(ratios),
+            );
+        }
         let per_tool = tools
             .iter()
             .zip(samples.iter_mut())
@@ -410,7 +428,7 @@ fn main() {
         if let (Some(brig), Some(baseline)) = (per_tool.get("brig"), per_tool.get("brig-baseline"))
         {
             report.ratios.insert(
-                format!("latency {label}: brig/brig-baseline"),
+                format!("latency {label}: brig/brig-baseline, medians"),
                 brig.median_ms / baseline.median_ms,
             );
         }
@@ -470,32 +488,35 @@ fn print_table(report: &Report, tools: &[Tool]) {
         "kernel {}, {} CPUs, {} interleaved rounds\n",
         report.kernel, report.cpus, report.rounds
     );
-    print!("{:<28}", "launch latency, median (min-max) ms");
+    print!("{:<32}", "launch, median/p90 (min-max) ms");
     for tool in tools {
-        print!("{:>24}", tool.name);
+        print!("{:>28}", tool.name);
     }
     println!();
     for (label, per_tool) in &report.latency {
-        print!("{label:<28}");
+        print!("{label:<32}");
         for tool in tools {
             let l = &per_tool[tool.name];
             print!(
-                "{:>24}",
-                format!("{:.2} ({:.2}-{:.1})", l.median_ms, l.min_ms, l.max_ms)
+                "{:>28}",
+                format!(
+                    "{:.2}/{:.2} ({:.2}-{:.1})",
+                    l.median_ms, l.p90_ms, l.min_ms, l.max_ms
+                )
             );
         }
         println!();
     }
     println!();
-    print!("{:<28}", "throughput, jails/s");
+    print!("{:<32}", "throughput, jails/s");
     for tool in tools {
-        print!("{:>24}", tool.name);
+        print!("{:>28}", tool.name);
     }
     println!();
     for (label, per_tool) in &report.throughput {
-        print!("{label:<28}");
+        print!("{label:<32}");
         for tool in tools {
-            print!("{:>24.0}", per_tool[tool.name]);
+            print!("{:>28.0}", per_tool[tool.name]);
         }
         println!();
     }
@@ -504,6 +525,6 @@ fn print_table(report: &Report, tools: &[Tool]) {
         report.brig_peak_rss_kib, report.brig_binary_bytes
     );
     for (label, ratio) in &report.ratios {
-        println!("{label:<48} {ratio:.2}");
+        println!("{label:<72} {ratio:.3}");
     }
 }

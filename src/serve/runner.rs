@@ -36,6 +36,13 @@ pub struct Prepared<'a> {
 /// The runner's life; ends the process.
 pub fn main(control: OwnedFd, start: Start, prepared: Prepared, audit_log: Option<PathBuf>) -> ! {
     runner_common::keep_control(&control);
+    if matches!(start, Start::SessionPool | Start::Session(_)) {
+        // A session's runner sleeps until a request or a program's output, end or pid, and
+        // answers with little work. In short turns it preempts the program that woke it;
+        // else, on a busy CPU, it waits until that program's turn ends: a background
+        // start's answer waited for the program's whole exec (docs/performance.md).
+        let _ = sys::ask_for_short_turns();
+    }
     let code = match start {
         Start::Pooled { warm: None } => pooled(&control, prepared.pool_plan, audit_log.as_ref()),
         Start::Pooled { warm: Some(warm) } => {

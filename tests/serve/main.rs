@@ -22,6 +22,7 @@ mod session_network;
 mod session_processes;
 mod session_pty;
 mod session_rich;
+mod session_scheduling;
 mod session_watch;
 mod sessions;
 mod warm;
