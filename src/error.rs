@@ -24,6 +24,9 @@ pub enum ErrorKind {
     /// queues or buffers are full, it is draining, the jail it chose just went away):
     /// nothing ran, and the same request may succeed if sent again later.
     Busy,
+    /// What the request names is not there (any more): a session closed, ended at its
+    /// timeout or never created. Sending the same request again gives the same answer.
+    NotFound,
 }
 
 /// The step of building the jail a failure belongs to, in the order they run.
@@ -125,6 +128,12 @@ impl Error {
     /// message names the limit and when to retry.
     pub fn busy(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Busy, message)
+    }
+
+    /// What the request names (a session) does not exist, or no longer: the message
+    /// names it.
+    pub fn not_found(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::NotFound, message)
     }
 
     /// A system call failed: `what` names the operation and its path.

@@ -460,7 +460,7 @@ why brig or the kernel ended the run (a limit reached, a seccomp kill, a program
 a default limit this host could not enforce and how to get it, the other line brig prints on stderr; null with \-\-quiet\-limits (the client's or the server's) or \-\-memory max
 .TP
 \fBerror_kind\fR, \fBerror_stage\fR
-for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed, or busy: a server's refusal for now, to retry later) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
+for setup_error: whose fault it was (bad_input, host_lacks, setup_failed, exec_failed, busy: a server's refusal for now, to retry later, or not_found: a server's session that is gone) and the step that failed (cgroup, namespaces, id_maps, cgroup_join, identity, descriptors, isolation, mounts, spawn, rlimits, capabilities, no_new_privs, chdir, landlock, seccomp, init, exec), null when not known
 .TP
 \fBnetwork\fR
 null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-net rules and \-\-add\-host pins), \fBconnections\fR (one entry per destination and outcome: \fBname\fR, \fBport\fR, \fBaddress\fR brig connected to or refused, \fBallowed\fR, \fBreason\fR for a refusal or a cut, \fBconnections\fR, \fBbytes_sent\fR, \fBbytes_received\fR), \fBlookups\fR (\fBname\fR, \fBanswer\fR: the synthetic address, null for NXDOMAIN, \fBcount\fR), \fBdropped\fR (\fBprotocol\fR, \fBaddress\fR, \fBport\fR, \fBpackets\fR: UDP other than DNS, ICMP, IPv4 fragments, other protocols), \fBbytes_sent\fR, \fBbytes_received\fR and \fBlimit_reached\fR (net\-bytes, net\-connections or null)

@@ -66,7 +66,7 @@ pub struct Verdict {
     pub warnings: Vec<String>,
     pub error: Option<String>,
     /// For `setup_error`: whose fault (`bad_input`, `host_lacks`, `setup_failed`,
-    /// `exec_failed`, `busy`).
+    /// `exec_failed`, `busy`, `not_found`).
     pub error_kind: Option<ErrorKind>,
     /// For `setup_error`: the step that failed (`cgroup`, `namespaces`, `id_maps`,
     /// `mounts`, `landlock`, `seccomp`, `exec`, ...), when it is known.

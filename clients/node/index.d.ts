@@ -147,6 +147,10 @@ export interface ProcessInfo {
   started_unix_ms: number;
   /** Output bytes its backlog (the latest 1 MiB) no longer holds. */
   backlog_dropped: number;
+  /** The variables its start set (`K=V`), on top of the session's. */
+  env: string[];
+  /** Its working directory in the jail. */
+  cwd: string;
 }
 
 export class CommandHandle {

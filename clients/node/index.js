@@ -635,7 +635,7 @@ class Commands {
     return commandResult(reply.verdict, reply.stdout ?? "", reply.stderr ?? "");
   }
 
-  /** The session's processes: [{pid, tag, command, running, status, started_unix_ms, backlog_dropped}]. */
+  /** The session's processes: [{pid, tag, command, running, status, started_unix_ms, backlog_dropped, env, cwd}]. */
   async list() {
     const reply = await this._sandbox._request({ type: "session_ps" }, "processes");
     return reply.processes || [];

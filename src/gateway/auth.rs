@@ -16,7 +16,7 @@ use super::config::ApiKeys;
 use super::error::ApiError;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 /// The metadata keys the gateway keeps for itself; a client's keys may not start so.
@@ -63,17 +63,10 @@ struct Cached {
     created: Option<std::time::Instant>,
 }
 
-/// How many killed sandboxes are remembered as gone (see [`Tenants::forget`]).
-const REMEMBERED_KILLS: usize = 4096;
-
 /// The API keys and the owners of the sandboxes seen.
 pub struct Tenants {
     keys: ApiKeys,
     owners: Mutex<HashMap<String, Cached>>,
-    /// Sandboxes killed lately, oldest first: the server may list a session for a moment
-    /// after its `session_close` is answered (while its jail is torn down), and a
-    /// refresh must not bring it back.
-    killed: Mutex<VecDeque<String>>,
     /// When the owners were last reloaded.
     reloaded: Mutex<Option<std::time::Instant>>,
     /// Creates under way, by tenant (counted against its cap with its sandboxes).
@@ -85,7 +78,6 @@ impl Tenants {
         Tenants {
             keys,
             owners: Mutex::default(),
-            killed: Mutex::default(),
             reloaded: Mutex::default(),
             creating: Mutex::default(),
         }
@@ -140,23 +132,10 @@ impl Tenants {
             .insert(id.into(), Cached { owner, created });
     }
 
-    /// Forgets a killed sandbox, for good.
+    /// Forgets a killed or ended sandbox (the server, which answers a `session_close`
+    /// once it has forgotten the session, lists it no more either).
     pub fn forget(&self, id: &str) {
         self.owners.lock().unwrap().remove(id);
-        let mut killed = self.killed.lock().unwrap();
-        if killed.len() == REMEMBERED_KILLS {
-            killed.pop_front();
-        }
-        killed.push_back(id.into());
-    }
-
-    /// Whether `id` was killed lately.
-    pub fn killed(&self, id: &str) -> bool {
-        self.killed
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|killed| killed == id)
     }
 
     /// The sandbox's owner: from the cache, or else from the server's list (which
@@ -188,11 +167,6 @@ impl Tenants {
     pub fn refresh(&self, sessions: &[Value]) {
         let mut owners: HashMap<String, Cached> = sessions
             .iter()
-            .filter(|session| {
-                !session["session"]
-                    .as_str()
-                    .is_some_and(|id| self.killed(id))
-            })
             .filter_map(|session| {
                 let owner = Owner::of(session)?;
                 let created = None;
@@ -273,13 +247,10 @@ mod tests {
             tenants.cached("not-ours").is_none(),
             "a session the gateway did not create"
         );
-        // A later list without "old" drops it; a killed sandbox stays out though listed.
+        // A later list without "old" drops it; a killed sandbox is forgotten at once.
         tenants.forget("new");
-        tenants.refresh(&[session("new", "alice")]);
+        assert!(tenants.cached("new").is_none(), "a killed sandbox stayed");
+        tenants.refresh(&[]);
         assert!(tenants.cached("old").is_none());
-        assert!(
-            tenants.cached("new").is_none(),
-            "a killed sandbox came back"
-        );
     }
 }

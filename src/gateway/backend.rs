@@ -1,18 +1,19 @@
-//! Every call the gateway makes to the `brig serve` it fronts, in one place: brig's native
-//! protocol (docs/protocol.md), one request per unix-socket connection, typed requests
-//! (`serve::protocol::Request`). The calls block (the server answers over a blocking
-//! socket), so the async side runs them with `spawn_blocking`, and a stream (a process's
-//! output) gets a thread of its own that hands frames over a bounded channel.
-//!
-//! When the library's typed blocking `serve::Client` lands, this file switches to it;
-//! nothing outside it speaks to the server.
+//! Every call the gateway makes to the `brig serve` it fronts, in one place, on the
+//! library's typed blocking client (`serve::Client`, one request per unix-socket
+//! connection; docs/protocol.md). The calls block, so the async side runs them with
+//! `spawn_blocking`, and a stream (a process's output, a watcher, a file) gets a thread of
+//! its own that hands what it reads over a bounded channel. The sandbox's processes are
+//! typed (`serve::reply::Process`); listings, entries and a stream's frames are handed on
+//! as the protocol's JSON, which the HTTP side maps field by field.
 
-use crate::serve::client;
-use crate::serve::protocol::{self, FrameReader, PtySize, Request};
+use crate::error::{Error, ErrorKind};
+use crate::options::JailOptions;
+use crate::serve::protocol::{PtySize, Request};
+use crate::serve::reply::{Process, SessionReply};
+use crate::serve::{Client, Create, Exec, Frames, ProcessRef, Reading, Session};
 use crate::units::Span;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,6 +54,16 @@ impl BackendError {
     }
 }
 
+impl From<Error> for BackendError {
+    fn from(err: Error) -> BackendError {
+        let message = err.to_string();
+        BackendError {
+            failure: classify(err.kind(), &message),
+            message,
+        }
+    }
+}
+
 impl std::fmt::Display for BackendError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
@@ -81,109 +92,82 @@ pub struct Start {
 }
 
 /// Which process a request is for.
-#[derive(Clone, Debug)]
-pub enum Selector {
-    Pid(u32),
-    Tag(String),
-}
-
-impl Selector {
-    fn pid(&self) -> Option<u32> {
-        match self {
-            Selector::Pid(pid) => Some(*pid),
-            Selector::Tag(_) => None,
-        }
-    }
-
-    fn tag(&self) -> Option<String> {
-        match self {
-            Selector::Pid(_) => None,
-            Selector::Tag(tag) => Some(tag.clone()),
-        }
-    }
-}
+pub type Selector = ProcessRef;
 
 /// The server on one socket.
 #[derive(Clone, Debug)]
 pub struct Backend {
-    socket: PathBuf,
+    client: Client,
 }
 
 impl Backend {
     pub fn new(socket: PathBuf) -> Backend {
-        Backend { socket }
+        Backend {
+            client: Client::new(socket),
+        }
+    }
+
+    fn session(&self, id: &str) -> Session {
+        self.client.session(id)
     }
 
     /// Whether the server answers (its `status`).
-    pub fn check(&self) -> Outcome<Value> {
-        self.call(&Request::Status)
+    pub fn check(&self) -> Outcome<()> {
+        self.client.status().map(drop).map_err(Into::into)
     }
 
     pub fn create(&self, new: NewSession) -> Outcome<String> {
-        let mut options = crate::options::JailOptions {
+        let mut options = JailOptions {
             env: new.env,
             ..Default::default()
         };
         if new.no_network {
             options.net = Some(crate::options::NetMode::None);
         }
-        let reply = self.call(&Request::SessionCreate {
-            options: Box::new(options),
+        let session = self.client.create(&Create {
+            options,
             session_timeout: Some(Span(new.timeout)),
-            idle_timeout: None,
-            workspace_size: None,
             metadata: new.metadata,
+            ..Create::default()
         })?;
-        string_field(&reply, "session")
+        Ok(session.id().to_string())
     }
 
-    /// The sessions whose metadata hold every pair of `metadata`.
+    /// The sessions whose metadata hold every pair of `metadata` (`session_list`'s
+    /// entries, as the protocol writes them).
     pub fn list(&self, metadata: BTreeMap<String, String>) -> Outcome<Vec<Value>> {
-        let reply = self.call(&Request::SessionList { metadata })?;
-        Ok(reply["sessions"].as_array().cloned().unwrap_or_default())
+        let sessions = self.client.list(&metadata)?;
+        Ok(sessions.iter().map(json).collect())
     }
 
+    /// Closes a session: answered once the server has forgotten it (it is in no
+    /// `session_list` from then on).
     pub fn close(&self, session: &str) -> Outcome<()> {
-        self.call(&Request::SessionClose {
-            session: session.into(),
-        })
-        .map(drop)
+        Ok(self.session(session).close()?)
     }
 
     pub fn set_timeout(&self, session: &str, timeout: Duration) -> Outcome<()> {
-        self.call(&Request::SessionSetTimeout {
-            session: session.into(),
-            timeout: Span(timeout),
-        })
-        .map(drop)
+        Ok(self.session(session).set_timeout(Span(timeout))?)
     }
 
-    /// Starts a command in the background; its `process` frame (`pid` among it).
-    pub fn start(&self, session: &str, start: Start) -> Outcome<Value> {
-        self.call(&Request::SessionExec {
-            session: session.into(),
-            command: start.argv,
-            code: None,
-            language: None,
-            context: None,
-            stdin: None,
+    /// Starts a command in the background (or on a terminal): its process.
+    pub fn start(&self, session: &str, start: Start) -> Outcome<Process> {
+        let exec = Exec {
             env: start.env,
             chdir: start.chdir,
-            time_limit: None,
-            output_limit: None,
-            stream: false,
-            background: true,
             tag: start.tag,
-            pty: start.pty,
+            ..Exec::command(start.argv)
+        };
+        let session = self.session(session);
+        Ok(match start.pty {
+            Some(size) => session.pty(&exec, size)?,
+            None => session.start(&exec)?,
         })
     }
 
     /// The session's processes (running, and the last ended ones).
-    pub fn processes(&self, session: &str) -> Outcome<Vec<Value>> {
-        let reply = self.call(&Request::SessionPs {
-            session: session.into(),
-        })?;
-        Ok(reply["processes"].as_array().cloned().unwrap_or_default())
+    pub fn processes(&self, session: &str) -> Outcome<Vec<Process>> {
+        Ok(self.session(session).ps()?)
     }
 
     /// Writes `data` to a process's stdin (or its terminal), then closes it with `close`.
@@ -194,145 +178,76 @@ impl Backend {
         data: &[u8],
         close: bool,
     ) -> Outcome<()> {
-        use base64::Engine;
-        self.call(&Request::SessionStdin {
-            session: session.into(),
-            pid: process.pid(),
-            tag: process.tag(),
-            data: String::new(),
-            base64: (!data.is_empty())
-                .then(|| base64::engine::general_purpose::STANDARD.encode(data)),
-            close,
-        })
-        .map(drop)
+        self.session(session).stdin(process, data, close)?;
+        Ok(())
     }
 
     pub fn signal(&self, session: &str, process: &Selector, signal: i32) -> Outcome<()> {
-        self.call(&Request::SessionSignal {
-            session: session.into(),
-            pid: process.pid(),
-            tag: process.tag(),
-            signal: signal.into(),
-        })
-        .map(drop)
+        self.session(session).signal(process, &signal.to_string())?;
+        Ok(())
     }
 
     pub fn resize(&self, session: &str, process: &Selector, size: PtySize) -> Outcome<()> {
-        self.call(&Request::SessionResize {
-            session: session.into(),
-            pid: process.pid(),
-            tag: process.tag(),
-            cols: size.cols,
-            rows: size.rows,
-        })
-        .map(drop)
+        Ok(self.session(session).resize(process, size)?)
     }
 
-    /// A path's entry (`session_stat`).
+    /// A path's entry (`session_stat`'s, as the protocol writes it).
     pub fn stat(&self, session: &str, path: &str) -> Outcome<Value> {
-        let reply = self.call(&Request::SessionStat {
-            session: session.into(),
-            path: path.into(),
-        })?;
-        Ok(reply["entry"].clone())
+        Ok(json(&self.session(session).stat(path)?))
     }
 
     /// A directory's entries, `depth` levels deep (`session_ls`).
     pub fn list_dir(&self, session: &str, path: &str, depth: u32) -> Outcome<Vec<Value>> {
-        let reply = self.call(&Request::SessionLs {
-            session: session.into(),
-            path: path.into(),
-            depth: Some(depth),
-        })?;
-        Ok(reply["entries"].as_array().cloned().unwrap_or_default())
+        let (entries, _) = self.session(session).ls(path, Some(depth))?;
+        Ok(entries.iter().map(json).collect())
     }
 
     /// Makes a directory and its parents; whether it was made (false: it was there).
     pub fn make_dir(&self, session: &str, path: &str) -> Outcome<bool> {
-        let reply = self.call(&Request::SessionMkdir {
-            session: session.into(),
-            path: path.into(),
-            parents: true,
-        })?;
-        Ok(reply["created"] == true)
+        Ok(self.session(session).mkdir(path)?)
     }
 
     pub fn rename(&self, session: &str, source: &str, destination: &str) -> Outcome<()> {
-        self.call(&Request::SessionRename {
-            session: session.into(),
-            source: source.into(),
-            destination: destination.into(),
-        })
-        .map(drop)
+        Ok(self.session(session).rename(source, destination)?)
     }
 
     pub fn remove(&self, session: &str, path: &str) -> Outcome<()> {
-        self.call(&Request::SessionRemove {
-            session: session.into(),
-            path: path.into(),
-        })
-        .map(drop)
+        self.session(session).remove(path)?;
+        Ok(())
     }
 
     /// A polled watcher of a directory (`session_watch`): its id.
     pub fn watch(&self, session: &str, path: &str, recursive: bool) -> Outcome<String> {
-        let reply = self.call(&Request::SessionWatch {
-            session: session.into(),
-            path: path.into(),
-            recursive,
-            stream: false,
-        })?;
-        string_field(&reply, "watcher")
+        Ok(self.session(session).watch(path, recursive)?)
     }
 
     /// What a watcher saw since the last call (`session_watch_events`).
     pub fn watch_events(&self, session: &str, watcher: &str) -> Outcome<Vec<Value>> {
-        let reply = self.call(&Request::SessionWatchEvents {
-            session: session.into(),
-            watcher: watcher.into(),
-        })?;
-        Ok(reply["events"].as_array().cloned().unwrap_or_default())
+        let (events, _) = self.session(session).watch_events(watcher)?;
+        Ok(events.iter().map(json).collect())
     }
 
     pub fn unwatch(&self, session: &str, watcher: &str) -> Outcome<()> {
-        self.call(&Request::SessionUnwatch {
-            session: session.into(),
-            watcher: watcher.into(),
-        })
-        .map(drop)
+        Ok(self.session(session).unwatch(watcher)?)
     }
 
     /// Writes `data` to a file (parents made), or appends it.
     pub fn put(&self, session: &str, path: &str, data: &[u8], append: bool) -> Outcome<()> {
-        use base64::Engine;
-        self.call(&Request::SessionPut {
-            session: session.into(),
-            path: path.into(),
-            data: base64::engine::general_purpose::STANDARD.encode(data),
-            append,
-        })
-        .map(drop)
+        self.session(session).put(path, data, append)?;
+        Ok(())
     }
 
     /// A file's bytes as they are read (`session_read`): its length, then its chunks over
     /// a bounded channel (an error if the connection ends short). Dropping the
     /// [`FileStream`] hangs up.
     pub fn read_file(&self, session: &str, path: &str) -> Outcome<FileStream> {
-        let mut connection = self.send(&Request::SessionRead {
-            session: session.into(),
-            path: path.into(),
-            offset: 0,
-            length: None,
-        })?;
-        let reading = exact_frame(&mut connection)?;
-        let length = reading["length"].as_u64().unwrap_or(0);
-        let hangup = connection.try_clone().map_err(|err| {
-            BackendError::unavailable(format!("brig gateway: duplicate a connection: {err}"))
-        })?;
+        let reading = self.session(session).open_read(path, 0, None)?;
+        let length = reading.length();
+        let hangup = reading.hang_up_handle()?;
         let (chunks, receiver) = mpsc::channel(STREAM_FRAMES);
         std::thread::Builder::new()
             .name("gateway-file".into())
-            .spawn(move || copy_file(connection, length, chunks))
+            .spawn(move || copy_file(reading, chunks))
             .map_err(|err| {
                 BackendError::unavailable(format!("brig gateway: start a file's thread: {err}"))
             })?;
@@ -359,23 +274,25 @@ impl Backend {
     /// its `exited` frame, each as the server sends it, over a bounded channel. Dropping
     /// the returned [`Stream`] hangs up (the process goes on).
     pub fn connect(&self, session: &str, process: &Selector) -> Outcome<Stream> {
+        let (pid, tag) = match process {
+            ProcessRef::Pid(pid) => (Some(*pid), None),
+            ProcessRef::Tag(tag) => (None, Some(tag.clone())),
+        };
         self.stream(&Request::SessionConnect {
             session: session.into(),
-            pid: process.pid(),
-            tag: process.tag(),
+            pid,
+            tag,
         })
     }
 
     /// A request whose answer is a stream of frames, relayed by a thread of its own.
     fn stream(&self, request: &Request) -> Outcome<Stream> {
-        let connection = self.send(request)?;
-        let hangup = connection.try_clone().map_err(|err| {
-            BackendError::unavailable(format!("brig gateway: duplicate a connection: {err}"))
-        })?;
-        let (frames, receiver) = mpsc::channel(STREAM_FRAMES);
+        let frames = self.client.open(request)?;
+        let hangup = frames.hang_up_handle()?;
+        let (sender, receiver) = mpsc::channel(STREAM_FRAMES);
         std::thread::Builder::new()
             .name("gateway-stream".into())
-            .spawn(move || relay(connection, frames))
+            .spawn(move || relay(frames, sender))
             .map_err(|err| {
                 BackendError::unavailable(format!("brig gateway: start a stream's thread: {err}"))
             })?;
@@ -384,28 +301,11 @@ impl Backend {
             _hangup: Hangup(hangup),
         })
     }
+}
 
-    /// One request, one reply; an `error` reply is the call's error.
-    fn call(&self, request: &Request) -> Outcome<Value> {
-        let connection = self.send(request)?;
-        match read_frame(&mut FrameReader::replies(), &connection)? {
-            Some(reply) => Ok(reply),
-            None => Err(BackendError::unavailable(
-                "brig gateway: the brig server closed the connection without an answer".into(),
-            )),
-        }
-    }
-
-    /// Connects and sends `request` (with the protocol's version).
-    fn send(&self, request: &Request) -> Outcome<UnixStream> {
-        let connection = client::connect(&self.socket)
-            .map_err(|err| BackendError::unavailable(err.to_string()))?;
-        let mut frame = serde_json::to_value(request).expect("a request always serializes");
-        frame["brig"] = protocol::VERSION.into();
-        protocol::write_frame(connection.as_fd(), &frame, &[])
-            .map_err(|err| BackendError::unavailable(err.to_string()))?;
-        Ok(connection)
-    }
+/// A typed reply as the protocol's JSON.
+fn json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).expect("a reply always serializes")
 }
 
 /// A file's bytes as they come (see [`Backend::read_file`]).
@@ -424,49 +324,21 @@ impl Drop for Hangup {
     }
 }
 
-/// A file's thread: `length` raw bytes from the server to the channel, in chunks.
-fn copy_file(mut connection: UnixStream, length: u64, chunks: mpsc::Sender<Outcome<bytes::Bytes>>) {
+/// A file's thread: its bytes from the server to the channel, in chunks.
+fn copy_file(mut reading: Reading, chunks: mpsc::Sender<Outcome<bytes::Bytes>>) {
     use std::io::Read;
-    let mut left = length;
     let mut buffer = vec![0u8; 64 << 10];
-    while left > 0 {
-        let want = buffer.len().min(left as usize);
-        let chunk = match connection.read(&mut buffer[..want]) {
-            Ok(0) | Err(_) => Err(BackendError::unavailable(format!(
-                "brig gateway: the file ended after {} of {length} bytes (it shrank while it was read, or the sandbox ended)",
-                length - left
-            ))),
-            Ok(count) => {
-                left -= count as u64;
-                Ok(bytes::Bytes::copy_from_slice(&buffer[..count]))
-            }
+    loop {
+        let chunk = match reading.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(count) => Ok(bytes::Bytes::copy_from_slice(&buffer[..count])),
+            Err(err) => Err(BackendError::unavailable(format!("brig gateway: {err}"))),
         };
         let failed = chunk.is_err();
         if chunks.blocking_send(chunk).is_err() || failed {
             return;
         }
     }
-}
-
-/// One reply frame read byte-exact (raw data may follow it on the connection).
-fn exact_frame(connection: &mut UnixStream) -> Outcome<Value> {
-    use std::io::Read;
-    let gone = |err: std::io::Error| {
-        BackendError::unavailable(format!(
-            "brig gateway: the brig server closed the connection without an answer ({err})"
-        ))
-    };
-    let mut length = [0u8; 4];
-    connection.read_exact(&mut length).map_err(gone)?;
-    let length = u32::from_be_bytes(length) as usize;
-    if length > protocol::MAX_FRAME {
-        return Err(BackendError::unavailable(format!(
-            "brig gateway: the brig server sent a frame of {length} bytes"
-        )));
-    }
-    let mut body = vec![0u8; length];
-    connection.read_exact(&mut body).map_err(gone)?;
-    reply_of(&body)
 }
 
 /// A process's frames as they come; the connection is shut when this is dropped, which
@@ -476,15 +348,21 @@ pub struct Stream {
     _hangup: Hangup,
 }
 
-/// A stream's thread: frames from the server to the channel until the end (an `exited`
-/// or `error` frame, or the server's close), or until the HTTP side hangs up.
-fn relay(connection: UnixStream, frames: mpsc::Sender<Outcome<Value>>) {
-    let mut reader = FrameReader::replies();
+/// A stream's thread: frames from the server to the channel until the end (an `exited`,
+/// `watch_end` or `error` frame, or the server's close), or until the HTTP side hangs up.
+fn relay(mut frames: Frames, sender: mpsc::Sender<Outcome<Value>>) {
     loop {
-        let (frame, last) = match read_frame(&mut reader, &connection) {
+        let (frame, last) = match frames.next_frame() {
+            Ok(Some(SessionReply::Error { message, kind, .. })) => {
+                let failure = classify(kind, &message);
+                (Err(BackendError { failure, message }), true)
+            }
             Ok(Some(frame)) => {
-                let last = frame["type"] == "exited" || frame["type"] == "watch_end";
-                (Ok(frame), last)
+                let last = matches!(
+                    frame,
+                    SessionReply::Exited(_) | SessionReply::WatchEnd { .. }
+                );
+                (Ok(json(&frame)), last)
             }
             Ok(None) => (
                 Err(BackendError::unavailable(
@@ -492,107 +370,92 @@ fn relay(connection: UnixStream, frames: mpsc::Sender<Outcome<Value>>) {
                 )),
                 true,
             ),
-            Err(err) => (Err(err), true),
+            Err(err) => (Err(err.into()), true),
         };
-        if frames.blocking_send(frame).is_err() || last {
+        if sender.blocking_send(frame).is_err() || last {
             return;
         }
     }
 }
 
-/// The next reply frame; an `error` frame as the error it reports.
-fn read_frame(reader: &mut FrameReader, connection: &UnixStream) -> Outcome<Option<Value>> {
-    let Some((body, _)) = reader
-        .read_blocking(connection)
-        .map_err(|err| BackendError::unavailable(err.to_string()))?
-    else {
-        return Ok(None);
-    };
-    reply_of(&body).map(Some)
-}
-
-/// A reply frame's JSON; an `error` frame as the error it reports.
-fn reply_of(body: &[u8]) -> Outcome<Value> {
-    let reply: Value = serde_json::from_slice(body).map_err(|err| {
-        BackendError::unavailable(format!(
-            "brig gateway: the brig server sent a frame that is not JSON: {err}"
-        ))
-    })?;
-    if reply["type"] == "error" {
-        let message = reply["message"].as_str().unwrap_or("an error").to_string();
-        return Err(BackendError {
-            failure: classify(&reply, &message),
-            message,
-        });
-    }
-    Ok(reply)
-}
-
-/// What an `error` frame means for the HTTP side.
-fn classify(reply: &Value, message: &str) -> Failure {
-    // envd knows only running processes: one that has ended is not found, as there.
-    // A session at its end answers its waiting requests `session ID ended: WHY` (its
-    // timeout, the server draining) before it is gone from the server's table.
-    let ended = message.contains("session ") && message.contains(" ended: ");
-    if message.contains(": no session ") || ended || message.contains("belongs to another user") {
+/// What a refusal means for the HTTP side: by its kind (a session gone is `not_found`),
+/// then, among the request's faults, the process or file that is not there.
+fn classify(kind: ErrorKind, message: &str) -> Failure {
+    match kind {
+        ErrorKind::NotFound => Failure::Gone,
+        // The client's own: it could not reach the server, or the server broke off.
+        _ if message.starts_with("--server ") => Failure::Unavailable,
         // (The gateway's own uid created every session it serves.)
-        Failure::Gone
-    } else if message.contains("no process with")
-        || message.contains(" has ended")
-        || message.contains("no such file in the workspace")
-    {
-        Failure::NotFound
-    } else if reply["kind"] == "bad_input" {
-        Failure::BadInput
-    } else {
-        Failure::Server
+        ErrorKind::BadInput if message.contains("belongs to another user") => Failure::Gone,
+        // envd knows only running processes: one that has ended is not found, as there.
+        ErrorKind::BadInput
+            if message.contains("no process with")
+                || message.contains(" has ended")
+                || message.contains("no such file in the workspace") =>
+        {
+            Failure::NotFound
+        }
+        ErrorKind::BadInput => Failure::BadInput,
+        ErrorKind::Busy => Failure::Unavailable,
+        _ => Failure::Server,
     }
-}
-
-fn string_field(reply: &Value, field: &str) -> Outcome<String> {
-    reply[field].as_str().map(str::to_string).ok_or_else(|| {
-        BackendError::unavailable(format!(
-            "brig gateway: the brig server's answer lacks \"{field}\": {reply}"
-        ))
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::{Failure, classify};
-    use serde_json::json;
+    use crate::error::ErrorKind;
 
     #[test]
-    fn a_sandbox_that_ended_is_gone_by_any_of_the_servers_words() {
-        let bad = json!({"kind": "bad_input"});
-        for (message, failure) in [
+    fn a_sandbox_that_ended_is_gone_and_a_process_that_ended_not_found() {
+        for (kind, message, failure) in [
             (
+                ErrorKind::NotFound,
                 "brig serve: no session 0a1b (closed, expired or never created)",
                 Failure::Gone,
             ),
             (
+                ErrorKind::NotFound,
                 "brig serve: session 0a1b ended: it reached its session_timeout",
                 Failure::Gone,
             ),
             (
+                ErrorKind::BadInput,
                 "brig serve: session 0a1b belongs to another user",
                 Failure::Gone,
             ),
             (
+                ErrorKind::BadInput,
                 "no process with pid 9 in session 0a1b; see session_ps",
                 Failure::NotFound,
             ),
             (
+                ErrorKind::BadInput,
                 "session_signal: process 14 has ended; see session_ps",
                 Failure::NotFound,
             ),
             (
+                ErrorKind::BadInput,
                 "path \"x\": no such file in the workspace",
                 Failure::NotFound,
             ),
-            ("tag: \"a\" is in use", Failure::BadInput),
+            (
+                ErrorKind::BadInput,
+                "tag: \"a\" is in use",
+                Failure::BadInput,
+            ),
+            (
+                ErrorKind::BadInput,
+                "--server /run/b.sock: cannot connect: refused",
+                Failure::Unavailable,
+            ),
+            (
+                ErrorKind::Busy,
+                "session_stdin: process 3: it has 65536 bytes of stdin not yet read",
+                Failure::Unavailable,
+            ),
         ] {
-            assert_eq!(classify(&bad, message), failure, "{message}");
+            assert_eq!(classify(kind, message), failure, "{message}");
         }
     }
 }

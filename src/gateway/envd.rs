@@ -331,7 +331,7 @@ impl Call {
         self.stream(
             move |backend, sandbox| {
                 let process = backend.start(sandbox, start)?;
-                let pid = process["pid"].as_u64().unwrap_or(0) as u32;
+                let pid = process.pid.unwrap_or(0);
                 let selector = Selector::Pid(pid);
                 if close_stdin {
                     // A program that has already ended has no stdin left to close.
@@ -421,22 +421,24 @@ impl Call {
             .await?;
         let processes = processes
             .iter()
-            .filter(|process| process["running"] == true)
+            .filter(|process| process.running)
             .map(|process| {
-                let mut argv = process["command"]
-                    .as_array()
-                    .map(|argv| argv.iter().filter_map(Value::as_str).map(str::to_string))
-                    .into_iter()
-                    .flatten();
+                let mut argv = process.command.iter().cloned();
+                let envs = process
+                    .env
+                    .iter()
+                    .filter_map(|var| var.split_once('='))
+                    .map(|(name, value)| (name.to_string(), value.to_string()))
+                    .collect();
                 pb::ProcessInfo {
                     config: Some(pb::ProcessConfig {
                         cmd: argv.next().unwrap_or_default(),
                         args: argv.collect(),
-                        envs: Default::default(),
-                        cwd: None,
+                        envs,
+                        cwd: Some(process.cwd.clone()).filter(|cwd| !cwd.is_empty()),
                     }),
-                    pid: process["pid"].as_u64().unwrap_or(0) as u32,
-                    tag: process["tag"].as_str().map(str::to_string),
+                    pid: process.pid.unwrap_or(0),
+                    tag: process.tag.clone(),
                 }
             })
             .collect();
@@ -513,9 +515,9 @@ fn command_of(request: &pb::StartRequest) -> Result<Start, ConnectError> {
         env,
         chdir: config
             .cwd
-            .clone()
+            .as_deref()
             .filter(|cwd| !cwd.is_empty())
-            .map(Into::into),
+            .map(|cwd| jail_cwd(cwd).into()),
         tag: request.tag.clone(),
         pty: pty_size(request.pty.as_ref())?,
     })
@@ -672,6 +674,17 @@ fn event_of(frame: &Value) -> Option<process_event::Event> {
     }
 }
 
+/// A command's working directory in the jail: E2B's home, `/home/user` (where programs
+/// written for E2B run their commands), names the workspace, `/home/sandbox`, as it does
+/// for files; any other path is the jail's own.
+fn jail_cwd(cwd: &str) -> String {
+    const E2B_HOME: &str = "/home/user";
+    match cwd.strip_prefix(E2B_HOME) {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/home/sandbox{rest}"),
+        _ => cwd.to_string(),
+    }
+}
+
 /// envd's end event for a brig verdict: the exit code and Go's `ProcessState` wording
 /// (`exit status 1`, `signal: killed`), and brig's explanation when brig ended it (time
 /// or output limit, memory).
@@ -719,6 +732,20 @@ fn signal_name(signal: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn e2b_s_home_is_the_workspace_for_a_command_too() {
+        for (asked, cwd) in [
+            ("/home/user", "/home/sandbox"),
+            ("/home/user/", "/home/sandbox/"),
+            ("/home/user/project", "/home/sandbox/project"),
+            ("/home/userx", "/home/userx"),
+            ("/tmp", "/tmp"),
+            ("data", "data"),
+        ] {
+            assert_eq!(jail_cwd(asked), cwd, "{asked}");
+        }
+    }
 
     #[test]
     fn a_verdict_ends_as_envd_says_it() {

@@ -236,13 +236,7 @@ fn sandboxes_of(
         )));
     }
     filter.insert(TENANT_KEY.into(), tenant.into());
-    let mut sessions = gateway.backend.list(filter)?;
-    sessions.retain(|session| {
-        !session["session"]
-            .as_str()
-            .is_some_and(|id| gateway.tenants.killed(id))
-    });
-    Ok(sessions)
+    Ok(gateway.backend.list(filter)?)
 }
 
 /// The caller's sandbox `id`: its session's entry, or 404 (none, or another tenant's).
@@ -250,11 +244,7 @@ fn sandbox_of(gateway: &Gateway, tenant: &str, id: &str) -> Result<Value, ApiErr
     let all = gateway.backend.list(BTreeMap::new())?;
     gateway.tenants.refresh(&all);
     all.into_iter()
-        .find(|session| {
-            session["session"] == id
-                && session["metadata"][TENANT_KEY] == tenant
-                && !gateway.tenants.killed(id)
-        })
+        .find(|session| session["session"] == id && session["metadata"][TENANT_KEY] == tenant)
         .ok_or_else(|| ApiError::no_sandbox(id))
 }
 

@@ -304,6 +304,8 @@ impl Frames {
 pub struct Reading {
     path: String,
     length: u64,
+    /// Bytes read so far through its `Read`.
+    read: u64,
     stream: UnixStream,
 }
 
@@ -313,12 +315,21 @@ impl Reading {
         self.length
     }
 
+    /// Another handle on the connection: shutting it down from another thread hangs
+    /// up, which ends a read blocked on it.
+    pub fn hang_up_handle(&self) -> Result<UnixStream> {
+        self.stream
+            .try_clone()
+            .map_err(|err| Error::setup(format!("duplicate a connection to brig serve: {err}")))
+    }
+
     /// Copies them into `sink` (flushed); an error when fewer came (the file shrank
     /// while it was read, or the session ended).
     pub fn copy_to(&mut self, sink: &mut dyn Write) -> Result<u64> {
         let path = &self.path;
         let length = self.length;
-        let copied = std::io::copy(&mut (&self.stream).take(length), sink)
+        let copied = std::io::copy(&mut (&self.stream).take(length - self.read), sink)
+            .map(|count| count + self.read)
             .and_then(|count| sink.flush().map(|()| count))
             .map_err(|err| Error::setup(format!("session_read {path:?}: {err}")))?;
         if copied != length {
@@ -327,6 +338,32 @@ impl Reading {
             )));
         }
         Ok(copied)
+    }
+}
+
+/// The bytes as they come, up to `length` (then 0: the end; a connection that ends
+/// sooner is an `UnexpectedEof` error, the file having shrunk or the session ended).
+impl Read for Reading {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.length - self.read;
+        if left == 0 || buffer.is_empty() {
+            return Ok(0);
+        }
+        let want = buffer
+            .len()
+            .min(usize::try_from(left).unwrap_or(usize::MAX));
+        let count = (&self.stream).read(&mut buffer[..want])?;
+        if count == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "session_read {:?}: the connection ended after {} of {} bytes (the file shrank while it was read, or the session ended)",
+                    self.path, self.read, self.length
+                ),
+            ));
+        }
+        self.read += count as u64;
+        Ok(count)
     }
 }
 
@@ -705,6 +742,7 @@ impl Session {
             SessionReply::Reading { length, .. } => Ok(Reading {
                 path: path.into(),
                 length,
+                read: 0,
                 stream,
             }),
             other => Err(unexpected(&other, "reading")),

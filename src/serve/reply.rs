@@ -293,6 +293,12 @@ pub struct Process {
     pub started_unix_ms: u64,
     pub backlog_dropped: u64,
     pub pty: Option<PtySize>,
+    /// The variables its request set (`K=V`), on top of the session's.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Its working directory in the jail.
+    #[serde(default)]
+    pub cwd: String,
 }
 
 /// A process in `session_ps`'s list: a `process` frame of its own (with its `type`).
@@ -490,8 +496,10 @@ mod tests {
             started_unix_ms: 1795753174964,
             backlog_dropped: 0,
             pty: Some(PtySize { cols: 80, rows: 24 }),
+            env: vec!["A=1".into()],
+            cwd: "/home/sandbox".into(),
         };
-        let fields = r#""pid":3,"tag":"server","command":["sleep","9"],"background":true,"running":false,"status":{"status":"signaled","exit_code":null,"signal":9},"started_unix_ms":1795753174964,"backlog_dropped":0,"pty":{"cols":80,"rows":24}"#;
+        let fields = r#""pid":3,"tag":"server","command":["sleep","9"],"background":true,"running":false,"status":{"status":"signaled","exit_code":null,"signal":9},"started_unix_ms":1795753174964,"backlog_dropped":0,"pty":{"cols":80,"rows":24},"env":["A=1"],"cwd":"/home/sandbox""#;
         round_trip(
             SessionReply::Process(Box::new(process.clone())),
             &format!(r#"{{"type":"process",{fields}}}"#),

@@ -412,7 +412,7 @@ impl<'p> Session<'p> {
         self.drain_grace = Duration::from_millis(drain_grace_ms);
         // Created while the server began to drain: the client is told so.
         if hung_up(control) {
-            let err = Error::setup(format!(
+            let err = Error::busy(format!(
                 "brig serve: {DRAINING}; the session was not created"
             ));
             let _ = protocol::write_frame(connection.as_fd(), &error_reply(&err), &[]);
@@ -442,7 +442,7 @@ impl<'p> Session<'p> {
             if let Some(connection) = fds.first() {
                 let _ = protocol::write_frame(
                     connection.as_fd(),
-                    &error_reply(&Error::input(message.clone())),
+                    &error_reply(&Error::not_found(message.clone())),
                     &[],
                 );
             }

@@ -534,7 +534,7 @@ impl<'p> Session<'p> {
     /// The session ends: everyone waiting is told so (within a second at most, all
     /// together), then let go.
     fn end_clients(&mut self, why: &str) {
-        let message = error_reply(&Error::setup(format!(
+        let message = error_reply(&Error::not_found(format!(
             "brig serve: session {} ended: {why}",
             self.id
         )));
@@ -688,9 +688,7 @@ impl<'p> Session<'p> {
                                 written,
                                 closed: close,
                             })
-                            .map_err(|why| {
-                                Error::input(format!("session_stdin: process {pid}: {why}"))
-                            })
+                            .map_err(|err| err.within(format!("session_stdin: process {pid}")))
                     })
                 });
                 (
@@ -881,6 +879,7 @@ impl<'p> Session<'p> {
             }
         }
         self.check_room(form)?;
+        let asked_env = exec.env.clone();
         let program = self.program(exec.command, exec.env, exec.chdir)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         // The one collector makes the output pipes (the jail's ends blocking, its own
@@ -901,6 +900,8 @@ impl<'p> Session<'p> {
         nonblocking(&stdin_write);
         let watch = Watch {
             argv: program.argv,
+            env: asked_env,
+            cwd: program.chdir.to_string_lossy().into_owned(),
             tag: form.tag.clone(),
             peer,
             background: form.background,

@@ -300,6 +300,8 @@ pub struct Watched {
     /// A background process's starter, answered once its pid is known.
     pub announce: Option<Listener>,
     pub argv: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
     pub tag: Option<String>,
     pub peer: Peer,
     pub background: bool,
@@ -337,6 +339,9 @@ pub struct Watched {
 /// How a program is to be watched.
 pub struct Watch {
     pub argv: Vec<String>,
+    /// The variables its request set, and its working directory (`session_ps` says them).
+    pub env: Vec<String>,
+    pub cwd: String,
     pub tag: Option<String>,
     /// Who started it (its verdict's audit line names them).
     pub peer: Peer,
@@ -362,6 +367,8 @@ impl Watched {
             pid: None,
             announce: None,
             argv: watch.argv,
+            env: watch.env,
+            cwd: watch.cwd,
             tag: watch.tag,
             peer: watch.peer,
             background,
@@ -408,16 +415,17 @@ impl Watched {
     }
 
     /// Queues `data` for its stdin (and its end, with `close`); an error when it has
-    /// [`STDIN_BUFFER`] not yet read or its stdin is closed.
-    pub fn queue_stdin(&mut self, data: &[u8], close: bool) -> Result<usize, String> {
+    /// [`STDIN_BUFFER`] not yet read (`busy`: the same bytes fit once it reads) or its
+    /// stdin is closed (`bad_input`).
+    pub fn queue_stdin(&mut self, data: &[u8], close: bool) -> crate::error::Result<usize> {
         if self.stdin.is_none() || self.stdin_close {
-            return Err("its stdin is closed".into());
+            return Err(crate::error::Error::input("its stdin is closed"));
         }
         if self.stdin_pending.len() + data.len() > STDIN_BUFFER {
-            return Err(format!(
+            return Err(crate::error::Error::busy(format!(
                 "it has {} bytes of stdin not yet read (the most is {STDIN_BUFFER}); retry once it reads",
                 self.stdin_pending.len()
-            ));
+            )));
         }
         self.stdin_pending.extend_from_slice(data);
         self.stdin_close = close;
@@ -564,6 +572,8 @@ impl Watched {
             started_unix_ms: self.started_unix_ms,
             backlog_dropped: self.backlog_dropped,
             pty: self.pty,
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
         }
     }
 

@@ -84,6 +84,7 @@ impl<'p> Session<'p> {
         if !env.iter().any(|var| var.starts_with("TERM=")) {
             env.insert(0, TERM.to_string());
         }
+        let asked_env = env.clone();
         let program = self.program(command, env, exec.chdir)?;
         // As a background process: the limits its request asks for, and no others.
         let (time_limit, output_limit) = self.limits(exec.time_limit, exec.output_limit)?;
@@ -103,6 +104,8 @@ impl<'p> Session<'p> {
         nonblocking(&master);
         let watch = Watch {
             argv: program.argv,
+            env: asked_env,
+            cwd: program.chdir.to_string_lossy().into_owned(),
             tag: form.tag.clone(),
             peer,
             background: true,

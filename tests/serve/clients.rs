@@ -390,7 +390,7 @@ cells = []
 ex = sb.run_code("print('a', flush=True)\nprint('b')\n1 + 1", on_stdout=cells.append)
 print(json.dumps([ex.result, "".join(cells), ex.stdout, ex.ok]))
 h = sb.commands.run("echo ready; exec cat", background=True, tag="cat")
-print(json.dumps([[p.pid == h.pid, p.tag, p.running, p.command[0]] for p in sb.commands.list()]))
+print(json.dumps([[p.pid == h.pid, p.tag, p.running, p.command[0], p.cwd, p.env] for p in sb.commands.list()]))
 h.send_stdin("hello\n")
 h.close_stdin()
 r = h.wait()
@@ -417,7 +417,7 @@ fn python_client_streams_and_drives_processes(mode: Mode) {
         &[
             r#"[0, "one\nthree\n", "two\n", ["out", "one\n"], [["err", "two\n"], ["out", "three\n"]]]"#,
             r#"["2", "a\nb\n", "a\nb\n", true]"#,
-            r#"[[true, "cat", true, "/bin/sh"]]"#,
+            r#"[[true, "cat", true, "/bin/sh", "/home/sandbox", []]]"#,
             r#"[0, "ready\nhello\n", [false]]"#,
             r#"[137, "signaled", 9]"#,
             r#"[15, true]"#,
@@ -446,7 +446,7 @@ const show = (...values) => console.log(JSON.stringify(values));
   const ex = await sb.runCode("print('a', flush=True)\nprint('b')\n1 + 1", { onStdout: (t) => cells.push(t) });
   show(ex.result, cells.join(""), ex.stdout, ex.ok);
   const h = await sb.commands.run("echo ready; exec cat", { background: true, tag: "cat" });
-  show(...(await sb.commands.list()).map((p) => [p.pid === h.pid, p.tag, p.running, p.command[0]]));
+  show(...(await sb.commands.list()).map((p) => [p.pid === h.pid, p.tag, p.running, p.command[0], p.cwd, p.env]));
   await h.sendStdin("hello\n");
   await h.closeStdin();
   let done = await h.wait();
@@ -481,7 +481,7 @@ fn node_client_streams_and_drives_processes(mode: Mode) {
         &[
             r#"[0,"one\nthree\n","two\n",["out","one\n"],["err:two\n","out:three\n"]]"#,
             r#"["2","a\nb\n","a\nb\n",true]"#,
-            r#"[[true,"cat",true,"/bin/sh"]]"#,
+            r#"[[true,"cat",true,"/bin/sh","/home/sandbox",[]]]"#,
             r#"[0,"ready\nhello\n",[false]]"#,
             r#"[137,"signaled",9]"#,
             r#"[15,true]"#,

@@ -34,7 +34,7 @@ both_modes!(
 /// come from, proto/e2b-envd/README.md).
 const E2B_SDK: &str = "e2b==2.45.1";
 
-const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
+pub(super) const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
 const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
 
 /// The venv's python with the pinned SDK, installed at the first call (by one test; the
@@ -88,14 +88,14 @@ fn sdk_python() -> Option<&'static Path> {
 
 /// A `brig gateway` started by the test in front of `server`, stopped (SIGTERM, then
 /// waited for: exit 0) when dropped.
-struct Gateway {
+pub(super) struct Gateway {
     running: Option<Running>,
-    url: String,
+    pub(super) url: String,
     _keys: TempDir,
 }
 
 impl Gateway {
-    fn start(mode: Mode, server: &Server) -> Gateway {
+    pub(super) fn start(mode: Mode, server: &Server) -> Gateway {
         Gateway::start_with(mode, server, &[])
     }
 
@@ -226,10 +226,16 @@ assert cat.wait().stdout == "typed\n"
 # Without stdin a command reads end-of-file at once.
 assert sbx.commands.run("cat; echo done").stdout == "done\n"
 
-# Killed: it ends by SIGKILL, and leaves the list.
-sleeper = sbx.commands.run("sleep 600", background=True)
+# E2B's home is the commands' home too.
+assert sbx.commands.run("pwd", cwd="/home/user").stdout == "/home/sandbox\n"
+
+# Killed: it ends by SIGKILL, and leaves the list (with the variables and the directory
+# it was started with).
+sleeper = sbx.commands.run("sleep 600", background=True, envs={"MARK": "m"}, cwd="/home/user")
 listed = {process.pid: process for process in sbx.commands.list()}
 assert listed[sleeper.pid].cmd == "/bin/bash", listed
+assert listed[sleeper.pid].envs == {"MARK": "m"}, listed
+assert listed[sleeper.pid].cwd == "/home/sandbox", listed
 assert sbx.commands.kill(sleeper.pid) is True
 try:
     sleeper.wait()

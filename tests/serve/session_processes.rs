@@ -29,6 +29,8 @@ both_modes!(
     bad_process_requests_are_one_line_errors,
     the_command_line_streams_and_drives_processes,
     background_processes_go_on_while_a_cell_runs,
+    a_process_is_listed_with_its_env_and_cwd_and_a_full_stdin_is_busy,
+    a_closed_or_ended_session_is_gone_at_once_as_not_found,
 );
 
 #[test]
@@ -727,4 +729,95 @@ fn background_processes_go_on_while_a_cell_runs(mode: Mode) {
         "the cell's sleep 301 goes, the tree's stays"
     );
     close(&server, &id);
+}
+
+fn a_process_is_listed_with_its_env_and_cwd_and_a_full_stdin_is_busy(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let id = create(&server, json!({"options": {"env": ["SESSION_WIDE=1"]}}));
+    put(&server, &id, "work/.keep");
+    // It reads no stdin: what is sent piles up in the runner's buffer.
+    let started = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sleep", "300"],
+               "background": true, "env": ["GREETING=hi there"], "chdir": "/home/sandbox/work"}),
+    );
+    assert_eq!(started["type"], "process", "{started}");
+    let pid = started["pid"].as_u64().unwrap();
+    let listed = process_of(&server, &id, pid);
+    // The request's variables (not the session's), and the directory it runs in.
+    assert_eq!(listed["env"], json!(["GREETING=hi there"]), "{listed}");
+    assert_eq!(listed["cwd"], "/home/sandbox/work", "{listed}");
+    let default = background(&server, &id, &["sleep", "300"], "default");
+    assert_eq!(default["env"], json!([]), "{default}");
+    assert_eq!(default["cwd"], "/home/sandbox", "{default}");
+    // 600 KiB fit the 1 MiB buffer (the pipe takes 64 KiB of it); 600 more do not: the
+    // same bytes would fit once it reads, so the refusal is `busy`, not the request's fault.
+    let chunk = "x".repeat(600 << 10);
+    let fed = ask(
+        &server,
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": chunk}),
+    );
+    assert_eq!(fed["written"], 600 << 10, "{fed}");
+    let full = ask(
+        &server,
+        json!({"type": "session_stdin", "session": id, "pid": pid, "data": chunk}),
+    );
+    assert_eq!(full["type"], "error", "{full}");
+    assert_eq!(full["kind"], "busy", "{full}");
+    assert!(
+        full["message"].as_str().unwrap().contains("not yet read"),
+        "{full}"
+    );
+    // The session and the process are still there.
+    assert_eq!(process_of(&server, &id, pid)["running"], true);
+    close(&server, &id);
+}
+
+fn a_closed_or_ended_session_is_gone_at_once_as_not_found(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let listed = |id: &str| {
+        let list = ask(&server, json!({"type": "session_list"}));
+        assert_eq!(list["type"], "sessions", "{list}");
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|session| session["session"] == id)
+    };
+    // Closed: once `closed` is answered, the server lists it no more and knows it no
+    // more (were the check off, the runner still tearing the jail down would list it).
+    for _ in 0..5 {
+        let id = create(&server, json!({}));
+        background(&server, &id, &["sleep", "300"], "sleeper");
+        assert!(listed(&id));
+        close(&server, &id);
+        assert!(
+            !listed(&id),
+            "session {id} listed after its close was answered"
+        );
+        let again = ask(&server, json!({"type": "session_ps", "session": id}));
+        assert_eq!(again["type"], "error", "{again}");
+        assert_eq!(again["kind"], "not_found", "{again}");
+        assert!(
+            again["message"].as_str().unwrap().contains("no session"),
+            "{again}"
+        );
+    }
+    // Ended by its timeout while a request waits on it: that request is told the session
+    // ended, as `not_found` (nothing a client sends again would find it).
+    let id = create(&server, json!({"session_timeout": "2s"}));
+    let waiting = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["sleep", "300"]}),
+    );
+    assert_eq!(waiting["type"], "error", "{waiting}");
+    assert_eq!(waiting["kind"], "not_found", "{waiting}");
+    assert!(
+        waiting["message"]
+            .as_str()
+            .unwrap()
+            .contains("ended: it reached its session_timeout"),
+        "{waiting}"
+    );
+    assert!(!listed(&id));
 }

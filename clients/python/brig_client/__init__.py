@@ -656,7 +656,8 @@ def _command_result(verdict: Dict[str, Any], stdout: str, stderr: str) -> Comman
 class ProcessInfo:
     """A process of the session (`commands.list()`): `pid` (its pid in the jail),
     `tag`, `command`, `running`, and once it has ended its `status`, `exit_code` and
-    `signal`; `started_unix_ms`; output its backlog dropped (`backlog_dropped`)."""
+    `signal`; `started_unix_ms`; output its backlog dropped (`backlog_dropped`); the
+    variables its start set (`env`, `K=V`) and its working directory in the jail (`cwd`)."""
 
     pid: int
     tag: Optional[str]
@@ -668,13 +669,16 @@ class ProcessInfo:
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     backlog_dropped: int = 0
+    env: List[str] = field(default_factory=list)
+    cwd: str = ""
 
     @classmethod
     def _of(cls, reply: Dict[str, Any]) -> "ProcessInfo":
         ended = reply.get("status") or {}
         return cls(int(reply["pid"]), reply.get("tag"), list(reply.get("command", [])), bool(reply.get("running")),
                    int(reply.get("started_unix_ms", 0)), bool(reply.get("background", True)), ended.get("status"),
-                   ended.get("exit_code"), ended.get("signal"), int(reply.get("backlog_dropped", 0)))
+                   ended.get("exit_code"), ended.get("signal"), int(reply.get("backlog_dropped", 0)),
+                   list(reply.get("env", [])), str(reply.get("cwd", "")))
 
 
 class CommandHandle:

@@ -31,6 +31,10 @@ pub(super) struct SessionEntry {
     pub(super) metadata: session_meta::Metadata,
     pub(super) limits: session_meta::Limits,
     pub(super) activity: session_meta::Activity,
+    /// Its `session_close` was routed: the server knows it no more (not listed, no
+    /// request routed) while its runner tears it down, so that a client answered
+    /// `closed` never finds it again.
+    pub(super) closing: bool,
 }
 
 impl Server {
@@ -167,7 +171,7 @@ impl Server {
     ) -> Result<()> {
         let id = request.session().unwrap_or_default();
         let gone = || {
-            Error::input(format!(
+            Error::not_found(format!(
                 "brig serve: no session {id} (closed, expired or never created)"
             ))
         };
@@ -175,7 +179,9 @@ impl Server {
             .runners
             .iter_mut()
             .find_map(|runner| match &mut runner.role {
-                Role::Session(session) if session.id == id => Some((&runner.control, session)),
+                Role::Session(session) if session.id == id && !session.closing => {
+                    Some((&runner.control, session))
+                }
                 _ => None,
             })
             .ok_or_else(gone)?;
@@ -220,6 +226,9 @@ impl Server {
             session.ends_at = Instant::now() + timeout.0;
         }
         session.activity.routed(memfd);
+        if let Request::SessionClose { .. } = request {
+            session.closing = true;
+        }
         Ok(())
     }
 
@@ -271,6 +280,8 @@ impl Server {
             .runners
             .iter_mut()
             .filter_map(Runner::session_mut)
+            // Closed, or past its end (its runner is ending it): gone for its clients.
+            .filter(|session| !session.closing && session.ends_at > Instant::now())
             .filter(|session| peer.uid == 0 || peer.uid == own || peer.uid == session.owner.uid)
             .filter(|session| session_meta::matches(&session.metadata, filter))
             .map(|session| {
@@ -344,6 +355,7 @@ impl SessionEntry {
             metadata: opening.metadata.clone(),
             limits: opening.limits.clone(),
             activity: session_meta::Activity::default(),
+            closing: false,
         }
     }
 }
