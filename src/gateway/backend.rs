@@ -367,7 +367,7 @@ impl Backend {
     }
 
     /// A request whose answer is a stream of frames, relayed by a thread of its own.
-    fn stream(&self, request: &Request) -> Outcome<Stream> {
+    pub(super) fn stream(&self, request: &Request) -> Outcome<Stream> {
         let connection = self.send(request)?;
         let hangup = connection.try_clone().map_err(|err| {
             BackendError::unavailable(format!("brig gateway: duplicate a connection: {err}"))
@@ -386,7 +386,7 @@ impl Backend {
     }
 
     /// One request, one reply; an `error` reply is the call's error.
-    fn call(&self, request: &Request) -> Outcome<Value> {
+    pub(super) fn call(&self, request: &Request) -> Outcome<Value> {
         let connection = self.send(request)?;
         match read_frame(&mut FrameReader::replies(), &connection)? {
             Some(reply) => Ok(reply),
@@ -476,14 +476,16 @@ pub struct Stream {
     _hangup: Hangup,
 }
 
-/// A stream's thread: frames from the server to the channel until the end (an `exited`
-/// or `error` frame, or the server's close), or until the HTTP side hangs up.
+/// A stream's thread: frames from the server to the channel until the end (an `exited`,
+/// `watch_end`, a streamed cell's `exec` or an `error` frame, or the server's close), or
+/// until the HTTP side hangs up.
 fn relay(connection: UnixStream, frames: mpsc::Sender<Outcome<Value>>) {
     let mut reader = FrameReader::replies();
     loop {
         let (frame, last) = match read_frame(&mut reader, &connection) {
             Ok(Some(frame)) => {
-                let last = frame["type"] == "exited" || frame["type"] == "watch_end";
+                let last =
+                    ["exited", "watch_end", "exec"].contains(&frame["type"].as_str().unwrap_or(""));
                 (Ok(frame), last)
             }
             Ok(None) => (

@@ -21,6 +21,7 @@ mod connect;
 mod envd;
 mod error;
 mod files;
+mod interpreter;
 pub mod proto;
 mod rest;
 
@@ -191,10 +192,12 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     // closes the connection after the answer, under a client that may reuse it.
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
-    if port != ENVD_PORT.to_string() {
+    let to_interpreter = port == interpreter::INTERPRETER_PORT.to_string();
+    if port != ENVD_PORT.to_string() && !to_interpreter {
         envd::drain(body).await;
         return unreachable(format!(
-            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} yet"
+            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} and the code interpreter's {} yet",
+            interpreter::INTERPRETER_PORT
         ));
     }
     let owner = {
@@ -217,7 +220,11 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             return answer;
         }
     };
-    if let Some(token) = &owner.token {
+    // The interpreter SDK sends the sandbox's token only with `/execute`, not with its
+    // `/contexts` calls (E2B's own server checks none): those are reached by the
+    // sandbox's id, as E2B's.
+    let token_needed = !to_interpreter || parts.uri.path() == "/execute";
+    if let Some(token) = owner.token.as_ref().filter(|_| token_needed) {
         let given = parts
             .headers
             .get("x-access-token")
@@ -232,6 +239,9 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             )
             .into_response();
         }
+    }
+    if to_interpreter {
+        return interpreter::serve(gateway, sandbox, parts.method, parts.uri.path(), body).await;
     }
     envd::serve(
         gateway,
