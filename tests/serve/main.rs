@@ -13,6 +13,7 @@ mod bounds;
 mod client_api;
 mod clients;
 mod gateway;
+mod gateway_interpreter;
 mod server;
 mod session_cells;
 mod session_engine;
