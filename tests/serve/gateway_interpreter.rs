@@ -31,6 +31,7 @@ use std::sync::OnceLock;
 both_modes!(
     e2b_interpreter_runs_code_in_contexts,
     e2b_interpreter_over_tls_by_host_name,
+    gateway_refuses_bad_tls_files,
 );
 
 /// The code-interpreter SDK and the base SDK it runs on, pinned.
@@ -250,7 +251,7 @@ fn wildcard_certificate(dir: &TempDir) -> (PathBuf, PathBuf, PathBuf) {
         "-extfile",
         "server.ext",
     ]);
-    for file in ["ca.pem", "server.pem", "server.key", "server.ext"] {
+    for file in ["ca.pem", "ca.key", "server.pem", "server.key", "server.ext"] {
         set_mode(&path(file), 0o644);
     }
     (path("ca.pem"), path("server.pem"), path("server.key"))
@@ -327,4 +328,82 @@ fn e2b_interpreter_over_tls_by_host_name(mode: Mode) {
         );
     }
     assert_passed(Some(output_of(command)));
+}
+
+/// A certificate or key that cannot be read, or that do not go together, or one flag
+/// without the other: one line naming the flag and the fix, exit 125, nothing served.
+fn gateway_refuses_bad_tls_files(mode: Mode) {
+    if !require(
+        "openssl",
+        "apt-get install openssl",
+        program_on_path("openssl"),
+    ) {
+        return;
+    }
+    let server = Server::start(mode, &[]);
+    let dir = TempDir::new("gateway-bad-tls");
+    set_mode(dir.path(), 0o755);
+    let (ca, cert, key) = wildcard_certificate(&dir);
+    let keys = dir.file("keys", &format!("{KEY_A} alice\n"));
+    set_mode(&keys, 0o644);
+    let (ca, cert, key, keys) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+        keys.to_str().unwrap(),
+    );
+    for (tls, needles) in [
+        (vec!["--tls-cert", cert], vec!["--tls-cert needs --tls-key"]),
+        (vec!["--tls-key", key], vec!["--tls-key needs --tls-cert"]),
+        (
+            vec!["--tls-cert", keys, "--tls-key", key],
+            vec![
+                "--tls-cert",
+                "no CERTIFICATE",
+                "give the server's certificate",
+            ],
+        ),
+        (
+            vec!["--tls-cert", cert, "--tls-key", ca],
+            vec!["--tls-key", "cannot read a PEM private key"],
+        ),
+        (
+            vec!["--tls-cert", cert, "--tls-key", "/nonexistent/key.pem"],
+            vec!["--tls-key /nonexistent/key.pem", "cannot read"],
+        ),
+    ] {
+        let mut args = vec![
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--server",
+            server.socket(),
+            "--api-keys",
+            keys,
+        ];
+        args.extend_from_slice(&tls);
+        let output = run(mode, &args);
+        assert_code(&output, 125);
+        assert_one_line_error(&output, &needles);
+        assert!(output.stdout.is_empty(), "{}", describe(&output));
+    }
+    // A key that is a key, but of another certificate (the CA's).
+    let output = run(
+        mode,
+        &[
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--server",
+            server.socket(),
+            "--api-keys",
+            keys,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            &ca.replace("ca.pem", "ca.key"),
+        ],
+    );
+    assert_code(&output, 125);
+    assert_one_line_error(&output, &["--tls-key", "does not go with --tls-cert"]);
 }
