@@ -7,7 +7,8 @@
 //!   with name, value and traceback, `on_stdout` streaming, a matplotlib figure as PNG
 //!   without savefig, `envs`, contexts in python, javascript and bash (create, list,
 //!   restart, remove), an unknown context and a bad language refused with the SDK's
-//!   errors;
+//!   errors; a secure sandbox's `/execute` without its token, or with another, refused
+//!   (401, the cell never runs), and one for a sandbox that does not exist 502;
 //! - over TLS (`--tls-cert`, `--tls-key`: a test CA and a certificate for `*.brig.test`
 //!   made with openssl), with the SDK trusting the CA by `SSL_CERT_FILE` and resolving
 //!   `*.brig.test` through a DNS stub of the script's own, named by a `/etc/resolv.conf`
@@ -132,6 +133,20 @@ try:
     raise SystemExit("an unknown language ran a cell")
 except SandboxException as err:
     assert "400" in str(err) and "language" in str(err), err
+
+# A secure sandbox's cells need its token: without it, or with another, 401; the
+# attack's cell never runs (no file appears). A sandbox that does not exist: 502.
+import httpx
+url = sys.argv[1] + "/execute"
+headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"}
+cell = {"code": "open('attacked', 'w').close()"}
+for token in [None, "0" * 32]:
+    sent = dict(headers, **({"X-Access-Token": token} if token else {}))
+    answer = httpx.post(url, json=cell, headers=sent)
+    assert answer.status_code == 401 and "X-Access-Token" in answer.text, (answer.status_code, answer.text)
+assert sbx.run_code("import os; os.path.exists('attacked')").text == "False"
+answer = httpx.post(url, json=cell, headers=dict(headers, **{"E2b-Sandbox-Id": "0" * 32}))
+assert answer.status_code == 502, (answer.status_code, answer.text)
 
 sbx.kill()
 print("PASS")
