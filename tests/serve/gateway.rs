@@ -153,7 +153,11 @@ impl Gateway {
     /// `script` run by the SDK's python with only the three variables set (and the key
     /// given), with the gateway's URL as `sys.argv[1]`.
     fn sdk(&self, key: &str, script: &str) -> Option<Output> {
-        let python = sdk_python()?;
+        Some(self.sdk_of(sdk_python()?, key, script))
+    }
+
+    /// `script` run by `python` (a venv with an E2B SDK) as [`Gateway::sdk`] runs it.
+    pub(crate) fn sdk_of(&self, python: &Path, key: &str, script: &str) -> Output {
         let mut command = Command::new(python);
         command
             .args(["-c", script, &self.url])
@@ -163,7 +167,7 @@ impl Gateway {
             .env("E2B_SANDBOX_URL", &self.url)
             .env("E2B_API_KEY", key)
             .stdin(Stdio::null());
-        Some(output_of(command))
+        output_of(command)
     }
 }
 
