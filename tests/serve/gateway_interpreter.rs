@@ -4,7 +4,8 @@
 //!
 //! - by the SDK's `E2B_SANDBOX_URL` form (plain HTTP, its `E2b-Sandbox-Id` /
 //!   `E2b-Sandbox-Port: 49999` headers): `run_code` with state across calls, an error
-//!   with name, value and traceback, `on_stdout` streaming, a matplotlib figure as PNG
+//!   with name, value and traceback, `on_stdout` streaming, the SDK's `timeout`
+//!   interrupting a cell (its state kept), a matplotlib figure as PNG
 //!   without savefig, `envs`, contexts in python, javascript and bash (create, list,
 //!   restart, remove), an unknown context and a bad language refused with the SDK's
 //!   errors; a secure sandbox's `/execute` without its token, or with another, refused
@@ -86,6 +87,17 @@ streamed = sbx.run_code(
 )
 assert seen[0] == "first\n" and "".join(seen) == "first\nsecond\n", seen
 assert "".join(streamed.logs.stdout) == "first\nsecond\n", streamed.logs
+
+# The SDK's timeout: it hangs up, which interrupts the cell (a file it would write after
+# the sleep never appears); the context and its state stay.
+from e2b import TimeoutException
+try:
+    sbx.run_code("import time\ntime.sleep(30)\nopen('slept', 'w').close()", timeout=1)
+    raise SystemExit("a cell past its timeout raised nothing")
+except TimeoutException:
+    pass
+assert sbx.run_code("x").text == "41"
+assert sbx.run_code("import os; os.path.exists('slept')").text == "False"
 
 # envs: set for the cell, gone after it.
 assert sbx.run_code("import os; os.environ.get('COLOR')", envs={"COLOR": "teal"}).text == "'teal'"
