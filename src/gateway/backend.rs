@@ -285,8 +285,13 @@ impl Backend {
         })
     }
 
+    /// One request, one reply, as the protocol's JSON; an `error` reply is the call's error.
+    pub(super) fn call(&self, request: &Request) -> Outcome<Value> {
+        Ok(json(&self.client.request(request)?))
+    }
+
     /// A request whose answer is a stream of frames, relayed by a thread of its own.
-    fn stream(&self, request: &Request) -> Outcome<Stream> {
+    pub(super) fn stream(&self, request: &Request) -> Outcome<Stream> {
         let frames = self.client.open(request)?;
         let hangup = frames.hang_up_handle()?;
         let (sender, receiver) = mpsc::channel(STREAM_FRAMES);
@@ -360,7 +365,9 @@ fn relay(mut frames: Frames, sender: mpsc::Sender<Outcome<Value>>) {
             Ok(Some(frame)) => {
                 let last = matches!(
                     frame,
-                    SessionReply::Exited(_) | SessionReply::WatchEnd { .. }
+                    SessionReply::Exited(_)
+                        | SessionReply::WatchEnd { .. }
+                        | SessionReply::Exec(_)
                 );
                 (Ok(json(&frame)), last)
             }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Clone, Debug)]
 pub struct GatewayArgs {
-    /// The address to serve E2B's API on (plain HTTP/1.1 and h2c: keep it on loopback or
-    /// behind a TLS ingress), e.g. 127.0.0.1:3000 (port 0: any free port, printed).
+    /// The address to serve E2B's API on, e.g. 127.0.0.1:3000 (port 0: any free port,
+    /// printed): HTTP/1.1 and h2c (keep it on loopback or behind a TLS ingress), or TLS
+    /// with --tls-cert and --tls-key.
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: SocketAddr,
 
@@ -28,6 +29,16 @@ pub struct GatewayArgs {
     /// --max-sessions still holds for all tenants together).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_sandboxes_per_tenant: usize,
+
+    /// Serve TLS (HTTP/1.1 and HTTP/2 by ALPN) with this certificate chain (PEM, the
+    /// server's first; for the code-interpreter SDK's host form, one for `*.DOMAIN`).
+    /// Needs --tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The tenants, by API key.

@@ -21,8 +21,10 @@ mod connect;
 mod envd;
 mod error;
 mod files;
+mod interpreter;
 pub mod proto;
 mod rest;
+mod tls;
 
 pub use config::{ApiKeys, GatewayArgs};
 
@@ -55,6 +57,20 @@ pub struct Gateway {
 /// as configured.
 pub fn run(args: GatewayArgs) -> Result<i32> {
     let keys = ApiKeys::read(&args.api_keys)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(Error::input(
+                "--tls-cert needs --tls-key: give the certificate's private key too",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::input(
+                "--tls-key needs --tls-cert: give the certificate it is the key of too",
+            ));
+        }
+    };
     // Each connection holds a descriptor (each stream one more): a shell's soft limit
     // (often 1,024) would refuse clients after about a thousand idle ones.
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -87,10 +103,14 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         .enable_all()
         .build()
         .map_err(|err| Error::setup(format!("brig gateway: start tokio's runtime: {err}")))?;
-    runtime.block_on(serve(args, gateway))
+    runtime.block_on(serve(args, gateway, tls))
 }
 
-async fn serve(args: GatewayArgs, gateway: Arc<Gateway>) -> Result<i32> {
+async fn serve(
+    args: GatewayArgs,
+    gateway: Arc<Gateway>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<i32> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|err| {
@@ -109,22 +129,35 @@ async fn serve(args: GatewayArgs, gateway: Arc<Gateway>) -> Result<i32> {
             to_sandbox,
         ))
         .with_state(gateway);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     {
         use std::io::Write;
         // Scripts (and the tests) read the address, the port when it was 0.
         let mut stdout = std::io::stdout();
-        let _ = writeln!(stdout, "brig gateway: listening on http://{address}");
+        let _ = writeln!(stdout, "brig gateway: listening on {scheme}://{address}");
         let _ = stdout.flush();
     }
-    // Nagle's algorithm would hold each small frame of a stream (an envelope after the
-    // headers) until the client's delayed ACK, 40 ms a time.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
-        let _ = connection.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop_signal())
-        .await
-        .map_err(|err| Error::setup(format!("brig gateway: serve on {address}: {err}")))?;
+    let served = match tls {
+        Some(acceptor) => {
+            let listener = tls::TlsListener::new(listener, acceptor).map_err(|err| {
+                Error::setup(format!("brig gateway: read the listener's address: {err}"))
+            })?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop_signal())
+                .await
+        }
+        None => {
+            // Nagle's algorithm would hold each small frame of a stream (an envelope
+            // after the headers) until the client's delayed ACK, 40 ms a time.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+                let _ = connection.set_nodelay(true);
+            });
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stop_signal())
+                .await
+        }
+    };
+    served.map_err(|err| Error::setup(format!("brig gateway: serve on {address}: {err}")))?;
     Ok(0)
 }
 
@@ -191,10 +224,12 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     // closes the connection after the answer, under a client that may reuse it.
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
-    if port != ENVD_PORT.to_string() {
+    let to_interpreter = port == interpreter::INTERPRETER_PORT.to_string();
+    if port != ENVD_PORT.to_string() && !to_interpreter {
         envd::drain(body).await;
         return unreachable(format!(
-            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} yet"
+            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} and the code interpreter's {} yet",
+            interpreter::INTERPRETER_PORT
         ));
     }
     let owner = {
@@ -217,7 +252,11 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             return answer;
         }
     };
-    if let Some(token) = &owner.token {
+    // The interpreter SDK sends the sandbox's token only with `/execute`, not with its
+    // `/contexts` calls (E2B's own server checks none): those are reached by the
+    // sandbox's id, as E2B's.
+    let token_needed = !to_interpreter || parts.uri.path() == "/execute";
+    if let Some(token) = owner.token.as_ref().filter(|_| token_needed) {
         let given = parts
             .headers
             .get("x-access-token")
@@ -232,6 +271,9 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             )
             .into_response();
         }
+    }
+    if to_interpreter {
+        return interpreter::serve(gateway, sandbox, parts.method, parts.uri.path(), body).await;
     }
     envd::serve(
         gateway,

@@ -34,16 +34,25 @@ both_modes!(
 /// come from, proto/e2b-envd/README.md).
 const E2B_SDK: &str = "e2b==2.45.1";
 
-pub(super) const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
+pub(crate) const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
 const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
 
 /// The venv's python with the pinned SDK, installed at the first call (by one test; the
 /// others wait), in a directory named after the version, kept between runs.
 fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let python = PYTHON.get_or_init(|| {
+    pinned_python(&PYTHON, &[E2B_SDK])
+}
+
+/// A venv's python with `packages` (pinned) from PyPI, made at the first call for `cell`
+/// (by one test; the others wait), in a directory named after them, kept between runs.
+pub(crate) fn pinned_python(
+    cell: &'static OnceLock<Option<PathBuf>>,
+    packages: &[&str],
+) -> Option<&'static Path> {
+    let python = cell.get_or_init(|| {
         let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("venv-{}", E2B_SDK.replace("==", "-")));
+            .join(format!("venv-{}", packages.join("-").replace("==", "-")));
         let python = venv.join("bin/python");
         if python.exists() {
             return Some(python);
@@ -65,8 +74,8 @@ fn sdk_python() -> Option<&'static Path> {
                     "install",
                     "--quiet",
                     "--disable-pip-version-check",
-                    E2B_SDK,
                 ])
+                .args(packages)
                 .status()
                 .is_ok_and(|status| status.success());
         if made && (std::fs::rename(&building, &venv).is_ok() || python.exists()) {
@@ -76,10 +85,11 @@ fn sdk_python() -> Option<&'static Path> {
         let _ = std::fs::remove_dir_all(&building);
         None
     });
+    let packages = packages.join(" ");
     let found = require(
-        &format!("the E2B SDK ({E2B_SDK}, from PyPI)"),
+        &format!("E2B's SDK ({packages}, from PyPI)"),
         &format!(
-            "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once for `pip install {E2B_SDK}` (kept under the target directory)"
+            "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once for `pip install {packages}` (kept under the target directory)"
         ),
         python.is_some(),
     );
@@ -88,19 +98,24 @@ fn sdk_python() -> Option<&'static Path> {
 
 /// A `brig gateway` started by the test in front of `server`, stopped (SIGTERM, then
 /// waited for: exit 0) when dropped.
-pub(super) struct Gateway {
+pub(crate) struct Gateway {
     running: Option<Running>,
-    pub(super) url: String,
+    pub(crate) url: String,
     _keys: TempDir,
 }
 
 impl Gateway {
-    pub(super) fn start(mode: Mode, server: &Server) -> Gateway {
+    pub(crate) fn start(mode: Mode, server: &Server) -> Gateway {
         Gateway::start_with(mode, server, &[])
     }
 
     /// A gateway with `extra` options.
-    fn start_with(mode: Mode, server: &Server, extra: &[&str]) -> Gateway {
+    pub(crate) fn start_with(mode: Mode, server: &Server, extra: &[&str]) -> Gateway {
+        Gateway::start_at(mode, server, "127.0.0.1:0", extra)
+    }
+
+    /// A gateway listening on `listen`, with `extra` options.
+    pub(crate) fn start_at(mode: Mode, server: &Server, listen: &str, extra: &[&str]) -> Gateway {
         let keys = TempDir::new("gateway-keys");
         let file = keys.file(
             "keys",
@@ -109,7 +124,7 @@ impl Gateway {
         let mut args = vec![
             "gateway",
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--server",
             server.socket(),
             "--api-keys",
@@ -138,7 +153,11 @@ impl Gateway {
     /// `script` run by the SDK's python with only the three variables set (and the key
     /// given), with the gateway's URL as `sys.argv[1]`.
     fn sdk(&self, key: &str, script: &str) -> Option<Output> {
-        let python = sdk_python()?;
+        Some(self.sdk_of(sdk_python()?, key, script))
+    }
+
+    /// `script` run by `python` (a venv with an E2B SDK) as [`Gateway::sdk`] runs it.
+    pub(crate) fn sdk_of(&self, python: &Path, key: &str, script: &str) -> Output {
         let mut command = Command::new(python);
         command
             .args(["-c", script, &self.url])
@@ -148,7 +167,7 @@ impl Gateway {
             .env("E2B_SANDBOX_URL", &self.url)
             .env("E2B_API_KEY", key)
             .stdin(Stdio::null());
-        Some(output_of(command))
+        output_of(command)
     }
 }
 
@@ -179,7 +198,7 @@ fn with_args(script: &str, args: &[&str]) -> String {
 }
 
 /// The script passed (it printed PASS last).
-fn assert_passed(output: Option<Output>) {
+pub(crate) fn assert_passed(output: Option<Output>) {
     let Some(output) = output else { return };
     let out = assert_success(&output);
     assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));

@@ -14,6 +14,7 @@ mod client_api;
 mod clients;
 mod gateway;
 mod gateway_node;
+mod gateway_interpreter;
 mod server;
 mod session_cells;
 mod session_engine;
