@@ -1,0 +1,374 @@
+//! Secrets that never enter the jail (`--secret NAME=env:VAR|file:PATH`,
+//! `--secret-host NAME=HOST[:PORT]`, `--upstream-ca FILE`): inside the jail `NAME` holds a
+//! random per-run placeholder; for a host entitled to the secret brig terminates the
+//! jail's TLS with a leaf signed by a certificate authority made for this jail at start
+//! (in memory only; the jail trusts it through its synthesized CA bundle), swaps the
+//! placeholder in each request head for the real value (`forward::terminate`), and
+//! connects upstream with rustls, verifying the real certificate against the host's roots
+//! plus `--upstream-ca`. Every other connection is relayed as before, never decrypted.
+//!
+//! The real values live only here, in the supervisor's memory: nothing that is printed,
+//! serialized (`brig check`, the verdict) or written shows them.
+
+use crate::error::{Error, Result};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Serialize, Serializer};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Where the jail finds its CA bundle (the host's roots and the jail's own CA).
+pub const CA_BUNDLE: &str = "/etc/brig-ca-bundle.pem";
+/// The variables that point common TLS clients at [`CA_BUNDLE`].
+pub const CA_VARIABLES: [&str; 4] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+];
+/// The host's bundle the jail's one starts from, when it has one.
+const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// One secret: its name in the jail, the value that replaces the placeholder, and the
+/// hosts entitled to it.
+pub struct Secret {
+    pub name: String,
+    value: String,
+    pub placeholder: String,
+    /// (host, port; None: any port).
+    pub hosts: Vec<(String, Option<u16>)>,
+}
+
+impl Secret {
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    pub fn entitles(&self, host: &str, port: u16) -> bool {
+        self.hosts
+            .iter()
+            .any(|(name, only)| name == host && only.is_none_or(|only| only == port))
+    }
+}
+
+/// The jail's secrets, its CA, the leaves it signed (one per host, cached) and the
+/// upstream trust.
+pub struct Secrets {
+    pub secrets: Vec<Secret>,
+    /// `--secret-strict`: a placeholder sent to a host not entitled to it ends the
+    /// connection.
+    pub strict: bool,
+    ca: Issuer<'static, KeyPair>,
+    ca_pem: String,
+    upstream: Arc<ClientConfig>,
+    leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self.secrets.iter().map(|s| s.name.as_str()).collect();
+        write!(f, "Secrets({names:?})")
+    }
+}
+
+/// `brig check` and the plan show each secret by name and host, never its value.
+impl Serialize for Secrets {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        struct Shown<'a>(&'a Secret);
+        impl Serialize for Shown<'_> {
+            fn serialize<S: Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                let hosts: Vec<String> = self
+                    .0
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| match port {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host.clone(),
+                    })
+                    .collect();
+                let mut shown = serializer.serialize_struct("Secret", 2)?;
+                shown.serialize_field("name", &self.0.name)?;
+                shown.serialize_field("hosts", &hosts)?;
+                shown.end()
+            }
+        }
+        let mut seq = serializer.serialize_seq(Some(self.secrets.len()))?;
+        for secret in &self.secrets {
+            seq.serialize_element(&Shown(secret))?;
+        }
+        seq.end()
+    }
+}
+
+/// The policy's secrets as `brig check` shows them.
+pub fn shown<S: Serializer>(
+    secrets: &Option<Arc<Secrets>>,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match secrets {
+        Some(secrets) => secrets.as_ref().serialize(serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// What the operator asked for, before anything is read.
+pub struct Asked<'a> {
+    pub secret: &'a [String],
+    pub secret_host: &'a [String],
+    pub upstream_ca: Option<&'a Path>,
+    pub strict: bool,
+}
+
+impl Secrets {
+    /// Reads each secret's value, checks every flag (one-line errors naming the flag and
+    /// the fix), makes the jail's CA and the upstream trust. None: no `--secret`.
+    pub fn plan(asked: &Asked) -> Result<Option<Secrets>> {
+        if asked.secret.is_empty() {
+            if let Some(text) = asked.secret_host.first() {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret names it; add --secret NAME=env:VAR or --secret NAME=file:PATH"
+                )));
+            }
+            return Ok(None);
+        }
+        let mut secrets: Vec<Secret> = Vec::new();
+        for text in asked.secret {
+            let secret = read_secret(text)?;
+            if secrets.iter().any(|earlier| earlier.name == secret.name) {
+                return Err(Error::input(format!(
+                    "--secret {text}: {} is given twice; give each secret once",
+                    secret.name
+                )));
+            }
+            secrets.push(secret);
+        }
+        for text in asked.secret_host {
+            let (name, host) = text.split_once('=').ok_or_else(|| {
+                Error::input(format!(
+                    "--secret-host {text}: expected NAME=HOST[:PORT], e.g. API_KEY=api.example.com"
+                ))
+            })?;
+            let entitled = parse_host(host).map_err(|why| {
+                Error::input(format!("--secret-host {text}: {why}"))
+            })?;
+            let Some(secret) = secrets.iter_mut().find(|secret| secret.name == name) else {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
+                )));
+            };
+            secret.hosts.push(entitled);
+        }
+        if let Some(secret) = secrets.iter().find(|secret| secret.hosts.is_empty()) {
+            return Err(Error::input(format!(
+                "--secret {}: no host is entitled to it; add --secret-host {}=HOST",
+                secret.name, secret.name
+            )));
+        }
+        let (ca, ca_pem) =
+            make_ca().map_err(|err| Error::setup(format!("making the jail's CA: {err}")))?;
+        let upstream = upstream_config(asked.upstream_ca)?;
+        Ok(Some(Secrets {
+            secrets,
+            strict: asked.strict,
+            ca,
+            ca_pem,
+            upstream,
+            leaves: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
+    pub fn terminates(&self, host: &str, port: u16) -> bool {
+        self.secrets.iter().any(|secret| secret.entitles(host, port))
+    }
+
+    /// The jail's CA bundle: the host's roots (when it has a bundle) and the jail's CA.
+    pub fn ca_bundle(&self) -> String {
+        let mut bundle = std::fs::read_to_string(HOST_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str(&self.ca_pem);
+        bundle
+    }
+
+    /// The environment the jail gets: each secret's placeholder, and the CA variables.
+    pub fn environment(&self) -> Vec<String> {
+        let mut env: Vec<String> = self
+            .secrets
+            .iter()
+            .map(|secret| format!("{}={}", secret.name, secret.placeholder))
+            .collect();
+        env.extend(CA_VARIABLES.iter().map(|var| format!("{var}={CA_BUNDLE}")));
+        env
+    }
+
+    pub fn upstream(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.upstream)
+    }
+
+    /// The server side brig shows the jail for `host`: a leaf for that name signed by the
+    /// jail's CA, made once per host.
+    pub fn leaf(&self, host: &str) -> std::result::Result<Arc<ServerConfig>, String> {
+        let mut leaves = self.leaves.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(config) = leaves.get(host) {
+            return Ok(Arc::clone(config));
+        }
+        let made = || -> std::result::Result<ServerConfig, Box<dyn std::error::Error>> {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(vec![host.to_string()])?;
+            params.distinguished_name.push(DnType::CommonName, host);
+            let cert = params.signed_by(&key, &self.ca)?;
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+            let config = ServerConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.der().clone()], key)?;
+            Ok(config)
+        };
+        let mut config = made().map_err(|err| format!("making the jail's certificate for {host}: {err}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        leaves.insert(host.to_string(), Arc::clone(&config));
+        Ok(config)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `NAME=env:VAR` or `NAME=file:PATH`, read now.
+fn read_secret(text: &str) -> Result<Secret> {
+    let usage = "expected NAME=env:VAR or NAME=file:PATH, e.g. API_KEY=env:API_KEY";
+    let (name, source) = text
+        .split_once('=')
+        .ok_or_else(|| Error::input(format!("--secret {text}: {usage}")))?;
+    let valid_name = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid_name {
+        return Err(Error::input(format!(
+            "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
+        )));
+    }
+    let value = if let Some(var) = source.strip_prefix("env:") {
+        std::env::var(var).map_err(|_| {
+            Error::input(format!(
+                "--secret {name}=env:{var}: {var} is not set in brig's environment; export it first"
+            ))
+        })?
+    } else if let Some(path) = source.strip_prefix("file:") {
+        let read = std::fs::read_to_string(path).map_err(|err| {
+            Error::input(format!(
+                "--secret {name}=file:{path}: cannot read it ({err}); give a readable file"
+            ))
+        })?;
+        read.trim_end_matches(['\n', '\r']).to_string()
+    } else {
+        return Err(Error::input(format!("--secret {text}: {usage}")));
+    };
+    if value.is_empty() || value.contains(['\r', '\n', '\0']) {
+        return Err(Error::input(format!(
+            "--secret {name}: the value is empty or holds a line break or NUL; give one line"
+        )));
+    }
+    Ok(Secret {
+        name: name.to_string(),
+        value,
+        placeholder: placeholder(name),
+        hosts: Vec::new(),
+    })
+}
+
+/// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits of the kernel's
+/// randomness (the seed of the jail's CA key is from the same source).
+fn placeholder(name: &str) -> String {
+    let mut random = [0u8; 16];
+    // getrandom(2) through std's hasher seed is not enough; read the kernel's pool.
+    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = file.read_exact(&mut random);
+    }
+    let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("brig-secret-{}-{hex}", name.to_ascii_lowercase())
+}
+
+fn parse_host(text: &str) -> std::result::Result<(String, Option<u16>), String> {
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) => {
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port > 0)
+                .ok_or_else(|| format!("{port:?} is not a port; give 1-65535"))?;
+            (host, Some(port))
+        }
+        None => (text, None),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if !valid {
+        return Err(format!(
+            "{host:?} is not a host name; give a name like api.example.com"
+        ));
+    }
+    Ok((host, port))
+}
+
+fn make_ca() -> std::result::Result<(Issuer<'static, KeyPair>, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "brig jail CA (this run only)");
+    let cert = params.self_signed(&key)?;
+    Ok((Issuer::new(params, key), cert.pem()))
+}
+
+/// rustls for the upstream side: the host's roots plus `--upstream-ca`.
+fn upstream_config(upstream_ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = upstream_ca {
+        let shown = path.display();
+        let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect())
+            .map_err(|err| {
+                Error::input(format!(
+                    "--upstream-ca {shown}: cannot read PEM certificates ({err}); give a PEM file of CA certificates"
+                ))
+            })?;
+        if certs.is_empty() {
+            return Err(Error::input(format!(
+                "--upstream-ca {shown}: holds no certificate; give a PEM file of CA certificates"
+            )));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|err| {
+                Error::input(format!(
+                    "--upstream-ca {shown}: a certificate is not usable as a root ({err})"
+                ))
+            })?;
+        }
+    }
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| Error::setup(format!("rustls: {err}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
