@@ -1,0 +1,150 @@
+//! `--secret`: a key the jail uses without ever holding it. curl in the jail sends
+//! `Authorization: Bearer $API_KEY` to the tests' TLS server (its CA given to brig by
+//! `--upstream-ca`); brig terminates that TLS with the jail's own CA, puts the real value
+//! in the header, and connects upstream verifying the server's certificate. The server
+//! sees the value; the jail's environment, /proc/PID/environ and files, the verdict and
+//! brig's stderr never do. A server brig cannot verify is refused.
+
+use crate::common;
+
+use common::limits::jail_with_verdict;
+use common::net::{Servers, require_tun};
+use common::*;
+use serde_json::Value;
+
+both_modes!(
+    a_secret_reaches_the_entitled_host_and_never_the_jail,
+    an_upstream_brig_cannot_verify_is_refused,
+);
+
+const WEB: &str = "web.test";
+
+/// A value no test prints by accident: the pid and the time.
+fn real_value() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("sk-real-{}-{nanos}", std::process::id())
+}
+
+/// `--add-host`, `--allow-net` for the TLS server, and the secret API_KEY entitled to it,
+/// read from a file of `dir`.
+fn secret_args(servers: &Servers, dir: &TempDir, value: &str) -> Vec<String> {
+    let file = dir.file("api-key", &format!("{value}\n"));
+    vec![
+        "--add-host".into(),
+        format!("{WEB}:127.0.0.1"),
+        "--allow-net".into(),
+        format!("{WEB}:{}", servers.tls),
+        "--secret".into(),
+        format!("API_KEY=file:{}", file.display()),
+        "--secret-host".into(),
+        format!("API_KEY={WEB}:{}", servers.tls),
+    ]
+}
+
+fn strs(owned: &[String]) -> Vec<&str> {
+    owned.iter().map(String::as_str).collect()
+}
+
+/// The server's log lines of requests that carried an Authorization header.
+fn authorizations(servers: &Servers) -> Vec<String> {
+    servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| entry["authorization"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn a_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let value = real_value();
+    let mut args = secret_args(&servers, &dir, &value);
+    args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
+    // curl finds the jail's CA through CURL_CA_BUNDLE; then everything the jail can see
+    // of itself: its environment, its processes' environ, the files it could read.
+    let script = format!(
+        "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host && echo && \
+         echo \"placeholder=$API_KEY\" && env && cat /proc/[0-9]*/environ | tr '\\0' '\\n' && \
+         grep -rl -- \"$API_KEY\" /etc /tmp \"$HOME\" 2>/dev/null; echo files-done",
+        tls = servers.tls
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert!(
+        out.starts_with(&format!("{WEB}:{}\n", servers.tls)),
+        "{}",
+        describe(&done.output)
+    );
+    assert!(out.contains("placeholder=brig-secret-api_key-"), "{out}");
+    assert!(out.contains("files-done"), "{out}");
+    // The server got the real value, in the header, exactly once.
+    assert_eq!(
+        authorizations(&servers),
+        vec![format!("Bearer {value}")],
+        "{:?}",
+        servers.log()
+    );
+    // Nothing the jail or the operator sees holds it.
+    let stderr = String::from_utf8_lossy(&done.output.stderr);
+    for (what, text) in [
+        ("the jail's output", out.as_str()),
+        ("brig's stderr", &stderr),
+        ("the verdict", &verdict.to_string()),
+    ] {
+        assert!(!text.contains(&value), "{what} holds the secret: {text}");
+    }
+    // The connection was relayed (and judged) like any other.
+    let connections = verdict["network"]["connections"].as_array().unwrap();
+    assert!(
+        connections
+            .iter()
+            .any(|entry| entry["name"] == WEB && entry["allowed"] == true),
+        "{verdict}"
+    );
+}
+
+/// Without `--upstream-ca` the tests' server has a certificate from a CA brig does not
+/// trust (for the verifier the same case as a self-signed one): brig refuses the
+/// connection, the jail's curl fails, and the value never leaves brig.
+fn an_upstream_brig_cannot_verify_is_refused(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let value = real_value();
+    let args = secret_args(&servers, &dir, &value);
+    let script = format!(
+        "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host; echo curl=$?",
+        tls = servers.tls
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    // curl: 35 (TLS connect error) or 56 (receive failure): the jail saw the reset.
+    assert!(
+        out.contains("curl=35") || out.contains("curl=56"),
+        "{}",
+        describe(&done.output)
+    );
+    assert!(authorizations(&servers).is_empty(), "{:?}", servers.log());
+    let refused = verdict["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["name"] == WEB && entry["allowed"] == false)
+        .unwrap_or_else(|| panic!("no refused connection: {verdict}"))
+        .clone();
+    let reason = refused["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("upstream TLS of web.test") && reason.contains("--upstream-ca"),
+        "{verdict}"
+    );
+    assert!(!verdict.to_string().contains(&value), "{verdict}");
+}
