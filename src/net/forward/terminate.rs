@@ -30,6 +30,8 @@ pub struct Terminator {
     /// Decrypted jail bytes not yet judged.
     plain: Vec<u8>,
     host_finished: bool,
+    /// The jail sent its close_notify.
+    jail_closed: bool,
     /// Why the connection must end (a request for another host, an untrusted upstream).
     pub refusal: Option<String>,
     /// `secret placeholder sent to HOST, not entitled` (once per secret).
@@ -56,6 +58,7 @@ impl Terminator {
             inspector: Inspector::new(Expect::Web),
             plain: Vec::new(),
             host_finished: false,
+            jail_closed: false,
             refusal: None,
             reports: Vec::new(),
         })
@@ -80,7 +83,14 @@ impl Terminator {
         let mut buffer = [0u8; 16 * 1024];
         loop {
             match self.jail_side.reader().read(&mut buffer) {
-                Ok(0) => break,
+                Ok(0) => {
+                    // The jail's close_notify: pass the orderly close on.
+                    if !self.jail_closed {
+                        self.jail_closed = true;
+                        self.host_side.send_close_notify();
+                    }
+                    break;
+                }
                 Ok(count) => self.plain.extend_from_slice(&buffer[..count]),
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                 Err(err) => return Err(err),
@@ -108,6 +118,11 @@ impl Terminator {
                 Ok(count) => {
                     read += count;
                     if let Err(err) = self.host_side.process_new_packets() {
+                        // Past the handshake the host is verified: a TLS error then
+                        // ends the connection like a reset, it is no refusal.
+                        if !self.host_side.is_handshaking() {
+                            return Err(io::Error::other(err));
+                        }
                         return Err(self.refuse(format!(
                             "the upstream TLS of {}: {err} (brig verifies it against the host's roots and --upstream-ca)",
                             self.host
