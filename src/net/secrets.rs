@@ -189,6 +189,14 @@ impl Secrets {
         self.secrets.iter().any(|secret| secret.entitles(host, port))
     }
 
+    /// The secrets whose placeholder appears in `bytes` (a request head).
+    pub fn sent_in(&self, bytes: &[u8]) -> Vec<&Secret> {
+        self.secrets
+            .iter()
+            .filter(|secret| find(bytes, secret.placeholder.as_bytes()).is_some())
+            .collect()
+    }
+
     /// The jail's CA bundle: the host's roots (when it has a bundle) and the jail's CA.
     pub fn ca_bundle(&self) -> String {
         let mut bundle = std::fs::read_to_string(HOST_BUNDLE).unwrap_or_default();
@@ -239,6 +247,24 @@ impl Secrets {
         leaves.insert(host.to_string(), Arc::clone(&config));
         Ok(config)
     }
+}
+
+/// What the verdict and stderr say when a placeholder went where its secret is not
+/// entitled (it went on unchanged).
+pub fn not_entitled(secret: &Secret, host: &str) -> String {
+    format!(
+        "secret placeholder sent to {host}, not entitled ({}); add --secret-host {}={host} if it should be",
+        secret.name, secret.name
+    )
+}
+
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

@@ -15,6 +15,8 @@ use serde_json::Value;
 both_modes!(
     a_secret_reaches_the_entitled_host_and_never_the_jail,
     an_upstream_brig_cannot_verify_is_refused,
+    a_placeholder_sent_where_it_is_not_entitled_goes_unchanged_and_is_reported,
+    with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused,
 );
 
 const WEB: &str = "web.test";
@@ -147,4 +149,114 @@ fn an_upstream_brig_cannot_verify_is_refused(mode: Mode) {
         "{verdict}"
     );
     assert!(!verdict.to_string().contains(&value), "{verdict}");
+}
+
+/// API_KEY entitled to web.test (TLS), OTHER to other.test (TLS), both read from files;
+/// web.test's cleartext port allowed too. The jail sends OTHER's placeholder to web.test
+/// over TLS (decrypted, for API_KEY) and API_KEY's over cleartext HTTP.
+fn misdirected(mode: Mode, strict: bool) -> (String, Value, Vec<String>, [String; 2]) {
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let (value, other) = (real_value(), format!("{}-other", real_value()));
+    let mut args = secret_args(&servers, &dir, &value);
+    let other_file = dir.file("other-key", &other);
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--allow-net".into(),
+        format!("{WEB}:{}", servers.http),
+        "--add-host".into(),
+        "other.test:127.0.0.1".into(),
+        "--allow-net".into(),
+        format!("other.test:{}", servers.tls),
+        "--secret".into(),
+        format!("OTHER=file:{}", other_file.display()),
+        "--secret-host".into(),
+        format!("OTHER=other.test:{}", servers.tls),
+    ]);
+    if strict {
+        args.push("--secret-strict".into());
+    }
+    let script = format!(
+        "echo \"$API_KEY $OTHER\"; \
+         curl -sS -H \"Authorization: Bearer $OTHER\" https://{WEB}:{tls}/host; echo \" tls=$?\"; \
+         curl -sS -H \"Authorization: Bearer $API_KEY\" http://{WEB}:{http}/host; echo \" http=$?\"",
+        tls = servers.tls,
+        http = servers.http
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    let stderr = String::from_utf8_lossy(&done.output.stderr).to_string();
+    for text in [&out, &stderr, &verdict.to_string()] {
+        assert!(!text.contains(&value) && !text.contains(&other), "{text}");
+    }
+    let seen = authorizations(&servers);
+    let placeholders: Vec<&str> = out.lines().next().unwrap_or_default().split(' ').collect();
+    assert_eq!(placeholders.len(), 2, "{out}");
+    let placeholders = [placeholders[0].to_string(), placeholders[1].to_string()];
+    for authorization in &seen {
+        assert!(
+            !authorization.contains(&value) && !authorization.contains(&other),
+            "a value reached a host not entitled to it: {seen:?}"
+        );
+    }
+    (format!("{out}{stderr}"), verdict, seen, placeholders)
+}
+
+fn a_placeholder_sent_where_it_is_not_entitled_goes_unchanged_and_is_reported(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let (output, verdict, seen, [api_key, other]) = misdirected(mode, false);
+    assert!(
+        output.contains(&format!("{WEB}:")) && output.contains(" tls=0") && output.contains(" http=0"),
+        "{output}"
+    );
+    assert_eq!(
+        seen,
+        vec![format!("Bearer {other}"), format!("Bearer {api_key}")],
+        "each placeholder arrives as it was sent"
+    );
+    let reports = verdict["network"]["secret_placeholders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no secret_placeholders: {verdict}"));
+    let reports: Vec<&str> = reports.iter().filter_map(Value::as_str).collect();
+    assert_eq!(reports.len(), 2, "{verdict}");
+    assert!(
+        reports
+            .iter()
+            .all(|report| report.starts_with("secret placeholder sent to web.test, not entitled")),
+        "{reports:?}"
+    );
+    assert!(
+        output.contains("secret placeholder sent to web.test, not entitled (OTHER)")
+            && output.contains("secret placeholder sent to web.test, not entitled (API_KEY)"),
+        "stderr names both: {output}"
+    );
+}
+
+fn with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let (output, verdict, seen, _) = misdirected(mode, true);
+    assert!(
+        !output.contains(" tls=0") && !output.contains(" http=0"),
+        "{output}"
+    );
+    assert!(seen.is_empty(), "no request reached the server: {seen:?}");
+    let reasons: Vec<&str> = verdict["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["reason"].as_str())
+        .collect();
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|reason| reason.contains("not entitled") && reason.ends_with("(--secret-strict)"))
+            .count(),
+        2,
+        "{verdict}"
+    );
 }

@@ -9,6 +9,7 @@ use super::super::inspect::{self, Expect, HEAD_LIMIT, Inspector, Step};
 use super::super::policy::Policy;
 use super::decide;
 use super::terminate::Terminator;
+use crate::net::secrets::{Secrets, not_entitled};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
@@ -227,10 +228,15 @@ impl<U: Upstream> Flow<U> {
         let (name, target) = (self.name.as_deref(), self.target);
         let mut claimed = None;
         let mut tls_name = None;
+        // The Host of the HTTP head the last step judged, for the placeholder check.
+        let head_host = std::cell::RefCell::new(None::<String>);
         let mut judge = |claim: inspect::Claim| {
             let verdict = decide::claim(policy, name, target, claim);
             if verdict.is_ok() {
                 claimed = claim.name().map(str::to_string);
+                if let inspect::Claim::HttpHost(host) = claim {
+                    *head_host.borrow_mut() = Some(host.to_string());
+                }
                 if let inspect::Claim::Tls { sni: Some(sni), ech: false } = claim {
                     tls_name = Some(sni.to_string());
                 }
@@ -259,6 +265,13 @@ impl<U: Upstream> Flow<U> {
                     break Ok(());
                 }
                 Step::Pass(count) => {
+                    if let (Some(host), Some(secrets)) =
+                        (head_host.borrow_mut().take(), policy.secrets.as_ref())
+                        && let Err(reason) =
+                            placeholders_in_clear(secrets, &self.held[..count], &host, &mut self.reports)
+                    {
+                        break Err(reason);
+                    }
                     self.pending.extend(self.held.drain(..count));
                     if count > 0 {
                         self.head_since = None;
@@ -398,6 +411,27 @@ impl<U: Upstream> Flow<U> {
         }
         true
     }
+}
+
+/// A cleartext request head to `host` that holds a secret's placeholder: brig never puts
+/// a value in cleartext, so it goes on unchanged and is reported; Err with
+/// `--secret-strict`.
+fn placeholders_in_clear(
+    secrets: &Secrets,
+    head: &[u8],
+    host: &str,
+    reports: &mut Vec<String>,
+) -> Result<(), String> {
+    for secret in secrets.sent_in(head) {
+        let report = not_entitled(secret, host);
+        if secrets.strict {
+            return Err(format!("{report} (--secret-strict)"));
+        }
+        if !reports.contains(&report) {
+            reports.push(report);
+        }
+    }
+    Ok(())
 }
 
 /// The host side as the pumps see it: the host socket itself, or the terminator in front

@@ -11,7 +11,7 @@
 //! `WouldBlock` and holds the bytes in its own (bounded) buffers.
 
 use super::super::inspect::{Claim, Expect, Inspector, Step};
-use super::super::secrets::Secrets;
+use super::super::secrets::{Secrets, find, not_entitled};
 use rustls::{ClientConnection, ServerConnection, pki_types::ServerName};
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -232,19 +232,14 @@ impl Terminator {
     /// replaced; another secret's placeholder is left as it is and reported.
     fn replace(&mut self, mut head: Vec<u8>) -> io::Result<Vec<u8>> {
         let secrets = Arc::clone(&self.secrets);
-        for secret in &secrets.secrets {
+        let sent = secrets.sent_in(&head);
+        for secret in sent {
             let placeholder = secret.placeholder.as_bytes();
-            if find(&head, placeholder).is_none() {
-                continue;
-            }
             if secret.entitles(&self.host, self.port) {
                 head = replace_all(&head, placeholder, secret.value().as_bytes());
                 continue;
             }
-            let report = format!(
-                "secret placeholder {} sent to {}, not entitled",
-                secret.name, self.host
-            );
+            let report = not_entitled(secret, &self.host);
             if secrets.strict {
                 return Err(self.refuse(format!("{report} (--secret-strict)")));
             }
@@ -254,12 +249,6 @@ impl Terminator {
         }
         Ok(head)
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
