@@ -17,6 +17,7 @@ both_modes!(
     an_upstream_brig_cannot_verify_is_refused,
     a_placeholder_sent_where_it_is_not_entitled_goes_unchanged_and_is_reported,
     with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused,
+    a_request_for_another_host_on_a_decrypted_connection_is_refused,
 );
 
 const WEB: &str = "web.test";
@@ -259,4 +260,141 @@ fn with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused(mod
         2,
         "{verdict}"
     );
+}
+
+/// On a connection brig decrypted for web.test, a later request naming another host (an
+/// allowed one, even) is refused before it reaches the server: each request is judged.
+fn a_request_for_another_host_on_a_decrypted_connection_is_refused(mode: Mode) {
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let value = real_value();
+    let mut args = secret_args(&servers, &dir, &value);
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--add-host".into(),
+        "other.test:127.0.0.1".into(),
+        "--allow-net".into(),
+        format!("other.test:{}", servers.tls),
+    ]);
+    // One curl, one connection: the first request for web.test, the second with Host
+    // other.test (curl reuses the connection for the same URL authority).
+    let script = format!(
+        "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host \
+         -: -H 'Host: other.test' -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host; echo \" curl=$?\"",
+        tls = servers.tls
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    assert!(
+        out.starts_with(&format!("{WEB}:{}", servers.tls)) && !out.contains(" curl=0"),
+        "{}",
+        describe(&done.output)
+    );
+    let log = servers.log();
+    let hosts: Vec<String> = log
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| entry["host"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(hosts, vec![format!("{WEB}:{}", servers.tls)], "{log:?}");
+    assert_eq!(authorizations(&servers), vec![format!("Bearer {value}")]);
+    let reasons: Vec<&str> = verdict["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["reason"].as_str())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|reason| reason.starts_with("a request for other.test on a TLS connection brig decrypted for web.test")),
+        "{verdict}"
+    );
+}
+
+/// `brig check` shows each secret by name and host, and its placeholder, never the value.
+#[test]
+fn check_lists_secrets_by_name_and_host_never_the_value() {
+    let dir = TempDir::new("secret-check");
+    let value = real_value();
+    let key = dir.file("api-key", &value);
+    let config = dir.file(
+        "secret.yaml",
+        &format!(
+            "allow-net: [api.example.com:443]\nsecret: ['API_KEY=file:{}']\nsecret-host: ['API_KEY=api.example.com:443']\ncommand: [true]\n",
+            key.display()
+        ),
+    );
+    let output = run(Mode::Root, &["check", "--config", config.to_str().unwrap()]);
+    let out = assert_success(&output);
+    for needle in [
+        "secrets:\n  - name: API_KEY\n    hosts:\n    - api.example.com:443",
+        "- API_KEY=brig-secret-api_key-",
+        "- SSL_CERT_FILE=/etc/brig-ca-bundle.pem",
+        "- NODE_EXTRA_CA_CERTS=/etc/brig-ca-bundle.pem",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    assert!(!out.contains(&value), "{out}");
+}
+
+/// Each bad secret flag: one line naming the flag and the fix, exit 125, nothing run.
+#[test]
+fn bad_secret_flags_are_refused_before_anything_starts() {
+    let dir = TempDir::new("secret-input");
+    let key = dir.file("api-key", "sk-never-printed\n");
+    let file = format!("API_KEY=file:{}", key.display());
+    let missing = format!("API_KEY=file:{}/missing", dir.str());
+    let not_pem = dir.file("not.pem", "hello\n");
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec!["--secret", "API_KEY"], vec!["--secret API_KEY", "NAME=env:VAR"]),
+        (
+            vec!["--secret", &missing, "--secret-host", "API_KEY=a.test"],
+            vec!["--secret API_KEY=file:", "give a readable file"],
+        ),
+        (
+            vec!["--secret", "API_KEY=env:BRIG_TEST_UNSET_VARIABLE", "--secret-host", "API_KEY=a.test"],
+            vec!["BRIG_TEST_UNSET_VARIABLE is not set", "export it"],
+        ),
+        (vec!["--secret", &file], vec!["--secret API_KEY", "add --secret-host API_KEY=HOST"]),
+        (
+            vec!["--secret", &file, "--secret-host", "API_KEY=b.test"],
+            vec!["--secret-host API_KEY=b.test", "add --allow-net b.test:443"],
+        ),
+        (
+            vec!["--secret", &file, "--secret-host", "OTHER=a.test"],
+            vec!["--secret-host OTHER=a.test", "no --secret is named OTHER"],
+        ),
+        (
+            vec!["--secret", &file, "--secret-host", "API_KEY=a.test:0"],
+            vec!["--secret-host API_KEY=a.test:0", "1-65535"],
+        ),
+        (
+            vec!["--secret", &file, "--secret-host", "API_KEY=a.test", "--upstream-ca", not_pem.to_str().unwrap()],
+            vec!["--upstream-ca", "no certificate"],
+        ),
+        (
+            vec!["--net", "host", "--secret", &file],
+            vec!["--secret", "--net filtered"],
+        ),
+    ];
+    for (flags, needles) in cases {
+        let mut args = vec!["run"];
+        if !flags.contains(&"--net") {
+            args.extend(["--allow-net", "a.test:443"]);
+        }
+        args.extend(flags.iter().copied());
+        args.extend(["--", "true"]);
+        let output = run(Mode::Root, &args);
+        assert_one_line_error(&output, &needles);
+        assert!(
+            !String::from_utf8_lossy(&output.stderr).contains("sk-never-printed"),
+            "{}",
+            describe(&output)
+        );
+    }
 }
