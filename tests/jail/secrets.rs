@@ -18,6 +18,7 @@ both_modes!(
     a_placeholder_sent_where_it_is_not_entitled_goes_unchanged_and_is_reported,
     with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused,
     a_request_for_another_host_on_a_decrypted_connection_is_refused,
+    python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in,
 );
 
 const WEB: &str = "web.test";
@@ -396,5 +397,53 @@ fn bad_secret_flags_are_refused_before_anything_starts() {
             "{}",
             describe(&output)
         );
+    }
+}
+
+/// Python's urllib (OpenSSL, through SSL_CERT_FILE) and Node's fetch (through
+/// NODE_EXTRA_CA_CERTS) trust the jail's CA with no change to the program, and the
+/// server gets the real value from each. (Python requests reads REQUESTS_CA_BUNDLE, set
+/// the same way; this machine's python3 has no requests to run.)
+fn python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in(mode: Mode) {
+    if !require_tun(mode) || !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let value = real_value();
+    let mut args = secret_args(&servers, &dir, &value);
+    args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
+    let url = format!("https://{WEB}:{}/host", servers.tls);
+    let python_code = format!(
+        "import os, urllib.request\n\
+         request = urllib.request.Request('{url}', headers={{'Authorization': 'Bearer ' + os.environ['API_KEY']}})\n\
+         print(urllib.request.urlopen(request).read().decode())"
+    );
+    let node_code = format!(
+        "fetch('{url}', {{headers: {{Authorization: 'Bearer ' + process.env.API_KEY}}}}).then(r => r.text()).then(t => console.log(t))"
+    );
+    args.extend([
+        "--env".into(),
+        format!("PY={python_code}"),
+        "--env".into(),
+        format!("NODE={node_code}"),
+    ]);
+    let script = format!("{} -c \"$PY\" && node -e \"$NODE\"", interpreter("python3"));
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    let host = format!("{WEB}:{}", servers.tls);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [host.as_str(), host.as_str()],
+        "{}",
+        describe(&done.output)
+    );
+    assert_eq!(
+        authorizations(&servers),
+        vec![format!("Bearer {value}"), format!("Bearer {value}")]
+    );
+    let stderr = String::from_utf8_lossy(&done.output.stderr);
+    for text in [out.as_str(), &stderr, &verdict.to_string()] {
+        assert!(!text.contains(&value), "{text}");
     }
 }
