@@ -314,15 +314,12 @@ fn read_secret(text: &str) -> Result<Secret> {
     })
 }
 
-/// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits of the kernel's
-/// randomness (the seed of the jail's CA key is from the same source).
+/// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits.
 fn placeholder(name: &str) -> String {
     let mut random = [0u8; 16];
-    // getrandom(2) through std's hasher seed is not enough; read the kernel's pool.
-    if let Ok(mut file) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = file.read_exact(&mut random);
-    }
+    // ring's generator (the kernel's getrandom), the one the CA's key comes from.
+    use rustls::crypto::ring::default_provider;
+    let _ = default_provider().secure_random.fill(&mut random);
     let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
     format!("brig-secret-{}-{hex}", name.to_ascii_lowercase())
 }
@@ -391,10 +388,12 @@ fn upstream_config(upstream_ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
             })?;
         }
     }
-    let config = ClientConfig::builder_with_provider(provider())
+    let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|err| Error::setup(format!("rustls: {err}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // brig judges HTTP/1 inside (the jail side offers only that, too).
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

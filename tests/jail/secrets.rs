@@ -75,6 +75,7 @@ fn a_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
     // of itself: its environment, its processes' environ, the files it could read.
     let script = format!(
         "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host && echo && \
+         curl -sS -o /dev/null https://{WEB}:{tls}/in-url?key=$API_KEY && \
          echo \"placeholder=$API_KEY\" && env && cat /proc/[0-9]*/environ | tr '\\0' '\\n' && \
          grep -rl -- \"$API_KEY\" /etc /tmp \"$HOME\" 2>/dev/null; echo files-done",
         tls = servers.tls
@@ -94,6 +95,12 @@ fn a_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
         vec![format!("Bearer {value}")],
         "{:?}",
         servers.log()
+    );
+    // Only header lines get the value: a placeholder in the URL goes as it is.
+    let log = servers.log().join("\n");
+    assert!(
+        log.contains("/in-url?key=brig-secret-api_key-") && !log.contains(&format!("key={value}")),
+        "{log}"
     );
     // Nothing the jail or the operator sees holds it.
     let stderr = String::from_utf8_lossy(&done.output.stderr);

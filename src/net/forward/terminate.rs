@@ -229,14 +229,17 @@ impl Terminator {
     }
 
     /// A request head with the placeholder of every secret this host is entitled to
-    /// replaced; another secret's placeholder is left as it is and reported.
-    fn replace(&mut self, mut head: Vec<u8>) -> io::Result<Vec<u8>> {
+    /// replaced in its header lines (not the request line: a value never goes into a URL,
+    /// which servers log); another secret's placeholder is left as it is and reported.
+    fn replace(&mut self, head: Vec<u8>) -> io::Result<Vec<u8>> {
         let secrets = Arc::clone(&self.secrets);
-        let sent = secrets.sent_in(&head);
-        for secret in sent {
+        let headers_at = find(&head, b"\n").map_or(head.len(), |at| at + 1);
+        let (request_line, headers) = head.split_at(headers_at);
+        let mut headers = headers.to_vec();
+        for secret in secrets.sent_in(&head) {
             let placeholder = secret.placeholder.as_bytes();
             if secret.entitles(&self.host, self.port) {
-                head = replace_all(&head, placeholder, secret.value().as_bytes());
+                headers = replace_all(&headers, placeholder, secret.value().as_bytes());
                 continue;
             }
             let report = not_entitled(secret, &self.host);
@@ -247,7 +250,9 @@ impl Terminator {
                 self.reports.push(report);
             }
         }
-        Ok(head)
+        let mut replaced = request_line.to_vec();
+        replaced.extend_from_slice(&headers);
+        Ok(replaced)
     }
 }
 
