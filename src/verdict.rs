@@ -736,8 +736,7 @@ pub fn network_line(verdict: &serde_json::Value) -> Option<String> {
         .collect();
     if refused.is_empty() && unresolved.is_empty() {
         // A placeholder sent where it is not entitled is worth its own line.
-        return (!placeholders.is_empty())
-            .then(|| format!("network: {}", placeholders.join("; ")));
+        return (!placeholders.is_empty()).then(|| format!("network: {}", placeholders.join("; ")));
     }
     let list = |items: &[String]| {
         let mut text = items

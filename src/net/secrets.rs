@@ -155,9 +155,8 @@ impl Secrets {
                     "--secret-host {text}: expected NAME=HOST[:PORT], e.g. API_KEY=api.example.com"
                 ))
             })?;
-            let entitled = parse_host(host).map_err(|why| {
-                Error::input(format!("--secret-host {text}: {why}"))
-            })?;
+            let entitled = parse_host(host)
+                .map_err(|why| Error::input(format!("--secret-host {text}: {why}")))?;
             let Some(secret) = secrets.iter_mut().find(|secret| secret.name == name) else {
                 return Err(Error::input(format!(
                     "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
@@ -186,7 +185,9 @@ impl Secrets {
 
     /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
     pub fn terminates(&self, host: &str, port: u16) -> bool {
-        self.secrets.iter().any(|secret| secret.entitles(host, port))
+        self.secrets
+            .iter()
+            .any(|secret| secret.entitles(host, port))
     }
 
     /// The secrets whose placeholder appears in `bytes` (a request head).
@@ -225,7 +226,10 @@ impl Secrets {
     /// The server side brig shows the jail for `host`: a leaf for that name signed by the
     /// jail's CA, made once per host.
     pub fn leaf(&self, host: &str) -> std::result::Result<Arc<ServerConfig>, String> {
-        let mut leaves = self.leaves.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut leaves = self
+            .leaves
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         if let Some(config) = leaves.get(host) {
             return Ok(Arc::clone(config));
         }
@@ -241,7 +245,8 @@ impl Secrets {
                 .with_single_cert(vec![cert.der().clone()], key)?;
             Ok(config)
         };
-        let mut config = made().map_err(|err| format!("making the jail's certificate for {host}: {err}"))?;
+        let mut config =
+            made().map_err(|err| format!("making the jail's certificate for {host}: {err}"))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
         leaves.insert(host.to_string(), Arc::clone(&config));
@@ -396,4 +401,108 @@ fn upstream_config(upstream_ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
     // brig judges HTTP/1 inside (the jail side offers only that, too).
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(secret: &[&str], hosts: &[&str]) -> Result<Option<Secrets>> {
+        let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Secrets::plan(&Asked {
+            secret: &owned(secret),
+            secret_host: &owned(hosts),
+            upstream_ca: None,
+            strict: false,
+        })
+    }
+
+    fn key_file(value: &str) -> (tempfile_path::Guard, String) {
+        let guard = tempfile_path::Guard::new(value);
+        let spec = format!("API_KEY=file:{}", guard.0.display());
+        (guard, spec)
+    }
+
+    /// A file removed on drop (the unit tests have no TempDir of their own).
+    mod tempfile_path {
+        pub struct Guard(pub std::path::PathBuf);
+        impl Guard {
+            pub fn new(contents: &str) -> Guard {
+                let path = std::env::temp_dir().join(format!(
+                    "bt-secret-unit-{}-{:?}",
+                    std::process::id(),
+                    std::thread::current().id()
+                ));
+                std::fs::write(&path, contents).unwrap();
+                Guard(path)
+            }
+        }
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn the_value_is_read_and_never_shown() {
+        let (_file, spec) = key_file("sk-unit-value\n");
+        let secrets = planned(&[&spec], &["API_KEY=api.example.com:443"])
+            .unwrap()
+            .unwrap();
+        let secret = &secrets.secrets[0];
+        assert_eq!(secret.value(), "sk-unit-value");
+        assert!(secret.placeholder.starts_with("brig-secret-api_key-"));
+        assert!(secrets.terminates("api.example.com", 443));
+        assert!(!secrets.terminates("api.example.com", 8443));
+        assert!(!secrets.terminates("other.example.com", 443));
+        let shown = serde_json::to_string(&secrets).unwrap();
+        assert_eq!(
+            shown,
+            r#"[{"name":"API_KEY","hosts":["api.example.com:443"]}]"#
+        );
+        assert!(!format!("{secrets:?}").contains("sk-unit-value"));
+        let env = secrets.environment().join("\n");
+        assert!(!env.contains("sk-unit-value") && env.contains("SSL_CERT_FILE="));
+        assert!(secrets.ca_bundle().ends_with("-----END CERTIFICATE-----\n"));
+    }
+
+    #[test]
+    fn placeholders_differ_per_run() {
+        let (_file, spec) = key_file("sk-unit-value");
+        let hosts = ["API_KEY=api.example.com"];
+        let one = planned(&[&spec], &hosts).unwrap().unwrap();
+        let two = planned(&[&spec], &hosts).unwrap().unwrap();
+        assert_ne!(one.secrets[0].placeholder, two.secrets[0].placeholder);
+    }
+
+    #[test]
+    fn the_leaf_is_made_once_per_host() {
+        let (_file, spec) = key_file("sk-unit-value");
+        let secrets = planned(&[&spec], &["API_KEY=api.example.com"])
+            .unwrap()
+            .unwrap();
+        let first = secrets.leaf("api.example.com").unwrap();
+        let again = secrets.leaf("api.example.com").unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+    }
+
+    #[test]
+    fn hosts_are_checked() {
+        assert_eq!(
+            parse_host("API.Example.com."),
+            Ok(("api.example.com".into(), None))
+        );
+        assert_eq!(parse_host("a.test:8443"), Ok(("a.test".into(), Some(8443))));
+        assert!(parse_host("a.test:0").is_err());
+        assert!(parse_host("a test").is_err());
+        assert!(parse_host("").is_err());
+    }
+
+    #[test]
+    fn no_secret_is_no_terminator() {
+        assert!(planned(&[], &[]).unwrap().is_none());
+        let err = planned(&[], &["API_KEY=a.test"]).unwrap_err().to_string();
+        assert!(err.contains("--secret-host API_KEY=a.test"), "{err}");
+    }
 }

@@ -218,7 +218,9 @@ fn a_placeholder_sent_where_it_is_not_entitled_goes_unchanged_and_is_reported(mo
     }
     let (output, verdict, seen, [api_key, other]) = misdirected(mode, false);
     assert!(
-        output.contains(&format!("{WEB}:")) && output.contains(" tls=0") && output.contains(" http=0"),
+        output.contains(&format!("{WEB}:"))
+            && output.contains(" tls=0")
+            && output.contains(" http=0"),
         "{output}"
     );
     assert_eq!(
@@ -263,7 +265,9 @@ fn with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused(mod
     assert_eq!(
         reasons
             .iter()
-            .filter(|reason| reason.contains("not entitled") && reason.ends_with("(--secret-strict)"))
+            .filter(
+                |reason| reason.contains("not entitled") && reason.ends_with("(--secret-strict)")
+            )
             .count(),
         2,
         "{verdict}"
@@ -317,9 +321,9 @@ fn a_request_for_another_host_on_a_decrypted_connection_is_refused(mode: Mode) {
         .filter_map(|entry| entry["reason"].as_str())
         .collect();
     assert!(
-        reasons
-            .iter()
-            .any(|reason| reason.starts_with("a request for other.test on a TLS connection brig decrypted for web.test")),
+        reasons.iter().any(|reason| reason.starts_with(
+            "a request for other.test on a TLS connection brig decrypted for web.test"
+        )),
         "{verdict}"
     );
 }
@@ -359,16 +363,27 @@ fn bad_secret_flags_are_refused_before_anything_starts() {
     let missing = format!("API_KEY=file:{}/missing", dir.str());
     let not_pem = dir.file("not.pem", "hello\n");
     let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
-        (vec!["--secret", "API_KEY"], vec!["--secret API_KEY", "NAME=env:VAR"]),
+        (
+            vec!["--secret", "API_KEY"],
+            vec!["--secret API_KEY", "NAME=env:VAR"],
+        ),
         (
             vec!["--secret", &missing, "--secret-host", "API_KEY=a.test"],
             vec!["--secret API_KEY=file:", "give a readable file"],
         ),
         (
-            vec!["--secret", "API_KEY=env:BRIG_TEST_UNSET_VARIABLE", "--secret-host", "API_KEY=a.test"],
+            vec![
+                "--secret",
+                "API_KEY=env:BRIG_TEST_UNSET_VARIABLE",
+                "--secret-host",
+                "API_KEY=a.test",
+            ],
             vec!["BRIG_TEST_UNSET_VARIABLE is not set", "export it"],
         ),
-        (vec!["--secret", &file], vec!["--secret API_KEY", "add --secret-host API_KEY=HOST"]),
+        (
+            vec!["--secret", &file],
+            vec!["--secret API_KEY", "add --secret-host API_KEY=HOST"],
+        ),
         (
             vec!["--secret", &file, "--secret-host", "API_KEY=b.test"],
             vec!["--secret-host API_KEY=b.test", "add --allow-net b.test:443"],
@@ -382,7 +397,14 @@ fn bad_secret_flags_are_refused_before_anything_starts() {
             vec!["--secret-host API_KEY=a.test:0", "1-65535"],
         ),
         (
-            vec!["--secret", &file, "--secret-host", "API_KEY=a.test", "--upstream-ca", not_pem.to_str().unwrap()],
+            vec![
+                "--secret",
+                &file,
+                "--secret-host",
+                "API_KEY=a.test",
+                "--upstream-ca",
+                not_pem.to_str().unwrap(),
+            ],
             vec!["--upstream-ca", "no certificate"],
         ),
         (

@@ -188,7 +188,8 @@ impl<U: Upstream> Flow<U> {
             self.readable = true;
             self.writable = true;
         }
-        let moved = self.pump_to_host(socket, &mut relayed) && self.pump_to_jail(socket, &mut relayed);
+        let moved =
+            self.pump_to_host(socket, &mut relayed) && self.pump_to_jail(socket, &mut relayed);
         if let Some(terminator) = self.terminator.as_mut() {
             for report in terminator.reports.drain(..) {
                 if !self.reports.contains(&report) {
@@ -237,7 +238,11 @@ impl<U: Upstream> Flow<U> {
                 if let inspect::Claim::HttpHost(host) = claim {
                     *head_host.borrow_mut() = Some(host.to_string());
                 }
-                if let inspect::Claim::Tls { sni: Some(sni), ech: false } = claim {
+                if let inspect::Claim::Tls {
+                    sni: Some(sni),
+                    ech: false,
+                } = claim
+                {
                     tls_name = Some(sni.to_string());
                 }
             }
@@ -267,8 +272,12 @@ impl<U: Upstream> Flow<U> {
                 Step::Pass(count) => {
                     if let (Some(host), Some(secrets)) =
                         (head_host.borrow_mut().take(), policy.secrets.as_ref())
-                        && let Err(reason) =
-                            placeholders_in_clear(secrets, &self.held[..count], &host, &mut self.reports)
+                        && let Err(reason) = placeholders_in_clear(
+                            secrets,
+                            &self.held[..count],
+                            &host,
+                            &mut self.reports,
+                        )
                     {
                         break Err(reason);
                     }
@@ -299,8 +308,11 @@ impl<U: Upstream> Flow<U> {
             && self.terminator.is_none()
             && secrets.terminates(&sni.to_ascii_lowercase(), target.port)
         {
-            let terminator =
-                Terminator::new(std::sync::Arc::clone(secrets), &sni.to_ascii_lowercase(), target.port)?;
+            let terminator = Terminator::new(
+                std::sync::Arc::clone(secrets),
+                &sni.to_ascii_lowercase(),
+                target.port,
+            )?;
             self.terminator = Some(Box::new(terminator));
         }
         Ok(())
@@ -444,7 +456,7 @@ struct Through<'a, U> {
 impl<U: Upstream> Read for Through<'_, U> {
     fn read(&mut self, space: &mut [u8]) -> io::Result<usize> {
         match self.terminator.as_deref_mut() {
-            Some(terminator) => terminator.to_jail(space, self.upstream),
+            Some(terminator) => terminator.give_to_jail(space, self.upstream),
             None => self.upstream.read(space),
         }
     }
@@ -453,7 +465,7 @@ impl<U: Upstream> Read for Through<'_, U> {
 impl<U: Upstream> Write for Through<'_, U> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         match self.terminator.as_deref_mut() {
-            Some(terminator) => terminator.from_jail(data, self.upstream),
+            Some(terminator) => terminator.take_from_jail(data, self.upstream),
             None => self.upstream.write(data),
         }
     }

@@ -66,7 +66,7 @@ impl Terminator {
 
     /// The jail's TLS bytes: decrypted, judged, passed to the host side. How many of
     /// `data` were taken.
-    pub fn from_jail(&mut self, data: &[u8], upstream: &mut dyn Write) -> io::Result<usize> {
+    pub fn take_from_jail(&mut self, data: &[u8], upstream: &mut dyn Write) -> io::Result<usize> {
         self.flush(upstream)?;
         if self.refusal.is_some() {
             return Err(io::Error::other("refused"));
@@ -103,7 +103,7 @@ impl Terminator {
 
     /// The host's TLS bytes, read from `upstream`, decrypted and re-encrypted for the
     /// jail into `space`. Ok(0): the host finished and everything is out.
-    pub fn to_jail<U: Read + Write>(
+    pub fn give_to_jail<U: Read + Write>(
         &mut self,
         space: &mut [u8],
         upstream: &mut U,
