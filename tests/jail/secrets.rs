@@ -32,6 +32,38 @@ fn real_value() -> String {
     format!("sk-real-{}-{nanos}", std::process::id())
 }
 
+/// The tests' servers, and the arguments that give the jail API_KEY for the TLS server
+/// (its value read from a file of `dir`).
+struct Setup {
+    servers: Servers,
+    dir: TempDir,
+    value: String,
+    args: Vec<String>,
+}
+
+fn setup() -> Setup {
+    let servers = Servers::start();
+    let dir = TempDir::new("secret");
+    let value = real_value();
+    let args = secret_args(&servers, &dir, &value);
+    Setup {
+        servers,
+        dir,
+        value,
+        args,
+    }
+}
+
+/// Every reason the verdict gives for a refused or cut connection.
+fn reasons(verdict: &Value) -> Vec<&str> {
+    verdict["network"]["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| entry["reason"].as_str())
+        .collect()
+}
+
 /// `--add-host`, `--allow-net` for the TLS server, and the secret API_KEY entitled to it,
 /// read from a file of `dir`.
 fn secret_args(servers: &Servers, dir: &TempDir, value: &str) -> Vec<String> {
@@ -66,10 +98,12 @@ fn a_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
     if !require_tun(mode) || !require_program("curl", "apt install curl") {
         return;
     }
-    let servers = Servers::start();
-    let dir = TempDir::new("secret");
-    let value = real_value();
-    let mut args = secret_args(&servers, &dir, &value);
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        mut args,
+    } = setup();
     args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
     // curl finds the jail's CA through CURL_CA_BUNDLE; then everything the jail can see
     // of itself: its environment, its processes' environ, the files it could read.
@@ -128,10 +162,12 @@ fn an_upstream_brig_cannot_verify_is_refused(mode: Mode) {
     if !require_tun(mode) || !require_program("curl", "apt install curl") {
         return;
     }
-    let servers = Servers::start();
-    let dir = TempDir::new("secret");
-    let value = real_value();
-    let args = secret_args(&servers, &dir, &value);
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        args,
+    } = setup();
     let script = format!(
         "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host; echo curl=$?",
         tls = servers.tls
@@ -164,10 +200,13 @@ fn an_upstream_brig_cannot_verify_is_refused(mode: Mode) {
 /// web.test's cleartext port allowed too. The jail sends OTHER's placeholder to web.test
 /// over TLS (decrypted, for API_KEY) and API_KEY's over cleartext HTTP.
 fn misdirected(mode: Mode, strict: bool) -> (String, Value, Vec<String>, [String; 2]) {
-    let servers = Servers::start();
-    let dir = TempDir::new("secret");
-    let (value, other) = (real_value(), format!("{}-other", real_value()));
-    let mut args = secret_args(&servers, &dir, &value);
+    let Setup {
+        servers,
+        dir,
+        value,
+        mut args,
+    } = setup();
+    let other = format!("{value}-other");
     let other_file = dir.file("other-key", &other);
     args.extend([
         "--upstream-ca".into(),
@@ -256,12 +295,7 @@ fn with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused(mod
         "{output}"
     );
     assert!(seen.is_empty(), "no request reached the server: {seen:?}");
-    let reasons: Vec<&str> = verdict["network"]["connections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|entry| entry["reason"].as_str())
-        .collect();
+    let reasons = reasons(&verdict);
     assert_eq!(
         reasons
             .iter()
@@ -280,10 +314,12 @@ fn a_request_for_another_host_on_a_decrypted_connection_is_refused(mode: Mode) {
     if !require_tun(mode) || !require_program("curl", "apt install curl") {
         return;
     }
-    let servers = Servers::start();
-    let dir = TempDir::new("secret");
-    let value = real_value();
-    let mut args = secret_args(&servers, &dir, &value);
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        mut args,
+    } = setup();
     args.extend([
         "--upstream-ca".into(),
         servers.ca.display().to_string(),
@@ -314,12 +350,7 @@ fn a_request_for_another_host_on_a_decrypted_connection_is_refused(mode: Mode) {
         .collect();
     assert_eq!(hosts, vec![format!("{WEB}:{}", servers.tls)], "{log:?}");
     assert_eq!(authorizations(&servers), vec![format!("Bearer {value}")]);
-    let reasons: Vec<&str> = verdict["network"]["connections"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|entry| entry["reason"].as_str())
-        .collect();
+    let reasons = reasons(&verdict);
     assert!(
         reasons.iter().any(|reason| reason.starts_with(
             "a request for other.test on a TLS connection brig decrypted for web.test"
@@ -437,10 +468,12 @@ fn python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in(mode: M
     if !require_tun(mode) || !require_program("node", "apt install nodejs") {
         return;
     }
-    let servers = Servers::start();
-    let dir = TempDir::new("secret");
-    let value = real_value();
-    let mut args = secret_args(&servers, &dir, &value);
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        mut args,
+    } = setup();
     args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
     let url = format!("https://{WEB}:{}/host", servers.tls);
     let python_code = format!(
