@@ -23,6 +23,11 @@ both_modes!(
 
 const WEB: &str = "web.test";
 
+/// Everything a jail can see of itself: its environment, every process's environ, and
+/// every file under /etc, /tmp and its home (the CA bundle: its certificates only).
+const SELF_PROBE: &str = "env && cat /proc/[0-9]*/environ | tr '\\0' '\\n' && \
+     find /etc /tmp \"$HOME\" -type f -exec cat {} + 2>/dev/null; echo files-done";
+
 /// A value no test prints by accident: the pid and the time.
 fn real_value() -> String {
     let nanos = std::time::SystemTime::now()
@@ -106,16 +111,23 @@ fn a_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
     } = setup();
     args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
     // curl finds the jail's CA through CURL_CA_BUNDLE; then everything the jail can see
-    // of itself: its environment, its processes' environ, the files it could read.
+    // of itself (SELF_PROBE), for the test to search.
     let script = format!(
         "curl -sS -H \"Authorization: Bearer $API_KEY\" https://{WEB}:{tls}/host && echo && \
          curl -sS -o /dev/null https://{WEB}:{tls}/in-url?key=$API_KEY && \
-         echo \"placeholder=$API_KEY\" && env && cat /proc/[0-9]*/environ | tr '\\0' '\\n' && \
-         grep -rl -- \"$API_KEY\" /etc /tmp \"$HOME\" 2>/dev/null; echo files-done",
+         echo \"placeholder=$API_KEY\" && {SELF_PROBE}",
         tls = servers.tls
     );
     let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
     let out = assert_success(&done.output);
+    // The control: the same probe finds a value that is in the jail's environment.
+    let control_env = format!("API_KEY={value}");
+    let (control, _) = jail_with_verdict(mode, &["--env", &control_env], &["sh", "-c", SELF_PROBE]);
+    let control = assert_success(&control.output);
+    assert!(
+        control.contains(&value) && control.contains("files-done"),
+        "the probe would not notice: {control}"
+    );
     assert!(
         out.starts_with(&format!("{WEB}:{}\n", servers.tls)),
         "{}",
