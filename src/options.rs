@@ -204,6 +204,33 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_connections: Option<u32>,
 
+    /// --net filtered: a secret the jail may use without seeing it, `NAME=env:VAR` (brig's
+    /// own environment) or `NAME=file:PATH`; inside the jail NAME holds a random
+    /// placeholder that brig replaces with the value in HTTPS request headers to the hosts
+    /// --secret-host entitles (repeatable).
+    #[arg(long, value_name = "NAME=env:VAR|file:PATH")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret: Vec<String>,
+
+    /// --net filtered: HOST (and PORT, else any) is entitled to the secret NAME: brig
+    /// decrypts the jail's TLS to it with a CA made for this jail, puts the value in and
+    /// connects on verifying HOST's real certificate (repeatable).
+    #[arg(long = "secret-host", value_name = "NAME=HOST[:PORT]")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_host: Vec<String>,
+
+    /// A secret's placeholder sent to a host not entitled to it ends that connection
+    /// (without it the placeholder goes on unchanged and is reported).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secret_strict: bool,
+
+    /// PEM CA certificates brig also trusts for the hosts it decrypts for a secret,
+    /// besides the host's roots (an operator's private CA).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<PathBuf>,
+
     /// User id inside the jail [default: 1000].
     #[arg(long, value_name = "UID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -394,6 +421,10 @@ impl JailOptions {
             add_host: append(self.add_host, over.add_host),
             net_bytes: over.net_bytes.or(self.net_bytes),
             net_connections: over.net_connections.or(self.net_connections),
+            secret: append(self.secret, over.secret),
+            secret_host: append(self.secret_host, over.secret_host),
+            secret_strict: self.secret_strict || over.secret_strict,
+            upstream_ca: over.upstream_ca.or(self.upstream_ca),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
             host_uid_range: over.host_uid_range.or(self.host_uid_range),

@@ -11,11 +11,13 @@ use crate::limits::{self, Limits};
 use crate::mount::{self, MountOp, Rootfs};
 use crate::namespaces::{self, Namespaces};
 use crate::net::policy::Policy;
+use crate::net::secrets::{self, Secrets};
 use crate::options::{JailOptions, LandlockMode, NetMode, ProcMode};
 use crate::seccomp::{self, SeccompPlan};
 use crate::units::Span;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -96,7 +98,16 @@ impl Plan {
             None if options.workdir.is_some() => PathBuf::from(mount::WORKDIR),
             None => identity.home.clone(),
         };
-        let env = environment::resolve(&options, &identity)?;
+        let mut env = environment::resolve(&options, &identity)?;
+        if let Some(secrets) = network.as_ref().and_then(|policy| policy.secrets.as_ref()) {
+            // The placeholders and the CA variables win over --env of the same name.
+            let ours = secrets.environment();
+            env.retain(|var| {
+                let name = var.split('=').next().unwrap_or_default();
+                !ours.iter().any(|mine| mine.split('=').next() == Some(name))
+            });
+            env.extend(ours);
+        }
         let mut run_warnings = mount::unwritable_binds(&mounts, &identity.host);
         run_warnings.extend(network.iter().flat_map(Policy::loopback_warnings));
         let mut warnings = run_warnings.clone();
@@ -196,6 +207,10 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         (!options.add_host.is_empty(), "--add-host"),
         (options.net_bytes.is_some(), "--net-bytes"),
         (options.net_connections.is_some(), "--net-connections"),
+        (!options.secret.is_empty(), "--secret"),
+        (!options.secret_host.is_empty(), "--secret-host"),
+        (options.secret_strict, "--secret-strict"),
+        (options.upstream_ca.is_some(), "--upstream-ca"),
     ];
     let net = match options.net {
         Some(net) => net,
@@ -216,12 +231,32 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         }
         return Ok((net, None));
     }
-    let policy = Policy::plan(
+    let mut policy = Policy::plan(
         &options.allow_net,
         &options.add_host,
         options.net_bytes,
         options.net_connections,
     )?;
+    policy.secrets = Secrets::plan(&secrets::Asked {
+        secret: &options.secret,
+        secret_host: &options.secret_host,
+        upstream_ca: options.upstream_ca.as_deref(),
+        strict: options.secret_strict,
+    })?
+    .map(Arc::new);
+    if let Some(secrets) = &policy.secrets {
+        for secret in &secrets.secrets {
+            for (host, port) in &secret.hosts {
+                if !policy.name_allowed(host, port.unwrap_or(443)) {
+                    return Err(Error::input(format!(
+                        "--secret-host {}={host}: {host} is not allowed; add --allow-net {host}:{}",
+                        secret.name,
+                        port.unwrap_or(443)
+                    )));
+                }
+            }
+        }
+    }
     Ok((net, Some(policy)))
 }
 

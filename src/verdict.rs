@@ -728,8 +728,15 @@ pub fn network_line(verdict: &serde_json::Value) -> Option<String> {
         .filter(|lookup| lookup["answer"].is_null())
         .filter_map(|lookup| lookup["name"].as_str())
         .collect();
+    let placeholders: Vec<String> = network["secret_placeholders"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|report| report.as_str().map(str::to_string))
+        .collect();
     if refused.is_empty() && unresolved.is_empty() {
-        return None;
+        // A placeholder sent where it is not entitled is worth its own line.
+        return (!placeholders.is_empty()).then(|| format!("network: {}", placeholders.join("; ")));
     }
     let list = |items: &[String]| {
         let mut text = items
@@ -763,6 +770,7 @@ pub fn network_line(verdict: &serde_json::Value) -> Option<String> {
             list(&names)
         ));
     }
+    parts.extend(placeholders);
     Some(format!(
         "network: {}; to allow a destination add `--allow-net NAME:PORT` (the report's `network` has every attempt)",
         parts.join("; ")
@@ -969,6 +977,7 @@ mod tests {
                 bytes_sent: 5,
                 bytes_received: 6,
                 limit_reached: Some("net-bytes"),
+                secret_placeholders: vec![],
             }),
             unenforced: Some("memory".into()),
             explanation: Some("why".into()),

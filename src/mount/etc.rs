@@ -18,6 +18,8 @@ pub struct Network {
     pub resolver: Ipv4Addr,
     /// Allowed and pinned names with the synthetic addresses brig maps back to them.
     pub hosts: Vec<(String, Ipv4Addr)>,
+    /// `--secret`: the jail's CA bundle (the host's roots and the jail's own CA).
+    pub ca_bundle: Option<String>,
 }
 
 /// (path inside the jail, contents) of every generated /etc file.
@@ -54,6 +56,9 @@ pub fn files(account: &Account) -> Vec<(PathBuf, String)> {
             network.resolver
         );
         files.push(("/etc/resolv.conf".into(), resolv_conf));
+        if let Some(bundle) = &network.ca_bundle {
+            files.push((crate::net::secrets::CA_BUNDLE.into(), bundle.clone()));
+        }
     }
     files.extend([
         ("/etc/passwd".into(), passwd),

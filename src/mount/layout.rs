@@ -61,6 +61,7 @@ pub enum MountOp {
     /// A small file brig writes into the (still writable) root, e.g. /etc/passwd.
     File {
         dst: PathBuf,
+        #[serde(serialize_with = "shown_contents")]
         contents: String,
     },
     /// Makes the mount at `dst` read-only once it is populated, e.g. /dev.
@@ -286,4 +287,17 @@ fn host_bind(path: &Path, writable: bool, is_dir: bool) -> MountOp {
         is_dir,
         from: None,
     }
+}
+
+/// A generated file's contents as `brig check` shows them: in full when small, else its
+/// size and SHA-256 (the jail's CA bundle holds the host's roots: a few hundred KiB).
+fn shown_contents<S: Serializer>(contents: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    const SHOWN_IN_FULL: usize = 4096;
+    if contents.len() <= SHOWN_IN_FULL {
+        return serializer.serialize_str(contents);
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(contents.as_bytes());
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    serializer.serialize_str(&format!("({} bytes, sha256:{hex})", contents.len()))
 }

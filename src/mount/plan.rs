@@ -36,6 +36,7 @@ pub fn plan(
             network: network.map(|policy| etc::Network {
                 resolver: crate::net::RESOLVER,
                 hosts: policy.synthetic_hosts(),
+                ca_bundle: policy.secrets.as_ref().map(|secrets| secrets.ca_bundle()),
             }),
         }),
         network: network.is_some(),

@@ -11,6 +11,8 @@
 //! - `host`: the host's own addresses, which allowed names must not resolve to;
 //! - `tun` (child half): create and address the TUN device inside the jail;
 //! - `forward` (parent half): the user-mode stack and the connections it relays;
+//! - `secrets`: `--secret`, the jail's CA and the upstream trust of the connections brig
+//!   decrypts to put a secret in (`forward::terminate`);
 //! - `record`: what the verdict says about the network.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -43,4 +45,5 @@ pub mod inspect;
 pub mod policy;
 pub mod record;
 pub mod resolve;
+pub mod secrets;
 pub mod tun;

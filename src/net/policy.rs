@@ -63,6 +63,13 @@ pub struct Policy {
     /// `--net-connections`: connections open at once (each may hold up to about a MiB
     /// of brig's memory while the jail reads slowly).
     pub max_connections: u32,
+    /// `--secret`: the hosts whose TLS brig terminates to put a secret in (names and
+    /// hosts shown, never a value).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "super::secrets::shown"
+    )]
+    pub secrets: Option<std::sync::Arc<super::secrets::Secrets>>,
 }
 
 /// Connections open at once without `--net-connections`: bounds what a jail can make
@@ -110,6 +117,7 @@ impl Policy {
             pins,
             max_bytes: net_bytes.map(|size| size.0),
             max_connections: net_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            secrets: None,
         })
     }
 

@@ -26,6 +26,10 @@ pub struct NetworkRecord {
     /// `net-bytes` or `net-connections` when a cap was reached and brig refused more.
     #[serde(deserialize_with = "limit_name")]
     pub limit_reached: Option<crate::verdict::known::Name>,
+    /// `--secret`: where a secret's placeholder went that is not entitled to it (it went
+    /// on unchanged), one line each; never a value.
+    #[serde(default)]
+    pub secret_placeholders: Vec<String>,
 }
 
 /// The caps [`NetworkRecord::limit_reached`] names.
@@ -86,6 +90,7 @@ pub struct Recorder {
     lookups: BTreeMap<String, (Option<IpAddr>, u64)>,
     dropped: BTreeMap<(String, Option<IpAddr>, Option<u16>), u64>,
     pub limit_reached: Option<&'static str>,
+    secret_placeholders: std::collections::BTreeSet<String>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -121,6 +126,10 @@ impl Recorder {
         counts.connections += 1;
         counts.sent += connection.sent;
         counts.received += connection.received;
+    }
+
+    pub fn secret_placeholder(&mut self, report: &str) {
+        self.secret_placeholders.insert(report.to_string());
     }
 
     pub fn lookup(&mut self, name: &str, answer: Option<IpAddr>) {
@@ -179,6 +188,7 @@ impl Recorder {
                 })
                 .collect(),
             limit_reached: self.limit_reached,
+            secret_placeholders: self.secret_placeholders.into_iter().collect(),
         }
     }
 }

@@ -487,6 +487,24 @@ pub const RULES: &[(&str, Rule)] = &[
     ("host-uid-range", Rule::Server(FROM_THE_SERVER)),
     ("host-gid", Rule::Server(FROM_THE_SERVER)),
     (
+        "secret",
+        Rule::Server(
+            "it reads the server's environment or files; secrets are the operator's, given on `brig serve`",
+        ),
+    ),
+    (
+        "secret-host",
+        Rule::Server("it says which hosts get the operator's secrets"),
+    ),
+    (
+        "secret-strict",
+        Rule::Server("it goes with the operator's secrets"),
+    ),
+    (
+        "upstream-ca",
+        Rule::Server("it reads a file of the server's and decides whom brig trusts"),
+    ),
+    (
         "env-pass",
         Rule::Server("it reads the server's own environment; send the variables with --env"),
     ),

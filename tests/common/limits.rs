@@ -100,6 +100,7 @@ pub fn assert_network_shape(network: &Value) {
             "bytes_sent",
             "bytes_received",
             "limit_reached",
+            "secret_placeholders",
         ]),
         "{network}"
     );

@@ -24,4 +24,5 @@ mod privileges;
 mod process;
 mod rootfs;
 mod rootless_limits;
+mod secrets;
 mod verdict;

@@ -75,6 +75,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             method=self.command,
             path=self.path,
             host=self.headers.get("Host"),
+            authorization=self.headers.get("Authorization"),
             sni=getattr(self.request, "brig_sni", None),
             peer=self.client_address[0],
         )

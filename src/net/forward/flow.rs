@@ -8,6 +8,8 @@
 use super::super::inspect::{self, Expect, HEAD_LIMIT, Inspector, Step};
 use super::super::policy::Policy;
 use super::decide;
+use super::terminate::Terminator;
+use crate::net::secrets::{Secrets, not_entitled};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use smoltcp::time::{Duration, Instant};
@@ -92,6 +94,11 @@ pub struct Flow<U> {
     pub cut_reason: Option<String>,
     /// Its bytes named a host off the list, or could not be judged: refused.
     pub refused: bool,
+    /// A TLS connection to a host entitled to a secret: brig decrypts it, judges each
+    /// request and puts the secret in (`terminate`).
+    terminator: Option<Box<Terminator>>,
+    /// What the terminator reported (a placeholder sent where it is not entitled).
+    pub reports: Vec<String>,
 }
 
 /// What one call of [`Flow::relay`] did.
@@ -141,6 +148,8 @@ impl<U: Upstream> Flow<U> {
             claimed: None,
             cut_reason: None,
             refused: false,
+            terminator: None,
+            reports: Vec::new(),
         }
     }
 
@@ -171,10 +180,31 @@ impl<U: Upstream> Flow<U> {
             relayed.changed = true;
             return relayed;
         }
-        if !self.pump_to_host(socket, &mut relayed) {
-            return self.fail(socket, relayed);
+        if let (Some(terminator), Some(upstream)) =
+            (self.terminator.as_mut(), self.upstream.as_mut())
+        {
+            // The terminator holds bytes of its own either way: let it try both.
+            let _ = terminator.flush(upstream);
+            self.readable = true;
+            self.writable = true;
         }
-        if !self.pump_to_jail(socket, &mut relayed) {
+        let moved =
+            self.pump_to_host(socket, &mut relayed) && self.pump_to_jail(socket, &mut relayed);
+        if let Some(terminator) = self.terminator.as_mut() {
+            for report in terminator.reports.drain(..) {
+                if !self.reports.contains(&report) {
+                    self.reports.push(report);
+                }
+            }
+            if let Some(reason) = terminator.refusal.take() {
+                self.refused = true;
+                self.cut(&reason);
+                socket.abort();
+                relayed.changed = true;
+                return relayed;
+            }
+        }
+        if !moved {
             return self.fail(socket, relayed);
         }
         relayed
@@ -198,10 +228,23 @@ impl<U: Upstream> Flow<U> {
         }
         let (name, target) = (self.name.as_deref(), self.target);
         let mut claimed = None;
+        let mut tls_name = None;
+        // The Host of the HTTP head the last step judged, for the placeholder check.
+        let head_host = std::cell::RefCell::new(None::<String>);
         let mut judge = |claim: inspect::Claim| {
             let verdict = decide::claim(policy, name, target, claim);
             if verdict.is_ok() {
                 claimed = claim.name().map(str::to_string);
+                if let inspect::Claim::HttpHost(host) = claim {
+                    *head_host.borrow_mut() = Some(host.to_string());
+                }
+                if let inspect::Claim::Tls {
+                    sni: Some(sni),
+                    ech: false,
+                } = claim
+                {
+                    tls_name = Some(sni.to_string());
+                }
             }
             verdict
         };
@@ -227,6 +270,17 @@ impl<U: Upstream> Flow<U> {
                     break Ok(());
                 }
                 Step::Pass(count) => {
+                    if let (Some(host), Some(secrets)) =
+                        (head_host.borrow_mut().take(), policy.secrets.as_ref())
+                        && let Err(reason) = placeholders_in_clear(
+                            secrets,
+                            &self.held[..count],
+                            &host,
+                            &mut self.reports,
+                        )
+                    {
+                        break Err(reason);
+                    }
                     self.pending.extend(self.held.drain(..count));
                     if count > 0 {
                         self.head_since = None;
@@ -247,7 +301,21 @@ impl<U: Upstream> Flow<U> {
         if let Some(claimed) = claimed {
             self.claimed = Some(claimed);
         }
-        outcome
+        outcome?;
+        // A name entitled to a secret: the ClientHello (held in `pending`) goes to a
+        // terminator instead of the host.
+        if let (Some(sni), Some(secrets)) = (tls_name, policy.secrets.as_ref())
+            && self.terminator.is_none()
+            && secrets.terminates(&sni.to_ascii_lowercase(), target.port)
+        {
+            let terminator = Terminator::new(
+                std::sync::Arc::clone(secrets),
+                &sni.to_ascii_lowercase(),
+                target.port,
+            )?;
+            self.terminator = Some(Box::new(terminator));
+        }
+        Ok(())
     }
 
     /// The host side failed (reset, error): reset the jail's side too.
@@ -262,6 +330,10 @@ impl<U: Upstream> Flow<U> {
     fn pump_to_host(&mut self, socket: &mut tcp::Socket, relayed: &mut Relayed) -> bool {
         let Some(upstream) = self.upstream.as_mut() else {
             return false;
+        };
+        let upstream = &mut Through {
+            upstream,
+            terminator: self.terminator.as_deref_mut(),
         };
         while self.writable && !self.pending.is_empty() {
             match upstream.write(&self.pending) {
@@ -315,6 +387,10 @@ impl<U: Upstream> Flow<U> {
         let Some(upstream) = self.upstream.as_mut() else {
             return false;
         };
+        let upstream = &mut Through {
+            upstream,
+            terminator: self.terminator.as_deref_mut(),
+        };
         let inspector = &mut self.inspector;
         while self.readable && !self.host_finished && socket.can_send() {
             let read = socket.send(|space| match upstream.read(space) {
@@ -346,6 +422,62 @@ impl<U: Upstream> Flow<U> {
             }
         }
         true
+    }
+}
+
+/// A cleartext request head to `host` that holds a secret's placeholder: brig never puts
+/// a value in cleartext, so it goes on unchanged and is reported; Err with
+/// `--secret-strict`.
+fn placeholders_in_clear(
+    secrets: &Secrets,
+    head: &[u8],
+    host: &str,
+    reports: &mut Vec<String>,
+) -> Result<(), String> {
+    for secret in secrets.sent_in(head) {
+        let report = not_entitled(secret, host);
+        if secrets.strict {
+            return Err(format!("{report} (--secret-strict)"));
+        }
+        if !reports.contains(&report) {
+            reports.push(report);
+        }
+    }
+    Ok(())
+}
+
+/// The host side as the pumps see it: the host socket itself, or the terminator in front
+/// of it (TLS bytes in from the jail, TLS bytes out to it).
+struct Through<'a, U> {
+    upstream: &'a mut U,
+    terminator: Option<&'a mut Terminator>,
+}
+
+impl<U: Upstream> Read for Through<'_, U> {
+    fn read(&mut self, space: &mut [u8]) -> io::Result<usize> {
+        match self.terminator.as_deref_mut() {
+            Some(terminator) => terminator.give_to_jail(space, self.upstream),
+            None => self.upstream.read(space),
+        }
+    }
+}
+
+impl<U: Upstream> Write for Through<'_, U> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        match self.terminator.as_deref_mut() {
+            Some(terminator) => terminator.take_from_jail(data, self.upstream),
+            None => self.upstream.write(data),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.upstream.flush()
+    }
+}
+
+impl<U: Upstream> Through<'_, U> {
+    fn shutdown_write(&mut self) {
+        self.upstream.shutdown_write();
     }
 }
 

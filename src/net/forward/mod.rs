@@ -18,6 +18,7 @@ mod flow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod relay;
+mod terminate;
 #[cfg(test)]
 mod tests;
 

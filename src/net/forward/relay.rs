@@ -557,6 +557,9 @@ impl<U: Upstream> Relay<U> {
         if let Some(handle) = flow.socket.take() {
             self.sockets.remove(handle);
         }
+        for report in &flow.reports {
+            self.recorder.secret_placeholder(report);
+        }
         self.recorder.connection(Connection {
             name: flow.claimed.as_deref().or(flow.name.as_deref()),
             port: flow.target.port,

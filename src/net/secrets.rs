@@ -1,0 +1,508 @@
+//! Secrets that never enter the jail (`--secret NAME=env:VAR|file:PATH`,
+//! `--secret-host NAME=HOST[:PORT]`, `--upstream-ca FILE`): inside the jail `NAME` holds a
+//! random per-run placeholder; for a host entitled to the secret brig terminates the
+//! jail's TLS with a leaf signed by a certificate authority made for this jail at start
+//! (in memory only; the jail trusts it through its synthesized CA bundle), swaps the
+//! placeholder in each request head for the real value (`forward::terminate`), and
+//! connects upstream with rustls, verifying the real certificate against the host's roots
+//! plus `--upstream-ca`. Every other connection is relayed as before, never decrypted.
+//!
+//! The real values live only here, in the supervisor's memory: nothing that is printed,
+//! serialized (`brig check`, the verdict) or written shows them.
+
+use crate::error::{Error, Result};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Serialize, Serializer};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Where the jail finds its CA bundle (the host's roots and the jail's own CA).
+pub const CA_BUNDLE: &str = "/etc/brig-ca-bundle.pem";
+/// The variables that point common TLS clients at [`CA_BUNDLE`].
+pub const CA_VARIABLES: [&str; 4] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+];
+/// The host's bundle the jail's one starts from, when it has one.
+const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// One secret: its name in the jail, the value that replaces the placeholder, and the
+/// hosts entitled to it.
+pub struct Secret {
+    pub name: String,
+    value: String,
+    pub placeholder: String,
+    /// (host, port; None: any port).
+    pub hosts: Vec<(String, Option<u16>)>,
+}
+
+impl Secret {
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    pub fn entitles(&self, host: &str, port: u16) -> bool {
+        self.hosts
+            .iter()
+            .any(|(name, only)| name == host && only.is_none_or(|only| only == port))
+    }
+}
+
+/// The jail's secrets, its CA, the leaves it signed (one per host, cached) and the
+/// upstream trust.
+pub struct Secrets {
+    pub secrets: Vec<Secret>,
+    /// `--secret-strict`: a placeholder sent to a host not entitled to it ends the
+    /// connection.
+    pub strict: bool,
+    ca: Issuer<'static, KeyPair>,
+    ca_pem: String,
+    upstream: Arc<ClientConfig>,
+    leaves: Mutex<HashMap<String, Arc<ServerConfig>>>,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = self.secrets.iter().map(|s| s.name.as_str()).collect();
+        write!(f, "Secrets({names:?})")
+    }
+}
+
+/// `brig check` and the plan show each secret by name and host, never its value.
+impl Serialize for Secrets {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        struct Shown<'a>(&'a Secret);
+        impl Serialize for Shown<'_> {
+            fn serialize<S: Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                let hosts: Vec<String> = self
+                    .0
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| match port {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host.clone(),
+                    })
+                    .collect();
+                let mut shown = serializer.serialize_struct("Secret", 2)?;
+                shown.serialize_field("name", &self.0.name)?;
+                shown.serialize_field("hosts", &hosts)?;
+                shown.end()
+            }
+        }
+        let mut seq = serializer.serialize_seq(Some(self.secrets.len()))?;
+        for secret in &self.secrets {
+            seq.serialize_element(&Shown(secret))?;
+        }
+        seq.end()
+    }
+}
+
+/// The policy's secrets as `brig check` shows them.
+pub fn shown<S: Serializer>(
+    secrets: &Option<Arc<Secrets>>,
+    serializer: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match secrets {
+        Some(secrets) => secrets.as_ref().serialize(serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// What the operator asked for, before anything is read.
+pub struct Asked<'a> {
+    pub secret: &'a [String],
+    pub secret_host: &'a [String],
+    pub upstream_ca: Option<&'a Path>,
+    pub strict: bool,
+}
+
+impl Secrets {
+    /// Reads each secret's value, checks every flag (one-line errors naming the flag and
+    /// the fix), makes the jail's CA and the upstream trust. None: no `--secret`.
+    pub fn plan(asked: &Asked) -> Result<Option<Secrets>> {
+        if asked.secret.is_empty() {
+            if let Some(text) = asked.secret_host.first() {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret names it; add --secret NAME=env:VAR or --secret NAME=file:PATH"
+                )));
+            }
+            return Ok(None);
+        }
+        let mut secrets: Vec<Secret> = Vec::new();
+        for text in asked.secret {
+            let secret = read_secret(text)?;
+            if secrets.iter().any(|earlier| earlier.name == secret.name) {
+                return Err(Error::input(format!(
+                    "--secret {text}: {} is given twice; give each secret once",
+                    secret.name
+                )));
+            }
+            secrets.push(secret);
+        }
+        for text in asked.secret_host {
+            let (name, host) = text.split_once('=').ok_or_else(|| {
+                Error::input(format!(
+                    "--secret-host {text}: expected NAME=HOST[:PORT], e.g. API_KEY=api.example.com"
+                ))
+            })?;
+            let entitled = parse_host(host)
+                .map_err(|why| Error::input(format!("--secret-host {text}: {why}")))?;
+            let Some(secret) = secrets.iter_mut().find(|secret| secret.name == name) else {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
+                )));
+            };
+            secret.hosts.push(entitled);
+        }
+        if let Some(secret) = secrets.iter().find(|secret| secret.hosts.is_empty()) {
+            return Err(Error::input(format!(
+                "--secret {}: no host is entitled to it; add --secret-host {}=HOST",
+                secret.name, secret.name
+            )));
+        }
+        let (ca, ca_pem) =
+            make_ca().map_err(|err| Error::setup(format!("making the jail's CA: {err}")))?;
+        let upstream = upstream_config(asked.upstream_ca)?;
+        Ok(Some(Secrets {
+            secrets,
+            strict: asked.strict,
+            ca,
+            ca_pem,
+            upstream,
+            leaves: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
+    pub fn terminates(&self, host: &str, port: u16) -> bool {
+        self.secrets
+            .iter()
+            .any(|secret| secret.entitles(host, port))
+    }
+
+    /// The secrets whose placeholder appears in `bytes` (a request head).
+    pub fn sent_in(&self, bytes: &[u8]) -> Vec<&Secret> {
+        self.secrets
+            .iter()
+            .filter(|secret| find(bytes, secret.placeholder.as_bytes()).is_some())
+            .collect()
+    }
+
+    /// The jail's CA bundle: the host's roots (when it has a bundle) and the jail's CA.
+    pub fn ca_bundle(&self) -> String {
+        let mut bundle = std::fs::read_to_string(HOST_BUNDLE).unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str(&self.ca_pem);
+        bundle
+    }
+
+    /// The environment the jail gets: each secret's placeholder, and the CA variables.
+    pub fn environment(&self) -> Vec<String> {
+        let mut env: Vec<String> = self
+            .secrets
+            .iter()
+            .map(|secret| format!("{}={}", secret.name, secret.placeholder))
+            .collect();
+        env.extend(CA_VARIABLES.iter().map(|var| format!("{var}={CA_BUNDLE}")));
+        env
+    }
+
+    pub fn upstream(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.upstream)
+    }
+
+    /// The server side brig shows the jail for `host`: a leaf for that name signed by the
+    /// jail's CA, made once per host.
+    pub fn leaf(&self, host: &str) -> std::result::Result<Arc<ServerConfig>, String> {
+        let mut leaves = self
+            .leaves
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(config) = leaves.get(host) {
+            return Ok(Arc::clone(config));
+        }
+        let made = || -> std::result::Result<ServerConfig, Box<dyn std::error::Error>> {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(vec![host.to_string()])?;
+            params.distinguished_name.push(DnType::CommonName, host);
+            let cert = params.signed_by(&key, &self.ca)?;
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+            let config = ServerConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.der().clone()], key)?;
+            Ok(config)
+        };
+        let mut config =
+            made().map_err(|err| format!("making the jail's certificate for {host}: {err}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        leaves.insert(host.to_string(), Arc::clone(&config));
+        Ok(config)
+    }
+}
+
+/// What the verdict and stderr say when a placeholder went where its secret is not
+/// entitled (it went on unchanged).
+pub fn not_entitled(secret: &Secret, host: &str) -> String {
+    format!(
+        "secret placeholder sent to {host}, not entitled ({}); add --secret-host {}={host} if it should be",
+        secret.name, secret.name
+    )
+}
+
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return None;
+    }
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// `NAME=env:VAR` or `NAME=file:PATH`, read now.
+fn read_secret(text: &str) -> Result<Secret> {
+    let usage = "expected NAME=env:VAR or NAME=file:PATH, e.g. API_KEY=env:API_KEY";
+    let (name, source) = text
+        .split_once('=')
+        .ok_or_else(|| Error::input(format!("--secret {text}: {usage}")))?;
+    let valid_name = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid_name {
+        return Err(Error::input(format!(
+            "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
+        )));
+    }
+    let value = if let Some(var) = source.strip_prefix("env:") {
+        std::env::var(var).map_err(|_| {
+            Error::input(format!(
+                "--secret {name}=env:{var}: {var} is not set in brig's environment; export it first"
+            ))
+        })?
+    } else if let Some(path) = source.strip_prefix("file:") {
+        let read = std::fs::read_to_string(path).map_err(|err| {
+            Error::input(format!(
+                "--secret {name}=file:{path}: cannot read it ({err}); give a readable file"
+            ))
+        })?;
+        read.trim_end_matches(['\n', '\r']).to_string()
+    } else {
+        return Err(Error::input(format!("--secret {text}: {usage}")));
+    };
+    if value.is_empty() || value.contains(['\r', '\n', '\0']) {
+        return Err(Error::input(format!(
+            "--secret {name}: the value is empty or holds a line break or NUL; give one line"
+        )));
+    }
+    Ok(Secret {
+        name: name.to_string(),
+        value,
+        placeholder: placeholder(name),
+        hosts: Vec::new(),
+    })
+}
+
+/// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits.
+fn placeholder(name: &str) -> String {
+    let mut random = [0u8; 16];
+    // ring's generator (the kernel's getrandom), the one the CA's key comes from.
+    use rustls::crypto::ring::default_provider;
+    let _ = default_provider().secure_random.fill(&mut random);
+    let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("brig-secret-{}-{hex}", name.to_ascii_lowercase())
+}
+
+fn parse_host(text: &str) -> std::result::Result<(String, Option<u16>), String> {
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) => {
+            let port = port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port > 0)
+                .ok_or_else(|| format!("{port:?} is not a port; give 1-65535"))?;
+            (host, Some(port))
+        }
+        None => (text, None),
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if !valid {
+        return Err(format!(
+            "{host:?} is not a host name; give a name like api.example.com"
+        ));
+    }
+    Ok((host, port))
+}
+
+fn make_ca() -> std::result::Result<(Issuer<'static, KeyPair>, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "brig jail CA (this run only)");
+    let cert = params.self_signed(&key)?;
+    Ok((Issuer::new(params, key), cert.pem()))
+}
+
+/// rustls for the upstream side: the host's roots plus `--upstream-ca`.
+fn upstream_config(upstream_ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = upstream_ca {
+        let shown = path.display();
+        let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect())
+            .map_err(|err| {
+                Error::input(format!(
+                    "--upstream-ca {shown}: cannot read PEM certificates ({err}); give a PEM file of CA certificates"
+                ))
+            })?;
+        if certs.is_empty() {
+            return Err(Error::input(format!(
+                "--upstream-ca {shown}: holds no certificate; give a PEM file of CA certificates"
+            )));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|err| {
+                Error::input(format!(
+                    "--upstream-ca {shown}: a certificate is not usable as a root ({err})"
+                ))
+            })?;
+        }
+    }
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| Error::setup(format!("rustls: {err}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // brig judges HTTP/1 inside (the jail side offers only that, too).
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(secret: &[&str], hosts: &[&str]) -> Result<Option<Secrets>> {
+        let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Secrets::plan(&Asked {
+            secret: &owned(secret),
+            secret_host: &owned(hosts),
+            upstream_ca: None,
+            strict: false,
+        })
+    }
+
+    fn key_file(value: &str) -> (tempfile_path::Guard, String) {
+        let guard = tempfile_path::Guard::new(value);
+        let spec = format!("API_KEY=file:{}", guard.0.display());
+        (guard, spec)
+    }
+
+    /// A file removed on drop (the unit tests have no TempDir of their own).
+    mod tempfile_path {
+        pub struct Guard(pub std::path::PathBuf);
+        impl Guard {
+            pub fn new(contents: &str) -> Guard {
+                let path = std::env::temp_dir().join(format!(
+                    "bt-secret-unit-{}-{:?}",
+                    std::process::id(),
+                    std::thread::current().id()
+                ));
+                std::fs::write(&path, contents).unwrap();
+                Guard(path)
+            }
+        }
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn the_value_is_read_and_never_shown() {
+        let (_file, spec) = key_file("sk-unit-value\n");
+        let secrets = planned(&[&spec], &["API_KEY=api.example.com:443"])
+            .unwrap()
+            .unwrap();
+        let secret = &secrets.secrets[0];
+        assert_eq!(secret.value(), "sk-unit-value");
+        assert!(secret.placeholder.starts_with("brig-secret-api_key-"));
+        assert!(secrets.terminates("api.example.com", 443));
+        assert!(!secrets.terminates("api.example.com", 8443));
+        assert!(!secrets.terminates("other.example.com", 443));
+        let shown = serde_json::to_string(&secrets).unwrap();
+        assert_eq!(
+            shown,
+            r#"[{"name":"API_KEY","hosts":["api.example.com:443"]}]"#
+        );
+        assert!(!format!("{secrets:?}").contains("sk-unit-value"));
+        let env = secrets.environment().join("\n");
+        assert!(!env.contains("sk-unit-value") && env.contains("SSL_CERT_FILE="));
+        assert!(secrets.ca_bundle().ends_with("-----END CERTIFICATE-----\n"));
+    }
+
+    #[test]
+    fn placeholders_differ_per_run() {
+        let (_file, spec) = key_file("sk-unit-value");
+        let hosts = ["API_KEY=api.example.com"];
+        let one = planned(&[&spec], &hosts).unwrap().unwrap();
+        let two = planned(&[&spec], &hosts).unwrap().unwrap();
+        assert_ne!(one.secrets[0].placeholder, two.secrets[0].placeholder);
+    }
+
+    #[test]
+    fn the_leaf_is_made_once_per_host() {
+        let (_file, spec) = key_file("sk-unit-value");
+        let secrets = planned(&[&spec], &["API_KEY=api.example.com"])
+            .unwrap()
+            .unwrap();
+        let first = secrets.leaf("api.example.com").unwrap();
+        let again = secrets.leaf("api.example.com").unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+    }
+
+    #[test]
+    fn hosts_are_checked() {
+        assert_eq!(
+            parse_host("API.Example.com."),
+            Ok(("api.example.com".into(), None))
+        );
+        assert_eq!(parse_host("a.test:8443"), Ok(("a.test".into(), Some(8443))));
+        assert!(parse_host("a.test:0").is_err());
+        assert!(parse_host("a test").is_err());
+        assert!(parse_host("").is_err());
+    }
+
+    #[test]
+    fn no_secret_is_no_terminator() {
+        assert!(planned(&[], &[]).unwrap().is_none());
+        let err = planned(&[], &["API_KEY=a.test"]).unwrap_err().to_string();
+        assert!(err.contains("--secret-host API_KEY=a.test"), "{err}");
+    }
+}
