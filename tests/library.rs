@@ -296,7 +296,33 @@ fn caller_is_root_again_whatever_fails() -> Result<(), String> {
 
 type Test = fn() -> Result<(), String>;
 
-/// examples/session.rs (built by `cargo test` beside this binary) against a `brig serve`
+/// examples/session.rs as a program: built here (`cargo test --all-targets` builds examples
+/// as tests only, and a test binary alone builds none), beside this test binary.
+fn session_example_program() -> Result<std::path::PathBuf, String> {
+    static BUILT: std::sync::OnceLock<Result<std::path::PathBuf, String>> =
+        std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let built = std::process::Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--example", "session"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .map_err(|err| format!("cargo build --example session: {err}"))?;
+            if !built.success() {
+                return Err(format!("cargo build --example session: {built}"));
+            }
+            std::env::current_exe()
+                .map_err(|err| err.to_string())?
+                .parent()
+                .and_then(Path::parent)
+                .map(|dir| dir.join("examples/session"))
+                .filter(|example| example.exists())
+                .ok_or_else(|| "cargo built no examples/session beside the test binary".into())
+        })
+        .clone()
+}
+
+/// examples/session.rs against a `brig serve`
 /// this test starts: it prints what its session did, and leaves no session behind.
 fn session_example_runs_against_a_server() -> Result<(), String> {
     session_example(false)
@@ -367,12 +393,7 @@ fn session_example(rootless: bool) -> Result<(), String> {
         if uid != if rootless { "65534" } else { "0" } {
             return Err(format!("brig serve runs as uid {uid}"));
         }
-        let example = std::env::current_exe()
-            .map_err(|err| err.to_string())?
-            .parent()
-            .and_then(Path::parent)
-            .map(|dir| dir.join("examples/session"))
-            .ok_or("no examples directory beside the test binary")?;
+        let example = session_example_program()?;
         let output = std::process::Command::new(&example)
             .arg(&socket)
             .env("BRIG_SERVER_UID", if rootless { "65534" } else { "0" })

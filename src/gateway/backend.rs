@@ -365,9 +365,7 @@ fn relay(mut frames: Frames, sender: mpsc::Sender<Outcome<Value>>) {
             Ok(Some(frame)) => {
                 let last = matches!(
                     frame,
-                    SessionReply::Exited(_)
-                        | SessionReply::WatchEnd { .. }
-                        | SessionReply::Exec(_)
+                    SessionReply::Exited(_) | SessionReply::WatchEnd { .. } | SessionReply::Exec(_)
                 );
                 (Ok(json(&frame)), last)
             }

@@ -268,12 +268,18 @@ fn cgroup_parent_places_the_jail() {
         .stderr(Stdio::piped());
     let mut running = Running::spawn(brig);
     let pid = running.pid();
+    // The directories appear before brig writes their limits; the jail's processes are
+    // added after: wait for those.
+    let populated = |controller: &str| {
+        v1_jail_cgroup_in(controller, &name, pid).is_some_and(|dir| {
+            std::fs::read_to_string(dir.join("cgroup.procs"))
+                .is_ok_and(|procs| !procs.trim().is_empty())
+        })
+    };
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            v1_jail_cgroup_in("pids", &name, pid).is_some()
-                && v1_jail_cgroup_in("memory", &name, pid).is_some()
-        }),
-        "no jail cgroup under the given parent"
+        wait_until(Duration::from_secs(10), || populated("pids")
+            && populated("memory")),
+        "no jail cgroup with the jail in it under the given parent"
     );
     let pids_dir = v1_jail_cgroup_in("pids", &name, pid).unwrap();
     let memory_dir = v1_jail_cgroup_in("memory", &name, pid).unwrap();
