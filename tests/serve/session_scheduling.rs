@@ -11,6 +11,7 @@ use crate::common;
 use common::serve::{Server, ask, close_session, create_session, runners};
 use common::*;
 use serde_json::json;
+use std::time::Duration;
 
 both_modes!(a_session_runner_takes_short_turns_and_its_jail_does_not);
 
@@ -62,6 +63,11 @@ fn a_session_runner_takes_short_turns_and_its_jail_does_not(mode: Mode) {
     assert!(!runners.is_empty(), "no runner");
     assert_eq!(slice_of(server.pid()), Some(default), "the server's slice");
     for runner in &runners {
+        // A runner the pool forked a moment ago asks for its slice as its first step:
+        // wait for that step, not for a time.
+        wait_until(Duration::from_secs(10), || {
+            slice_of(*runner) == Some(SHORT_SLICE_NS)
+        });
         assert_eq!(slice_of(*runner), Some(SHORT_SLICE_NS), "runner {runner}");
         // Its jail's init: the default again.
         let children = std::fs::read_to_string(format!("/proc/{runner}/task/{runner}/children"))
