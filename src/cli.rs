@@ -8,8 +8,11 @@ use std::path::PathBuf;
 
 // `brig run --server` and `brig serve --status` (served.rs), `brig session ...`
 // (session.rs): clap types and printing over `brig::serve`'s clients.
+mod deferred;
 pub mod served;
 pub mod session;
+
+pub use deferred::{Deferred, built_whole};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -30,18 +33,17 @@ pub struct Cli {
 pub enum Command {
     /// Run PROGRAM in a fresh jail and exit with its status.
     #[command(after_help = ExitStatus::help_text())]
-    Run(RunArgs),
+    Run(Deferred<RunArgs>),
     /// A jail server with a warm pool: `brig serve --socket PATH [--pool N] [RUN OPTIONS]`;
     /// clients run with `brig run --server PATH -- PROGRAM`.
     #[command(
-        mut_arg("command", |arg| arg.hide(true)),
         after_help = "Exit status of `brig serve`: 0 once drained (SIGTERM, SIGINT); 125 when it \
                       cannot start as configured (one line on stderr says why and the fix): a bad \
                       option, or --memory/--pids/--cpus this host cannot enforce for its user. A \
                       restart fails the same way: a systemd unit names it in \
                       RestartPreventExitStatus=125."
     )]
-    Serve(Box<brig::serve::ServeArgs>),
+    Serve(deferred::ServeArgs),
     /// E2B's API (REST and envd) on HOST:PORT, for the official SDKs: each sandbox a
     /// session of the `brig serve` on SOCKET, each API key a tenant.
     #[command(
@@ -50,13 +52,13 @@ pub enum Command {
                       stopped (SIGTERM, SIGINT); 125 when it cannot start as configured (one \
                       line on stderr names the option or file:line and the fix)."
     )]
-    Gateway(brig::gateway::GatewayArgs),
+    Gateway(Deferred<brig::gateway::GatewayArgs>),
     /// Sessions on a `brig serve`: a jail that lives between requests (variables of its
     /// interpreter, files of its workspace): create, exec, put, get, ls, close, list.
     #[command(subcommand)]
-    Session(session::SessionCommand),
+    Session(Deferred<session::SessionCommand>),
     /// Validate the options and print the fully resolved plan as YAML; runs nothing.
-    Check(RunArgs),
+    Check(Deferred<RunArgs>),
     /// The built-in seccomp profiles: `brig seccomp list`, `brig seccomp show NAME`.
     #[command(subcommand)]
     Seccomp(SeccompCommand),

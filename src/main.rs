@@ -13,7 +13,7 @@ use brig::plan::{Plan, ReportTarget};
 use brig::verdict::{Sinks, Verdict};
 use brig::{ExitStatus, config, doctor, seccomp};
 use clap::Parser;
-use cli::{Cli, Command, CompletionShell, RootfsCommand, RunArgs, SeccompCommand};
+use cli::{Cli, Command, CompletionShell, Deferred, RootfsCommand, RunArgs, SeccompCommand};
 
 /// brig's entry, called by the C runtime without Rust's runtime setup, which would cost
 /// every jail a read of /proc/self/maps and an alternate signal stack for its stack
@@ -51,19 +51,19 @@ fn brig_main() -> ! {
 
 fn dispatch(command: Command) -> Result<i32> {
     match command {
-        Command::Run(args) if args.server.is_some() => {
+        Command::Run(Deferred(args)) if args.server.is_some() => {
             let socket = args.server.clone().expect("checked");
             let origins = config::origins(args.config.as_deref(), &args.options)?;
             let options = config::resolve(args.config.as_deref(), args.options)?;
             cli::served::run(&socket, options, origins)
         }
-        Command::Run(args) => Ok(run(args)),
+        Command::Run(Deferred(args)) => Ok(run(args)),
         Command::Serve(args) if args.status => cli::served::status(&args.socket),
-        Command::Serve(args) => brig::serve::serve(*args),
-        Command::Session(command) => cli::session::run(command),
-        Command::Gateway(args) => brig::gateway::run(args),
+        Command::Serve(args) => brig::serve::serve(*args.0),
+        Command::Session(command) => cli::session::run(command.0),
+        Command::Gateway(args) => brig::gateway::run(args.0),
         Command::Check(args) => {
-            let plan = resolve(args)?;
+            let plan = resolve(args.0)?;
             let yaml = serde_saphyr::to_string(&plan)
                 .map_err(|err| Error::setup(format!("print the plan as YAML: {err}")))?;
             print!("{yaml}");
@@ -97,7 +97,6 @@ fn dispatch(command: Command) -> Result<i32> {
 
 /// The completion script for `shell`, generated from the command-line definitions.
 pub fn completions(shell: CompletionShell) -> String {
-    use clap::CommandFactory;
     use clap_complete::Shell;
     let shell = match shell {
         CompletionShell::Bash => Shell::Bash,
@@ -105,7 +104,7 @@ pub fn completions(shell: CompletionShell) -> String {
         CompletionShell::Fish => Shell::Fish,
     };
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "brig", &mut script);
+    clap_complete::generate(shell, &mut cli::built_whole::<Cli>(), "brig", &mut script);
     String::from_utf8(script).expect("completion scripts are UTF-8")
 }
 

@@ -5,7 +5,7 @@
 //! `BRIG_UPDATE_MAN=1 cargo test man_page`.
 
 use crate::cli::Cli;
-use clap::{ArgAction, CommandFactory};
+use clap::ArgAction;
 use clap_mangen::Man;
 
 const THE_JAIL: &str = r#".SH THE JAIL
@@ -211,7 +211,7 @@ fn options_section(command: &clap::Command, bin_name: &str, title: &str) -> Stri
 }
 
 pub fn render_brig1() -> String {
-    let command = Cli::command();
+    let command = crate::cli::built_whole::<Cli>();
     let man = Man::new(command.clone())
         .date("")
         .source("brig")
@@ -474,7 +474,7 @@ null unless \-\-net filtered; then \fBrules\fR and \fBhosts\fR (the \-\-allow\-n
 
 /// brig-config(5): every YAML key, from the options of `brig run`.
 pub fn render_config5() -> String {
-    let command = Cli::command();
+    let command = crate::cli::built_whole::<Cli>();
     let run = command.find_subcommand("run").expect("run subcommand");
     let mut text = String::from(CONFIG_HEAD);
     for arg in run.get_arguments() {

@@ -548,8 +548,14 @@ impl Sinks {
 
     /// Writes the verdict and the audit line; a failure is reported on stderr.
     pub fn deliver(&self, verdict: &Verdict, plan: Option<&Plan>) {
+        // Without a sink there is nothing to write, and the digest (the plan as YAML,
+        // hashed) only goes to the audit log: neither costs a run that asks for neither.
+        if self.report.is_none() && self.audit.is_none() {
+            return;
+        }
         let value = serde_json::to_value(verdict).expect("a verdict always serializes");
-        self.deliver_json(&value, plan.map(config_digest), None);
+        let digest = self.audit.as_ref().and(plan).map(config_digest);
+        self.deliver_json(&value, digest, None);
     }
 
     /// [`Sinks::deliver`] for a verdict that came as JSON (from `brig serve`), with the
