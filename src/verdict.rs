@@ -171,20 +171,24 @@ pub struct RunContext {
     /// The output was captured for the reply under this limit (stdout and stderr
     /// together), which the verdict reports in place of the plan's.
     pub output_limit: Option<u64>,
+    /// The cgroup's counters are shared with other programs running at the same time (a
+    /// session's execs): its OOM kills are reported, but only the run's own
+    /// `out_of_memory` makes the verdict `oom`.
+    pub shared_cgroup: bool,
 }
 
 impl RunContext {
     pub fn warm() -> RunContext {
         RunContext {
             warm: true,
-            output_limit: None,
+            ..RunContext::default()
         }
     }
 
     pub fn captured(limit: u64) -> RunContext {
         RunContext {
-            warm: false,
             output_limit: Some(limit),
+            ..RunContext::default()
         }
     }
 }
@@ -200,7 +204,8 @@ impl Verdict {
     pub fn of_run_in(plan: &Plan, run: &RunReport, context: RunContext) -> Verdict {
         let usage = run.cgroup_usage.unwrap_or_default();
         let counted = Counted {
-            oom: run.out_of_memory || usage.oom_kills.is_some_and(|kills| kills > 0),
+            oom: run.out_of_memory
+                || (!context.shared_cgroup && usage.oom_kills.is_some_and(|kills| kills > 0)),
             cpu_time_limit: plan.limits.cpu_time.map(|limit| limit.0),
             net_limit: run
                 .network

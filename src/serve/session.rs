@@ -690,13 +690,28 @@ impl<'p> Session<'p> {
         let time_limit = end.limit.map(Span);
         let mut report =
             RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
-        report.out_of_memory = end.oom_kills > 0;
+        // The session's cgroup is shared by every exec running at once: an OOM kill
+        // during this one may have taken another's process. This exec ran out of memory
+        // when its own program died of a SIGKILL brig did not send while the kernel
+        // counted OOM kills; the count is reported either way.
+        report.out_of_memory = end.oom_kills > 0
+            && matches!(
+                report.outcome,
+                Outcome::Signaled {
+                    signal: libc::SIGKILL,
+                    ..
+                }
+            );
         report.output = Some(output.counts);
         // The cap that held is the exec's (none for a background process that asked for
         // none): its verdict says it, and its explanation at the cut, as a capture's does.
         let context = match output.limit {
             u64::MAX => RunContext::default(),
             limit => RunContext::captured(limit),
+        };
+        let context = RunContext {
+            shared_cgroup: true,
+            ..context
         };
         let mut verdict = Verdict::of_run_in(self.plan(), &report, context);
         verdict.in_session = Some(SessionExec {

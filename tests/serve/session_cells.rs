@@ -336,3 +336,34 @@ fn both_clients_run_cells_of_two_contexts_at_the_same_time(mode: Mode) {
         &[r#"["'a saw b'","'b ran'"]"#],
     );
 }
+
+/// The session's cgroup counts every OOM kill of its processes: while cell A waits, cell
+/// B of another context fills the session's memory and the kernel's OOM killer takes B's
+/// interpreter. B's verdict is `oom`; A, which ended by itself, keeps its own `ok` (the
+/// kill is still counted in its `cgroup.oom_kills`). Were the session's count the
+/// verdict, A would be `oom` too. Root: a memory cgroup of the session's own.
+#[test]
+fn an_oom_kill_is_the_verdict_of_the_cell_it_killed_only() {
+    let server = Server::start(Mode::Root, &["--pool", "0"]);
+    let id = create(&server, json!({"options": {"memory": "256M"}}));
+    let created = ask(
+        &server,
+        json!({"type": "session_context", "session": id, "action": "create", "language": "python"}),
+    );
+    let other = created["context"]["id"].as_str().expect("a context id");
+    let a = sent_cell(
+        &server,
+        &id,
+        &format!("{}'a ended'", wait_for("b-ended")),
+        json!({"time_limit": "120s"}),
+    );
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))";
+    let b = code_cell(&server, &id, bomb, json!({"context": other}));
+    assert_eq!(b["verdict"]["status"], "oom", "{b}");
+    assert_eq!(b["error"]["type"], "InterpreterDied", "{b}");
+    touch(&server, &id, "b-ended");
+    let a = answer(&a);
+    assert_ok(&a, "'a ended'");
+    assert_eq!(a["verdict"]["oom_kills"], 1, "{a}");
+    close(&server, &id);
+}
