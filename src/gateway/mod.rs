@@ -10,6 +10,9 @@
 //!   SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (its `E2B_SANDBOX_URL` form),
 //!   or by a `Host` of `{port}-{sandboxID}.{domain}`.
 //!
+//! Any other port of a sandbox reaches a server its program runs there (`ports.rs`:
+//! `get_host(port)`, HTTP and WebSocket, over a connection the jail's init opens).
+//!
 //! `config.rs` is the command line and the API-key file, `auth.rs` the tenants and who
 //! owns which sandbox, `error.rs` the REST API's errors, and `backend.rs` every call to
 //! the brig server.
@@ -22,6 +25,7 @@ mod envd;
 mod error;
 mod files;
 mod interpreter;
+mod ports;
 pub mod proto;
 mod rest;
 mod tls;
@@ -225,13 +229,21 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
     let to_interpreter = port == interpreter::INTERPRETER_PORT.to_string();
-    if port != ENVD_PORT.to_string() && !to_interpreter {
-        envd::drain(body).await;
-        return unreachable(format!(
-            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} and the code interpreter's {} yet",
-            interpreter::INTERPRETER_PORT
-        ));
-    }
+    // Any other port: a server the sandbox's program runs there (`ports.rs`).
+    let other_port = match port != ENVD_PORT.to_string() && !to_interpreter {
+        true => match ports::parse_port(&port) {
+            Ok(port) => Some(port),
+            Err(message) => {
+                envd::drain(body).await;
+                return ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("sandbox {sandbox:?}: {message}"),
+                )
+                .into_response();
+            }
+        },
+        false => None,
+    };
     let owner = {
         let gateway = gateway.clone();
         let id = sandbox.clone();
@@ -252,6 +264,10 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             return answer;
         }
     };
+    // A port's traffic is reached by the sandbox's id alone, as E2B's by default.
+    if let Some(port) = other_port {
+        return ports::serve(gateway, sandbox, port, Request::from_parts(parts, body)).await;
+    }
     // The interpreter SDK sends the sandbox's token only with `/execute`, not with its
     // `/contexts` calls (E2B's own server checks none): those are reached by the
     // sandbox's id, as E2B's.

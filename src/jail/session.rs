@@ -138,12 +138,49 @@ impl<'p> SessionJail<'p> {
             cols,
             rows,
         };
-        let channel = self.jail.channel();
-        channel
+        self.jail
+            .channel()
             .send_command(&command, &[])
             .context(|| "hand the program to the session's jail".into())
             .at(Stage::Spawn)?;
-        // Init answers at once; a jail whose init cannot get a CPU (or died) is given up.
+        let master = self
+            .receive_from_init("open a terminal")?
+            .map_err(|errno| {
+                crate::error::Error::os(
+                    "open a terminal of the jail's /dev/ptmx (its devpts)",
+                    errno,
+                )
+            })
+            .at(Stage::Spawn)?;
+        Ok((id, master))
+    }
+
+    /// A connection to `port` of the jail's own loopback (a server one of its programs
+    /// runs), opened by the jail's init inside the jail's network namespace and handed
+    /// over: the jail never holds it. It may still be being accepted (a listener's full
+    /// backlog): wait until it is writable. The inner Err is the connect's errno
+    /// (ECONNREFUSED: nothing listens there).
+    pub fn dial(&mut self, port: u16) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
+        if !self.plan().namespaces.net {
+            return Err(crate::error::Error::input(format!(
+                "port {port}: the session shares the host's network (--net host): its loopback is the host's, which brig does not dial for a client; create it with --net none or --net filtered"
+            )));
+        }
+        self.jail
+            .channel()
+            .send_command(&Command::Dial { port }, &[])
+            .context(|| format!("ask the session's jail to connect to its port {port}"))?;
+        self.receive_from_init("connect to its loopback")
+    }
+
+    /// The descriptor init hands over at once after a command (or the errno it sent
+    /// instead); a jail whose init cannot get a CPU (or died) is given up after
+    /// [`SWEEP_WAIT`].
+    fn receive_from_init(
+        &self,
+        what: &str,
+    ) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
+        let channel = self.jail.channel();
         let socket = channel
             .descriptors_fd()
             .expect("a session's jail has a descriptor socket");
@@ -156,21 +193,12 @@ impl<'p> SessionJail<'p> {
         let arrived =
             nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[0].any().unwrap_or(false));
         if !arrived {
-            return Err(crate::error::Error::setup(
-                "the session's jail did not open a terminal (its init did not answer)",
-            )
+            return Err(crate::error::Error::setup(format!(
+                "the session's jail did not {what} (its init did not answer)"
+            ))
             .at(Stage::Spawn));
         }
-        let master = channel
-            .receive_handed()
-            .map_err(|errno| {
-                crate::error::Error::os(
-                    "open a terminal of the jail's /dev/ptmx (its devpts)",
-                    errno,
-                )
-            })
-            .at(Stage::Spawn)?;
-        Ok((id, master))
+        Ok(channel.receive_handed())
     }
 
     /// Sends `signal` to program `id` (to its process group with `group`).

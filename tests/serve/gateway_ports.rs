@@ -1,0 +1,357 @@
+//! A server the sandboxed program runs, reached from the host (src/gateway/ports.rs,
+//! src/serve/session_dial.rs), as root and rootless, in jails on `--net none` (no way
+//! out, no network rule):
+//!
+//! - through `brig gateway` by E2B's official SDK (pinned, from PyPI): `python3 -m
+//!   http.server` started as a background command, fetched by `get_host(8000)`'s host
+//!   form and by the SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (a 4 MiB file,
+//!   byte-exact); a WebSocket echo server in the jail (hand-written, test code) and the
+//!   pinned `websockets` client on the host round-tripping text and a 100 KB binary
+//!   message, by both forms; a closed port, a port that is no port and a sandbox that
+//!   does not exist answered with their status and a message naming the port;
+//! - by `session_dial` itself, through the Python client's `Sandbox.dial(port)`: a
+//!   connected socket, a closed port refused with "connection refused", ports 0 and
+//!   70000 refused naming the field, and the jail holding no copy of the connection.
+//!
+//! Each Python program asserts as it goes and prints `PASS` at its end.
+
+use crate::common;
+use crate::gateway::{Gateway, KEY_A, assert_passed, pinned_python};
+
+use common::serve::{Server, client_copy};
+use common::*;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+both_modes!(
+    e2b_get_host_serves_http_from_the_jail,
+    e2b_get_host_relays_websockets,
+    session_dial_hands_over_a_connection,
+    session_dial_refuses_a_jail_on_the_hosts_network,
+);
+
+/// E2B's SDK (as the other gateway tests pin it) and a WebSocket client.
+const SDK: [&str; 2] = ["e2b==2.45.1", "websockets==15.0.1"];
+
+fn sdk_python() -> Option<&'static Path> {
+    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
+    pinned_python(&PYTHON, &SDK)
+}
+
+/// Helpers every script starts with: `fetch` (status, headers, body) and `until_served`,
+/// which retries while the server in the jail is not listening yet (the gateway's 502
+/// "connection refused"), a bounded number of times.
+const PRELUDE: &str = r#"
+import hashlib, json, sys, time, urllib.error, urllib.request
+gateway = sys.argv[1]
+
+def fetch(path, headers):
+    request = urllib.request.Request(gateway + path, headers=headers)
+    try:
+        with urllib.request.urlopen(request) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+def until_served(attempt):
+    for _ in range(600):
+        try:
+            return attempt()
+        except NotYet:
+            time.sleep(0.05)
+    raise SystemExit("the server in the jail never listened")
+
+class NotYet(Exception):
+    pass
+"#;
+
+const HTTP: &str = r#"
+import os
+from e2b import Sandbox
+sbx = Sandbox.create(allow_internet_access=False)
+sbx.files.write("site/hello.txt", "hello from the jail\n")
+big = os.urandom(4 << 20)
+sbx.files.write("site/big.bin", big)
+sbx.commands.run("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+
+# The SDK's host form: {port}-{sandboxID}.{domain}, sent as the Host of a request to
+# the gateway (what a DNS name for it would lead to).
+host = sbx.get_host(8000)
+assert host.startswith(f"8000-{sbx.sandbox_id}."), host
+def first_fetch():
+    status, headers, body = fetch("/hello.txt", {"Host": host})
+    if status == 502 and b"connection refused" in body:
+        raise NotYet()
+    return status, body
+status, body = until_served(first_fetch)
+assert (status, body) == (200, b"hello from the jail\n"), (status, body)
+
+# The E2B_SANDBOX_URL form: the sandbox's id and the port in headers.
+by_headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}
+status, headers, body = fetch("/big.bin", by_headers)
+assert status == 200 and headers.get("Content-Length") == str(len(big)), (status, headers)
+assert hashlib.sha256(body).hexdigest() == hashlib.sha256(big).hexdigest(), len(body)
+# A directory listing and a 404 come from the server in the jail, as it answers them.
+status, _, body = fetch("/", by_headers)
+assert status == 200 and b"hello.txt" in body and b"big.bin" in body, (status, body[:200])
+status, _, _ = fetch("/nope", by_headers)
+assert status == 404, status
+
+# Nothing listens on 8001: 502, with a message naming the port and what to check.
+status, _, body = fetch("/", {"Host": f"8001-{sbx.sandbox_id}.sandboxes.example"})
+message = json.loads(body)["message"]
+assert status == 502 and "port 8001" in message, (status, body)
+assert "is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?" in message, message
+
+# A port that is no port: 400, naming it.
+for port in ["0", "70000", "http"]:
+    status, _, body = fetch("/", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": port})
+    assert status == 400 and port in json.loads(body)["message"], (port, status, body)
+
+# A sandbox that does not exist: 502, as E2B's proxy answers.
+status, _, body = fetch("/", {"Host": "8000-0123456789abcdef0123456789abcdef.sandboxes.example"})
+assert status == 502 and "not found" in json.loads(body)["message"], (status, body)
+
+# The server's process is the sandbox's like any command: killed, it serves no more.
+server = [p for p in sbx.commands.list() if "http.server" in " ".join(p.args)][0]
+assert sbx.commands.kill(server.pid)
+def refused_now():
+    status, _, body = fetch("/hello.txt", by_headers)
+    if status == 200:
+        raise NotYet()
+    return status, body
+status, body = until_served(refused_now)
+assert status == 502 and b"connection refused" in body, (status, body)
+
+sbx.kill()
+print("PASS")
+"#;
+
+fn e2b_get_host_serves_http_from_the_jail(mode: Mode) {
+    let Some(python) = sdk_python() else { return };
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start(mode, &server);
+    let script = format!("{PRELUDE}\n{HTTP}");
+    assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
+}
+
+/// A WebSocket echo server (RFC 6455, the least of it: text, binary, ping, close), run in
+/// the jail by python3 on `sys.argv[1]`; test code, so written out by hand.
+const ECHO_SERVER: &str = r#"
+import base64, hashlib, socket, struct, sys, threading
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+def exactly(conn, count):
+    data = b""
+    while len(data) < count:
+        chunk = conn.recv(count - len(data))
+        if not chunk:
+            raise EOFError()
+        data += chunk
+    return data
+
+def serve(conn):
+    with conn:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            head += chunk
+        key = [line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+               if line.lower().startswith(b"sec-websocket-key:")][0]
+        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        while True:
+            first, second = exactly(conn, 2)
+            opcode, length = first & 0x0F, second & 0x7F
+            if length == 126:
+                (length,) = struct.unpack(">H", exactly(conn, 2))
+            elif length == 127:
+                (length,) = struct.unpack(">Q", exactly(conn, 8))
+            mask = exactly(conn, 4) if second & 0x80 else b"\0\0\0\0"
+            masked = exactly(conn, length)
+            payload = bytes(byte ^ mask[i % 4] for i, byte in enumerate(masked))
+            if opcode == 8:
+                conn.sendall(bytes([0x88, len(payload)]) + payload)
+                return
+            if opcode == 9:
+                opcode = 10
+            size = len(payload)
+            if size < 126:
+                header = bytes([0x80 | opcode, size])
+            elif size < 65536:
+                header = bytes([0x80 | opcode, 126]) + struct.pack(">H", size)
+            else:
+                header = bytes([0x80 | opcode, 127]) + struct.pack(">Q", size)
+            conn.sendall(header + payload)
+
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("0.0.0.0", int(sys.argv[1])))
+listener.listen()
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"#;
+
+const WEBSOCKETS: &str = r#"
+import os, socket, urllib.parse
+from e2b import Sandbox
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+sbx = Sandbox.create(allow_internet_access=False)
+sbx.files.write("echo.py", sys.argv[2])
+sbx.commands.run("exec python3 echo.py 8765", background=True)
+address = urllib.parse.urlsplit(gateway).netloc
+
+def round_trips(socket_to_gateway, uri, headers):
+    def opened():
+        try:
+            return connect(uri, sock=socket_to_gateway(), additional_headers=headers)
+        except InvalidStatus as err:
+            if err.response.status_code == 502:
+                raise NotYet()
+            raise
+    with until_served(opened) as websocket:
+        websocket.send("hello through the gateway")
+        assert websocket.recv() == "hello through the gateway"
+        blob = os.urandom(100_000)
+        websocket.send(blob)
+        assert websocket.recv() == blob
+        for n in range(20):
+            websocket.send(f"message {n}")
+        assert [websocket.recv() for _ in range(20)] == [f"message {n}" for n in range(20)]
+        websocket.ping().wait()
+
+host, port = address.rsplit(":", 1)
+to_gateway = lambda: socket.create_connection((host, int(port)))
+# The host form: ws://{get_host(8765)}/, over a connection to the gateway.
+round_trips(to_gateway, f"ws://{sbx.get_host(8765)}/", {})
+# The E2B_SANDBOX_URL form: the gateway's own address, the sandbox in headers.
+round_trips(to_gateway, f"ws://{address}/echo",
+            {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8765"})
+
+# A closed port refuses the handshake with 502.
+try:
+    connect(f"ws://{address}/", additional_headers={"E2b-Sandbox-Id": sbx.sandbox_id,
+                                                    "E2b-Sandbox-Port": "8766"})
+    raise SystemExit("a WebSocket to a closed port opened")
+except InvalidStatus as err:
+    assert err.response.status_code == 502, err
+    assert b"port 8766" in err.response.body, err.response.body
+
+sbx.kill()
+print("PASS")
+"#;
+
+fn e2b_get_host_relays_websockets(mode: Mode) {
+    let Some(python) = sdk_python() else { return };
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start(mode, &server);
+    let script = format!(
+        "{PRELUDE}\nsys.argv[2:] = [{ECHO_SERVER:?}]\n{WEBSOCKETS}",
+        ECHO_SERVER = ECHO_SERVER
+    );
+    assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
+}
+
+const DIAL: &str = r#"
+import os, sys, time
+from brig_client import BrigError, Sandbox
+socket_path = sys.argv[1]
+with Sandbox(socket=socket_path, options={"net": "none"}) as sb:
+    sb.files.write("site/f.txt", "served\n")
+    sb.commands.run("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+    for _ in range(600):
+        try:
+            connection = sb.dial(8000)
+            break
+        except BrigError as err:
+            assert err.kind == "bad_input" and "connection refused" in err.message, err
+            time.sleep(0.05)
+    else:
+        raise SystemExit("the server in the jail never listened")
+    with connection:
+        assert connection.getpeername()[1] == 8000, connection.getpeername()
+        connection.sendall(b"GET /f.txt HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 200") and answer.endswith(b"\r\n\r\nserved\n"), answer
+
+    # The jail holds no copy of a connection it handed over: its init closed its own
+    # (init's descriptors are not the programs' to read: it is undumpable), and a
+    # program started while one is held out has only its own pipes.
+    held = sb.dial(8000)
+    descriptors = sb.commands.run("for fd in /proc/self/fd/*; do readlink $fd; done").stdout
+    held.close()
+    assert "pipe:" in descriptors and "socket:" not in descriptors, descriptors
+
+    try:
+        sb.dial(8001)
+        raise SystemExit("a closed port was dialed")
+    except BrigError as err:
+        assert (err.kind, err.exit_code) == ("bad_input", 125), err
+        assert "port 8001" in err.message and "connection refused" in err.message, err.message
+        assert "is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?" in err.message, err.message
+    for port in (0, 70000):
+        try:
+            sb.dial(port)
+            raise SystemExit(f"port {port} was dialed")
+        except BrigError as err:
+            assert err.kind == "bad_input" and '"port"' in err.message and "1-65535" in err.message, err
+    # The session serves on after each refusal.
+    assert sb.commands.run("echo still").stdout == "still\n"
+print("PASS")
+"#;
+
+fn session_dial_hands_over_a_connection(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let client = client_copy("python");
+    let mut command = command_as(mode, interpreter("python3"), &["-c", DIAL, server.socket()]);
+    command.env("PYTHONPATH", client.path().join("python"));
+    let output = output_of(command);
+    let out = assert_success(&output);
+    assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+}
+
+/// A session on the host's network (`--net host`, the server's own choice) has no
+/// loopback of its own: 127.0.0.1 there is the host's, and a listener of the host's on
+/// the port asked for must not be reached through the server (the server would connect
+/// as its own uid where the client may not).
+const DIAL_HOST_NETWORK: &str = r#"
+import socket, sys
+from brig_client import BrigError, Sandbox
+host_listener = socket.create_server(("127.0.0.1", 0))
+port = host_listener.getsockname()[1]
+host_listener.settimeout(0)
+with Sandbox(socket=sys.argv[1]) as sb:
+    try:
+        sb.dial(port)
+        raise SystemExit("a session on the host's network dialed the host's loopback")
+    except BrigError as err:
+        assert err.kind == "bad_input" and "--net host" in err.message, err
+    try:
+        host_listener.accept()
+        raise SystemExit("the host's listener was reached")
+    except BlockingIOError:
+        pass
+    assert sb.commands.run("echo still").stdout == "still\n"
+print("PASS")
+"#;
+
+fn session_dial_refuses_a_jail_on_the_hosts_network(mode: Mode) {
+    let server = Server::start(mode, &["--net", "host"]);
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", DIAL_HOST_NETWORK, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    let output = output_of(command);
+    let out = assert_success(&output);
+    assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+}
