@@ -11,7 +11,10 @@
 //!   does not exist answered with their status and a message naming the port;
 //! - by `session_dial` itself, through the Python client's `Sandbox.dial(port)`: a
 //!   connected socket, a closed port refused with "connection refused", ports 0 and
-//!   70000 refused naming the field, and the jail holding no copy of the connection.
+//!   70000 refused naming the field, and the jail holding no copy of the connection;
+//!   through `brig session dial` (stdin to the server, its answer on stdout, a closed
+//!   port one line on stderr and 125); and refused for a session on the host's
+//!   network, whose loopback is the host's (a listener of the host's is not reached).
 //!
 //! Each Python program asserts as it goes and prints `PASS` at its end.
 
@@ -258,7 +261,7 @@ fn e2b_get_host_relays_websockets(mode: Mode) {
 }
 
 const DIAL: &str = r#"
-import os, sys, time
+import os, subprocess, sys, time
 from brig_client import BrigError, Sandbox
 socket_path = sys.argv[1]
 with Sandbox(socket=socket_path, options={"net": "none"}) as sb:
@@ -304,13 +307,27 @@ with Sandbox(socket=socket_path, options={"net": "none"}) as sb:
             assert err.kind == "bad_input" and '"port"' in err.message and "1-65535" in err.message, err
     # The session serves on after each refusal.
     assert sb.commands.run("echo still").stdout == "still\n"
+
+    # `brig session dial`, as nc: standard input to the server, its answer to stdout.
+    brig = [sys.argv[2], "session", "dial", "--server", socket_path, "--session", sb.session_id]
+    answer = subprocess.run(brig + ["8000"], input=b"GET /f.txt HTTP/1.0\r\n\r\n", capture_output=True)
+    assert answer.returncode == 0 and answer.stdout.startswith(b"HTTP/1.0 200"), answer
+    assert answer.stdout.endswith(b"\r\n\r\nserved\n"), answer
+    refused = subprocess.run(brig + ["8001"], stdin=subprocess.DEVNULL, capture_output=True)
+    assert refused.returncode == 125 and refused.stdout == b"", refused
+    assert refused.stderr.count(b"\n") == 1 and b"connection refused" in refused.stderr, refused
 print("PASS")
 "#;
 
 fn session_dial_hands_over_a_connection(mode: Mode) {
     let server = Server::start(mode, &[]);
     let client = client_copy("python");
-    let mut command = command_as(mode, interpreter("python3"), &["-c", DIAL, server.socket()]);
+    let brig = brig_for(mode).to_str().unwrap();
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", DIAL, server.socket(), brig],
+    );
     command.env("PYTHONPATH", client.path().join("python"));
     let output = output_of(command);
     let out = assert_success(&output);
