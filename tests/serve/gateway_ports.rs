@@ -31,6 +31,7 @@ both_modes!(
     e2b_get_host_relays_websockets,
     session_dial_hands_over_a_connection,
     session_dial_refuses_a_jail_on_the_hosts_network,
+    node_client_dials_a_server_in_the_jail,
 );
 
 /// E2B's SDK (as the other gateway tests pin it) and a WebSocket client.
@@ -369,6 +370,68 @@ fn session_dial_refuses_a_jail_on_the_hosts_network(mode: Mode) {
     );
     command.env("PYTHONPATH", client.path().join("python"));
     let output = output_of(command);
+    let out = assert_success(&output);
+    assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+}
+
+/// The Node client's `dial` (through `brig session dial`: Node cannot take a descriptor).
+const NODE_DIAL: &str = r#"
+const [module, socket, brig] = process.argv.slice(1);
+const { Sandbox, BrigError } = require(module);
+const assert = require("assert");
+function fetchOnce(sandbox, port) {
+  return new Promise((resolve, reject) => {
+    const connection = sandbox.dial(port, { brig });
+    const chunks = [];
+    connection.on("data", (chunk) => chunks.push(chunk));
+    connection.on("end", () => resolve(Buffer.concat(chunks).toString()));
+    connection.on("error", reject);
+    connection.end("GET /f.txt HTTP/1.0\r\n\r\n");
+  });
+}
+(async () => {
+  const sandbox = await Sandbox.create({ socket, options: { net: "none" } });
+  await sandbox.files.write("site/f.txt", "served to node\n");
+  await sandbox.commands.run("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1", { background: true });
+  let answer;
+  for (let attempt = 0; answer === undefined; attempt++) {
+    try {
+      answer = await fetchOnce(sandbox, 8000);
+    } catch (error) {
+      assert(error instanceof BrigError && /connection refused/.test(error.message), error);
+      assert(attempt < 600, "the server in the jail never listened");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+  assert(answer.startsWith("HTTP/1.0 200") && answer.endsWith("\r\n\r\nserved to node\n"), answer);
+  await assert.rejects(fetchOnce(sandbox, 8001), (error) =>
+    error instanceof BrigError && error.kind === "bad_input" && error.exitCode === 125 &&
+    /port 8001/.test(error.message) && /connection refused/.test(error.message));
+  await sandbox.close();
+  console.log("PASS");
+})().catch((error) => { console.error(error); process.exit(1); });
+"#;
+
+fn node_client_dials_a_server_in_the_jail(mode: Mode) {
+    if !require_program("node", "apt install nodejs") {
+        return;
+    }
+    let server = Server::start(mode, &[]);
+    let client = client_copy("node");
+    let module = client.path().join("node");
+    let brig = brig_for(mode).to_str().unwrap();
+    let output = output_of(command_as(
+        mode,
+        interpreter("node"),
+        &[
+            "-e",
+            NODE_DIAL,
+            "--",
+            module.to_str().unwrap(),
+            server.socket(),
+            brig,
+        ],
+    ));
     let out = assert_success(&output);
     assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
 }
