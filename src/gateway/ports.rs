@@ -54,7 +54,9 @@ pub fn parse_port(text: &str) -> Result<u16, String> {
     text.parse::<u16>()
         .ok()
         .filter(|port| *port != 0 && !text.starts_with('+'))
-        .ok_or_else(|| format!("port {text:?}: not a TCP port a server can listen on; give 1-65535"))
+        .ok_or_else(|| {
+            format!("port {text:?}: not a TCP port a server can listen on; give 1-65535")
+        })
 }
 
 /// Whether a request asks to switch protocols (a WebSocket's handshake): `Connection`
@@ -92,14 +94,22 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     headers.remove("keep-alive");
     headers.remove("proxy-connection");
     if upgrade {
-        headers.insert(header::CONNECTION, header::HeaderValue::from_static("upgrade"));
+        headers.insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("upgrade"),
+        );
     }
 }
 
 /// Sends `request` to the server on `port` of `sandbox` and answers with its response:
 /// 502 with a message naming the port when nothing listens there, the sandbox is gone,
 /// or the server broke off before its response.
-pub async fn serve(gateway: Arc<Gateway>, sandbox: String, port: u16, request: Request) -> Response {
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    sandbox: String,
+    port: u16,
+    request: Request,
+) -> Response {
     let upgrade = wants_upgrade(request.headers());
     let permit = match upgrade {
         true => match TUNNELS.try_acquire() {
@@ -141,7 +151,9 @@ pub async fn serve(gateway: Arc<Gateway>, sandbox: String, port: u16, request: R
         Err(err) => {
             return unreachable(
                 &sandbox,
-                format!("port {port} of sandbox {sandbox:?}: {err}; is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?"),
+                format!(
+                    "port {port} of sandbox {sandbox:?}: {err}; is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?"
+                ),
             );
         }
     };
@@ -237,11 +249,17 @@ mod tests {
     #[test]
     fn an_upgrade_keeps_its_headers_and_others_lose_those_of_one_hop() {
         let mut headers = HeaderMap::new();
-        headers.insert("connection", "keep-alive, Upgrade, x-private".parse().unwrap());
+        headers.insert(
+            "connection",
+            "keep-alive, Upgrade, x-private".parse().unwrap(),
+        );
         headers.insert("upgrade", "websocket".parse().unwrap());
         headers.insert("x-private", "1".parse().unwrap());
         headers.insert("keep-alive", "timeout=5".parse().unwrap());
-        headers.insert("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==".parse().unwrap());
+        headers.insert(
+            "sec-websocket-key",
+            "dGhlIHNhbXBsZSBub25jZQ==".parse().unwrap(),
+        );
         assert!(wants_upgrade(&headers));
         let mut upgrading = headers.clone();
         strip_hop_by_hop(&mut upgrading, true);
@@ -256,6 +274,9 @@ mod tests {
         }
         let mut plain = HeaderMap::new();
         plain.insert("upgrade", "websocket".parse().unwrap());
-        assert!(!wants_upgrade(&plain), "Upgrade without Connection: upgrade");
+        assert!(
+            !wants_upgrade(&plain),
+            "Upgrade without Connection: upgrade"
+        );
     }
 }

@@ -246,25 +246,27 @@ fn dial_loopback(port: u16) -> Result<std::os::fd::OwnedFd, nix::errno::Errno> {
             SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
             None,
         )
-        .and_then(|connection| match connect(connection.as_raw_fd(), address) {
-            Ok(()) => Ok(connection),
-            Err(Errno::EINPROGRESS) => {
-                let mut fds = [nix::poll::PollFd::new(
-                    connection.as_fd(),
-                    nix::poll::PollFlags::POLLOUT,
-                )];
-                match nix::poll::poll(&mut fds, DIAL_WAIT_MS) {
-                    // Still being accepted: brig's side waits for it.
-                    Ok(0) => Ok(connection),
-                    _ => match getsockopt(&connection, sockopt::SocketError) {
+        .and_then(
+            |connection| match connect(connection.as_raw_fd(), address) {
+                Ok(()) => Ok(connection),
+                Err(Errno::EINPROGRESS) => {
+                    let mut fds = [nix::poll::PollFd::new(
+                        connection.as_fd(),
+                        nix::poll::PollFlags::POLLOUT,
+                    )];
+                    match nix::poll::poll(&mut fds, DIAL_WAIT_MS) {
+                        // Still being accepted: brig's side waits for it.
                         Ok(0) => Ok(connection),
-                        Ok(error) => Err(Errno::from_raw(error)),
-                        Err(errno) => Err(errno),
-                    },
+                        _ => match getsockopt(&connection, sockopt::SocketError) {
+                            Ok(0) => Ok(connection),
+                            Ok(error) => Err(Errno::from_raw(error)),
+                            Err(errno) => Err(errno),
+                        },
+                    }
                 }
-            }
-            Err(errno) => Err(errno),
-        });
+                Err(errno) => Err(errno),
+            },
+        );
         match attempt {
             Ok(connection) => return Ok(connection),
             Err(errno) => {

@@ -160,7 +160,10 @@ impl<'p> SessionJail<'p> {
     /// over: the jail never holds it. It may still be being accepted (a listener's full
     /// backlog): wait until it is writable. The inner Err is the connect's errno
     /// (ECONNREFUSED: nothing listens there).
-    pub fn dial(&mut self, port: u16) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
+    pub fn dial(
+        &mut self,
+        port: u16,
+    ) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
         if !self.plan().namespaces.net {
             return Err(crate::error::Error::input(format!(
                 "port {port}: the session shares the host's network (--net host): its loopback is the host's, which brig does not dial for a client; create it with --net none or --net filtered"

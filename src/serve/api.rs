@@ -927,7 +927,9 @@ impl Session {
                 let connection =
                     std::net::TcpStream::from(fds.into_iter().next().expect("one descriptor"));
                 connection.set_nonblocking(false).map_err(|err| {
-                    Error::setup(format!("make the connection to port {port} blocking: {err}"))
+                    Error::setup(format!(
+                        "make the connection to port {port} blocking: {err}"
+                    ))
                 })?;
                 Ok(connection)
             }

@@ -145,7 +145,10 @@ pub enum Request {
     /// A TCP connection to `port` of the session's own loopback (a server a program
     /// runs in the jail), opened inside the jail's network namespace and passed with the
     /// `dialed` reply as its one descriptor (SCM_RIGHTS) (`session_dial.rs`).
-    SessionDial { session: String, port: u32 },
+    SessionDial {
+        session: String,
+        port: u32,
+    },
     /// Sends a signal (a name, `TERM` or `SIGTERM`, or a number) to a process's group.
     SessionSignal {
         session: String,

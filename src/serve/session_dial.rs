@@ -22,7 +22,9 @@ pub fn answer(
     connection: &OwnedFd,
 ) -> Result<Option<SessionReply>> {
     let port = checked_port(port)?;
-    let dialed = jail.dial(port)?.map_err(|errno| refused(session, port, errno))?;
+    let dialed = jail
+        .dial(port)?
+        .map_err(|errno| refused(session, port, errno))?;
     let reply = SessionReply::Dialed {
         session: session.to_string(),
         port,
