@@ -132,12 +132,18 @@ sbx.kill()
 print("PASS")
 "#;
 
-fn e2b_get_host_serves_http_from_the_jail(mode: Mode) {
+/// `script` (after the prelude) passes, run by the SDK's python against a gateway in
+/// front of a server, in `mode`.
+fn sdk_script_passes(mode: Mode, script: &str) {
     let Some(python) = sdk_python() else { return };
     let server = Server::start(mode, &[]);
     let gateway = Gateway::start(mode, &server);
-    let script = format!("{PRELUDE}\n{HTTP}");
+    let script = format!("{PRELUDE}\n{script}");
     assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
+}
+
+fn e2b_get_host_serves_http_from_the_jail(mode: Mode) {
+    sdk_script_passes(mode, HTTP);
 }
 
 /// A WebSocket echo server (RFC 6455, the least of it: text, binary, ping, close), run in
@@ -252,14 +258,10 @@ print("PASS")
 "#;
 
 fn e2b_get_host_relays_websockets(mode: Mode) {
-    let Some(python) = sdk_python() else { return };
-    let server = Server::start(mode, &[]);
-    let gateway = Gateway::start(mode, &server);
-    let script = format!(
-        "{PRELUDE}\nsys.argv[2:] = [{ECHO_SERVER:?}]\n{WEBSOCKETS}",
-        ECHO_SERVER = ECHO_SERVER
+    sdk_script_passes(
+        mode,
+        &format!("sys.argv[2:] = [{ECHO_SERVER:?}]\n{WEBSOCKETS}"),
     );
-    assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
 }
 
 const DIAL: &str = r#"
@@ -321,19 +323,23 @@ with Sandbox(socket=socket_path, options={"net": "none"}) as sb:
 print("PASS")
 "#;
 
-fn session_dial_hands_over_a_connection(mode: Mode) {
-    let server = Server::start(mode, &[]);
+/// `script` passes, run by python3 (as `mode`'s user) with the Python client on its path
+/// and `args` as `sys.argv[1:]`.
+fn python_client_script_passes(mode: Mode, script: &str, args: &[&str]) {
     let client = client_copy("python");
-    let brig = brig_for(mode).to_str().unwrap();
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", DIAL, server.socket(), brig],
-    );
+    let mut argv = vec!["-c", script];
+    argv.extend_from_slice(args);
+    let mut command = command_as(mode, interpreter("python3"), &argv);
     command.env("PYTHONPATH", client.path().join("python"));
     let output = output_of(command);
     let out = assert_success(&output);
     assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+}
+
+fn session_dial_hands_over_a_connection(mode: Mode) {
+    let server = Server::start(mode, &[]);
+    let brig = brig_for(mode).to_str().unwrap();
+    python_client_script_passes(mode, DIAL, &[server.socket(), brig]);
 }
 
 /// A session on the host's network (`--net host`, the server's own choice) has no
@@ -363,16 +369,7 @@ print("PASS")
 
 fn session_dial_refuses_a_jail_on_the_hosts_network(mode: Mode) {
     let server = Server::start(mode, &["--net", "host"]);
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", DIAL_HOST_NETWORK, server.socket()],
-    );
-    command.env("PYTHONPATH", client.path().join("python"));
-    let output = output_of(command);
-    let out = assert_success(&output);
-    assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+    python_client_script_passes(mode, DIAL_HOST_NETWORK, &[server.socket()]);
 }
 
 /// The Node client's `dial` (through `brig session dial`: Node cannot take a descriptor).
