@@ -13,14 +13,17 @@
 //!   connected socket, a closed port refused with "connection refused", ports 0 and
 //!   70000 refused naming the field, and the jail holding no copy of the connection;
 //!   through `brig session dial` (stdin to the server, its answer on stdout, a closed
-//!   port one line on stderr and 125); and refused for a session on the host's
-//!   network, whose loopback is the host's (a listener of the host's is not reached).
+//!   port one line on stderr and 125) and the Node client's `dial` over it; a jail on
+//!   `--net filtered` dialed alike, and a server bound to ::1 only; and refused for a
+//!   session on the host's network, whose loopback is the host's (a listener of the
+//!   host's is not reached).
 //!
 //! Each Python program asserts as it goes and prints `PASS` at its end.
 
 use crate::common;
 use crate::gateway::{Gateway, KEY_A, assert_passed, pinned_python};
 
+use common::net::require_tun;
 use common::serve::{Server, client_copy};
 use common::*;
 use std::path::{Path, PathBuf};
@@ -31,6 +34,7 @@ both_modes!(
     e2b_get_host_relays_websockets,
     session_dial_hands_over_a_connection,
     session_dial_refuses_a_jail_on_the_hosts_network,
+    session_dial_reaches_a_filtered_jail_and_ipv6_loopback,
     node_client_dials_a_server_in_the_jail,
 );
 
@@ -340,6 +344,52 @@ fn session_dial_hands_over_a_connection(mode: Mode) {
     let server = Server::start(mode, &[]);
     let brig = brig_for(mode).to_str().unwrap();
     python_client_script_passes(mode, DIAL, &[server.socket(), brig]);
+}
+
+/// A session on `--net filtered` (a TUN device, brig's relay, an empty allow list) is
+/// dialed all the same, inside its own namespace; a server bound to ::1 only is reached
+/// by init's second try.
+const DIAL_FILTERED: &str = r#"
+import sys, time
+from brig_client import BrigError, Sandbox
+
+def get(sb, port):
+    for _ in range(600):
+        try:
+            connection = sb.dial(port)
+            break
+        except BrigError as err:
+            assert "connection refused" in err.message, err
+            time.sleep(0.05)
+    else:
+        raise SystemExit(f"the server on port {port} never listened")
+    with connection:
+        connection.sendall(b"GET /f.txt HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+        return connection.family.name, answer
+
+with Sandbox(socket=sys.argv[1]) as sb:
+    # Filtered: brig's TUN device beside lo.
+    devices = [line.split(":")[0].strip() for line in sb.commands.run("cat /proc/net/dev").stdout.splitlines()[2:]]
+    assert len(devices) == 2 and "lo" in devices, devices
+    sb.files.write("site/f.txt", "filtered\n")
+    sb.commands.run("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+    family, answer = get(sb, 8000)
+    assert family == "AF_INET" and answer.endswith(b"\r\n\r\nfiltered\n"), (family, answer)
+    sb.commands.run("cd site && exec python3 -m http.server 8002 --bind ::1", background=True)
+    family, answer = get(sb, 8002)
+    assert family == "AF_INET6" and answer.endswith(b"\r\n\r\nfiltered\n"), (family, answer)
+print("PASS")
+"#;
+
+fn session_dial_reaches_a_filtered_jail_and_ipv6_loopback(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let server = Server::start(mode, &["--pool", "0", "--net", "filtered"]);
+    python_client_script_passes(mode, DIAL_FILTERED, &[server.socket()]);
 }
 
 /// A session on the host's network (`--net host`, the server's own choice) has no
