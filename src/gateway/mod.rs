@@ -192,14 +192,15 @@ async fn no_route(request: Request) -> ApiError {
 }
 
 /// Which sandbox and port a request is addressed to, if any: the SDK's headers, or a
-/// `Host` of `{port}-{sandboxID}.{domain}`.
-fn sandbox_address(headers: &HeaderMap) -> Option<(String, String)> {
+/// `Host` (HTTP/2's `:authority`, which hyper puts in the URI) of
+/// `{port}-{sandboxID}.{domain}`.
+fn sandbox_address(headers: &HeaderMap, uri: &axum::http::Uri) -> Option<(String, String)> {
     let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     if let Some(id) = text("e2b-sandbox-id") {
         let port = text("e2b-sandbox-port").unwrap_or("49983");
         return Some((id.to_string(), port.to_string()));
     }
-    let host = text("host")?;
+    let host = text("host").or_else(|| uri.authority().map(|authority| authority.as_str()))?;
     let (label, _domain) = host.split_once('.')?;
     let (port, id) = label.split_once('-')?;
     (!port.is_empty()
@@ -221,7 +222,7 @@ fn unreachable(sandbox: &str, message: String) -> Response {
 
 /// Sends a request addressed to a sandbox to its envd; others go on to the REST API.
 async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let Some((sandbox, port)) = sandbox_address(request.headers()) else {
+    let Some((sandbox, port)) = sandbox_address(request.headers(), request.uri()) else {
         return next.run(request).await;
     };
     // A body is read to its end before any refusal (`envd::drain`): left unread, it
@@ -305,23 +306,30 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
 #[cfg(test)]
 mod tests {
     use super::sandbox_address;
-    use axum::http::HeaderMap;
+    use axum::http::{HeaderMap, Uri};
 
     #[test]
     fn a_sandbox_is_addressed_by_headers_or_by_host() {
+        let path: Uri = "/health".parse().unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("host", "127.0.0.1:3000".parse().unwrap());
-        assert_eq!(sandbox_address(&headers), None);
+        assert_eq!(sandbox_address(&headers, &path), None);
         headers.insert("host", "49983-abc123.e2b.example:3000".parse().unwrap());
         assert_eq!(
-            sandbox_address(&headers),
+            sandbox_address(&headers, &path),
             Some(("abc123".into(), "49983".into()))
         );
         headers.insert("e2b-sandbox-id", "def456".parse().unwrap());
         headers.insert("e2b-sandbox-port", "8080".parse().unwrap());
         assert_eq!(
-            sandbox_address(&headers),
+            sandbox_address(&headers, &path),
             Some(("def456".into(), "8080".into()))
+        );
+        // HTTP/2: the authority, in the URI.
+        let absolute: Uri = "http://8000-abc123.e2b.example/x".parse().unwrap();
+        assert_eq!(
+            sandbox_address(&HeaderMap::new(), &absolute),
+            Some(("abc123".into(), "8000".into()))
         );
     }
 }

@@ -198,6 +198,15 @@ async fn relay(
 ) -> Result<Response, hyper::Error> {
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     strip_hop_by_hop(request.headers_mut(), upgrade);
+    // HTTP/1.1 to the server in the jail, whatever the client spoke (HTTP/2 carries the
+    // host as the URI's authority, which becomes the `Host` the server sees).
+    *request.version_mut() = axum::http::Version::HTTP_11;
+    if !request.headers().contains_key(header::HOST)
+        && let Some(authority) = request.uri().authority()
+        && let Ok(host) = header::HeaderValue::from_str(authority.as_str())
+    {
+        request.headers_mut().insert(header::HOST, host);
+    }
     // The origin form: the server in the jail sees the path and query, as from a client.
     let path = request
         .uri()

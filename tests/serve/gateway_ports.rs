@@ -5,7 +5,7 @@
 //! - through `brig gateway` by E2B's official SDK (pinned, from PyPI): `python3 -m
 //!   http.server` started as a background command, fetched by `get_host(8000)`'s host
 //!   form and by the SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (a 4 MiB file,
-//!   byte-exact); a WebSocket echo server in the jail (hand-written, test code) and the
+//!   byte-exact), over HTTP/1.1 and h2c (the host form's authority routing it); a WebSocket echo server in the jail (hand-written, test code) and the
 //!   pinned `websockets` client on the host round-tripping text and a 100 KB binary
 //!   message, by both forms; a closed port, a port that is no port and a sandbox that
 //!   does not exist answered with their status and a message naming the port;
@@ -104,6 +104,15 @@ status, _, body = fetch("/", by_headers)
 assert status == 200 and b"hello.txt" in body and b"big.bin" in body, (status, body[:200])
 status, _, _ = fetch("/nope", by_headers)
 assert status == 404, status
+
+# HTTP/2 without TLS (h2c) from the client: the server in the jail gets HTTP/1.1, with
+# the request's authority as its Host.
+import httpx
+with httpx.Client(base_url=gateway, http1=False, http2=True) as http:
+    answer = http.get("/hello.txt", headers={"Host": host})
+    assert (answer.http_version, answer.status_code, answer.content) == ("HTTP/2", 200, b"hello from the jail\n"), answer
+    answer = http.get("/big.bin", headers=by_headers)
+    assert answer.status_code == 200 and answer.content == big, (answer.status_code, len(answer.content))
 
 # Nothing listens on 8001: 502, with a message naming the port and what to check.
 status, _, body = fetch("/", {"Host": f"8001-{sbx.sandbox_id}.sandboxes.example"})
