@@ -25,12 +25,31 @@ pub fn answer(
     let dialed = jail
         .dial(port)?
         .map_err(|errno| refused(session, port, errno))?;
+    // What comes over the jail's descriptor socket is passed on only if it is what init
+    // makes: a TCP socket (a client treats it as one).
+    if !is_tcp_socket(&dialed) {
+        return Err(Error::setup(format!(
+            "session_dial: port {port} of session {session}: the jail handed over a descriptor that is not a TCP socket; it was closed"
+        )));
+    }
     let reply = SessionReply::Dialed {
         session: session.to_string(),
         port,
     };
     protocol::write_frame(connection.as_fd(), &reply, &[dialed.as_fd()])?;
     Ok(None)
+}
+
+/// Whether `fd` is a TCP socket (IPv4 or IPv6, a stream).
+fn is_tcp_socket(fd: &OwnedFd) -> bool {
+    use nix::sys::socket::{AddressFamily, SockType, SockaddrLike, SockaddrStorage};
+    let stream = nix::sys::socket::getsockopt(fd, nix::sys::socket::sockopt::SockType)
+        .is_ok_and(|kind| kind == SockType::Stream);
+    let family =
+        nix::sys::socket::getsockname::<SockaddrStorage>(std::os::fd::AsRawFd::as_raw_fd(fd))
+            .ok()
+            .and_then(|address| address.family());
+    stream && matches!(family, Some(AddressFamily::Inet | AddressFamily::Inet6))
 }
 
 /// A TCP port a server can listen on: 1 to 65535.
@@ -73,6 +92,21 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::BadInput);
             assert!(err.to_string().contains("\"port\""), "{err}");
         }
+    }
+
+    #[test]
+    fn only_a_tcp_socket_is_passed_on() {
+        use super::is_tcp_socket;
+        use std::os::fd::OwnedFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let connection = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert!(is_tcp_socket(&OwnedFd::from(connection)));
+        let (unix, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!is_tcp_socket(&OwnedFd::from(unix)));
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(!is_tcp_socket(&OwnedFd::from(udp)));
+        let (pipe, _) = nix::unistd::pipe().unwrap();
+        assert!(!is_tcp_socket(&pipe));
     }
 
     #[test]
