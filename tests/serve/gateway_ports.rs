@@ -266,7 +266,22 @@ except InvalidStatus as err:
     assert err.response.status_code == 502, err
     assert b"port 8766" in err.response.body, err.response.body
 
+# A WebSocket open when its sandbox is killed ends (the server in the jail dies with it;
+# its end closes the relay) rather than hang; the gateway serves on.
+from websockets.exceptions import ConnectionClosed
+websocket = connect(f"ws://{address}/", additional_headers={"E2b-Sandbox-Id": sbx.sandbox_id,
+                                                             "E2b-Sandbox-Port": "8765"})
+websocket.send("before the end")
+assert websocket.recv() == "before the end"
 sbx.kill()
+try:
+    websocket.recv(timeout=60)
+    raise SystemExit("a WebSocket outlived its sandbox")
+except ConnectionClosed:
+    pass
+except TimeoutError:
+    raise SystemExit("a WebSocket to a killed sandbox was left open")
+Sandbox.create().kill()
 print("PASS")
 "#;
 
