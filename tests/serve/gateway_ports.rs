@@ -5,10 +5,12 @@
 //! - through `brig gateway` by E2B's official SDK (pinned, from PyPI): `python3 -m
 //!   http.server` started as a background command, fetched by `get_host(8000)`'s host
 //!   form and by the SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (a 4 MiB file,
-//!   byte-exact), over HTTP/1.1 and h2c (the host form's authority routing it); a WebSocket echo server in the jail (hand-written, test code) and the
-//!   pinned `websockets` client on the host round-tripping text and a 100 KB binary
-//!   message, by both forms; a closed port, a port that is no port and a sandbox that
-//!   does not exist answered with their status and a message naming the port;
+//!   byte-exact), over HTTP/1.1 and h2c (the host form's authority routing it); a
+//!   WebSocket echo server in the jail (hand-written, test code) and the pinned
+//!   `websockets` client on the host round-tripping text and a 100 KB binary message,
+//!   by both forms, and one open when its sandbox is killed ending; a closed port, a
+//!   port that is no port and a sandbox that does not exist answered with their status
+//!   and a message naming the port;
 //! - by `session_dial` itself, through the Python client's `Sandbox.dial(port)`: a
 //!   connected socket, a closed port refused with "connection refused", ports 0 and
 //!   70000 refused naming the field, and the jail holding no copy of the connection;
