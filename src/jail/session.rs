@@ -138,6 +138,7 @@ impl<'p> SessionJail<'p> {
             cols,
             rows,
         };
+        self.discard_late_handovers();
         self.jail
             .channel()
             .send_command(&command, &[])
@@ -169,11 +170,33 @@ impl<'p> SessionJail<'p> {
                 "port {port}: the session shares the host's network (--net host): its loopback is the host's, which brig does not dial for a client; create it with --net none or --net filtered"
             )));
         }
+        self.discard_late_handovers();
         self.jail
             .channel()
             .send_command(&Command::Dial { port }, &[])
             .context(|| format!("ask the session's jail to connect to its port {port}"))?;
         self.receive_from_init("connect to its loopback")
+    }
+
+    /// Drops what init handed over after brig gave up waiting for it (an answer later
+    /// than [`SWEEP_WAIT`], from a jail whose init could not get a CPU), so that the
+    /// next command's answer is its own: a terminal's master is never taken for a
+    /// connection, nor the reverse. Nothing else comes from init on that socket while
+    /// the session runs.
+    fn discard_late_handovers(&self) {
+        let channel = self.jail.channel();
+        let Some(socket) = channel.descriptors_fd() else {
+            return;
+        };
+        loop {
+            let mut fds = [nix::poll::PollFd::new(socket, nix::poll::PollFlags::POLLIN)];
+            let pending = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO)
+                .is_ok_and(|ready| ready > 0);
+            // EPIPE: init hung up (or sent no frame); nothing more to drop.
+            if !pending || matches!(channel.receive_handed(), Err(nix::errno::Errno::EPIPE)) {
+                return;
+            }
+        }
     }
 
     /// The descriptor init hands over at once after a command (or the errno it sent
