@@ -10,7 +10,8 @@
 //!   `websockets` client on the host round-tripping text and a 100 KB binary message,
 //!   by both forms, and one open when its sandbox is killed ending; a closed port, a
 //!   port that is no port and a sandbox that does not exist answered with their status
-//!   and a message naming the port;
+//!   and a message naming the port; E2B's Node SDK (npm, pinned) reaching a server by
+//!   its `getHost(8000)`;
 //! - by `session_dial` itself, through the Python client's `Sandbox.dial(port)`: a
 //!   connected socket, a closed port refused with "connection refused", ports 0 and
 //!   70000 refused naming the field, and the jail holding no copy of the connection;
@@ -38,6 +39,7 @@ both_modes!(
     session_dial_refuses_a_jail_on_the_hosts_network,
     session_dial_reaches_a_filtered_jail_and_ipv6_loopback,
     node_client_dials_a_server_in_the_jail,
+    e2b_node_sdk_get_host_reaches_a_server_in_the_jail,
 );
 
 /// E2B's SDK (as the other gateway tests pin it) and a WebSocket client.
@@ -508,4 +510,47 @@ fn node_client_dials_a_server_in_the_jail(mode: Mode) {
     ));
     let out = assert_success(&output);
     assert_eq!(out.lines().last(), Some("PASS"), "{}", describe(&output));
+}
+
+/// E2B's Node SDK: `getHost(8000)` leads to the server in the jail (its host form sent as
+/// the `Host` of a request to the gateway, as a DNS name for it would lead there).
+const NODE_SDK_GET_HOST: &str = r#"
+const { Sandbox } = require("e2b");
+const assert = require("node:assert/strict");
+const http = require("node:http");
+const gateway = new URL(process.env.E2B_SANDBOX_URL);
+function get(host) {
+  return new Promise((resolve, reject) => {
+    const request = http.get({ hostname: gateway.hostname, port: gateway.port, path: "/page.txt", headers: { Host: host } }, (answer) => {
+      const chunks = [];
+      answer.on("data", (chunk) => chunks.push(chunk));
+      answer.on("end", () => resolve([answer.statusCode, Buffer.concat(chunks).toString()]));
+    });
+    request.on("error", reject);
+  });
+}
+(async () => {
+  const sbx = await Sandbox.create({ allowInternetAccess: false });
+  await sbx.files.write("site/page.txt", "from node's sandbox\n");
+  await sbx.commands.run("cd site && exec python3 -m http.server 8000", { background: true });
+  const host = sbx.getHost(8000);
+  assert.ok(host.startsWith(`8000-${sbx.sandboxId}.`), host);
+  let answer;
+  for (let attempt = 0; ; attempt++) {
+    answer = await get(host);
+    if (answer[0] !== 502 || !answer[1].includes("connection refused")) break;
+    assert.ok(attempt < 600, "the server in the jail never listened");
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.deepEqual(answer, [200, "from node's sandbox\n"]);
+  await sbx.kill();
+  console.log("PASS");
+})().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
+"#;
+
+fn e2b_node_sdk_get_host_reaches_a_server_in_the_jail(mode: Mode) {
+    crate::gateway_node::node_sdk_script_passes(mode, NODE_SDK_GET_HOST);
 }
