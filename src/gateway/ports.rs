@@ -48,6 +48,10 @@ const HOP_BY_HOP: [header::HeaderName; 6] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// The gateway's own credentials, never passed to a server in a sandbox: the code there
+/// is not the tenant's to trust with its API key.
+const GATEWAY_ONLY: [&str; 2] = ["x-api-key", "e2b-traffic-access-token"];
+
 /// A port as the SDK addresses it (`E2b-Sandbox-Port`, or the host's first label): a
 /// TCP port a server can listen on, 1 to 65535.
 pub fn parse_port(text: &str) -> Result<u16, String> {
@@ -198,6 +202,9 @@ async fn relay(
 ) -> Result<Response, hyper::Error> {
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     strip_hop_by_hop(request.headers_mut(), upgrade);
+    for name in GATEWAY_ONLY {
+        request.headers_mut().remove(name);
+    }
     // HTTP/1.1 to the server in the jail, whatever the client spoke (HTTP/2 carries the
     // host as the URI's authority, which becomes the `Host` the server sees).
     *request.version_mut() = axum::http::Version::HTTP_11;

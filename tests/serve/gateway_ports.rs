@@ -109,6 +109,32 @@ assert status == 200 and b"hello.txt" in body and b"big.bin" in body, (status, b
 status, _, _ = fetch("/nope", by_headers)
 assert status == 404, status
 
+# What the server in the jail is sent: the request's own headers and its Host, never the
+# tenant's API key (a one-shot server there writes down the request's head).
+one_shot = (
+    "import socket\n"
+    "listener = socket.create_server(('127.0.0.1', 8003))\n"
+    "connection, _ = listener.accept()\n"
+    "head = b''\n"
+    "while b'\\r\\n\\r\\n' not in head:\n"
+    "    head += connection.recv(4096)\n"
+    "open('head.txt', 'wb').write(head)\n"
+    "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
+)
+sbx.files.write("one_shot.py", one_shot)
+sbx.commands.run("exec python3 one_shot.py", background=True)
+sent = {"Host": sbx.get_host(8003), "X-API-Key": "e2b_secret", "X-Mine": "kept"}
+def head_served():
+    status, _, body = fetch("/asked?x=1", sent)
+    if status == 502 and b"connection refused" in body:
+        raise NotYet()
+    return status, body
+assert until_served(head_served) == (200, b"ok")
+head = sbx.files.read("head.txt").lower()
+assert head.startswith("get /asked?x=1 http/1.1\r\n"), head
+assert f"host: {sbx.get_host(8003)}\r\n".lower() in head and "x-mine: kept\r\n" in head, head
+assert "e2b_secret" not in head and "x-api-key" not in head, head
+
 # HTTP/2 without TLS (h2c) from the client: the server in the jail gets HTTP/1.1, with
 # the request's authority as its Host.
 import httpx
