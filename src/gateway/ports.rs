@@ -116,49 +116,26 @@ pub async fn serve(
 ) -> Response {
     let upgrade = wants_upgrade(request.headers());
     let permit = match upgrade {
-        true => match TUNNELS.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "brig gateway relays {MAX_TUNNELS} upgraded connections (WebSockets) at most; try again when one has closed\n"
-                    ),
-                )
-                    .into_response();
-            }
-        },
+        true => TUNNELS.try_acquire().ok(),
         false => None,
     };
-    let dialed = {
-        let gateway = gateway.clone();
-        let id = sandbox.clone();
-        tokio::task::spawn_blocking(move || gateway.backend.dial(&id, port)).await
+    let opened = match upgrade && permit.is_none() {
+        true => Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "brig gateway relays {MAX_TUNNELS} upgraded connections (WebSockets) at most; try again when one has closed\n"
+            ),
+        )
+            .into_response()),
+        false => open(&gateway, &sandbox, port).await,
     };
-    let connection = match dialed {
-        Ok(Ok(connection)) => connection,
-        Ok(Err(err)) if err.failure == Failure::Gone => {
-            return unreachable(&sandbox, format!("sandbox {sandbox:?} not found"));
-        }
-        Ok(Err(err)) => {
-            return unreachable(
-                &sandbox,
-                format!("port {port} of sandbox {sandbox:?}: {}", err.message),
-            );
-        }
-        Err(err) => {
-            return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response();
-        }
-    };
-    let stream = match accepted(connection).await {
+    let stream = match opened {
         Ok(stream) => stream,
-        Err(err) => {
-            return unreachable(
-                &sandbox,
-                format!(
-                    "port {port} of sandbox {sandbox:?}: {err}; is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?"
-                ),
-            );
+        // The body is read to its end first, as envd's refusals do: left unread, the
+        // connection would close under a client that may reuse it.
+        Err(answer) => {
+            super::envd::drain(request.into_body()).await;
+            return answer;
         }
     };
     match relay(stream, request, upgrade, permit).await {
@@ -168,6 +145,46 @@ pub async fn serve(
             format!("port {port} of sandbox {sandbox:?}: the server there broke off: {err}"),
         ),
     }
+}
+
+/// A connection to `port` of `sandbox`, accepted by the server there; else the answer
+/// that says why not (502).
+async fn open(
+    gateway: &Arc<Gateway>,
+    sandbox: &str,
+    port: u16,
+) -> Result<tokio::net::TcpStream, Response> {
+    let dialed = {
+        let gateway = gateway.clone();
+        let id = sandbox.to_string();
+        tokio::task::spawn_blocking(move || gateway.backend.dial(&id, port)).await
+    };
+    let connection = match dialed {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(err)) if err.failure == Failure::Gone => {
+            return Err(unreachable(
+                sandbox,
+                format!("sandbox {sandbox:?} not found"),
+            ));
+        }
+        Ok(Err(err)) => {
+            return Err(unreachable(
+                sandbox,
+                format!("port {port} of sandbox {sandbox:?}: {}", err.message),
+            ));
+        }
+        Err(err) => {
+            return Err((StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response());
+        }
+    };
+    accepted(connection).await.map_err(|err| {
+        unreachable(
+            sandbox,
+            format!(
+                "port {port} of sandbox {sandbox:?}: {err}; is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?"
+            ),
+        )
+    })
 }
 
 /// The dialed connection on tokio's reactor, once the jail's server has accepted it.

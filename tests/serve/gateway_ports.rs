@@ -150,6 +150,15 @@ message = json.loads(body)["message"]
 assert status == 502 and "port 8001" in message, (status, body)
 assert "is a server listening on 0.0.0.0 or 127.0.0.1 inside the sandbox?" in message, message
 
+# A body sent to it is read to its end first: the client gets its 502, and the
+# connection serves the next request.
+with httpx.Client(base_url=gateway) as http:
+    closed = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8001"}
+    answer = http.post("/upload", content=b"x" * (1 << 20), headers=closed)
+    assert answer.status_code == 502 and "port 8001" in answer.json()["message"], answer.text
+    answer = http.get("/hello.txt", headers=by_headers)
+    assert (answer.status_code, answer.content) == (200, b"hello from the jail\n"), answer
+
 # A port that is no port: 400, naming it.
 for port in ["0", "70000", "http"]:
     status, _, body = fetch("/", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": port})
