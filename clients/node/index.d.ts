@@ -204,6 +204,8 @@ export class Sandbox {
   setNetwork(options?: { allowNet?: string[]; addHost?: string[] }): Promise<number>;
   /** The session ends `timeout` from now (at most the server's --session-timeout). */
   setTimeout(timeout: Duration): Promise<void>;
+  /** A connection to `port` of the session's loopback, through `brig session dial`. */
+  dial(port: number, options?: { brig?: string }): import("stream").Duplex;
   close(): Promise<void>;
 }
 

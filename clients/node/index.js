@@ -851,6 +851,51 @@ class Sandbox {
     return reply.cut ?? 0;
   }
 
+  /**
+   * A connection to `port` of the session's own loopback: a server a program of the
+   * session runs there (on 0.0.0.0, 127.0.0.1 or ::), reached with no network rule. Node
+   * cannot take the descriptor `session_dial` passes (SCM_RIGHTS), so the connection is
+   * `brig session dial` (the binary `brig`, else $BRIG_BIN, else `brig` on the PATH)
+   * joined to a Duplex stream: what is written goes to the server, what it sends is read;
+   * `end()` shuts the sending half. Nothing listening there destroys the stream with a
+   * BrigError ("connection refused").
+   */
+  dial(port, { brig } = {}) {
+    const { spawn } = require("child_process");
+    const { Duplex } = require("stream");
+    const program = brig ?? process.env.BRIG_BIN ?? "brig";
+    const child = spawn(program, ["session", "dial", "--server", this.socket, "--session", this.sessionId, String(port)], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    // The stream ends only once `brig` has exited 0: a refused dial ends its stdout
+    // too, but is an error.
+    const connection = new Duplex({
+      read() { child.stdout.resume(); },
+      write(chunk, encoding, callback) { child.stdin.write(chunk, encoding, callback); },
+      final(callback) { child.stdin.end(callback); },
+      destroy(error, callback) {
+        if (child.exitCode === null && child.signalCode === null) child.kill();
+        callback(error);
+      },
+    });
+    child.stdout.on("data", (chunk) => { if (!connection.push(chunk)) child.stdout.pause(); });
+    // Writes after brig has gone fail with EPIPE; its exit says why.
+    child.stdin.on("error", () => {});
+    const stderr = [];
+    child.stderr.on("data", (chunk) => stderr.push(chunk));
+    child.on("error", (error) => connection.destroy(new BrigError(`dial: cannot run ${program}: ${error.message}`)));
+    child.on("close", (code) => {
+      if (code === 0) {
+        connection.push(null);
+        return;
+      }
+      const message = Buffer.concat(stderr).toString().trim() || `brig session dial exited with ${code}`;
+      const kind = /connection refused|"port"/.test(message) ? "bad_input" : "setup_failed";
+      connection.destroy(new BrigError(message.replace(/^brig: /, ""), kind, code ?? 125));
+    });
+    return connection;
+  }
+
   /** Sets the session's end to now + `timeout` (seconds or "10m"), at most the server's --session-timeout. */
   async setTimeout(timeout) {
     await this._request({ type: "session_set_timeout", timeout: duration(timeout) }, "timeout");

@@ -16,6 +16,8 @@ use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+#[path = "session_dial.rs"]
+mod dial;
 #[path = "session_files.rs"]
 mod files;
 #[path = "session_processes.rs"]
@@ -165,6 +167,17 @@ pub enum SessionCommand {
         /// The program and its arguments.
         #[arg(last = true, value_name = "ARGV")]
         command: Vec<String>,
+    },
+    /// Connect to PORT of the session's own loopback (a server a program of the session
+    /// runs, on 0.0.0.0, 127.0.0.1 or ::) and copy standard input to it and what it sends
+    /// to standard output, as `nc` does, until it closes. No network rule is needed: the
+    /// jail's init connects inside the jail.
+    Dial {
+        #[command(flatten)]
+        at: At,
+        /// The port (1-65535).
+        #[arg(value_name = "PORT")]
+        port: u16,
     },
     /// Kill a process's group (SIGKILL).
     Kill {
@@ -393,6 +406,7 @@ pub fn run(command: SessionCommand) -> Result<i32> {
             at.session().signal(&which.target(), &signal).map(|_| 0)
         }
         SessionCommand::Kill { at, which } => at.session().kill(&which.target()).map(|()| 0),
+        SessionCommand::Dial { at, port } => dial::dial(&at, port),
         SessionCommand::Pty { at, tag, command } => pty::attach(&at, command, tag),
         SessionCommand::Close { at } => at.session().close().map(|()| 0),
         SessionCommand::List { server, metadata } => {

@@ -191,6 +191,12 @@ impl Backend {
         Ok(self.session(session).resize(process, size)?)
     }
 
+    /// A connection to `port` of the session's loopback, opened inside its jail
+    /// (`session_dial`): a server a program of the sandbox runs.
+    pub fn dial(&self, session: &str, port: u16) -> Outcome<std::net::TcpStream> {
+        Ok(self.session(session).dial(port)?)
+    }
+
     /// A path's entry (`session_stat`'s, as the protocol writes it).
     pub fn stat(&self, session: &str, path: &str) -> Outcome<Value> {
         Ok(json(&self.session(session).stat(path)?))

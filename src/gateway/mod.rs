@@ -10,6 +10,9 @@
 //!   SDK's `E2b-Sandbox-Id` / `E2b-Sandbox-Port` headers (its `E2B_SANDBOX_URL` form),
 //!   or by a `Host` of `{port}-{sandboxID}.{domain}`.
 //!
+//! Any other port of a sandbox reaches a server its program runs there (`ports.rs`:
+//! `get_host(port)`, HTTP and WebSocket, over a connection the jail's init opens).
+//!
 //! `config.rs` is the command line and the API-key file, `auth.rs` the tenants and who
 //! owns which sandbox, `error.rs` the REST API's errors, and `backend.rs` every call to
 //! the brig server.
@@ -22,6 +25,7 @@ mod envd;
 mod error;
 mod files;
 mod interpreter;
+mod ports;
 pub mod proto;
 mod rest;
 mod tls;
@@ -188,14 +192,15 @@ async fn no_route(request: Request) -> ApiError {
 }
 
 /// Which sandbox and port a request is addressed to, if any: the SDK's headers, or a
-/// `Host` of `{port}-{sandboxID}.{domain}`.
-fn sandbox_address(headers: &HeaderMap) -> Option<(String, String)> {
+/// `Host` (HTTP/2's `:authority`, which hyper puts in the URI) of
+/// `{port}-{sandboxID}.{domain}`.
+fn sandbox_address(headers: &HeaderMap, uri: &axum::http::Uri) -> Option<(String, String)> {
     let text = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
     if let Some(id) = text("e2b-sandbox-id") {
         let port = text("e2b-sandbox-port").unwrap_or("49983");
         return Some((id.to_string(), port.to_string()));
     }
-    let host = text("host")?;
+    let host = text("host").or_else(|| uri.authority().map(|authority| authority.as_str()))?;
     let (label, _domain) = host.split_once('.')?;
     let (port, id) = label.split_once('-')?;
     (!port.is_empty()
@@ -217,7 +222,7 @@ fn unreachable(sandbox: &str, message: String) -> Response {
 
 /// Sends a request addressed to a sandbox to its envd; others go on to the REST API.
 async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next: Next) -> Response {
-    let Some((sandbox, port)) = sandbox_address(request.headers()) else {
+    let Some((sandbox, port)) = sandbox_address(request.headers(), request.uri()) else {
         return next.run(request).await;
     };
     // A body is read to its end before any refusal (`envd::drain`): left unread, it
@@ -225,13 +230,21 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
     let to_interpreter = port == interpreter::INTERPRETER_PORT.to_string();
-    if port != ENVD_PORT.to_string() && !to_interpreter {
-        envd::drain(body).await;
-        return unreachable(format!(
-            "port {port} of sandbox {sandbox:?}: brig gateway serves only envd's port {ENVD_PORT} and the code interpreter's {} yet",
-            interpreter::INTERPRETER_PORT
-        ));
-    }
+    // Any other port: a server the sandbox's program runs there (`ports.rs`).
+    let other_port = match port != ENVD_PORT.to_string() && !to_interpreter {
+        true => match ports::parse_port(&port) {
+            Ok(port) => Some(port),
+            Err(message) => {
+                envd::drain(body).await;
+                return ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("sandbox {sandbox:?}: {message}"),
+                )
+                .into_response();
+            }
+        },
+        false => None,
+    };
     let owner = {
         let gateway = gateway.clone();
         let id = sandbox.clone();
@@ -252,6 +265,10 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             return answer;
         }
     };
+    // A port's traffic is reached by the sandbox's id alone, as E2B's by default.
+    if let Some(port) = other_port {
+        return ports::serve(gateway, sandbox, port, Request::from_parts(parts, body)).await;
+    }
     // The interpreter SDK sends the sandbox's token only with `/execute`, not with its
     // `/contexts` calls (E2B's own server checks none): those are reached by the
     // sandbox's id, as E2B's.
@@ -289,23 +306,30 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
 #[cfg(test)]
 mod tests {
     use super::sandbox_address;
-    use axum::http::HeaderMap;
+    use axum::http::{HeaderMap, Uri};
 
     #[test]
     fn a_sandbox_is_addressed_by_headers_or_by_host() {
+        let path: Uri = "/health".parse().unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("host", "127.0.0.1:3000".parse().unwrap());
-        assert_eq!(sandbox_address(&headers), None);
+        assert_eq!(sandbox_address(&headers, &path), None);
         headers.insert("host", "49983-abc123.e2b.example:3000".parse().unwrap());
         assert_eq!(
-            sandbox_address(&headers),
+            sandbox_address(&headers, &path),
             Some(("abc123".into(), "49983".into()))
         );
         headers.insert("e2b-sandbox-id", "def456".parse().unwrap());
         headers.insert("e2b-sandbox-port", "8080".parse().unwrap());
         assert_eq!(
-            sandbox_address(&headers),
+            sandbox_address(&headers, &path),
             Some(("def456".into(), "8080".into()))
+        );
+        // HTTP/2: the authority, in the URI.
+        let absolute: Uri = "http://8000-abc123.e2b.example/x".parse().unwrap();
+        assert_eq!(
+            sandbox_address(&HeaderMap::new(), &absolute),
+            Some(("abc123".into(), "8000".into()))
         );
     }
 }

@@ -108,6 +108,11 @@ pub enum Command {
         keep: Vec<u32>,
         keep_groups: Vec<u32>,
     },
+    /// Connect to `port` of the jail's own loopback (a server a program runs there):
+    /// init opens the connection inside the jail's network namespace and hands the
+    /// socket to brig over the descriptor socket (or the errno's number without one,
+    /// as for a terminal). The descriptor flows out of the jail only.
+    Dial { port: u16 },
 }
 
 impl Channel {
@@ -266,6 +271,12 @@ impl ChildEnd {
                 };
                 Some((command, Vec::new()))
             }
+            b'D' => Some((
+                Command::Dial {
+                    port: u16::from_le_bytes(payload.get(0..2)?.try_into().ok()?),
+                },
+                Vec::new(),
+            )),
             _ => None,
         }
     }
@@ -389,6 +400,7 @@ impl ParentEnd {
                     .flat_map(|id| id.to_le_bytes());
                 (b'W', count.into_iter().chain(ids).collect())
             }
+            Command::Dial { port } => (b'D', port.to_le_bytes().to_vec()),
         };
         let mut frame = Vec::with_capacity(payload.len() + 5);
         frame.push(tag);
@@ -762,6 +774,7 @@ mod tests {
                 keep: vec![1, 5],
                 keep_groups: vec![7],
             },
+            Command::Dial { port: 8000 },
         ] {
             parent.send_command(&command, &[]).unwrap();
             assert_eq!(child.next_command().unwrap().0, command);

@@ -201,6 +201,14 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
                     programs.signal(id, signal, group);
                 }
             }
+            Some((Command::Dial { port }, _)) => match dial_loopback(port) {
+                // The connection goes to brig and is closed here: no program of the
+                // jail ever holds it.
+                Ok(connection) => {
+                    let _ = channel.hand_over(connection);
+                }
+                Err(errno) => channel.hand_over_nothing(errno),
+            },
             Some((Command::Sweep { keep, keep_groups }, _)) => {
                 sweep(plan, &programs.pids(&keep), &programs.groups(&keep_groups));
                 programs.reap(channel);
@@ -208,6 +216,65 @@ pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
             }
         }
     }
+}
+
+/// How long init waits for a connection to its loopback to be accepted: the kernel
+/// answers at once (accepted or refused) unless the listener's backlog is full; then the
+/// connection is handed over as it is, and brig's side waits for it.
+const DIAL_WAIT_MS: u16 = 100;
+
+/// Connects to `port` of the jail's loopback, inside the jail's network namespace:
+/// 127.0.0.1, else ::1 (a server bound to that one only). The first address's error
+/// when neither takes it (connection refused: nothing listens there).
+fn dial_loopback(port: u16) -> Result<std::os::fd::OwnedFd, nix::errno::Errno> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, SockaddrLike, connect,
+        getsockopt, socket, sockopt,
+    };
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    use std::os::fd::{AsFd, AsRawFd};
+    let v4 = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let v6 = SockaddrIn6::from(SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0));
+    let addresses: [(AddressFamily, &dyn SockaddrLike); 2] =
+        [(AddressFamily::Inet, &v4), (AddressFamily::Inet6, &v6)];
+    let mut first_error = None;
+    for (family, address) in addresses {
+        let attempt = socket(
+            family,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .and_then(
+            |connection| match connect(connection.as_raw_fd(), address) {
+                Ok(()) => Ok(connection),
+                Err(Errno::EINPROGRESS) => {
+                    let mut fds = [nix::poll::PollFd::new(
+                        connection.as_fd(),
+                        nix::poll::PollFlags::POLLOUT,
+                    )];
+                    match nix::poll::poll(&mut fds, DIAL_WAIT_MS) {
+                        // Still being accepted: brig's side waits for it.
+                        Ok(0) => Ok(connection),
+                        _ => match getsockopt(&connection, sockopt::SocketError) {
+                            Ok(0) => Ok(connection),
+                            Ok(error) => Err(Errno::from_raw(error)),
+                            Err(errno) => Err(errno),
+                        },
+                    }
+                }
+                Err(errno) => Err(errno),
+            },
+        );
+        match attempt {
+            Ok(connection) => return Ok(connection),
+            Err(errno) => {
+                first_error.get_or_insert(errno);
+            }
+        }
+    }
+    Err(first_error.unwrap_or(Errno::ECONNREFUSED))
 }
 
 /// A program's spawn: watched once started (it said its pid itself, Message::Started,

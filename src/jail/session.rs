@@ -138,12 +138,75 @@ impl<'p> SessionJail<'p> {
             cols,
             rows,
         };
-        let channel = self.jail.channel();
-        channel
+        self.discard_late_handovers();
+        self.jail
+            .channel()
             .send_command(&command, &[])
             .context(|| "hand the program to the session's jail".into())
             .at(Stage::Spawn)?;
-        // Init answers at once; a jail whose init cannot get a CPU (or died) is given up.
+        let master = self
+            .receive_from_init("open a terminal")?
+            .map_err(|errno| {
+                crate::error::Error::os(
+                    "open a terminal of the jail's /dev/ptmx (its devpts)",
+                    errno,
+                )
+            })
+            .at(Stage::Spawn)?;
+        Ok((id, master))
+    }
+
+    /// A connection to `port` of the jail's own loopback (a server one of its programs
+    /// runs), opened by the jail's init inside the jail's network namespace and handed
+    /// over: the jail never holds it. It may still be being accepted (a listener's full
+    /// backlog): wait until it is writable. The inner Err is the connect's errno
+    /// (ECONNREFUSED: nothing listens there).
+    pub fn dial(
+        &mut self,
+        port: u16,
+    ) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
+        if !self.plan().namespaces.net {
+            return Err(crate::error::Error::input(format!(
+                "port {port}: the session shares the host's network (--net host): its loopback is the host's, which brig does not dial for a client; create it with --net none or --net filtered"
+            )));
+        }
+        self.discard_late_handovers();
+        self.jail
+            .channel()
+            .send_command(&Command::Dial { port }, &[])
+            .context(|| format!("ask the session's jail to connect to its port {port}"))?;
+        self.receive_from_init("connect to its loopback")
+    }
+
+    /// Drops what init handed over after brig gave up waiting for it (an answer later
+    /// than [`SWEEP_WAIT`], from a jail whose init could not get a CPU), so that the
+    /// next command's answer is its own: a terminal's master is never taken for a
+    /// connection, nor the reverse. Nothing else comes from init on that socket while
+    /// the session runs.
+    fn discard_late_handovers(&self) {
+        let channel = self.jail.channel();
+        let Some(socket) = channel.descriptors_fd() else {
+            return;
+        };
+        loop {
+            let mut fds = [nix::poll::PollFd::new(socket, nix::poll::PollFlags::POLLIN)];
+            let pending = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO)
+                .is_ok_and(|ready| ready > 0);
+            // EPIPE: init hung up (or sent no frame); nothing more to drop.
+            if !pending || matches!(channel.receive_handed(), Err(nix::errno::Errno::EPIPE)) {
+                return;
+            }
+        }
+    }
+
+    /// The descriptor init hands over at once after a command (or the errno it sent
+    /// instead); a jail whose init cannot get a CPU (or died) is given up after
+    /// [`SWEEP_WAIT`].
+    fn receive_from_init(
+        &self,
+        what: &str,
+    ) -> Result<std::result::Result<std::os::fd::OwnedFd, nix::errno::Errno>> {
+        let channel = self.jail.channel();
         let socket = channel
             .descriptors_fd()
             .expect("a session's jail has a descriptor socket");
@@ -156,21 +219,12 @@ impl<'p> SessionJail<'p> {
         let arrived =
             nix::poll::poll(&mut fds, timeout).is_ok_and(|_| fds[0].any().unwrap_or(false));
         if !arrived {
-            return Err(crate::error::Error::setup(
-                "the session's jail did not open a terminal (its init did not answer)",
-            )
+            return Err(crate::error::Error::setup(format!(
+                "the session's jail did not {what} (its init did not answer)"
+            ))
             .at(Stage::Spawn));
         }
-        let master = channel
-            .receive_handed()
-            .map_err(|errno| {
-                crate::error::Error::os(
-                    "open a terminal of the jail's /dev/ptmx (its devpts)",
-                    errno,
-                )
-            })
-            .at(Stage::Spawn)?;
-        Ok((id, master))
+        Ok(channel.receive_handed())
     }
 
     /// Sends `signal` to program `id` (to its process group with `group`).

@@ -28,7 +28,7 @@ use crate::units::{Size, Span};
 use crate::verdict::printable;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -243,6 +243,18 @@ impl Frames {
             Some((body, _)) => parse(&body).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The next frame with the descriptors that came with it (`session_dial`'s
+    /// connection); an error frame, or the connection's end, is this side's error.
+    pub fn next_reply_with_fds(&mut self) -> Result<(SessionReply, Vec<OwnedFd>)> {
+        let (body, fds) = self.reader.read_blocking(&self.stream)?.ok_or_else(|| {
+            Error::setup(format!(
+                "--server {}: the server closed the connection without an answer",
+                self.socket.display()
+            ))
+        })?;
+        Ok((checked(parse(&body)?)?, fds))
     }
 
     /// The next frame; an error frame, or the connection's end, is this side's error.
@@ -897,6 +909,35 @@ impl Session {
         })? {
             SessionReply::Timeout { .. } => Ok(()),
             other => Err(unexpected(&other, "timeout")),
+        }
+    }
+
+    /// A TCP connection to `port` of the session's own loopback: a server a program of
+    /// the session runs there (on 0.0.0.0, 127.0.0.1 or ::), reached without any network
+    /// rule (`session_dial`; the jail's init connects inside the jail and the descriptor
+    /// comes back with the reply). Blocking; the connection may still be being accepted
+    /// (a listener's full backlog): its first read or write waits for that.
+    pub fn dial(&self, port: u16) -> Result<std::net::TcpStream> {
+        let mut frames = self.client.open(&Request::SessionDial {
+            session: self.id.clone(),
+            port: port.into(),
+        })?;
+        match frames.next_reply_with_fds()? {
+            (SessionReply::Dialed { .. }, fds) if fds.len() == 1 => {
+                let connection =
+                    std::net::TcpStream::from(fds.into_iter().next().expect("one descriptor"));
+                connection.set_nonblocking(false).map_err(|err| {
+                    Error::setup(format!(
+                        "make the connection to port {port} blocking: {err}"
+                    ))
+                })?;
+                Ok(connection)
+            }
+            (SessionReply::Dialed { .. }, fds) => Err(Error::setup(format!(
+                "brig serve answered session_dial with {} descriptors, not the connection's one",
+                fds.len()
+            ))),
+            (other, _) => Err(unexpected(&other, "dialed")),
         }
     }
 

@@ -30,6 +30,7 @@ mod runner;
 mod runner_common;
 mod server;
 mod session;
+mod session_dial;
 mod session_meta;
 mod session_network;
 mod warm;

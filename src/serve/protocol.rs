@@ -142,6 +142,13 @@ pub enum Request {
         cols: u16,
         rows: u16,
     },
+    /// A TCP connection to `port` of the session's own loopback (a server a program
+    /// runs in the jail), opened inside the jail's network namespace and passed with the
+    /// `dialed` reply as its one descriptor (SCM_RIGHTS) (`session_dial.rs`).
+    SessionDial {
+        session: String,
+        port: u32,
+    },
     /// Sends a signal (a name, `TERM` or `SIGTERM`, or a number) to a process's group.
     SessionSignal {
         session: String,
@@ -334,6 +341,7 @@ impl Request {
             | Request::SessionConnect { session, .. }
             | Request::SessionStdin { session, .. }
             | Request::SessionResize { session, .. }
+            | Request::SessionDial { session, .. }
             | Request::SessionSignal { session, .. }
             | Request::SessionKill { session, .. }
             | Request::SessionClose { session }

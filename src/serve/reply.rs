@@ -54,6 +54,11 @@ pub enum SessionReply {
         cols: u16,
         rows: u16,
     },
+    /// `session_dial`: the connection to `port` is this frame's one descriptor.
+    Dialed {
+        session: String,
+        port: u16,
+    },
     Put {
         path: String,
         size: u64,

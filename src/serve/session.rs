@@ -511,6 +511,9 @@ impl<'p> Session<'p> {
                 self.audit_log.as_deref(),
             )
             .map(Some),
+            Request::SessionDial { port, .. } => {
+                super::session_dial::answer(&mut self.jail, &self.id, port, connection)
+            }
             // Checked by the server against its --session-timeout.
             Request::SessionSetTimeout { timeout, .. } => {
                 self.ends_at = Some(Instant::now() + timeout.0);

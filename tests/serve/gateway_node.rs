@@ -104,12 +104,18 @@ const assert = require("node:assert/strict");
 "#;
 
 fn e2b_node_sdk_runs_commands_and_files(mode: Mode) {
+    node_sdk_script_passes(mode, TOUR);
+}
+
+/// `script` passes (prints `PASS` last), run by node with the pinned SDK against a
+/// gateway in front of a server, in `mode`, with only the three variables set.
+pub(crate) fn node_sdk_script_passes(mode: Mode, script: &str) {
     let Some(sdk) = sdk_dir() else { return };
     let server = Server::start(mode, &[]);
     let gateway = Gateway::start(mode, &server);
     let mut command = Command::new("node");
     command
-        .args(["-e", TOUR])
+        .args(["-e", script])
         .current_dir(sdk)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")

@@ -15,6 +15,7 @@ mod clients;
 mod gateway;
 mod gateway_interpreter;
 mod gateway_node;
+mod gateway_ports;
 mod server;
 mod session_cells;
 mod session_engine;

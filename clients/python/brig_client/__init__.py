@@ -1018,6 +1018,34 @@ class Sandbox:
                                "add_host": list(add_host)}, "network")
         return int(reply.get("cut", 0))
 
+    def dial(self, port: int) -> _socket.socket:
+        """A TCP connection to `port` of the sandbox's own loopback: a server a program of
+        the session runs there (on 0.0.0.0, 127.0.0.1 or ::), reached with no network rule
+        (`session_dial`: the jail's init connects inside the jail and the socket comes back
+        with the reply). A blocking socket, yours to close; nothing listening there raises
+        BrigError ("connection refused")."""
+        request = {"type": "session_dial", "session": self.session_id, "port": port,
+                   "brig": PROTOCOL_VERSION}
+        with self._client._open(request, []) as connection:
+            data, fds, _, _ = _socket.recv_fds(connection, 1 << 16, 1)
+            try:
+                if len(data) < 4:
+                    data += _read_exactly(connection, 4 - len(data))
+                (length,) = struct.unpack(">I", data[:4])
+                if length > MAX_REPLY:
+                    raise BrigError(f"brig serve sent a frame of {length} bytes")
+                body = data[4:] + _read_exactly(connection, max(0, 4 + length - len(data)))
+                _expect(json.loads(body[:length]), "dialed", "session_dial")
+                if len(fds) != 1:
+                    raise BrigError(f"brig serve answered session_dial with {len(fds)} descriptors, not one")
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        dialed = _socket.socket(fileno=fds[0])
+        dialed.setblocking(True)
+        return dialed
+
     def set_timeout(self, timeout: Any) -> None:
         """Sets the session's end to now + `timeout` (seconds, or a string such as "10m"),
         at most the server's --session-timeout."""

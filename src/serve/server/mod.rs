@@ -494,6 +494,7 @@ impl Server {
             | Request::SessionConnect { .. }
             | Request::SessionStdin { .. }
             | Request::SessionResize { .. }
+            | Request::SessionDial { .. }
             | Request::SessionSignal { .. }
             | Request::SessionKill { .. }
             | Request::SessionContext { .. }
