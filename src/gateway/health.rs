@@ -162,8 +162,7 @@ impl Health {
     }
 
     pub fn created(&self, started: Instant) {
-        self.create_seconds
-            .observe(started.elapsed().as_secs_f64());
+        self.create_seconds.observe(started.elapsed().as_secs_f64());
     }
 
     pub fn observe(&self, kind: RequestKind, started: Instant) {
@@ -343,8 +342,10 @@ pub async fn answer_router(state: &Arc<RouterState>, path: &str) -> Response {
                 };
                 (name.clone(), said)
             });
-            let hosts: BTreeMap<String, String> =
-                futures_util::future::join_all(asked).await.into_iter().collect();
+            let hosts: BTreeMap<String, String> = futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .collect();
             let ready_hosts = hosts.values().filter(|said| *said == "ready").count();
             let readiness = if state.health.draining() {
                 Readiness {
@@ -464,8 +465,18 @@ mod tests {
             (false, Ok(status(1, false)), true, "1 of 2 sandboxes open"),
             (false, Ok(status(2, false)), false, "full: 2 of 2"),
             (true, Ok(status(0, false)), false, "draining: the gateway"),
-            (false, Ok(status(0, true)), false, "draining: the brig server"),
-            (false, Err("gone".to_string()), false, "does not answer: gone"),
+            (
+                false,
+                Ok(status(0, true)),
+                false,
+                "draining: the brig server",
+            ),
+            (
+                false,
+                Err("gone".to_string()),
+                false,
+                "does not answer: gone",
+            ),
         ] {
             let told = readiness(draining, status.as_ref().map_err(Clone::clone));
             assert_eq!(told.ready, ready, "{told:?}");

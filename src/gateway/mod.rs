@@ -162,9 +162,13 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         .with_state(gateway);
     // The host layer rewrites a request's sandbox id before the handlers route it: a
     // router's own layer runs after its routing, so the handlers are a service behind.
-    let app = axum::Router::new()
-        .fallback_service(handlers)
-        .layer(axum::middleware::from_fn_with_state(host, route::host_layer));
+    let app =
+        axum::Router::new()
+            .fallback_service(handlers)
+            .layer(axum::middleware::from_fn_with_state(
+                host,
+                route::host_layer,
+            ));
     let drained = health::drain_host(health, backend, args.drain_grace.0);
     runtime.block_on(serve(args, app, tls, drained))
 }

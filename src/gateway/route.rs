@@ -179,7 +179,11 @@ impl Peers {
             }
         }
         let mut named = BTreeMap::new();
-        for entry in peers.unwrap_or("").split(',').filter(|entry| !entry.is_empty()) {
+        for entry in peers
+            .unwrap_or("")
+            .split(',')
+            .filter(|entry| !entry.is_empty())
+        {
             let (name, url) = match entry.split_once('=') {
                 Some((name, url)) => {
                     check_url(url, "--peers")?;
@@ -194,7 +198,9 @@ impl Peers {
                 ));
             }
             if named.insert(name.to_string(), url).is_some() {
-                return Err(format!("--peers: {name} is listed twice; list each host once"));
+                return Err(format!(
+                    "--peers: {name} is listed twice; list each host once"
+                ));
             }
         }
         Ok(Peers {
@@ -330,9 +336,7 @@ pub async fn forward(
         request.headers_mut().insert(header::HOST, value);
     }
     let upgrade = request.headers().get(header::UPGRADE).cloned();
-    let upgrade_here = upgrade
-        .as_ref()
-        .map(|_| hyper::upgrade::on(&mut request));
+    let upgrade_here = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
     let (mut parts, body) = request.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     if let Some(protocol) = &upgrade {
@@ -706,7 +710,9 @@ async fn create(state: &RouterState, request: Request) -> Response {
         match forward(&state.client, &url, attempt).await {
             Ok(answer) if answer.status() == StatusCode::SERVICE_UNAVAILABLE => {
                 let (_, body) = answer.into_parts();
-                let said = axum::body::to_bytes(body, 64 << 10).await.unwrap_or_default();
+                let said = axum::body::to_bytes(body, 64 << 10)
+                    .await
+                    .unwrap_or_default();
                 let said = serde_json::from_slice::<Value>(&said)
                     .ok()
                     .and_then(|said| said["message"].as_str().map(str::to_string))
@@ -842,11 +848,7 @@ mod tests {
             (&host, id("h0"), Ok(here(SESSION))),
             (&host, SESSION.to_string(), Ok(here(SESSION))),
             (&host, "junk".to_string(), Ok(here("junk"))),
-            (
-                &host,
-                id("h1"),
-                Ok(forward("h1", "http://127.0.0.1:4001")),
-            ),
+            (&host, id("h1"), Ok(forward("h1", "http://127.0.0.1:4001"))),
             (
                 &host,
                 id("h2"),
@@ -886,9 +888,19 @@ mod tests {
         for (own, peers, template, expected) in [
             (Some("H0"), None, None, "--host-id \"H0\": use lowercase"),
             (None, None, Some("http://hosts:3000"), "no {host} in it"),
-            (None, None, Some("https://{host}:3000"), "give an http:// URL"),
+            (
+                None,
+                None,
+                Some("https://{host}:3000"),
+                "give an http:// URL",
+            ),
             (None, Some("h0"), None, "--peers h0: no URL for it"),
-            (None, Some("h0=ftp://x"), None, "--peers ftp://x: give an http://"),
+            (
+                None,
+                Some("h0=ftp://x"),
+                None,
+                "--peers ftp://x: give an http://",
+            ),
             (
                 None,
                 Some("h0=http://a,h0=http://b"),

@@ -129,6 +129,9 @@ impl Gateway {
             server.socket(),
             "--api-keys",
             file.to_str().unwrap(),
+            // Stopped, it ends the test's sandboxes at once, not after the 30 s default.
+            "--drain-grace",
+            "0s",
         ];
         args.extend_from_slice(extra);
         let mut command = command(mode, &args);
