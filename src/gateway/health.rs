@@ -184,10 +184,11 @@ impl Health {
     }
 }
 
-/// The health path a request is for, if any (they need no API key).
+/// The health path a request is for, if any (they need no API key). A request for a
+/// sandbox (its own `/metrics` on a port of its own) is the sandbox's.
 pub fn health_path(request: &Request) -> Option<&'static str> {
     let path = request.uri().path();
-    if request.method() != Method::GET {
+    if request.method() != Method::GET || super::sandbox_address(request.headers()).is_some() {
         return None;
     }
     ["/healthz", "/readyz", "/metrics"]

@@ -373,6 +373,12 @@ mod tests {
             sandbox_address(&headers),
             Some(("abc123".into(), "49983".into()))
         );
+        // A host's name in the id (`{NAME}-{session}`, docs/kubernetes.md).
+        headers.insert("host", "49999-brig-host-2-abc123.e2b.example".parse().unwrap());
+        assert_eq!(
+            sandbox_address(&headers),
+            Some(("brig-host-2-abc123".into(), "49999".into()))
+        );
         headers.insert("e2b-sandbox-id", "def456".parse().unwrap());
         headers.insert("e2b-sandbox-port", "8080".parse().unwrap());
         assert_eq!(

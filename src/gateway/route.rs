@@ -116,7 +116,7 @@ pub enum Addressed {
 }
 
 /// The sandbox a request is for, and where it said so.
-pub fn addressed(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<(String, Addressed)> {
+pub fn addressed(uri: &Uri, headers: &HeaderMap) -> Option<(String, Addressed)> {
     if let Some((id, _port)) = super::sandbox_address(headers) {
         let how = if headers.contains_key("e2b-sandbox-id") {
             Addressed::Header
@@ -125,7 +125,6 @@ pub fn addressed(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<(Str
         };
         return Some((id, how));
     }
-    let _ = method;
     let path = uri.path();
     let rest = path
         .strip_prefix("/sandboxes/")
@@ -313,6 +312,17 @@ pub fn not_found(how: Addressed, reason: String) -> Response {
 /// Why a peer gave no answer.
 pub struct Unanswered(pub String);
 
+/// The answer to a request that a peer did not take: NotFound, on a connection that then
+/// closes (`Connection: close`): the request's body went with the attempt unread, and a
+/// client reusing the connection would find it closed under its next request.
+fn unanswered(how: Addressed, reason: String) -> Response {
+    let mut answer = not_found(how, reason);
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
+}
+
 /// Sends `request` to the gateway at `base` (its path and query kept, its headers too
 /// but those of one connection), streaming both bodies; a WebSocket (or other) upgrade
 /// is joined end to end once the peer switches protocols.
@@ -415,7 +425,7 @@ pub async fn host_layer(
         return health::answer_host(&state, path).await;
     }
     let started = Instant::now();
-    let target = addressed(request.method(), request.uri(), request.headers());
+    let target = addressed(request.uri(), request.headers());
     let kind = kind_of(target.as_ref().map(|(_, how)| *how), request.headers());
     if let Some((id, how)) = &target {
         match state.peers.decide(id) {
@@ -429,7 +439,7 @@ pub async fn host_layer(
                     Ok(answer) => answer,
                     Err(Unanswered(why)) => {
                         state.health.failed("peer_unreachable");
-                        not_found(
+                        unanswered(
                             *how,
                             format!("sandbox {id:?} not found: its host {host:?} at {why}"),
                         )
@@ -620,7 +630,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
         return health::answer_router(&state, path).await;
     }
     let started = Instant::now();
-    let target = addressed(request.method(), request.uri(), request.headers());
+    let target = addressed(request.uri(), request.headers());
     let rest = !matches!(target, Some((_, Addressed::Header | Addressed::Host)));
     if rest && let Err(err) = check_key(state.keys.as_ref(), request.headers()) {
         let (_, body) = request.into_parts();
@@ -634,7 +644,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
                 Ok(answer) => answer,
                 Err(Unanswered(why)) => {
                     state.health.failed("peer_unreachable");
-                    not_found(
+                    unanswered(
                         how,
                         format!("sandbox {id:?} not found: its host {host:?} at {why}"),
                     )
@@ -933,6 +943,59 @@ mod tests {
             ["--create-url"; CREATE_TRIES]
         );
         assert!(create_targets(None, &[], 0).is_empty());
+    }
+
+    #[test]
+    fn a_request_for_this_host_is_readdressed_where_it_named_the_sandbox() {
+        let public = public_id(Some("h0"), SESSION);
+        let request = |uri: &str, headers: &[(&str, String)]| {
+            let mut request = Request::builder().uri(uri);
+            for (name, value) in headers {
+                request = request.header(*name, value);
+            }
+            request.body(Body::empty()).unwrap()
+        };
+        let mut by_path = request(&format!("/sandboxes/{public}/timeout?x=1"), &[]);
+        assert_eq!(
+            addressed(by_path.uri(), by_path.headers()),
+            Some((public.clone(), Addressed::Path))
+        );
+        readdress(&mut by_path, Addressed::Path, &public, SESSION);
+        assert_eq!(
+            by_path.uri().to_string(),
+            format!("/sandboxes/{SESSION}/timeout?x=1")
+        );
+        let mut by_header = request(
+            "/process.Process/List",
+            &[
+                ("e2b-sandbox-id", public.clone()),
+                ("host", "127.0.0.1:3000".into()),
+            ],
+        );
+        assert_eq!(
+            addressed(by_header.uri(), by_header.headers()),
+            Some((public.clone(), Addressed::Header))
+        );
+        readdress(&mut by_header, Addressed::Header, &public, SESSION);
+        assert_eq!(by_header.headers()["e2b-sandbox-id"], SESSION);
+        let mut by_host = request(
+            "/execute",
+            &[("host", format!("49999-{public}.brig.test"))],
+        );
+        assert_eq!(
+            addressed(by_host.uri(), by_host.headers()),
+            Some((public.clone(), Addressed::Host))
+        );
+        readdress(&mut by_host, Addressed::Host, &public, SESSION);
+        assert_eq!(
+            by_host.headers()["host"],
+            format!("49999-{SESSION}.brig.test").as_str()
+        );
+        let listed = request("/v2/sandboxes?state=running", &[]);
+        assert_eq!(
+            addressed(listed.uri(), listed.headers()),
+            None
+        );
     }
 
     #[test]
