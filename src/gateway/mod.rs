@@ -374,7 +374,10 @@ mod tests {
             Some(("abc123".into(), "49983".into()))
         );
         // A host's name in the id (`{NAME}-{session}`, docs/kubernetes.md).
-        headers.insert("host", "49999-brig-host-2-abc123.e2b.example".parse().unwrap());
+        headers.insert(
+            "host",
+            "49999-brig-host-2-abc123.e2b.example".parse().unwrap(),
+        );
         assert_eq!(
             sandbox_address(&headers),
             Some(("brig-host-2-abc123".into(), "49999".into()))

@@ -978,10 +978,7 @@ mod tests {
         );
         readdress(&mut by_header, Addressed::Header, &public, SESSION);
         assert_eq!(by_header.headers()["e2b-sandbox-id"], SESSION);
-        let mut by_host = request(
-            "/execute",
-            &[("host", format!("49999-{public}.brig.test"))],
-        );
+        let mut by_host = request("/execute", &[("host", format!("49999-{public}.brig.test"))]);
         assert_eq!(
             addressed(by_host.uri(), by_host.headers()),
             Some((public.clone(), Addressed::Host))
@@ -992,10 +989,7 @@ mod tests {
             format!("49999-{SESSION}.brig.test").as_str()
         );
         let listed = request("/v2/sandboxes?state=running", &[]);
-        assert_eq!(
-            addressed(listed.uri(), listed.headers()),
-            None
-        );
+        assert_eq!(addressed(listed.uri(), listed.headers()), None);
     }
 
     #[test]
