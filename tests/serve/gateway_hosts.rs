@@ -15,7 +15,10 @@
 //!   through either router (the error's kind asserted; only the hang is bounded, by the
 //!   SDK's request timeout), its server's processes are gone, h0's sandboxes work on;
 //! - `/metrics` of a host and of a router parsed by the pinned `prometheus-client`'s
-//!   text parser; `/healthz` and `/readyz` of hosts and routers.
+//!   text parser; `/healthz` and `/readyz` of hosts and routers;
+//! - a router joins an `Upgrade` (a WebSocket's handshake, to a sandbox's port) end to end
+//!   with a peer of the test's own that switches protocols and echoes: bytes go both ways
+//!   after the 101, one exchange at a time (nothing waits for the whole stream).
 //!
 //! Each Python program asserts as it goes and prints `PASS` (after its own lines) last.
 
@@ -30,7 +33,10 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-both_modes!(sandboxes_are_routed_across_hosts_by_id);
+both_modes!(
+    sandboxes_are_routed_across_hosts_by_id,
+    a_router_joins_an_upgrade_end_to_end,
+);
 
 #[test]
 fn gateway_refuses_bad_routing_options() {
@@ -494,4 +500,94 @@ fn refuses_bad_routing_options(mode: Mode) {
         assert_eq!(code(&output), 125, "{args:?}: {}", describe(&output));
         assert_one_line_error(&output, &[expected]);
     }
+}
+
+/// A peer of the test's own on loopback: it reads one request's head, answers 101 and
+/// echoes every byte after it in upper case. Its address, and the request head it read.
+fn upgrading_peer() -> (u16, std::thread::JoinHandle<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let peer = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut connection, _) = listener.accept().expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            connection
+                .read_exact(&mut byte)
+                .expect("read the request's head");
+            head.push(byte[0]);
+        }
+        connection
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .expect("switch");
+        let mut chunk = [0u8; 256];
+        loop {
+            let read = connection.read(&mut chunk).unwrap_or(0);
+            if read == 0 {
+                break;
+            }
+            connection
+                .write_all(&chunk[..read].to_ascii_uppercase())
+                .expect("echo");
+        }
+        String::from_utf8_lossy(&head).into_owned()
+    });
+    (port, peer)
+}
+
+fn a_router_joins_an_upgrade_end_to_end(mode: Mode) {
+    use std::io::{Read, Write};
+    let (port, peer) = upgrading_peer();
+    let router = Gateway::start(
+        mode,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--peers",
+            &format!("h0=http://127.0.0.1:{port}"),
+        ],
+    );
+    let address = router.url.strip_prefix("http://").expect("an http URL");
+    let mut client = std::net::TcpStream::connect(address).expect("connect to the router");
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a read timeout");
+    let sandbox = "h0-0123456789abcdef0123456789abcdef";
+    write!(
+        client,
+        "GET /socket HTTP/1.1\r\nHost: 8080-{sandbox}.brig.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    .expect("send the handshake");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        client
+            .read_exact(&mut byte)
+            .expect("read the answer's head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    // One exchange at a time: each answer comes back before the next is sent.
+    for word in ["first", "second"] {
+        client.write_all(word.as_bytes()).expect("send");
+        let mut echoed = vec![0u8; word.len()];
+        client.read_exact(&mut echoed).expect("read the echo");
+        assert_eq!(echoed, word.to_ascii_uppercase().as_bytes());
+    }
+    drop(client);
+    let seen = peer.join().expect("the peer").to_ascii_lowercase();
+    // The peer saw the handshake as sent: the host form, the upgrade, the key.
+    assert!(seen.starts_with("get /socket http/1.1\r\n"), "{seen}");
+    assert!(
+        seen.contains(&format!("host: 8080-{sandbox}.brig.test")),
+        "{seen}"
+    );
+    assert!(seen.contains("upgrade: websocket"), "{seen}");
+    assert!(
+        seen.contains("sec-websocket-key: dghlihnhbxbszsbub25jzq=="),
+        "{seen}"
+    );
 }
