@@ -23,7 +23,7 @@
 //! Each Python program asserts as it goes and prints `PASS` (after its own lines) last.
 
 use crate::common;
-use crate::gateway::{KEY_A, assert_passed, pinned_python};
+use crate::gateway::{KEY_A, assert_passed, pinned_python, spawn_gateway};
 
 use common::serve::Server;
 use common::*;
@@ -65,18 +65,7 @@ impl Gateway {
     fn start(mode: Mode, args: &[&str]) -> Gateway {
         let mut all = vec!["gateway"];
         all.extend_from_slice(args);
-        let mut command = command(mode, &all);
-        command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut running = Running::spawn(command);
-        let mut line = String::new();
-        std::io::BufReader::new(running.child.stdout.as_mut().expect("piped"))
-            .read_line(&mut line)
-            .expect("read the gateway's first line");
-        let url = line
-            .trim()
-            .strip_prefix("brig gateway: listening on ")
-            .unwrap_or_else(|| panic!("the gateway said {line:?}"))
-            .to_string();
+        let (running, url) = spawn_gateway(mode, &all);
         Gateway {
             running: Some(running),
             url,
@@ -502,6 +491,19 @@ fn refuses_bad_routing_options(mode: Mode) {
     }
 }
 
+/// An HTTP message's head (through its blank line), read a byte at a time so that
+/// nothing after it is taken.
+fn read_head(connection: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        connection.read_exact(&mut byte).expect("read an HTTP head");
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
 /// A peer of the test's own on loopback: it reads one request's head, answers 101 and
 /// echoes every byte after it in upper case. Its address, and the request head it read.
 fn upgrading_peer() -> (u16, std::thread::JoinHandle<String>) {
@@ -510,14 +512,7 @@ fn upgrading_peer() -> (u16, std::thread::JoinHandle<String>) {
     let peer = std::thread::spawn(move || {
         use std::io::{Read, Write};
         let (mut connection, _) = listener.accept().expect("accept");
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            connection
-                .read_exact(&mut byte)
-                .expect("read the request's head");
-            head.push(byte[0]);
-        }
+        let head = read_head(&mut connection);
         connection
             .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n")
             .expect("switch");
@@ -531,7 +526,7 @@ fn upgrading_peer() -> (u16, std::thread::JoinHandle<String>) {
                 .write_all(&chunk[..read].to_ascii_uppercase())
                 .expect("echo");
         }
-        String::from_utf8_lossy(&head).into_owned()
+        head
     });
     (port, peer)
 }
@@ -559,15 +554,7 @@ fn a_router_joins_an_upgrade_end_to_end(mode: Mode) {
         "GET /socket HTTP/1.1\r\nHost: 8080-{sandbox}.brig.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
     )
     .expect("send the handshake");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        client
-            .read_exact(&mut byte)
-            .expect("read the answer's head");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let head = read_head(&mut client).to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 101"), "{head}");
     assert!(head.contains("upgrade: websocket"), "{head}");
     // One exchange at a time: each answer comes back before the next is sent.
