@@ -1,6 +1,7 @@
 //! Many brig hosts behind many gateways (src/gateway/route.rs, health.rs), all processes
 //! on loopback, as root and rootless: three hosts (a `brig serve` and a `brig gateway
-//! --host-id` beside it each: h0, h1, h2) and two routers (gateways without a server),
+//! --host-id` beside it each: h0, h1, h2; h0 knows the others by `--peers`) and two
+//! routers (gateways without a server),
 //! driven by E2B's official SDKs (e2b, e2b-code-interpreter, pinned from PyPI):
 //!
 //! - sandboxes created through one router spread over the hosts (their ids name them);
@@ -92,14 +93,6 @@ impl Drop for Gateway {
             }
         }
     }
-}
-
-/// A free loopback port (bound then let go: the gateway binds it right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// `script` run by the SDK's python with `args` as `sys.argv[1:]` and tenant A's key.
@@ -256,32 +249,30 @@ assert "brig_sandbox_slots_free" not in router
 print("PASS")
 "#;
 
-/// A host: its server, and its gateway named `name` on `port`, knowing every host.
+/// A host: its server, and its gateway named `name` (knowing `peers`, if any).
 struct Host {
     gateway: Gateway,
     server: Server,
 }
 
-fn start_host(mode: Mode, name: &str, port: u16, peers: &str, keys: &Path) -> Host {
+fn start_host(mode: Mode, name: &str, peers: Option<&str>, keys: &Path) -> Host {
     let server = Server::start(mode, &[]);
-    let listen = format!("127.0.0.1:{port}");
-    let gateway = Gateway::start(
-        mode,
-        &[
-            "--listen",
-            &listen,
-            "--server",
-            server.socket(),
-            "--api-keys",
-            keys.to_str().unwrap(),
-            "--host-id",
-            name,
-            "--peers",
-            peers,
-            "--drain-grace",
-            "2s",
-        ],
-    );
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        server.socket(),
+        "--api-keys",
+        keys.to_str().unwrap(),
+        "--host-id",
+        name,
+        "--drain-grace",
+        "2s",
+    ];
+    if let Some(peers) = peers {
+        args.extend(["--peers", peers]);
+    }
+    let gateway = Gateway::start(mode, &args);
     Host { gateway, server }
 }
 
@@ -315,19 +306,23 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
     let Some(python) = sdk_python() else { return };
     let keys_dir = TempDir::new("hosts-keys");
     let keys = keys_dir.file("keys", &format!("{KEY_A} alice\n"));
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let peers = (0..3)
-        .map(|host| format!("h{host}=http://127.0.0.1:{}", ports[host]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut hosts: Vec<Host> = (0..3)
-        .map(|host| start_host(mode, &format!("h{host}"), ports[host], &peers, &keys))
-        .collect();
+    // h1 and h2 first: h0 knows them (it forwards to them), they need not know it.
+    let host2 = start_host(mode, "h2", None, &keys);
+    let host1 = start_host(mode, "h1", None, &keys);
+    let others = format!("h1={},h2={}", host1.gateway.url, host2.gateway.url);
+    let host0 = start_host(mode, "h0", Some(&others), &keys);
+    let urls = [
+        host0.gateway.url.clone(),
+        host1.gateway.url.clone(),
+        host2.gateway.url.clone(),
+    ];
+    let host_url = |host: usize| urls[host].clone();
+    let mut hosts = vec![host0, host1, host2];
+    let peers = format!("h0={},{others}", urls[0]);
     let routers: Vec<Gateway> = (0..2)
         .map(|_| Gateway::start(mode, &["--listen", "127.0.0.1:0", "--peers", &peers]))
         .collect();
     let (router_a, router_b) = (routers[0].url.clone(), routers[1].url.clone());
-    let host_url = |host: usize| format!("http://127.0.0.1:{}", ports[host]);
 
     let spread = sdk(
         python,
