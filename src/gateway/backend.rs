@@ -116,6 +116,11 @@ impl Backend {
         self.client.status().map(drop).map_err(Into::into)
     }
 
+    /// The server's status (its sessions, their cap, its pool, whether it drains).
+    pub fn status(&self) -> Outcome<crate::serve::protocol::Status> {
+        self.client.status().map_err(Into::into)
+    }
+
     pub fn create(&self, new: NewSession) -> Outcome<String> {
         let mut options = JailOptions {
             env: new.env,

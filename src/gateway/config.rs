@@ -14,15 +14,49 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: SocketAddr,
 
-    /// The socket of the `brig serve` whose sessions are the sandboxes.
+    /// The socket of the `brig serve` whose sessions are the sandboxes. Without it the
+    /// gateway is a router: it holds no sandboxes, and sends each request to a host
+    /// (--peers, --peer-url, --create-url; docs/kubernetes.md).
     #[arg(long, value_name = "SOCKET")]
-    pub server: PathBuf,
+    pub server: Option<PathBuf>,
 
     /// The API keys: one `KEY TENANT` a line (`#` starts a comment). Each key is a
     /// tenant's (E2B's `X-API-Key`, so `e2b_` and hex digits for the SDK); a tenant sees
-    /// and touches only its own sandboxes.
+    /// and touches only its own sandboxes. Needed with --server; a router given them
+    /// refuses unknown keys itself (without, it lets any well-formed key on to the
+    /// host, which checks it).
     #[arg(long, value_name = "FILE")]
-    pub api_keys: PathBuf,
+    pub api_keys: Option<PathBuf>,
+
+    /// This host's name (e.g. its StatefulSet pod's, brig-host-2; 1 to 24 lowercase
+    /// letters, digits and inner '-'): every sandbox id it makes is `{NAME}-{session}`,
+    /// so that any gateway can tell whose a sandbox is.
+    #[arg(long, value_name = "NAME")]
+    pub host_id: Option<String>,
+
+    /// Where another host's gateway is, `{host}` standing for its name, e.g.
+    /// `http://{host}.brig-hosts:3000`: a request for a sandbox whose id names another
+    /// host goes there (streaming both ways); a host that does not answer within 1s is
+    /// taken as gone (the SDK's NotFound).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub peer_url: Option<String>,
+
+    /// The hosts, `NAME` or `NAME=URL` (its own URL, instead of --peer-url's), comma
+    /// separated: a router asks every one for lists, and sends creates to them in turn
+    /// unless --create-url is given.
+    #[arg(long, value_name = "NAME[=URL],...")]
+    pub peers: Option<String>,
+
+    /// A router's creates go here (e.g. the hosts' Service, whose balancing spreads
+    /// them), asked up to 3 times while it answers 503 (a host draining) or not at all.
+    #[arg(long, value_name = "URL")]
+    pub create_url: Option<String>,
+
+    /// On SIGTERM: not ready and no creates at once; running sandboxes go on for this
+    /// long (or until none is left), then are ended, and the gateway exits 0. Match
+    /// Kubernetes' terminationGracePeriodSeconds (less a few seconds).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub drain_grace: crate::units::Span,
 
     /// Sandboxes one tenant may have at once; more creates are refused (429, the SDK's
     /// RateLimitException) until one ends. 0: no cap of the gateway's own (the server's

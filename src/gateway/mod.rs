@@ -15,7 +15,9 @@
 //!
 //! `config.rs` is the command line and the API-key file, `auth.rs` the tenants and who
 //! owns which sandbox, `error.rs` the REST API's errors, and `backend.rs` every call to
-//! the brig server.
+//! the brig server. Many hosts: `route.rs` sends a request for another host's sandbox to
+//! it (a host's layer in front of the rest, or a router without a server of its own),
+//! `health.rs` answers `/healthz`, `/readyz`, `/metrics` and drains on SIGTERM.
 
 mod auth;
 mod backend;
@@ -24,10 +26,12 @@ mod connect;
 mod envd;
 mod error;
 mod files;
+mod health;
 mod interpreter;
 mod ports;
 pub mod proto;
 mod rest;
+mod route;
 mod tls;
 
 pub use config::{ApiKeys, GatewayArgs};
@@ -57,10 +61,17 @@ pub struct Gateway {
     max_sandboxes_per_tenant: usize,
 }
 
-/// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
-/// as configured.
+/// `brig gateway`: serves until SIGTERM or SIGINT (then drains, `health.rs`); exit 0
+/// then, 125 when it cannot start as configured.
 pub fn run(args: GatewayArgs) -> Result<i32> {
-    let keys = ApiKeys::read(&args.api_keys)?;
+    let peers = route::Peers::parse(
+        args.host_id.as_deref(),
+        args.peers.as_deref(),
+        args.peer_url.as_deref(),
+        args.server.is_some(),
+    )
+    .map_err(Error::input)?;
+    let keys = args.api_keys.as_deref().map(ApiKeys::read).transpose()?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
@@ -88,32 +99,93 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
             )
         })?;
     }
-    let backend = Backend::new(args.server.clone());
-    rest::check(&backend).map_err(|err| {
-        Error::input(format!(
-            "--server {}: {err}; start `brig serve --socket {}` first",
-            args.server.display(),
-            args.server.display()
-        ))
-    })?;
-    let gateway = Arc::new(Gateway {
-        backend,
-        tenants: auth::Tenants::new(keys),
-        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
-        max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
-    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|err| Error::setup(format!("brig gateway: start tokio's runtime: {err}")))?;
-    runtime.block_on(serve(args, gateway, tls))
+    let Some(server) = args.server.clone() else {
+        if peers.all().is_empty() {
+            return Err(Error::input(
+                "a router (no --server) needs --peers: name the hosts it sends requests to",
+            ));
+        }
+        if let Some(url) = &args.create_url
+            && !url.starts_with("http://")
+        {
+            return Err(Error::input(format!(
+                "--create-url {url}: give an http:// URL (the hosts' Service, inside the cluster)"
+            )));
+        }
+        let health = Arc::new(health::Health::new(false));
+        let state = Arc::new(route::RouterState::new(
+            peers,
+            health.clone(),
+            args.create_url.clone(),
+            keys,
+        ));
+        let app = axum::Router::new()
+            .fallback(route::router)
+            .with_state(state);
+        let _guard = runtime.enter();
+        return runtime.block_on(serve(args, app, tls, health::drain_router(health)));
+    };
+    let Some(keys) = keys else {
+        return Err(Error::input(
+            "--api-keys: needed with --server; give a file of `KEY TENANT` lines",
+        ));
+    };
+    let backend = Backend::new(server.clone());
+    rest::check(&backend).map_err(|err| {
+        Error::input(format!(
+            "--server {}: {err}; start `brig serve --socket {}` first",
+            server.display(),
+            server.display()
+        ))
+    })?;
+    let gateway = Arc::new(Gateway {
+        backend: backend.clone(),
+        tenants: auth::Tenants::new(keys),
+        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+    });
+    let health = Arc::new(health::Health::new(true));
+    let _guard = runtime.enter();
+    let host = Arc::new(route::HostState {
+        gateway: gateway.clone(),
+        peers,
+        client: route::peer_client(),
+        health: health.clone(),
+    });
+    let handlers = rest::routes()
+        .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            to_sandbox,
+        ))
+        .with_state(gateway);
+    // The host layer rewrites a request's sandbox id before the handlers route it: a
+    // router's own layer runs after its routing, so the handlers are a service behind.
+    let app =
+        axum::Router::new()
+            .fallback_service(handlers)
+            .layer(axum::middleware::from_fn_with_state(
+                host,
+                route::host_layer,
+            ));
+    let drained = health::drain_host(health, backend, args.drain_grace.0);
+    runtime.block_on(serve(args, app, tls, drained))
 }
+
+/// How long open connections may go on once the gateway has drained (streams of
+/// sandboxes just ended, clients slow to close) before it exits regardless.
+const CLOSE_AFTER_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn serve(
     args: GatewayArgs,
-    gateway: Arc<Gateway>,
+    app: axum::Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    drained: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<i32> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -126,13 +198,6 @@ async fn serve(
     let address = listener
         .local_addr()
         .map_err(|err| Error::setup(format!("brig gateway: read the listener's address: {err}")))?;
-    let app = rest::routes()
-        .fallback(no_route)
-        .layer(axum::middleware::from_fn_with_state(
-            gateway.clone(),
-            to_sandbox,
-        ))
-        .with_state(gateway);
     let scheme = if tls.is_some() { "https" } else { "http" };
     {
         use std::io::Write;
@@ -141,43 +206,48 @@ async fn serve(
         let _ = writeln!(stdout, "brig gateway: listening on {scheme}://{address}");
         let _ = stdout.flush();
     }
-    let served = match tls {
-        Some(acceptor) => {
-            let listener = tls::TlsListener::new(listener, acceptor).map_err(|err| {
-                Error::setup(format!("brig gateway: read the listener's address: {err}"))
-            })?;
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop_signal())
-                .await
-        }
-        None => {
-            // Nagle's algorithm would hold each small frame of a stream (an envelope
-            // after the headers) until the client's delayed ACK, 40 ms a time.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
-                let _ = connection.set_nodelay(true);
-            });
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop_signal())
-                .await
-        }
+    // Drained, the gateway stops taking connections and lets open ones finish, for
+    // CLOSE_AFTER_DRAIN at most.
+    let (done, stopping) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        drained.await;
+        let _ = done.send(());
     };
-    served.map_err(|err| Error::setup(format!("brig gateway: serve on {address}: {err}")))?;
-    Ok(0)
-}
-
-/// SIGTERM or SIGINT.
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut interrupt)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
+    let served = async {
+        match tls {
+            Some(acceptor) => {
+                let listener = tls::TlsListener::new(listener, acceptor).map_err(|err| {
+                    Error::setup(format!("brig gateway: read the listener's address: {err}"))
+                })?;
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            None => {
+                // Nagle's algorithm would hold each small frame of a stream (an envelope
+                // after the headers) until the client's delayed ACK, 40 ms a time.
+                let listener = axum::serve::ListenerExt::tap_io(listener, |connection| {
+                    let _ = connection.set_nodelay(true);
+                });
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+        }
+        .map_err(|err| Error::setup(format!("brig gateway: serve on {address}: {err}")))
+    };
+    let late = async {
+        if stopping.await.is_ok() {
+            tokio::time::sleep(CLOSE_AFTER_DRAIN).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
     };
     tokio::select! {
-        _ = term.recv() => {}
-        _ = interrupt.recv() => {}
+        served = served => served?,
+        _ = late => {}
     }
+    Ok(0)
 }
 
 async fn no_route(request: Request) -> ApiError {
@@ -206,7 +276,9 @@ fn sandbox_address(headers: &HeaderMap, uri: &axum::http::Uri) -> Option<(String
     (!port.is_empty()
         && port.bytes().all(|byte| byte.is_ascii_digit())
         && !id.is_empty()
-        && id.bytes().all(|byte| byte.is_ascii_alphanumeric()))
+        && id
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-'))
     .then(|| (id.to_string(), port.to_string()))
 }
 
@@ -318,6 +390,15 @@ mod tests {
         assert_eq!(
             sandbox_address(&headers, &path),
             Some(("abc123".into(), "49983".into()))
+        );
+        // A host's name in the id (`{NAME}-{session}`, docs/kubernetes.md).
+        headers.insert(
+            "host",
+            "49999-brig-host-2-abc123.e2b.example".parse().unwrap(),
+        );
+        assert_eq!(
+            sandbox_address(&headers, &path),
+            Some(("brig-host-2-abc123".into(), "49999".into()))
         );
         headers.insert("e2b-sandbox-id", "def456".parse().unwrap());
         headers.insert("e2b-sandbox-port", "8080".parse().unwrap());

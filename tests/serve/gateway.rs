@@ -129,20 +129,12 @@ impl Gateway {
             server.socket(),
             "--api-keys",
             file.to_str().unwrap(),
+            // Stopped, it ends the test's sandboxes at once, not after the 30 s default.
+            "--drain-grace",
+            "0s",
         ];
         args.extend_from_slice(extra);
-        let mut command = command(mode, &args);
-        command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut running = Running::spawn(command);
-        let mut line = String::new();
-        std::io::BufReader::new(running.child.stdout.as_mut().expect("piped"))
-            .read_line(&mut line)
-            .expect("read the gateway's first line");
-        let url = line
-            .trim()
-            .strip_prefix("brig gateway: listening on ")
-            .unwrap_or_else(|| panic!("the gateway said {line:?}"))
-            .to_string();
+        let (running, url) = spawn_gateway(mode, &args);
         Gateway {
             running: Some(running),
             url,
@@ -169,6 +161,23 @@ impl Gateway {
             .stdin(Stdio::null());
         output_of(command)
     }
+}
+
+/// `brig ARGS` (a gateway), and the URL it says it listens on (its first line).
+pub(crate) fn spawn_gateway(mode: Mode, args: &[&str]) -> (Running, String) {
+    let mut command = command(mode, args);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let mut line = String::new();
+    std::io::BufReader::new(running.child.stdout.as_mut().expect("piped"))
+        .read_line(&mut line)
+        .expect("read the gateway's first line");
+    let url = line
+        .trim()
+        .strip_prefix("brig gateway: listening on ")
+        .unwrap_or_else(|| panic!("the gateway said {line:?}"))
+        .to_string();
+    (running, url)
 }
 
 impl Drop for Gateway {
