@@ -359,7 +359,7 @@ pub fn container_settings(runtime: &str) -> String {
             "run the container with `--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined` {PROFILE}"
         ),
         "kubernetes" => format!(
-            "give the container `securityContext: {{seccompProfile: {{type: Unconfined}}, procMount: Unmasked}}` (procMount needs the pod's `hostUsers: false`), and `appArmorProfile: {{type: Unconfined}}` on AppArmor nodes {PROFILE}"
+            "give the pod `securityContext.seccompProfile: {{type: Localhost, localhostProfile: profiles/brig.json}}` (deploy/kubernetes/profiles/brig.json on every node; `Unconfined` works too, but the baseline Pod Security level refuses it) and the container `securityContext.procMount: Unmasked` (which needs the pod's `hostUsers: false`); on AppArmor nodes an `appArmorProfile` that allows mount; `brig doctor` in the pod names each field"
         ),
         other => format!(
             "run the container ({other}) without the runtime's seccomp filter and with /proc unmasked: Podman `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, Docker `--security-opt seccomp=unconfined --security-opt systempaths=unconfined`, plus `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"

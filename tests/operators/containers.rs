@@ -30,24 +30,24 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// brig's path in the container's root.
-const BRIG_IN_CONTAINER: &str = "/usr/local/bin/brig";
+pub(crate) const BRIG_IN_CONTAINER: &str = "/usr/local/bin/brig";
 
 /// The image's user (deploy/container/Containerfile's USER), as a Kubernetes pod's
 /// runAsUser would set it.
-const USER: &str = "--user=1000:1000";
+pub(crate) const USER: &str = "--user=1000:1000";
 
 /// The least podman needs so that brig can build its jail (see deploy/README.md).
-const WORKING: [&str; 2] = [
+pub(crate) const WORKING: [&str; 2] = [
     "--security-opt=seccomp=unconfined",
     "--security-opt=unmask=/proc/*",
 ];
 
-fn repo(path: &str) -> PathBuf {
+pub(crate) fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
 /// Whether podman is here. Without it the tests fail, unless BRIG_TEST_ALLOW_SKIP=1.
-fn have_podman() -> bool {
+pub(crate) fn have_podman() -> bool {
     common::require_program(
         "podman",
         "tests/run.sh installs it (Debian packages podman and runc)",
@@ -97,7 +97,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// A container root built by deploy/container/build-root.sh with the brig under test.
-fn container_root() -> TempDir {
+pub(crate) fn container_root() -> TempDir {
     let dir = TempDir::new("container");
     let root = dir.path().join("root");
     let output = Command::new(repo("deploy/container/build-root.sh"))
@@ -114,7 +114,7 @@ fn container_root() -> TempDir {
 /// an overlay (`--rootfs DIR:O`), as an image's layers are: the container writes to a
 /// layer of its own (mount points included, which a container in a user namespace could
 /// not create in a directory of the host's root) and the directory stays as built.
-fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
+pub(crate) fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
     let mut podman = podman_command(dir, &["--rm"], options, command);
     podman.stdin(Stdio::null());
     common::output_of(podman)
@@ -122,7 +122,7 @@ fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
 
 /// `podman run RUN_OPTIONS` (`--rm`, or `--detach`) of `command` in the root of `dir`,
 /// with the options every container here gets and then `options`.
-fn podman_command(
+pub(crate) fn podman_command(
     dir: &TempDir,
     run_options: &[&str],
     options: &[&str],
@@ -151,7 +151,7 @@ fn podman_command(
 }
 
 /// The command line of `brig run` with `args`, in the container.
-fn brig<'a>(args: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn brig<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut command = vec![BRIG_IN_CONTAINER];
     command.extend_from_slice(args);
     command
@@ -324,7 +324,7 @@ fn each_working_setting_is_needed() {
 /// containerd's, which follows it) does: allowed only with CAP_SYS_ADMIN, which the
 /// container does not have; without it clone3 fails with ENOSYS (so libc falls back to
 /// clone) and the others with EPERM. Made from podman's profile.
-fn cap_gated_profile(runtime_default: &Value) -> Value {
+pub(crate) fn cap_gated_profile(runtime_default: &Value) -> Value {
     const GATED: [&str; 9] = [
         "clone",
         "clone3",
@@ -588,34 +588,68 @@ fn podman_quantity(quantity: &str) -> String {
     quantity.to_string()
 }
 
-/// The podman options for the Job's pod and container settings. A setting this does not
-/// know fails the test, so that what runs here stays what the file says.
-fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
+/// The podman options for a pod's and one of its containers' settings (the Job's, and
+/// deploy/kubernetes/hosts.yaml's). A setting this does not know fails the test, so that
+/// what runs here stays what the file says. The container's settings win over the pod's,
+/// as in Kubernetes.
+pub(crate) fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
     let mut options = Vec::new();
     if pod["hostUsers"] == false {
         // The kubelet maps the pod's 65536 ids to a range of its own on the node.
         options.push("--uidmap=0:200000:65536".to_string());
         options.push("--gidmap=0:200000:65536".to_string());
     }
-    for (key, value) in pod["securityContext"].as_object().unwrap() {
+    let pod_security = &pod["securityContext"];
+    let container_security = &container["securityContext"];
+    // The user: the container's runAsUser/runAsGroup, else the pod's.
+    let id = |key: &str| {
+        let value = &container_security[key];
+        if value.is_null() {
+            pod_security[key].clone()
+        } else {
+            value.clone()
+        }
+    };
+    if !id("runAsUser").is_null() {
+        options.push(format!("--user={}:{}", id("runAsUser"), id("runAsGroup")));
+    }
+    // runAsNonRoot is a check, not a setting: the user given must agree with it.
+    if id("runAsNonRoot") == true {
+        assert_ne!(id("runAsUser"), 0, "runAsNonRoot with runAsUser 0");
+    }
+    let seccomp = if container_security["seccompProfile"].is_null() {
+        &pod_security["seccompProfile"]
+    } else {
+        &container_security["seccompProfile"]
+    };
+    match seccomp["type"].as_str() {
+        Some("Unconfined") => options.push("--security-opt=seccomp=unconfined".into()),
+        // podman's default profile is CRI-O's, the runtime's default.
+        Some("RuntimeDefault") | None => {}
+        // The kubelet's seccomp directory on a node holds what deploy/kubernetes/ ships.
+        Some("Localhost") => {
+            let profile = seccomp["localhostProfile"].as_str().unwrap();
+            let file = repo("deploy/kubernetes").join(profile);
+            assert!(
+                file.is_file(),
+                "localhostProfile {profile}: no {}",
+                file.display()
+            );
+            options.push(format!("--security-opt=seccomp={}", file.display()));
+        }
+        other => panic!("seccompProfile {other:?}: no translation to podman here"),
+    }
+    for (key, _) in pod_security.as_object().into_iter().flatten() {
         match key.as_str() {
-            "runAsUser" => options.push(format!(
-                "--user={}:{}",
-                value, pod["securityContext"]["runAsGroup"]
-            )),
-            "runAsGroup" | "runAsNonRoot" => {}
-            "seccompProfile" => match value["type"].as_str() {
-                Some("Unconfined") => options.push("--security-opt=seccomp=unconfined".into()),
-                Some("RuntimeDefault") => {}
-                other => panic!("seccompProfile {other:?}: no translation to podman here"),
-            },
+            "runAsUser" | "runAsGroup" | "runAsNonRoot" | "seccompProfile" => {}
             // The test machine has no AppArmor; podman would ignore it too.
             "appArmorProfile" => {}
             other => panic!("pod securityContext.{other}: no translation to podman here"),
         }
     }
-    for (key, value) in container["securityContext"].as_object().unwrap() {
+    for (key, value) in container_security.as_object().into_iter().flatten() {
         match (key.as_str(), value) {
+            ("runAsUser" | "runAsGroup" | "runAsNonRoot" | "seccompProfile", _) => {}
             ("procMount", Value::String(mount)) if mount == "Unmasked" => {
                 options.push("--security-opt=unmask=/proc/*".into())
             }
@@ -646,7 +680,7 @@ fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
 
 /// A ConfigMap volume as the kubelet lays it out: the files in a timestamped directory,
 /// `..data` pointing at it, and one symlink per key through `..data`.
-fn config_map_volume(dir: &Path, data: &Value) {
+pub(crate) fn config_map_volume(dir: &Path, data: &Value) {
     let stamp = "..2026_01_01_00_00_00.000000001";
     std::fs::create_dir(dir.join(stamp)).unwrap();
     common::set_mode(&dir.join(stamp), 0o755);
@@ -850,13 +884,13 @@ fn a_kill_by_the_containers_memory_limit_is_oom() {
     assert_eq!(verdict["status"], "signaled", "{verdict}");
 }
 
-fn output_code(output: &std::process::Output) -> i32 {
+pub(crate) fn output_code(output: &std::process::Output) -> i32 {
     output.status.code().unwrap_or(-1)
 }
 
 /// The verdict brig wrote to stderr (`--report-fd 2`): its last JSON line, after any line
 /// of brig's own (such as the notice that the default memory limit is not enforced).
-fn verdict_line(output: &std::process::Output) -> &str {
+pub(crate) fn verdict_line(output: &std::process::Output) -> &str {
     std::str::from_utf8(&output.stderr)
         .unwrap_or_default()
         .lines()
@@ -866,7 +900,7 @@ fn verdict_line(output: &std::process::Output) -> &str {
 }
 
 /// A container started with `podman run --detach`, removed (`podman rm --force`) on drop.
-struct Detached(String);
+pub(crate) struct Detached(pub(crate) String);
 
 impl Drop for Detached {
     fn drop(&mut self) {
