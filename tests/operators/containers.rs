@@ -940,13 +940,7 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     .expect("run podman");
     let container = Detached(name.clone());
     assert!(started.status.success(), "{}", describe(&started));
-    let logs = || {
-        let logs = Command::new("podman")
-            .args(["logs", &name])
-            .output()
-            .expect("podman logs");
-        format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
-    };
+    let logs = || container_logs(&name);
     // Bounded wait until the server answers (`brig serve --status`): the socket's file
     // appears at bind(2), before listen(2), and a connection in between is refused.
     let status = || {
@@ -1060,18 +1054,39 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     );
     common::assert_one_line_error(&memory, &["--memory/--pids/--cpus need a cgroup"]);
 
-    // podman stop sends SIGTERM: the server drains and exits 0.
+    stop_drains(&name);
+    drop(container);
+}
+
+/// `podman stop` (SIGTERM) of the container `name` running `brig serve`: the server
+/// drains, says so, and exits 0.
+pub(crate) fn stop_drains(name: &str) {
     let stop = Command::new("podman")
-        .args(["stop", "--time", "60", &name])
+        .args(["stop", "--time", "60", name])
         .stdin(Stdio::null())
         .output()
         .expect("podman stop");
     assert!(stop.status.success(), "{}", describe(&stop));
     let code = Command::new("podman")
-        .args(["inspect", "--format", "{{.State.ExitCode}}", &name])
+        .args(["inspect", "--format", "{{.State.ExitCode}}", name])
         .output()
         .expect("podman inspect");
-    assert_eq!(stdout(&code).trim(), "0", "{}\n{}", describe(&code), logs());
-    assert!(logs().contains("brig serve: draining"), "{}", logs());
-    drop(container);
+    assert_eq!(
+        stdout(&code).trim(),
+        "0",
+        "{}\n{}",
+        describe(&code),
+        container_logs(name)
+    );
+    let logs = container_logs(name);
+    assert!(logs.contains("brig serve: draining"), "{logs}");
+}
+
+/// The container's output so far, for a failure's message.
+pub(crate) fn container_logs(name: &str) -> String {
+    let logs = Command::new("podman")
+        .args(["logs", name])
+        .output()
+        .expect("podman logs");
+    format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
 }

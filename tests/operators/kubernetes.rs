@@ -28,8 +28,8 @@
 
 use crate::common;
 use crate::containers::{
-    BRIG_IN_CONTAINER, Detached, brig, cap_gated_profile, config_map_volume, container_root,
-    have_podman, podman_command, podman_options, podman_run, repo,
+    BRIG_IN_CONTAINER, Detached, brig, cap_gated_profile, config_map_volume, container_logs,
+    container_root, have_podman, podman_command, podman_options, podman_run, repo, stop_drains,
 };
 
 use common::{TempDir, describe, stderr, stdout};
@@ -96,49 +96,10 @@ fn object(kind: &str, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no {kind} {name} in deploy/kubernetes"))
 }
 
-/// python with the pinned validator, in a venv under the target directory made at the
-/// first call (by one test; the others wait) and kept between runs.
+/// python with the pinned validator, in a venv under the target directory.
 fn validator_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    let python = PYTHON.get_or_init(|| {
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("venv-{}", VALIDATOR.join("-").replace("==", "-")));
-        let python = venv.join("bin/python");
-        if python.exists() {
-            return Some(python);
-        }
-        // Built aside and renamed into place: an interrupted install leaves no half venv.
-        let building = venv.with_extension(format!("building-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&building);
-        let made = Command::new(common::interpreter("python3"))
-            .args(["-m", "venv"])
-            .arg(&building)
-            .status()
-            .is_ok_and(|status| status.success())
-            && Command::new(building.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(VALIDATOR)
-                .status()
-                .is_ok_and(|status| status.success());
-        let placed = made && (std::fs::rename(&building, &venv).is_ok() || python.exists());
-        let _ = std::fs::remove_dir_all(&building);
-        placed.then_some(python)
-    });
-    let found = common::require(
-        &format!(
-            "the Kubernetes schema validator ({}, from PyPI)",
-            VALIDATOR.join(" ")
-        ),
-        "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once (kept under the target directory)",
-        python.is_some(),
-    );
-    found.then(|| python.as_deref().unwrap())
+    common::pinned_python(&PYTHON, &VALIDATOR, "the Kubernetes schema validator")
 }
 
 /// kubernetes-validate --strict on `files`, against KUBERNETES's schemas.
@@ -1088,13 +1049,7 @@ fn the_host_pod_runs_under_podman() {
         podman.arg(&name).args(args).stdin(Stdio::null());
         podman.output().expect("podman exec")
     };
-    let logs = || {
-        let logs = Command::new("podman")
-            .args(["logs", &name])
-            .output()
-            .expect("podman logs");
-        format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
-    };
+    let logs = || container_logs(&name);
     // The liveness probe's command, until it answers (bounded).
     let probe = serve["livenessProbe"]["exec"]["command"]
         .as_array()
@@ -1162,18 +1117,7 @@ fn the_host_pod_runs_under_podman() {
         assert!(report.contains(line), "{line}: {}", describe(&doctor));
     }
 
-    let stop = Command::new("podman")
-        .args(["stop", "--time", "60", &name])
-        .stdin(Stdio::null())
-        .output()
-        .expect("podman stop");
-    assert!(stop.status.success(), "{}", describe(&stop));
-    let code = Command::new("podman")
-        .args(["inspect", "--format", "{{.State.ExitCode}}", &name])
-        .output()
-        .expect("podman inspect");
-    assert_eq!(stdout(&code).trim(), "0", "{}", logs());
-    assert!(logs().contains("brig serve: draining"), "{}", logs());
+    stop_drains(&name);
 }
 
 /// The capabilities brig needs in a container: none as uid 1000 (what the manifests
