@@ -16,7 +16,8 @@
 //!   namespace of hostUsers: false, the Localhost profile, the unmasked /proc, uid 1000,
 //!   no capability, no_new_privs, a read-only root, the limits, the ConfigMap and the
 //!   emptyDir socket directory made by its init container): a session runs Python, the
-//!   liveness probe's command answers, `brig doctor` passes, SIGTERM drains.
+//!   liveness probe's command answers, `brig doctor` passes, the pod's gateway container
+//!   creates and lists a sandbox through E2B's API, SIGTERM drains.
 //! - The capabilities: none rootless; as root exactly CAP_SETUID, CAP_SETGID and
 //!   CAP_DAC_OVERRIDE, each needed.
 //! - `brig doctor` in a pod (KUBERNETES_SERVICE_HOST set, as the kubelet does) names the
@@ -932,13 +933,15 @@ fn expanded_args(container: &Value, config: &Value, pod_name: &str) -> Vec<Strin
 
 /// The volume directory for `mount_path` in `container`, as the pod's volumes define it:
 /// (podman `--volume` option). ConfigMaps are laid out as the kubelet does; an emptyDir
-/// is a 0777 directory of the pod's root, as the kubelet makes it.
+/// is a 0777 directory of the pod's root, as the kubelet makes it; the Secret `secret`
+/// as a ConfigMap.
 fn volume_option(
     pod: &Value,
     container: &Value,
     mount_path: &str,
     dir: &Path,
     config: &Value,
+    secret: &Value,
 ) -> String {
     let mount = container["volumeMounts"]
         .as_array()
@@ -970,6 +973,9 @@ fn volume_option(
                 );
             }
             config_map_volume(&host, &Value::Object(data));
+        } else if volume["secret"]["secretName"] == secret["metadata"]["name"] {
+            // A Secret volume is laid out as a ConfigMap's.
+            config_map_volume(&host, &secret["stringData"]);
         } else {
             panic!("volume {name}: no translation here");
         }
@@ -995,12 +1001,22 @@ fn the_host_pod_runs_under_podman() {
     for dir in ["root/run/brig", "root/etc/brig"] {
         std::fs::create_dir_all(root.path().join(dir)).unwrap();
     }
+    // The operator's Secret: one key of the right form.
+    let mut secret = object("Secret", "brig-api-keys");
+    secret["stringData"] = serde_json::json!({"api-keys": format!("{KEY} alice\n")});
     let volumes = TempDir::new("pod-volumes");
     let with_volumes = |container: &Value| {
         let mut options = podman_options(pod, container);
         for mount in container["volumeMounts"].as_array().unwrap() {
             let path = mount["mountPath"].as_str().unwrap();
-            options.push(volume_option(pod, container, path, volumes.path(), &config));
+            options.push(volume_option(
+                pod,
+                container,
+                path,
+                volumes.path(),
+                &config,
+                &secret,
+            ));
         }
         options
     };
@@ -1117,8 +1133,86 @@ fn the_host_pod_runs_under_podman() {
         assert!(report.contains(line), "{line}: {}", describe(&doctor));
     }
 
+    // The gateway container of the same pod: E2B's API on the server's socket, with the
+    // keys from the Secret. The routing flags are the routing gateway's (ROUTING_FLAGS):
+    // passed once `brig gateway --help` has them, left out until then.
+    let gateway = container(pod, "gateway");
+    let help = stdout(
+        &Command::new(common::brig())
+            .args(["gateway", "--help"])
+            .output()
+            .expect("brig gateway --help"),
+    );
+    let gateway_args: Vec<String> = expanded_args(gateway, &config, "brig-host-0")
+        .into_iter()
+        .filter(|arg| {
+            let flag = arg.split('=').next().unwrap();
+            !ROUTING_FLAGS.contains(&flag) || help.contains(&format!("{flag} "))
+        })
+        .collect();
+    let mut gateway_command = vec![BRIG_IN_CONTAINER];
+    gateway_command.extend(gateway_args.iter().map(String::as_str));
+    let gateway_options = with_volumes(gateway);
+    let gateway_options: Vec<&str> = gateway_options.iter().map(String::as_str).collect();
+    let gateway_name = format!("brig-gateway-test-{}", std::process::id());
+    let gateway_name_option = format!("--name={gateway_name}");
+    let started = podman_command(
+        &root,
+        &["--detach", &gateway_name_option],
+        &gateway_options,
+        &gateway_command,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run podman");
+    let gateway_container = Detached(gateway_name.clone());
+    assert!(started.status.success(), "{}", describe(&started));
+    for _ in 0..600 {
+        if container_logs(&gateway_name).contains("listening on") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let api = Command::new("podman")
+        .args(["exec", &gateway_name, "python3", "-c", E2B_CALLS, KEY])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman exec");
+    assert_eq!(
+        stdout(&api),
+        "201 listed\n",
+        "{}\n{}",
+        describe(&api),
+        container_logs(&gateway_name)
+    );
+    let stop = Command::new("podman")
+        .args(["stop", "--time", "60", &gateway_name])
+        .stdin(Stdio::null())
+        .output()
+        .expect("podman stop");
+    assert!(stop.status.success(), "{}", describe(&stop));
+    drop(gateway_container);
+
     stop_drains(&name);
 }
+
+/// An E2B API key of the SDK's form.
+const KEY: &str = "e2b_00000000000000000000000000000000000000a1";
+
+/// In the gateway's container: a sandbox created through E2B's REST API (key: argv[1]),
+/// then listed.
+const E2B_CALLS: &str = r#"
+import json, sys, urllib.request
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request("http://127.0.0.1:3000" + path, data=data, method=method,
+                                     headers={"X-API-Key": sys.argv[1], "Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        return response.status, json.loads(response.read() or b"null")
+status, sandbox = call("POST", "/sandboxes", {"templateID": "base", "timeout": 60})
+_, listed = call("GET", "/sandboxes")
+print(status, "listed" if [s["sandboxID"] for s in listed] == [sandbox["sandboxID"]] else listed)
+"#;
 
 /// The capabilities brig needs in a container: none as uid 1000 (what the manifests
 /// run); as the container's root, CAP_SETUID, CAP_SETGID and CAP_DAC_OVERRIDE (to map
