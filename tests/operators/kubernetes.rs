@@ -262,6 +262,33 @@ fn the_manifests_fit_together() {
             "{rule}: no TLS"
         );
     }
+    // The routers (and the hosts) may reach the hosts' port; the routers scale on CPU.
+    let policy = object("NetworkPolicy", "brig-host");
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&labels[key], value, "the policy selects the hosts");
+    }
+    let allowed = &policy["spec"]["ingress"][0];
+    let from = &allowed["from"][0]["podSelector"]["matchLabels"];
+    for template in [&hosts, &routers] {
+        let labels = &template["spec"]["template"]["metadata"]["labels"];
+        for (key, value) in from.as_object().unwrap() {
+            assert_eq!(
+                &labels[key], value,
+                "the policy admits {}",
+                template["metadata"]["name"]
+            );
+        }
+    }
+    assert_eq!(
+        allowed["ports"][0]["port"],
+        gateway["ports"][0]["containerPort"]
+    );
+    let scaler = object("HorizontalPodAutoscaler", "brig-gateway");
+    assert_eq!(scaler["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(scaler["spec"]["scaleTargetRef"]["name"], "brig-gateway");
     // Every flag of `brig serve` and `brig gateway` in the manifests is one brig has.
     for (subcommand, container) in [("serve", serve), ("gateway", gateway), ("gateway", router)] {
         flags_exist(subcommand, &arg_strings(container));
