@@ -1417,4 +1417,17 @@ fn doctor_in_a_pod_names_the_pod_spec_fields() {
         failing.iter().all(|line| line.contains("/proc")),
         "only /proc fails: {failing:?}"
     );
+
+    // The pod's root (a later --user wins), with the manifest's settings: every pod field
+    // is right, as for uid 1000 in the_host_pod_runs_under_podman.
+    let (code, report) = doctor(&[&profile, unmask, userns[0], userns[1], "--user=0:0"]);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("(as root)"), "{report}");
+    for start in [
+        "ok    pod spec: securityContext.seccompProfile: ",
+        "ok    pod spec: containers[].securityContext.procMount: ",
+        "ok    pod spec: spec.hostUsers: false",
+    ] {
+        line(&report, start);
+    }
 }
