@@ -742,6 +742,23 @@ fn pods_meet_the_baseline_pod_security_standard() {
         pss_violations(hosts, Level::Restricted),
         ["procMount_restricted: container serve"]
     );
+    // Without the exemption (and brig with `--proc host`, as hosts.yaml says) the hosts
+    // pass restricted.
+    let mut masked = hosts.clone();
+    let serve = masked["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["name"] == "serve")
+        .unwrap();
+    serve["securityContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("procMount");
+    assert_eq!(
+        pss_violations(&masked, Level::Restricted),
+        Vec::<String>::new()
+    );
     // Without the pod's user namespace, baseline would refuse the unmasked /proc too.
     let mut shared = hosts.clone();
     shared["spec"]["hostUsers"] = Value::Bool(true);
@@ -1221,6 +1238,50 @@ fn the_host_pod_runs_under_podman() {
     drop(gateway_container);
 
     stop_drains(&name);
+
+    // Restricted instead (hosts.yaml's comment): without procMount: Unmasked, with
+    // `proc: host` in jail.yaml, the same sandboxes run, seeing the pod's /proc.
+    let mut restricted = serve.clone();
+    restricted["securityContext"]
+        .as_object_mut()
+        .unwrap()
+        .remove("procMount");
+    let mut proc_host = config.clone();
+    proc_host["data"]["jail.yaml"] = Value::String(format!(
+        "{}proc: host\n",
+        config["data"]["jail.yaml"].as_str().unwrap()
+    ));
+    let restricted_volumes = TempDir::new("pod-volumes-restricted");
+    let mut options = podman_options(pod, &restricted);
+    options.push(volume_option(
+        pod,
+        &restricted,
+        "/etc/brig",
+        restricted_volumes.path(),
+        &proc_host,
+        &secret,
+    ));
+    assert!(!options.iter().any(|option| option.contains("unmask")));
+    let options: Vec<&str> = options.iter().map(String::as_str).collect();
+    let python = "import os; print(6 * 7, os.getuid())";
+    let run = [
+        "run",
+        "--config",
+        "/etc/brig/jail.yaml",
+        "--",
+        "python3",
+        "-c",
+        python,
+    ];
+    let ran = podman_run(&root, &options, &brig(&run));
+    assert_eq!(stdout(&ran), "42 1000\n", "{}", describe(&ran));
+    // Without `proc: host` the masked /proc stops the jail: the exemption is that or this.
+    let fresh = podman_run(
+        &root,
+        &options,
+        &brig(&["run", "--", "python3", "-c", python]),
+    );
+    common::assert_one_line_error(&fresh, &["fresh /proc"]);
 }
 
 /// An E2B API key of the SDK's form.
