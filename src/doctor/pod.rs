@@ -255,7 +255,7 @@ fn cgroup_check(cgroups: &Cgroups) -> Check {
         Status::Warn,
         "no cgroup brig may write (/sys/fs/cgroup is read-only in a pod): the container's resources.limits bound brig and all its sandboxes together, and --memory, --pids, --cpus fail (125)",
     )
-    .fix("keep `resources.limits` on the container (deploy/kubernetes/hosts.yaml sizes them) and run brig with `--memory max`; limits per sandbox need a writable cgroup v2 delegated to the container, which no pod field asks for (the runtime's choice), then `--cgroup-parent`")
+    .fix("keep `resources.limits` on the container (deploy/kubernetes/hosts.yaml sizes them) and run brig with `--memory max`; limits per sandbox need a writable cgroup v2 delegated to the container, today the runtime's option (containerd's `cgroup_writable`, CRI-O's annotation `io.kubernetes.cri-o.cgroup2-mount-hierarchy-rw`), a securityContext field once KEP-5474 lands; then give brig a subtree of it with `--cgroup-parent`")
 }
 
 fn tun_check(tun: &Result<(), String>) -> Check {
