@@ -1,8 +1,9 @@
 //! `brig doctor` inside a Kubernetes pod: what the pod spec must change, one line per pod
 //! field. The other checks stop at the first step of a jail that fails; these probe each
 //! restriction a pod can put on brig on its own, so that one run names every field to
-//! change: the seccomp profile, the masked /proc (procMount, which needs hostUsers), user
-//! namespaces, the cgroup limits and the TUN device.
+//! change: the seccomp profile, the AppArmor profile (on AppArmor nodes), the masked /proc
+//! (procMount, which needs hostUsers), user namespaces, the cgroup limits and the TUN
+//! device.
 //!
 //! A pod is told by `KUBERNETES_SERVICE_HOST`, which the kubelet sets in every container
 //! (with or without `enableServiceLinks`).
@@ -32,6 +33,9 @@ pub struct PodProbe {
     /// brig's /proc/self/uid_map, when it is not the host's identity map: the pod has a
     /// user namespace of its own (`hostUsers: false`).
     pub pod_user_namespace: Option<String>,
+    /// The AppArmor profile brig runs under (`/proc/self/attr/apparmor/current`), on
+    /// kernels with AppArmor.
+    pub apparmor: Option<String>,
 }
 
 /// The calls, in the order the forked probe makes them.
@@ -66,6 +70,10 @@ pub fn probe() -> PodProbe {
         refused,
         proc_masks: proc_masks(&mountinfo),
         pod_user_namespace: own_user_namespace(&uid_map),
+        apparmor: std::fs::read_to_string("/proc/self/attr/apparmor/current")
+            .ok()
+            .map(|profile| profile.trim().to_string())
+            .filter(|profile| !profile.is_empty()),
     }
 }
 
@@ -114,13 +122,44 @@ pub fn pod_checks(
     tun: &Result<(), String>,
     sysctls: &Sysctls,
 ) -> Vec<Check> {
-    vec![
-        seccomp_check(probe),
+    let mut checks = vec![seccomp_check(probe)];
+    checks.extend(apparmor_check(probe));
+    checks.extend([
         proc_mount_check(probe),
         user_namespace_check(probe, sysctls),
         cgroup_check(cgroups),
         tun_check(tun),
-    ]
+    ]);
+    checks
+}
+
+/// On AppArmor nodes: the runtime's default profile denies mount(2) (EACCES, where a
+/// seccomp filter says EPERM). No line on nodes without AppArmor.
+fn apparmor_check(probe: &PodProbe) -> Option<Check> {
+    let profile = probe.apparmor.as_deref()?;
+    let name = "pod spec: securityContext.appArmorProfile";
+    let denied: Vec<&(String, Errno)> = probe
+        .refused
+        .iter()
+        .filter(|(_, errno)| *errno == Errno::EACCES)
+        .collect();
+    Some(if denied.is_empty() {
+        check(
+            name,
+            Status::Ok,
+            format!("AppArmor profile {profile} lets brig build a jail"),
+        )
+    } else {
+        check(
+            name,
+            Status::Fail,
+            format!(
+                "AppArmor profile {profile} denies what brig builds a jail with ({})",
+                listed(&denied)
+            ),
+        )
+        .fix("load an AppArmor profile that allows mount and user namespaces on the nodes and set the pod's `securityContext.appArmorProfile: {type: Localhost, localhostProfile: NAME}`; `type: Unconfined` works too, but the baseline Pod Security level refuses it")
+    })
 }
 
 fn listed(refused: &[&(String, Errno)]) -> String {
@@ -155,7 +194,11 @@ fn seccomp_check(probe: &PodProbe) -> Check {
     let unexplained: Vec<&(String, Errno)> = probe
         .refused
         .iter()
-        .filter(|(call, errno)| *errno != Errno::EPERM && call != UNSHARE_USER)
+        .filter(|(call, errno)| {
+            *errno != Errno::EPERM
+                && !(*errno == Errno::EACCES && probe.apparmor.is_some())
+                && call != UNSHARE_USER
+        })
         .collect();
     if !unexplained.is_empty() {
         return check(
@@ -307,6 +350,7 @@ mod tests {
             refused: vec![(UNSHARE_USER.into(), Errno::EPERM)],
             proc_masks: proc_masks(PODMAN_MOUNTINFO),
             pod_user_namespace: own_user_namespace("         0          0 4294967295\n"),
+            apparmor: None,
         };
         assert_eq!(probe.proc_masks, ["/proc/kcore", "/proc/acpi", "/proc/sys"]);
         assert_eq!(probe.pod_user_namespace, None);
@@ -344,6 +388,7 @@ mod tests {
             refused: Vec::new(),
             proc_masks: Vec::new(),
             pod_user_namespace: own_user_namespace("0 3221225472 65536\n"),
+            apparmor: None,
         };
         let checks = pod_checks(
             &probe,
@@ -369,6 +414,46 @@ mod tests {
             ]
         );
         assert!(checks[2].detail.contains("uid map 0 3221225472 65536"));
+    }
+
+    #[test]
+    fn an_apparmor_profile_that_denies_mount_names_the_field() {
+        let probe = PodProbe {
+            filtered: true,
+            refused: vec![(MOUNT_PRIVATE.into(), Errno::EACCES)],
+            pod_user_namespace: Some("0 100000 65536".into()),
+            apparmor: Some("cri-containerd.apparmor.d (enforce)".into()),
+            ..PodProbe::default()
+        };
+        let checks = pod_checks(
+            &probe,
+            &cgroups(Placement::Nowhere),
+            &Ok(()),
+            &Sysctls::default(),
+        );
+        let apparmor = by_name(&checks, "pod spec: securityContext.appArmorProfile");
+        assert_eq!(apparmor.status, Status::Fail);
+        assert_eq!(
+            apparmor.detail,
+            "AppArmor profile cri-containerd.apparmor.d (enforce) denies what brig builds a jail with (mount(/, MS_REC|MS_PRIVATE): EACCES)"
+        );
+        assert!(apparmor.fix.as_deref().unwrap().contains("type: Localhost"));
+        // The seccomp filter is not blamed for AppArmor's EACCES.
+        let seccomp = by_name(&checks, "pod spec: securityContext.seccompProfile");
+        assert_eq!(seccomp.status, Status::Ok);
+        // Without AppArmor there is no such line.
+        let without = PodProbe {
+            apparmor: None,
+            refused: Vec::new(),
+            ..probe
+        };
+        let checks = pod_checks(
+            &without,
+            &cgroups(Placement::Nowhere),
+            &Ok(()),
+            &Sysctls::default(),
+        );
+        assert!(!checks.iter().any(|check| check.name.contains("appArmor")));
     }
 
     #[test]
