@@ -17,15 +17,17 @@
 //!   no capability, no_new_privs, a read-only root, the limits, the ConfigMap and the
 //!   emptyDir socket directory made by its init container): a session runs Python, the
 //!   liveness probe's command answers, `brig doctor` passes, the pod's gateway container
-//!   creates and lists a sandbox through E2B's API, SIGTERM drains.
+//!   creates and lists a sandbox through E2B's API, SIGTERM drains. Without procMount
+//!   (the restricted alternative), a jail runs with `proc: host` and not without.
 //! - The capabilities: none rootless; as root exactly CAP_SETUID, CAP_SETGID and
 //!   CAP_DAC_OVERRIDE, each needed.
 //! - `brig doctor` in a pod (KUBERNETES_SERVICE_HOST set, as the kubelet does) names the
 //!   pod field for each restriction podman applies: the default seccomp profile, a
-//!   Docker-style one, the masked /proc, no user namespace, no /dev/net/tun.
+//!   Docker-style one, the masked /proc, no user namespace, no /dev/net/tun; and passes
+//!   with the manifest's settings as the pod's root too.
 //!
 //! The podman tests run as root (podman's containers), their brig as uid 1000 (rootless)
-//! and, for the capabilities, as the container's root.
+//! and, for the capabilities and one doctor run, as the container's root.
 
 use crate::common;
 use crate::containers::{
