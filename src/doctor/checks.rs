@@ -289,7 +289,7 @@ fn failure(
                 if refusal.stage == Some(Stage::Isolation)
                     && refusal.errno == Some(Errno::EPERM) =>
             {
-                "a seccomp filter on brig refuses it (Podman's and CRI-O's default profile allows sethostname(2) only with CAP_SYS_ADMIN): run the container with `--security-opt seccomp=unconfined`, in Kubernetes `seccompProfile: {type: Unconfined}`, or a profile made by deploy/kubernetes/brig-seccomp-profile.py"
+                "a seccomp filter on brig refuses it (Podman's and CRI-O's default profile allows sethostname(2) only with CAP_SYS_ADMIN): run the container with `--security-opt seccomp=unconfined` or a profile made by deploy/kubernetes/brig-seccomp-profile.py; in Kubernetes `seccompProfile: {type: Localhost, localhostProfile: profiles/brig.json}` (deploy/kubernetes/profiles/brig.json on the nodes)"
             }
             Step::Clone | Step::Other => {
                 "`brig run` fails the same way here; the message names the step"
@@ -358,9 +358,8 @@ pub fn container_settings(runtime: &str) -> String {
         "docker" => format!(
             "run the container with `--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined` {PROFILE}"
         ),
-        "kubernetes" => format!(
-            "give the container `securityContext: {{seccompProfile: {{type: Unconfined}}, procMount: Unmasked}}` (procMount needs the pod's `hostUsers: false`), and `appArmorProfile: {{type: Unconfined}}` on AppArmor nodes {PROFILE}"
-        ),
+        "kubernetes" => "give the pod `securityContext.seccompProfile: {type: Localhost, localhostProfile: profiles/brig.json}` (deploy/kubernetes/profiles/brig.json on every node; `Unconfined` works too, but the baseline Pod Security level refuses it) and the container `securityContext.procMount: Unmasked` (which needs the pod's `hostUsers: false`); on AppArmor nodes an `appArmorProfile` that allows mount; `brig doctor` in the pod names each field"
+        .to_string(),
         other => format!(
             "run the container ({other}) without the runtime's seccomp filter and with /proc unmasked: Podman `--security-opt seccomp=unconfined --security-opt unmask=/proc/*`, Docker `--security-opt seccomp=unconfined --security-opt systempaths=unconfined`, plus `--security-opt apparmor=unconfined` on AppArmor hosts {PROFILE}"
         ),

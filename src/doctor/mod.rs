@@ -12,6 +12,7 @@
 //! Exit status: 0 when no check failed, i.e. a default jail can run here; 1 otherwise.
 
 mod checks;
+mod pod;
 mod probes;
 
 pub use checks::container_settings;
@@ -142,12 +143,16 @@ fn checks(args: &DoctorArgs) -> Vec<Check> {
     let cgroups = probes::cgroups(args.cgroup_parent.as_deref());
     checks.extend(checks::cgroup_checks(&cgroups, &who));
     checks.push(checks::landlock_check(probes::landlock_abi()));
-    checks.push(checks::tun_check(&probes::tun(false), &who));
+    let tun = probes::tun(false);
+    checks.push(checks::tun_check(&tun, &who));
     let host_uids = host.root().then(probes::host_uids).flatten();
     checks.push(checks::host_identity_check(host_uids.as_ref(), &who));
     checks.extend(checks::seccomp_checks(&probes::seccomp()));
     if !args.no_run {
         checks.push(checks::end_to_end(&probes::end_to_end(None), &who));
+    }
+    if pod::in_pod() {
+        checks.extend(pod::pod_checks(&pod::probe(), &cgroups, &tun, &sysctls));
     }
     if host.root() {
         // What an unprivileged user would get: the same probes as uid 65534. Failures

@@ -60,15 +60,16 @@ impl Host {
 
 /// The container runtime brig seems to run in, from the usual markers.
 pub fn in_container() -> Option<String> {
+    // First: CRI-O's pods have podman's /run/.containerenv too.
+    if super::pod::in_pod() {
+        return Some("kubernetes".into());
+    }
     if Path::new("/.dockerenv").exists() {
         return Some("docker".into());
     }
     // podman writes it, empty unless the container asks for its details.
     if Path::new("/run/.containerenv").exists() {
         return Some("podman".into());
-    }
-    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        return Some("kubernetes".into());
     }
     std::fs::read_to_string("/proc/1/environ")
         .ok()?
@@ -669,7 +670,7 @@ fn spawn_with_timeout(
 
 /// Runs `work` in a forked child and returns the `key\tvalue` lines it reports. Whatever
 /// `work` does to its process (signal masks, filters, uids) stays in the child.
-fn in_fork(work: impl FnOnce() -> Result<Lines, String>) -> Result<Lines, String> {
+pub(super) fn in_fork(work: impl FnOnce() -> Result<Lines, String>) -> Result<Lines, String> {
     let (reader, writer) = nix::unistd::pipe().map_err(|errno| errno.desc().to_string())?;
     match sys::fork_process() {
         Ok(None) => {

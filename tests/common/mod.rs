@@ -799,3 +799,51 @@ pub fn assert_vm_checks(what: &str, output: &Output, elapsed: Duration, expected
         "expected {expected} checks\n{report}"
     );
 }
+
+/// A venv's python with `packages` (pinned, `name==version`) from PyPI, made at the first
+/// call for `cell` (by one test; the others wait) in a directory under the target
+/// directory named after them, and kept between runs; `require`d, as `what`.
+pub fn pinned_python(
+    cell: &'static OnceLock<Option<PathBuf>>,
+    packages: &[&str],
+    what: &str,
+) -> Option<&'static Path> {
+    let python = cell.get_or_init(|| {
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("venv-{}", packages.join("-").replace("==", "-")));
+        let python = venv.join("bin/python");
+        if python.exists() {
+            return Some(python);
+        }
+        // Built aside and renamed into place: an interrupted install leaves no half venv
+        // (the venv's python finds its packages wherever the venv is; only the scripts
+        // in bin/ name their directory: run modules with `python -m`).
+        let building = venv.with_extension(format!("building-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&building);
+        let made = Command::new(interpreter("python3"))
+            .args(["-m", "venv"])
+            .arg(&building)
+            .status()
+            .is_ok_and(|status| status.success())
+            && Command::new(building.join("bin/python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .args(packages)
+                .status()
+                .is_ok_and(|status| status.success());
+        let placed = made && (std::fs::rename(&building, &venv).is_ok() || python.exists());
+        let _ = std::fs::remove_dir_all(&building);
+        placed.then_some(python)
+    });
+    let found = require(
+        &format!("{what} ({}, from PyPI)", packages.join(" ")),
+        "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once (kept under the target directory)",
+        python.is_some(),
+    );
+    found.then(|| python.as_deref().unwrap())
+}

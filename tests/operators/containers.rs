@@ -10,9 +10,9 @@
 //! - deploy/kubernetes/brig-seccomp-profile.py makes a profile that works in place of
 //!   Unconfined, from podman's default and from one that, like Docker's and containerd's,
 //!   allows namespaces and mounts only with CAP_SYS_ADMIN.
-//! - deploy/kubernetes/brig-job.yaml parses (and passes Kubernetes 1.33's schemas where
-//!   kubernetes-validate is installed), and its Job's container runs under podman
-//!   with the pod's settings translated to podman's options.
+//! - deploy/kubernetes/brig-job.yaml parses (kubernetes.rs validates it against
+//!   Kubernetes' schemas), and its Job's container runs under podman with the pod's
+//!   settings translated to podman's options.
 //!
 //! Needs podman (and runc where crun cannot run, e.g. on hybrid cgroup hosts); without
 //! podman these tests fail unless BRIG_TEST_ALLOW_SKIP=1. The containers run with
@@ -30,24 +30,24 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// brig's path in the container's root.
-const BRIG_IN_CONTAINER: &str = "/usr/local/bin/brig";
+pub(crate) const BRIG_IN_CONTAINER: &str = "/usr/local/bin/brig";
 
 /// The image's user (deploy/container/Containerfile's USER), as a Kubernetes pod's
 /// runAsUser would set it.
-const USER: &str = "--user=1000:1000";
+pub(crate) const USER: &str = "--user=1000:1000";
 
 /// The least podman needs so that brig can build its jail (see deploy/README.md).
-const WORKING: [&str; 2] = [
+pub(crate) const WORKING: [&str; 2] = [
     "--security-opt=seccomp=unconfined",
     "--security-opt=unmask=/proc/*",
 ];
 
-fn repo(path: &str) -> PathBuf {
+pub(crate) fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
 /// Whether podman is here. Without it the tests fail, unless BRIG_TEST_ALLOW_SKIP=1.
-fn have_podman() -> bool {
+pub(crate) fn have_podman() -> bool {
     common::require_program(
         "podman",
         "tests/run.sh installs it (Debian packages podman and runc)",
@@ -97,7 +97,7 @@ fn remove_cgroup_tree(dir: &Path) {
 }
 
 /// A container root built by deploy/container/build-root.sh with the brig under test.
-fn container_root() -> TempDir {
+pub(crate) fn container_root() -> TempDir {
     let dir = TempDir::new("container");
     let root = dir.path().join("root");
     let output = Command::new(repo("deploy/container/build-root.sh"))
@@ -114,7 +114,7 @@ fn container_root() -> TempDir {
 /// an overlay (`--rootfs DIR:O`), as an image's layers are: the container writes to a
 /// layer of its own (mount points included, which a container in a user namespace could
 /// not create in a directory of the host's root) and the directory stays as built.
-fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
+pub(crate) fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
     let mut podman = podman_command(dir, &["--rm"], options, command);
     podman.stdin(Stdio::null());
     common::output_of(podman)
@@ -122,7 +122,7 @@ fn podman_run(dir: &TempDir, options: &[&str], command: &[&str]) -> Output {
 
 /// `podman run RUN_OPTIONS` (`--rm`, or `--detach`) of `command` in the root of `dir`,
 /// with the options every container here gets and then `options`.
-fn podman_command(
+pub(crate) fn podman_command(
     dir: &TempDir,
     run_options: &[&str],
     options: &[&str],
@@ -151,7 +151,7 @@ fn podman_command(
 }
 
 /// The command line of `brig run` with `args`, in the container.
-fn brig<'a>(args: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn brig<'a>(args: &[&'a str]) -> Vec<&'a str> {
     let mut command = vec![BRIG_IN_CONTAINER];
     command.extend_from_slice(args);
     command
@@ -324,7 +324,7 @@ fn each_working_setting_is_needed() {
 /// containerd's, which follows it) does: allowed only with CAP_SYS_ADMIN, which the
 /// container does not have; without it clone3 fails with ENOSYS (so libc falls back to
 /// clone) and the others with EPERM. Made from podman's profile.
-fn cap_gated_profile(runtime_default: &Value) -> Value {
+pub(crate) fn cap_gated_profile(runtime_default: &Value) -> Value {
     const GATED: [&str; 9] = [
         "clone",
         "clone3",
@@ -563,19 +563,7 @@ fn kubernetes_job_parses_with_the_settings_brig_needs() {
     let volume = &pod["volumes"][0];
     assert_eq!(volume["configMap"]["name"], config_map["metadata"]["name"]);
     assert_eq!(container["volumeMounts"][0]["name"], volume["name"]);
-
-    // Against Kubernetes' own schemas, where the validator is installed (PyPI's
-    // kubernetes-validate; not a Debian package, so optional).
-    if !on_path("kubernetes-validate") {
-        eprintln!("kubernetes-validate is not installed: brig-job.yaml was parsed, not validated");
-        return;
-    }
-    let output = Command::new("kubernetes-validate")
-        .args(["--strict", "--kubernetes-version", "1.33.0"])
-        .arg(repo("deploy/kubernetes/brig-job.yaml"))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
+    // Kubernetes' own schemas: tests/operators/kubernetes.rs validates every manifest.
 }
 
 /// A Kubernetes quantity (`1Gi`, `256Mi`, `1`) as podman takes it.
@@ -588,34 +576,68 @@ fn podman_quantity(quantity: &str) -> String {
     quantity.to_string()
 }
 
-/// The podman options for the Job's pod and container settings. A setting this does not
-/// know fails the test, so that what runs here stays what the file says.
-fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
+/// The podman options for a pod's and one of its containers' settings (the Job's, and
+/// deploy/kubernetes/hosts.yaml's). A setting this does not know fails the test, so that
+/// what runs here stays what the file says. The container's settings win over the pod's,
+/// as in Kubernetes.
+pub(crate) fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
     let mut options = Vec::new();
     if pod["hostUsers"] == false {
         // The kubelet maps the pod's 65536 ids to a range of its own on the node.
         options.push("--uidmap=0:200000:65536".to_string());
         options.push("--gidmap=0:200000:65536".to_string());
     }
-    for (key, value) in pod["securityContext"].as_object().unwrap() {
+    let pod_security = &pod["securityContext"];
+    let container_security = &container["securityContext"];
+    // The user: the container's runAsUser/runAsGroup, else the pod's.
+    let id = |key: &str| {
+        let value = &container_security[key];
+        if value.is_null() {
+            pod_security[key].clone()
+        } else {
+            value.clone()
+        }
+    };
+    if !id("runAsUser").is_null() {
+        options.push(format!("--user={}:{}", id("runAsUser"), id("runAsGroup")));
+    }
+    // runAsNonRoot is a check, not a setting: the user given must agree with it.
+    if id("runAsNonRoot") == true {
+        assert_ne!(id("runAsUser"), 0, "runAsNonRoot with runAsUser 0");
+    }
+    let seccomp = if container_security["seccompProfile"].is_null() {
+        &pod_security["seccompProfile"]
+    } else {
+        &container_security["seccompProfile"]
+    };
+    match seccomp["type"].as_str() {
+        Some("Unconfined") => options.push("--security-opt=seccomp=unconfined".into()),
+        // podman's default profile is CRI-O's, the runtime's default.
+        Some("RuntimeDefault") | None => {}
+        // The kubelet's seccomp directory on a node holds what deploy/kubernetes/ ships.
+        Some("Localhost") => {
+            let profile = seccomp["localhostProfile"].as_str().unwrap();
+            let file = repo("deploy/kubernetes").join(profile);
+            assert!(
+                file.is_file(),
+                "localhostProfile {profile}: no {}",
+                file.display()
+            );
+            options.push(format!("--security-opt=seccomp={}", file.display()));
+        }
+        other => panic!("seccompProfile {other:?}: no translation to podman here"),
+    }
+    for (key, _) in pod_security.as_object().into_iter().flatten() {
         match key.as_str() {
-            "runAsUser" => options.push(format!(
-                "--user={}:{}",
-                value, pod["securityContext"]["runAsGroup"]
-            )),
-            "runAsGroup" | "runAsNonRoot" => {}
-            "seccompProfile" => match value["type"].as_str() {
-                Some("Unconfined") => options.push("--security-opt=seccomp=unconfined".into()),
-                Some("RuntimeDefault") => {}
-                other => panic!("seccompProfile {other:?}: no translation to podman here"),
-            },
+            "runAsUser" | "runAsGroup" | "runAsNonRoot" | "seccompProfile" => {}
             // The test machine has no AppArmor; podman would ignore it too.
             "appArmorProfile" => {}
             other => panic!("pod securityContext.{other}: no translation to podman here"),
         }
     }
-    for (key, value) in container["securityContext"].as_object().unwrap() {
+    for (key, value) in container_security.as_object().into_iter().flatten() {
         match (key.as_str(), value) {
+            ("runAsUser" | "runAsGroup" | "runAsNonRoot" | "seccompProfile", _) => {}
             ("procMount", Value::String(mount)) if mount == "Unmasked" => {
                 options.push("--security-opt=unmask=/proc/*".into())
             }
@@ -646,7 +668,7 @@ fn podman_options(pod: &Value, container: &Value) -> Vec<String> {
 
 /// A ConfigMap volume as the kubelet lays it out: the files in a timestamped directory,
 /// `..data` pointing at it, and one symlink per key through `..data`.
-fn config_map_volume(dir: &Path, data: &Value) {
+pub(crate) fn config_map_volume(dir: &Path, data: &Value) {
     let stamp = "..2026_01_01_00_00_00.000000001";
     std::fs::create_dir(dir.join(stamp)).unwrap();
     common::set_mode(&dir.join(stamp), 0o755);
@@ -850,13 +872,13 @@ fn a_kill_by_the_containers_memory_limit_is_oom() {
     assert_eq!(verdict["status"], "signaled", "{verdict}");
 }
 
-fn output_code(output: &std::process::Output) -> i32 {
+pub(crate) fn output_code(output: &std::process::Output) -> i32 {
     output.status.code().unwrap_or(-1)
 }
 
 /// The verdict brig wrote to stderr (`--report-fd 2`): its last JSON line, after any line
 /// of brig's own (such as the notice that the default memory limit is not enforced).
-fn verdict_line(output: &std::process::Output) -> &str {
+pub(crate) fn verdict_line(output: &std::process::Output) -> &str {
     std::str::from_utf8(&output.stderr)
         .unwrap_or_default()
         .lines()
@@ -866,7 +888,7 @@ fn verdict_line(output: &std::process::Output) -> &str {
 }
 
 /// A container started with `podman run --detach`, removed (`podman rm --force`) on drop.
-struct Detached(String);
+pub(crate) struct Detached(pub(crate) String);
 
 impl Drop for Detached {
     fn drop(&mut self) {
@@ -918,13 +940,7 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     .expect("run podman");
     let container = Detached(name.clone());
     assert!(started.status.success(), "{}", describe(&started));
-    let logs = || {
-        let logs = Command::new("podman")
-            .args(["logs", &name])
-            .output()
-            .expect("podman logs");
-        format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
-    };
+    let logs = || container_logs(&name);
     // Bounded wait until the server answers (`brig serve --status`): the socket's file
     // appears at bind(2), before listen(2), and a connection in between is refused.
     let status = || {
@@ -1038,18 +1054,39 @@ fn brig_serve_in_a_container_answers_through_its_socket() {
     );
     common::assert_one_line_error(&memory, &["--memory/--pids/--cpus need a cgroup"]);
 
-    // podman stop sends SIGTERM: the server drains and exits 0.
+    stop_drains(&name);
+    drop(container);
+}
+
+/// `podman stop` (SIGTERM) of the container `name` running `brig serve`: the server
+/// drains, says so, and exits 0.
+pub(crate) fn stop_drains(name: &str) {
     let stop = Command::new("podman")
-        .args(["stop", "--time", "60", &name])
+        .args(["stop", "--time", "60", name])
         .stdin(Stdio::null())
         .output()
         .expect("podman stop");
     assert!(stop.status.success(), "{}", describe(&stop));
     let code = Command::new("podman")
-        .args(["inspect", "--format", "{{.State.ExitCode}}", &name])
+        .args(["inspect", "--format", "{{.State.ExitCode}}", name])
         .output()
         .expect("podman inspect");
-    assert_eq!(stdout(&code).trim(), "0", "{}\n{}", describe(&code), logs());
-    assert!(logs().contains("brig serve: draining"), "{}", logs());
-    drop(container);
+    assert_eq!(
+        stdout(&code).trim(),
+        "0",
+        "{}\n{}",
+        describe(&code),
+        container_logs(name)
+    );
+    let logs = container_logs(name);
+    assert!(logs.contains("brig serve: draining"), "{logs}");
+}
+
+/// The container's output so far, for a failure's message.
+pub(crate) fn container_logs(name: &str) -> String {
+    let logs = Command::new("podman")
+        .args(["logs", name])
+        .output()
+        .expect("podman logs");
+    format!("server's log:\n{}{}", stdout(&logs), stderr(&logs))
 }

@@ -17,3 +17,4 @@ mod deploy;
 mod docs;
 mod doctor;
 mod first_minutes;
+mod kubernetes;

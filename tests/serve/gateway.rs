@@ -44,56 +44,12 @@ fn sdk_python() -> Option<&'static Path> {
     pinned_python(&PYTHON, &[E2B_SDK])
 }
 
-/// A venv's python with `packages` (pinned) from PyPI, made at the first call for `cell`
-/// (by one test; the others wait), in a directory named after them, kept between runs.
+/// A venv's python with `packages` (pinned) from PyPI (tests/common's, kept between runs).
 pub(crate) fn pinned_python(
     cell: &'static OnceLock<Option<PathBuf>>,
     packages: &[&str],
 ) -> Option<&'static Path> {
-    let python = cell.get_or_init(|| {
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("venv-{}", packages.join("-").replace("==", "-")));
-        let python = venv.join("bin/python");
-        if python.exists() {
-            return Some(python);
-        }
-        // Built aside and renamed into place: an interrupted install leaves no half venv
-        // (the venv's python finds its packages wherever the venv is; only the scripts
-        // in bin/ name their directory, and the tests use none).
-        let building = venv.with_extension(format!("building-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&building);
-        let made = Command::new(interpreter("python3"))
-            .args(["-m", "venv"])
-            .arg(&building)
-            .status()
-            .is_ok_and(|status| status.success())
-            && Command::new(building.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                ])
-                .args(packages)
-                .status()
-                .is_ok_and(|status| status.success());
-        if made && (std::fs::rename(&building, &venv).is_ok() || python.exists()) {
-            let _ = std::fs::remove_dir_all(&building);
-            return Some(python);
-        }
-        let _ = std::fs::remove_dir_all(&building);
-        None
-    });
-    let packages = packages.join(" ");
-    let found = require(
-        &format!("E2B's SDK ({packages}, from PyPI)"),
-        &format!(
-            "let the test make a venv (`python3 -m venv`; on Debian `apt-get install python3-venv`) and reach PyPI once for `pip install {packages}` (kept under the target directory)"
-        ),
-        python.is_some(),
-    );
-    found.then(|| python.as_deref().unwrap())
+    common::pinned_python(cell, packages, "E2B's SDK")
 }
 
 /// A `brig gateway` started by the test in front of `server`, stopped (SIGTERM, then
