@@ -18,6 +18,7 @@ mod auth;
 mod backend;
 mod config;
 mod connect;
+mod create;
 mod envd;
 mod error;
 mod files;
@@ -51,12 +52,18 @@ pub struct Gateway {
     streams: Arc<tokio::sync::Semaphore>,
     /// `--max-sandboxes-per-tenant` (0: none).
     max_sandboxes_per_tenant: usize,
+    /// `--templates`, and the built-in ones.
+    templates: create::Templates,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
 /// as configured.
 pub fn run(args: GatewayArgs) -> Result<i32> {
     let keys = ApiKeys::read(&args.api_keys)?;
+    let templates = match &args.templates {
+        Some(path) => create::Templates::read(path)?,
+        None => create::Templates::default(),
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
@@ -97,6 +104,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+        templates,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

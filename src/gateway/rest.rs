@@ -19,9 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The templates served, each the server's default session for now.
-pub const TEMPLATES: [&str; 2] = ["base", "code-interpreter-v1"];
-
 /// E2B's default sandbox timeout, when a request gives none.
 const DEFAULT_TIMEOUT_SECONDS: u64 = 15;
 
@@ -100,13 +97,8 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let tenant = gateway.tenants.caller(&headers)?;
     let request: NewSandbox = body(&bytes)?;
-    if !TEMPLATES.contains(&request.template_id.as_str()) {
-        return Err(ApiError::bad_request(format!(
-            "templateID: {:?} is not a template of this gateway; use one of {}",
-            request.template_id,
-            TEMPLATES.join(", ")
-        )));
-    }
+    let template = gateway.templates.get(&request.template_id)?;
+    let egress = super::create::egress(request.allow_internet_access, request.network.as_ref())?;
     let not_served = |field: &str, given: bool| {
         if given {
             Err(ApiError::bad_request(format!(
@@ -117,13 +109,6 @@ async fn create(
         }
     };
     not_served("autoPause", request.auto_pause == Some(true))?;
-    not_served(
-        "network",
-        request
-            .network
-            .as_ref()
-            .is_some_and(|network| network.as_object().is_none_or(|object| !object.is_empty())),
-    )?;
     not_served(
         "mcp",
         request.mcp.as_ref().is_some_and(|mcp| !mcp.is_null()),
@@ -172,8 +157,11 @@ async fn create(
     let new = NewSession {
         timeout,
         metadata,
-        env,
-        no_network: request.allow_internet_access == Some(false),
+        options: super::create::sandbox_options(template, &egress, env),
+        only_rules: match egress {
+            super::create::Egress::Only(rules) => Some(rules),
+            _ => None,
+        },
     };
     let cap = gateway.max_sandboxes_per_tenant;
     let creator = tenant.clone();
