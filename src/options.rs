@@ -414,11 +414,17 @@ pub struct JailOptions {
 
 impl JailOptions {
     /// Layers `over` on top of `self`: a value set in `over` wins, lists are appended in
-    /// order, and a non-empty command replaces the one below.
-    pub fn overlay(self, over: JailOptions) -> JailOptions {
+    /// order, and a non-empty command replaces the one below. A `net` of `none` or `host`
+    /// above replaces the filtered network below with its `allow-net` rules and
+    /// `add-host` pins (a client asking a filtering server for no network at all).
+    pub fn overlay(mut self, over: JailOptions) -> JailOptions {
         fn append(mut below: Vec<String>, above: Vec<String>) -> Vec<String> {
             below.extend(above);
             below
+        }
+        if matches!(over.net, Some(NetMode::None | NetMode::Host)) {
+            self.allow_net.clear();
+            self.add_host.clear();
         }
         JailOptions {
             profile: over.profile.or(self.profile),

@@ -152,7 +152,7 @@ impl Gateway {
 
     /// `script` run by the SDK's python with only the three variables set (and the key
     /// given), with the gateway's URL as `sys.argv[1]`.
-    fn sdk(&self, key: &str, script: &str) -> Option<Output> {
+    pub(crate) fn sdk(&self, key: &str, script: &str) -> Option<Output> {
         Some(self.sdk_of(sdk_python()?, key, script))
     }
 
@@ -245,8 +245,10 @@ assert cat.wait().stdout == "typed\n"
 # Without stdin a command reads end-of-file at once.
 assert sbx.commands.run("cat; echo done").stdout == "done\n"
 
-# E2B's home is the commands' home too.
-assert sbx.commands.run("pwd", cwd="/home/user").stdout == "/home/sandbox\n"
+# E2B's conventions: the user `user`, whose home /home/user is every command's
+# working directory (named in a command line too), HOME and USER set.
+assert sbx.commands.run("pwd", cwd="/home/user").stdout == "/home/user\n"
+assert sbx.commands.run('pwd; whoami; echo "$HOME $USER"; cd /home/user && pwd').stdout == "/home/user\nuser\n/home/user user\n/home/user\n"
 
 # Killed: it ends by SIGKILL, and leaves the list (with the variables and the directory
 # it was started with).
@@ -254,7 +256,7 @@ sleeper = sbx.commands.run("sleep 600", background=True, envs={"MARK": "m"}, cwd
 listed = {process.pid: process for process in sbx.commands.list()}
 assert listed[sleeper.pid].cmd == "/bin/bash", listed
 assert listed[sleeper.pid].envs == {"MARK": "m"}, listed
-assert listed[sleeper.pid].cwd == "/home/sandbox", listed
+assert listed[sleeper.pid].cwd == "/home/user", listed
 assert sbx.commands.kill(sleeper.pid) is True
 try:
     sleeper.wait()
@@ -264,12 +266,14 @@ except CommandExitException as err:
 assert sleeper.pid not in [process.pid for process in sbx.commands.list()]
 assert sbx.commands.kill(sleeper.pid) is False
 
-# Only the sandbox's own user runs commands.
+# Only the sandbox's own user runs commands: its jail maps no other id (no root, no sudo).
 try:
     sbx.commands.run("id", user="root")
     raise SystemExit("a command ran as root")
 except InvalidArgumentException as err:
-    assert 'user "root"' in str(err), err
+    assert 'user "root"' in str(err) and "maps one user id" in str(err), err
+mapped = sbx.commands.run("id -u; cat /proc/self/uid_map").stdout.split()
+assert mapped[:2] == ["1000", "1000"] and len(mapped) == 4, mapped  # one id: 1000, to one host id
 assert sbx.commands.run("echo as user", user="user").stdout == "as user\n"
 
 # Another client attaches to a running command and sees it end.
@@ -314,18 +318,18 @@ from e2b import Sandbox, NotFoundException, InvalidArgumentException, FileType
 sbx = Sandbox.create()
 
 info = sbx.files.write("notes/hello.txt", "hi there\n")
-assert (info.name, info.path) == ("hello.txt", "/home/sandbox/notes/hello.txt"), info
+assert (info.name, info.path) == ("hello.txt", "/home/user/notes/hello.txt"), info
 assert sbx.files.read("notes/hello.txt") == "hi there\n"
-# E2B's home names the workspace, which is the commands' working directory.
+# E2B's home is the workspace, the commands' working directory.
 assert sbx.files.read("/home/user/notes/hello.txt") == "hi there\n"
-assert sbx.commands.run("cat notes/hello.txt").stdout == "hi there\n"
+assert sbx.commands.run("cat notes/hello.txt /home/user/notes/hello.txt").stdout == "hi there\n" * 2
 
 assert sbx.files.exists("notes/hello.txt") and not sbx.files.exists("nope.txt")
 assert sbx.files.make_dir("a/b") is True and sbx.files.make_dir("a/b") is False
 moved = sbx.files.rename("notes/hello.txt", "a/b/moved.txt")
-assert (moved.path, moved.size, moved.permissions) == ("/home/sandbox/a/b/moved.txt", 9, "-rw-r--r--"), moved
+assert (moved.path, moved.size, moved.permissions) == ("/home/user/a/b/moved.txt", 9, "-rw-r--r--"), moved
 listed = [(entry.path, entry.type) for entry in sbx.files.list("a", depth=2)]
-assert listed == [("/home/sandbox/a/b", FileType.DIR), ("/home/sandbox/a/b/moved.txt", FileType.FILE)], listed
+assert listed == [("/home/user/a/b", FileType.DIR), ("/home/user/a/b/moved.txt", FileType.FILE)], listed
 
 # A watcher, polled: what changed in the directory, named relative to it.
 sbx.files.make_dir("watched")

@@ -90,7 +90,7 @@ const assert = require("node:assert/strict");
   await sbx.files.write("notes/a.txt", "from node\n");
   assert.equal(await sbx.files.read("notes/a.txt"), "from node\n");
   assert.equal((await sbx.commands.run("cat notes/a.txt")).stdout, "from node\n");
-  assert.equal((await sbx.commands.run("pwd", { cwd: "/home/user/notes" })).stdout, "/home/sandbox/notes\n");
+  assert.equal((await sbx.commands.run("pwd", { cwd: "/home/user/notes" })).stdout, "/home/user/notes\n");
 
   await sbx.kill();
   assert.equal(await sbx.isRunning(), false);
