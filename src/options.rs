@@ -231,7 +231,7 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ca: Option<PathBuf>,
 
-    /// The jail user's name (its /etc/passwd entry, $USER) and so its home and workspace,
+    /// The jail user's name (its /etc/passwd entry: what whoami says) and so its home and workspace,
     /// /home/NAME [default: sandbox]: lowercase letters, digits, '_' and '-', starting with
     /// a letter or '_', at most 32; not root or nobody (E2B's sandboxes: `user`).
     #[arg(long, value_name = "NAME")]
