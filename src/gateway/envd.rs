@@ -9,9 +9,10 @@
 //! `List`, `SendInput`, `CloseStdin`, `SendSignal` and `Update` (a terminal's size) are
 //! `session_ps`, `session_stdin`, `session_signal` and `session_resize`.
 //!
-//! The filesystem service and `/files` are `files.rs` (`WatchDir`, a stream, is served
-//! here with the process streams: one relay for both). Not served yet: `StreamInput` (a
-//! client stream) and `/envs` (answered `unimplemented` / 501, naming what is missing).
+//! `StreamInput`, a client stream, is `stream_input.rs`. The filesystem service and
+//! `/files` are `files.rs` (`WatchDir`, a stream, is served here with the process
+//! streams: one relay for both). Not served yet: `/envs` (answered 501, naming what is
+//! missing).
 
 use super::Gateway;
 use super::backend::{BackendError, Selector, Start, Stream};
@@ -66,6 +67,13 @@ pub async fn serve(
             .into_response();
         }
         _ => {}
+    }
+    // A client stream: its messages are handled as they arrive, not read whole first.
+    if path == "/process.Process/StreamInput"
+        && method == Method::POST
+        && let Some((codec, shape)) = connect::call_of(&headers)
+    {
+        return super::stream_input::serve(gateway, sandbox, codec, shape, body).await;
     }
     // Read first, whatever the answer: a body left unread closes the connection after
     // the answer, and a client that reuses it meanwhile sees it reset.
@@ -151,10 +159,6 @@ pub async fn serve(
                 "unary"
             }
         ))),
-        ("process.Process", "StreamInput", _) => Err(ConnectError::new(
-            Code::Unimplemented,
-            "process.Process/StreamInput is not served by brig gateway yet; use SendInput",
-        )),
         ("filesystem.Filesystem", _, Shape::Unary) => {
             super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
         }
@@ -541,7 +545,7 @@ fn pty_size(
     }))
 }
 
-fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, ConnectError> {
+pub(super) fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, ConnectError> {
     match process.and_then(|process| process.selector.as_ref()) {
         Some(process_selector::Selector::Pid(pid)) => Ok(Selector::Pid(*pid)),
         Some(process_selector::Selector::Tag(tag)) => Ok(Selector::Tag(tag.clone())),

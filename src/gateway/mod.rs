@@ -25,6 +25,7 @@ mod files;
 mod interpreter;
 pub mod proto;
 mod rest;
+mod stream_input;
 mod tls;
 
 pub use config::{ApiKeys, GatewayArgs};

@@ -16,6 +16,7 @@ mod gateway;
 mod gateway_create;
 mod gateway_interpreter;
 mod gateway_node;
+mod gateway_stream_input;
 mod server;
 mod session_cells;
 mod session_engine;
