@@ -274,6 +274,8 @@ except InvalidArgumentException as err:
     assert 'user "root"' in str(err) and "maps one user id" in str(err), err
 mapped = sbx.commands.run("id -u; cat /proc/self/uid_map").stdout.split()
 assert mapped[:2] == ["1000", "1000"] and len(mapped) == 4, mapped  # one id: 1000, to one host id
+become_root = "python3 -c 'import os\ntry: os.setuid(0)\nexcept OSError as e: print(e.errno)'"
+assert sbx.commands.run(become_root).stdout == "22\n"  # EINVAL: uid 0 is not mapped
 assert sbx.commands.run("echo as user", user="user").stdout == "as user\n"
 
 # Another client attaches to a running command and sees it end.
