@@ -14,6 +14,7 @@ use std::time::Duration;
 
 both_modes!(
     locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through,
+    a_network_change_without_add_host_keeps_the_pins,
     a_network_looser_than_the_server_s_is_refused,
     only_a_filtered_session_can_change_its_network,
     metadata_round_trips_and_filters_the_list,
@@ -192,6 +193,45 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
     assert_eq!(first["new"]["allow_net"], json!([http_rule]));
     assert_eq!(first["cut"], 1);
     assert_eq!(changes[2]["new"], json!({"allow_net": [], "add_host": []}));
+}
+
+fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let (http, echo) = (servers.http, servers.echo);
+    let pin = format!("{WEB}:127.0.0.1");
+    let (http_rule, echo_rule) = (format!("{WEB}:{http}"), format!("{WEB}:{echo}"));
+    let server = Server::start(
+        mode,
+        &[
+            "--pool",
+            "0",
+            "--net",
+            "filtered",
+            "--add-host",
+            &pin,
+            "--allow-net",
+            &http_rule,
+            "--allow-net",
+            &echo_rule,
+        ],
+    );
+    let id = create_session(&server, json!({}));
+    // No add_host: the rules change, the server's pin stays (web.test still resolves).
+    let narrowed = ask(
+        &server,
+        json!({"type": "session_network", "session": id, "allow_net": [http_rule]}),
+    );
+    assert_eq!(narrowed["type"], "network", "{narrowed}");
+    assert_eq!(narrowed["add_host"], json!([pin]), "{narrowed}");
+    assert_eq!(cell(&server, &id, &connect_code(http)), "ok\n");
+    assert_eq!(cell(&server, &id, &connect_code(echo)), "ECONNREFUSED\n");
+    // An empty add_host still replaces them: the name no longer resolves to the server.
+    let unpinned = network(&server, &id, std::slice::from_ref(&http_rule), &[]);
+    assert_eq!(unpinned["add_host"], json!([]), "{unpinned}");
+    close(&server, &id);
 }
 
 fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
