@@ -719,40 +719,35 @@ fn gateway_holds_nothing_for_clients_gone(mode: Mode) {
     assert_passed(gateway.sdk(KEY_A, &with_args(STILL_RUNNING, &[sandbox])));
 }
 
+/// `brig gateway` in `mode` with the server socket `socket`, the key file `keys` and
+/// `extra` options, run to its end: a start refused (the test asserts how).
+pub(crate) fn gateway_refused(mode: Mode, socket: &str, keys: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        socket,
+        "--api-keys",
+        keys.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(mode, &args)
+}
+
 fn gateway_refuses_a_bad_key_file(mode: Mode) {
     let server = Server::start(mode, &[]);
     let dir = TempDir::new("gateway-bad-keys");
     let bad = dir.file("keys", &format!("{KEY_A} alice\n{KEY_B}\n"));
-    let output = run(
-        mode,
-        &[
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            server.socket(),
-            "--api-keys",
-            bad.to_str().unwrap(),
-        ],
-    );
+    let output = gateway_refused(mode, server.socket(), &bad, &[]);
     assert_code(&output, 125);
     assert_one_line_error(
         &output,
         &[&format!("{}:2: 1 words", bad.display()), "KEY TENANT"],
     );
     let good = dir.file("good", &format!("{KEY_A} alice\n"));
-    let output = run(
-        mode,
-        &[
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            &format!("{}.missing", server.socket()),
-            "--api-keys",
-            good.to_str().unwrap(),
-        ],
-    );
+    let missing = format!("{}.missing", server.socket());
+    let output = gateway_refused(mode, &missing, &good, &[]);
     assert_code(&output, 125);
     assert_one_line_error(&output, &["--server", "brig serve --socket"]);
 }

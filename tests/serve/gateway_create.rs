@@ -55,23 +55,21 @@ assert (small_info.template_id, large_info.template_id) == ("small", "large")
 sizes = [sbx.commands.run("df -BM --output=size /home/user | tail -1").stdout.strip() for sbx in (small, large)]
 assert sizes == ["16M", "48M"], sizes
 # The workspace's size holds: 32 MiB fit in the large one's 48, not in the small one's 16.
+def fits(command, expected):
+    """`command` succeeds in the large sandbox and fails in the small one (its error)."""
+    assert large.commands.run(command).stdout == expected
+    try:
+        small.commands.run(command)
+    except CommandExitException as err:
+        return err
+    raise SystemExit(f"{command} fitted in the small sandbox")
 fill = "head -c 32M /dev/zero > fill && echo written"
-assert large.commands.run(fill).stdout == "written\n"
-try:
-    small.commands.run(fill)
-    raise SystemExit("32 MiB fitted in a 16 MiB workspace")
-except CommandExitException as err:
-    assert "No space left on device" in err.stderr, err
+assert "No space left on device" in fits(fill, "written\n").stderr
 if with_memory:
     assert (small_info.memory_mb, large_info.memory_mb) == (96, 192), (small_info, large_info)
     # The memory limit holds: 128 MiB is more than the small one's 96.
     grow = "python3 -c 'b = bytearray(128 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(len(b) >> 20)'"
-    assert large.commands.run(grow).stdout == "128\n"
-    try:
-        small.commands.run(grow)
-        raise SystemExit("128 MiB fitted in a 96 MiB sandbox")
-    except CommandExitException as err:
-        assert err.exit_code != 0, err
+    assert fits(grow, "128\n").exit_code != 0
 try:
     Sandbox.create("desktop")
     raise SystemExit("an unknown template made a sandbox")
@@ -108,25 +106,9 @@ fn e2b_a_bad_templates_file_stops_the_gateway(mode: Mode) {
         ("small:\n  profile: ruby\n", "unknown profile 'ruby'"),
     ] {
         let file = dir.file("templates.yaml", text);
-        let output = output_of(command(
-            mode,
-            &[
-                "gateway",
-                "--listen",
-                "127.0.0.1:0",
-                "--server",
-                server.socket(),
-                "--api-keys",
-                keys.to_str().unwrap(),
-                "--templates",
-                file.to_str().unwrap(),
-            ],
-        ));
-        assert_eq!(code(&output), 125, "{text:?}: {}", describe(&output));
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-        assert!(stderr.contains("--templates"), "{stderr}");
-        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+        let templates = ["--templates", file.to_str().unwrap()];
+        let output = crate::gateway::gateway_refused(mode, server.socket(), &keys, &templates);
+        assert_one_line_error(&output, &["--templates", expected]);
     }
 }
 
@@ -232,10 +214,7 @@ fn a_jail_user_names_its_home(mode: Mode) {
         ("root", "--user root: that name is another account's"),
         ("../x", "--user \"../x\": use 1 to 32 lowercase letters"),
     ] {
-        let output = output_of(command(mode, &["run", "--user", name, "--", "true"]));
-        assert_eq!(code(&output), 125, "{}", describe(&output));
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+        let output = run(mode, &["run", "--user", name, "--", "true"]);
+        assert_one_line_error(&output, &[expected]);
     }
 }

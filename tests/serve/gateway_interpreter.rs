@@ -396,17 +396,7 @@ fn gateway_refuses_bad_tls_files(mode: Mode) {
             vec!["--tls-key", "does not go with --tls-cert"],
         ),
     ] {
-        let mut args = vec![
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            server.socket(),
-            "--api-keys",
-            keys,
-        ];
-        args.extend_from_slice(&tls);
-        let output = run(mode, &args);
+        let output = crate::gateway::gateway_refused(mode, server.socket(), Path::new(keys), &tls);
         assert_code(&output, 125);
         assert_one_line_error(&output, &needles);
         assert!(output.stdout.is_empty(), "{}", describe(&output));

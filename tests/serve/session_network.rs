@@ -99,19 +99,11 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
     let (other_pin, other_rule) = (format!("{OTHER}:127.0.0.1"), format!("{OTHER}:{http}"));
     // other.test is not on the server's list: a session may have it by the server's
     // consent (--client-may allow-net), and starts without it (nor in its /etc/hosts).
-    let server = Server::start(
+    let server = pinned_server(
         mode,
+        &pin,
+        &[&http_rule, &echo_rule],
         &[
-            "--pool",
-            "0",
-            "--net",
-            "filtered",
-            "--add-host",
-            &pin,
-            "--allow-net",
-            &http_rule,
-            "--allow-net",
-            &echo_rule,
             "--client-may",
             "allow-net",
             "--audit-log",
@@ -203,21 +195,7 @@ fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
     let (http, echo) = (servers.http, servers.echo);
     let pin = format!("{WEB}:127.0.0.1");
     let (http_rule, echo_rule) = (format!("{WEB}:{http}"), format!("{WEB}:{echo}"));
-    let server = Server::start(
-        mode,
-        &[
-            "--pool",
-            "0",
-            "--net",
-            "filtered",
-            "--add-host",
-            &pin,
-            "--allow-net",
-            &http_rule,
-            "--allow-net",
-            &echo_rule,
-        ],
-    );
+    let server = pinned_server(mode, &pin, &[&http_rule, &echo_rule], &[]);
     let id = create_session(&server, json!({}));
     // No add_host: the rules change, the server's pin stays (web.test still resolves).
     let narrowed = ask(
@@ -570,6 +548,17 @@ fn the_command_line_lists_sets_the_network_and_the_timeout(mode: Mode) {
 
 /// The server the client tests use: `--net filtered` with one rule, the clients' sessions
 /// start under it.
+/// A server whose sessions are filtered to `rules`, with the name pinned by `pin`, and
+/// `extra` options.
+fn pinned_server(mode: Mode, pin: &str, rules: &[&str], extra: &[&str]) -> Server {
+    let mut args = vec!["--pool", "0", "--net", "filtered", "--add-host", pin];
+    for rule in rules {
+        args.extend(["--allow-net", rule]);
+    }
+    args.extend_from_slice(extra);
+    Server::start(mode, &args)
+}
+
 fn filtered_server(mode: Mode) -> Server {
     Server::start(
         mode,
