@@ -126,15 +126,26 @@ impl Backend {
             ..Create::default()
         })?;
         if let Some(rules) = new.only_rules
-            && let Err(err) = session.set_allow_net(rules)
+            && let Err(err) = self.set_allow_net(session.id(), rules)
         {
             // Nothing has run in it yet: it goes, and the create is refused.
             let _ = session.close();
-            let mut err = BackendError::from(err);
-            err.message = format!("network.allowOut: {}", err.message);
             return Err(err);
         }
         Ok(session.id().to_string())
+    }
+
+    /// Exactly these `allow-net` rules for a filtered session from now on, its pins
+    /// kept; a refusal names `network.allowOut`.
+    pub fn set_allow_net(&self, session: &str, rules: Vec<String>) -> Outcome<()> {
+        self.session(session)
+            .set_allow_net(rules)
+            .map(drop)
+            .map_err(|err| {
+                let mut err = BackendError::from(err);
+                err.message = format!("network.allowOut: {}", err.message);
+                err
+            })
     }
 
     /// The sessions whose metadata hold every pair of `metadata` (`session_list`'s

@@ -3,13 +3,18 @@
 //! and workspace `/home/user`), with the network its `allow_internet_access` and
 //! `network` (`allowOut` / `denyOut`) ask for, as brig's policy can say it exactly.
 
+use super::Gateway;
 use super::error::ApiError;
 use crate::error::{Error, Result};
 use crate::options::{JailOptions, NetMode};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// E2B's user, whose home is the sandbox's workspace and every command's working directory.
 pub const E2B_USER: &str = "user";
@@ -213,6 +218,51 @@ pub fn egress(
         true => Egress::Nothing,
         false => Egress::Only(allow),
     })
+}
+
+/// `PUT /sandboxes/{id}/network` (the SDK's `update_network`): a live sandbox's network
+/// replaced, as at create (`allowOut` / `denyOut` / `allowInternetAccess`), through
+/// `session_network` (open connections the new rules refuse are cut). Only a sandbox
+/// whose jail filters (the server's `--net filtered`) can change; letting everything out
+/// again (no `denyOut`) is refused: the gateway does not hold the rules it was made with.
+pub async fn update_network(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    bytes: Bytes,
+) -> std::result::Result<StatusCode, ApiError> {
+    let tenant = gateway.tenants.caller(&headers)?;
+    let mut network: Value = super::rest::body(&bytes)?;
+    let allow_internet_access = match network.as_object_mut() {
+        Some(fields) => match fields.remove("allowInternetAccess") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(allow)) => Some(allow),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "allowInternetAccess: {other}; give true or false"
+                )));
+            }
+        },
+        None => None,
+    };
+    let rules = match egress(allow_internet_access, Some(&network))? {
+        Egress::Nothing => Vec::new(),
+        Egress::Only(rules) => rules,
+        Egress::Template => {
+            return Err(ApiError::bad_request(
+                "network: letting everything out again is not served on a live sandbox (brig gateway does not hold the rules it was made with); deny \"0.0.0.0/0\" with allowOut listing what may go out, or create a new sandbox",
+            ));
+        }
+    };
+    super::rest::blocking(&gateway, move |gateway| {
+        super::rest::owned(gateway, &tenant, &id)?;
+        gateway
+            .backend
+            .set_allow_net(&id, rules)
+            .map_err(|err| super::rest::gone_is_not_found(err, &id))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The jail of a new sandbox: its template's, as E2B's user, with its network.

@@ -30,6 +30,10 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))
+        .route(
+            "/sandboxes/{id}/network",
+            axum::routing::put(super::create::update_network),
+        )
 }
 
 async fn health() -> StatusCode {
@@ -37,7 +41,7 @@ async fn health() -> StatusCode {
 }
 
 /// Runs a blocking backend call off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     gateway: &Arc<Gateway>,
     work: impl FnOnce(&Gateway) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -48,7 +52,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// A JSON body, or a 400 naming what is wrong with it.
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|err| {
         ApiError::bad_request(format!(
             "the request body: {err}; send a JSON object as spec/openapi.yml describes"
@@ -376,7 +380,7 @@ async fn kill(
 }
 
 /// 404 unless `id` is the caller's (from the owners' cache, refreshed on a miss).
-fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
+pub(super) fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
     match gateway.tenants.owner(&gateway.backend, id)? {
         Some(owner) if owner.tenant == tenant => Ok(()),
         _ => Err(ApiError::no_sandbox(id)),
@@ -384,7 +388,7 @@ fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// A sandbox that ended between the check and the call is not found, as E2B says it.
-fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
+pub(super) fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
     match err.failure {
         super::backend::Failure::Gone => ApiError::no_sandbox(id),
         _ => err.into(),

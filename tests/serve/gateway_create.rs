@@ -8,7 +8,8 @@
 //! - the network: `network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}` lets curl in
 //!   the sandbox reach the listed local server and not another the server itself allows;
 //!   `allow_internet_access=False` reaches neither; a `deny_out` brig cannot say exactly
-//!   is refused (400), not ignored;
+//!   is refused (400), not ignored; `update_network` locks a live sandbox and opens it
+//!   to one name;
 //! - E2B's user: `brig run --user` names the jail's user and home, a bad name refused.
 
 use crate::common;
@@ -138,6 +139,24 @@ assert fetch(listed, "web.test") == "hello\n"
 # ECONNREFUSED from brig's relay).
 assert fetch(listed, "other.test") == "curl exit 7"
 
+# A live sandbox's network replaced (the SDK's update_network): locked, then one name again.
+open_one.update_network({"deny_out": [ALL_TRAFFIC]})
+assert (fetch(open_one, "web.test"), fetch(open_one, "other.test")) == ("curl exit 7", "curl exit 7")
+open_one.update_network({"allow_out": ["other.test"], "deny_out": [ALL_TRAFFIC]})
+assert (fetch(open_one, "web.test"), fetch(open_one, "other.test")) == ("curl exit 7", "hello\n")
+for update, expected in (
+    ({}, "network: letting everything out again is not served on a live sandbox"),
+    ({"deny_out": ["8.8.8.8"]}, "network.denyOut[0]"),
+    ({"allow_out": ["nowhere.test"], "deny_out": [ALL_TRAFFIC]}, "network.allowOut: --allow-net nowhere.test"),
+):
+    try:
+        open_one.update_network(update)
+        raise SystemExit(f"{update} was taken")
+    except SandboxException as err:
+        assert expected in str(err), (update, err)
+# The refused updates changed nothing.
+assert fetch(open_one, "other.test") == "hello\n"
+
 # Nothing at all (on a server whose own network is filtered): no name resolves (curl: 6).
 closed = Sandbox.create(allow_internet_access=False)
 assert closed.get_info().allow_internet_access is False
@@ -155,6 +174,12 @@ for network, expected in (
         raise SystemExit(f"{network} made a sandbox")
     except SandboxException as err:
         assert expected in str(err), (network, err)
+# A sandbox made without a network cannot be given one.
+try:
+    closed.update_network({"allow_out": ["web.test"], "deny_out": [ALL_TRAFFIC]})
+    raise SystemExit("a sandbox without a network got one")
+except SandboxException as err:
+    assert "network.allowOut: session_network" in str(err) and "--net none" in str(err), err
 for sbx in (open_one, listed, closed):
     sbx.kill()
 assert Sandbox.list().next_items() == [], "the refused creates left sandboxes"
