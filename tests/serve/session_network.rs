@@ -206,10 +206,38 @@ fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
     assert_eq!(narrowed["add_host"], json!([pin]), "{narrowed}");
     assert_eq!(cell(&server, &id, &connect_code(http)), "ok\n");
     assert_eq!(cell(&server, &id, &connect_code(echo)), "ECONNREFUSED\n");
-    // An empty add_host still replaces them: the name no longer resolves to the server.
+    // An empty add_host still replaces them: the name no longer reaches the server.
     let unpinned = network(&server, &id, std::slice::from_ref(&http_rule), &[]);
     assert_eq!(unpinned["add_host"], json!([]), "{unpinned}");
+    // (/etc/hosts keeps the name; without its pin the relay cannot place it: refused.)
+    assert_eq!(cell(&server, &id, &connect_code(http)), "ECONNREFUSED\n");
     close(&server, &id);
+
+    // The clients: without add_host the pins stay, with an empty one they go.
+    let python = format!(
+        "import sys\nfrom brig_client import Sandbox\nwith Sandbox(socket=sys.argv[1]) as sb:\n    sb.set_network(allow_net=[{http_rule:?}])\n    print(sb.run_code({:?}).stdout.strip())\n    sb.set_network(allow_net=[{http_rule:?}], add_host=[])\n    print(sb.run_code({:?}).stdout.strip())\n",
+        connect_code(http),
+        connect_code(http)
+    );
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", &python, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(&output_of(command), &["ok", "ECONNREFUSED"]);
+    if require_program("node", "apt install nodejs") {
+        let node = format!(
+            "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ allowNet: [{http_rule:?}] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.setNetwork({{ allowNet: [{http_rule:?}], addHost: [] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n",
+            connect_code(http),
+            connect_code(http)
+        );
+        assert_lines(
+            &run_node_client(mode, &node, server.socket()),
+            &["ok", "ECONNREFUSED"],
+        );
+    }
 }
 
 fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
