@@ -2,18 +2,18 @@
 //! pinned `e2b` of tests/serve/gateway.rs), as root and rootless:
 //!
 //! - templates: two of a `--templates` file, differing in a variable, the workspace's
-//!   size and (as root) the memory limit,
-//!   each sandbox with its own; an unknown template refused naming the known ones; a bad
-//!   file stopping the gateway at start with one line;
+//!   size and (as root) the memory limit, each sandbox with its own; one looser than the
+//!   server's policy (`net: host`) refused; an unknown template refused naming the known
+//!   ones; a bad file stopping the gateway at start with one line;
 //! - the network: `network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}` lets curl in
 //!   the sandbox reach the listed local server and not another the server itself allows;
 //!   `allow_internet_access=False` reaches neither; a `deny_out` brig cannot say exactly
 //!   is refused (400), not ignored; `update_network` locks a live sandbox and opens it
-//!   to one name;
+//!   to one name, and another tenant's is not found;
 //! - E2B's user: `brig run --user` names the jail's user and home, a bad name refused.
 
 use crate::common;
-use crate::gateway::{Gateway, KEY_A};
+use crate::gateway::{Gateway, KEY_A, KEY_B};
 
 use common::net::{Servers, require_tun};
 use common::serve::Server;
@@ -34,7 +34,7 @@ fn templates(mode: Mode) -> String {
         Mode::Rootless => String::new(),
     };
     format!(
-        "# two templates that differ visibly\nsmall:\n  env: [SIZE=small]\n  home-size: 16M\n{}large:\n  env: [SIZE=large]\n  home-size: 48M\n{}",
+        "# two templates that differ visibly\nsmall:\n  env: [SIZE=small]\n  home-size: 16M\n{}large:\n  env: [SIZE=large]\n  home-size: 48M\n{}loose:\n  net: host\n",
         memory("96M"),
         memory("192M")
     )
@@ -71,11 +71,17 @@ if with_memory:
     # The memory limit holds: 128 MiB is more than the small one's 96.
     grow = "python3 -c 'b = bytearray(128 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(len(b) >> 20)'"
     assert fits(grow, "128\n").exit_code != 0
+# A template is held to the server's policy like any client: no looser network.
+try:
+    Sandbox.create("loose")
+    raise SystemExit("a template looser than the server made a sandbox")
+except SandboxException as err:
+    assert "--net host" in str(err) and "--client-may" in str(err), err
 try:
     Sandbox.create("desktop")
     raise SystemExit("an unknown template made a sandbox")
 except SandboxException as err:
-    assert 'templateID: "desktop" is not a template of this gateway; use one of base, code-interpreter-v1, large, small' in str(err), err
+    assert 'templateID: "desktop" is not a template of this gateway; use one of base, code-interpreter-v1, large, loose, small' in str(err), err
 for sbx in (small, large, base):
     sbx.kill()
 print("PASS")
@@ -154,6 +160,13 @@ for update, expected in (
         raise SystemExit(f"{update} was taken")
     except SandboxException as err:
         assert expected in str(err), (update, err)
+# Another tenant's sandbox is one that does not exist: its network stays as it is.
+from e2b import NotFoundException
+try:
+    Sandbox.update_network(open_one.sandbox_id, {"deny_out": [ALL_TRAFFIC]}, api_key=sys.argv[3])
+    raise SystemExit("another tenant changed the network")
+except NotFoundException as err:
+    assert "not found" in str(err), err
 # The refused updates changed nothing.
 assert fetch(open_one, "other.test") == "hello\n"
 
@@ -212,7 +225,7 @@ fn e2b_network_allow_list_reaches_only_what_it_lists(mode: Mode) {
     );
     let gateway = Gateway::start(mode, &server);
     let script = format!(
-        "import sys\nsys.argv[2:] = [{:?}]\n{NETWORK_TOUR}",
+        "import sys\nsys.argv[2:] = [{:?}, {KEY_B:?}]\n{NETWORK_TOUR}",
         servers.http.to_string()
     );
     crate::gateway::assert_passed(gateway.sdk(KEY_A, &script));
