@@ -154,4 +154,34 @@ mod tests {
         assert_eq!(merged.env, vec!["A=1", "B=2"]);
         assert_eq!(merged.command, vec!["sh"]);
     }
+
+    #[test]
+    fn no_network_above_drops_the_filtered_one_below() {
+        let server = parse(
+            "allow-net: [a.test]
+add-host: [\"a.test:10.0.0.1\"]
+",
+            "f",
+        )
+        .unwrap();
+        let none = server.clone().overlay(
+            parse(
+                "net: none
+",
+                "cli",
+            )
+            .unwrap(),
+        );
+        assert!(none.allow_net.is_empty() && none.add_host.is_empty());
+        let more = server.overlay(
+            parse(
+                "allow-net: [b.test]
+",
+                "cli",
+            )
+            .unwrap(),
+        );
+        assert_eq!(more.allow_net, ["a.test", "b.test"]);
+        assert_eq!(more.add_host.len(), 1);
+    }
 }

@@ -263,6 +263,30 @@ pub fn mapped_here(kind: &str, first: u32, last: u32) -> bool {
     })
 }
 
+/// `--user NAME`, checked: a name /etc/passwd and a path component take as they are,
+/// which no other account of the jail's /etc has.
+fn user_name(name: &str) -> Result<String> {
+    let well_formed = name.len() <= 32
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|first| first.is_ascii_lowercase() || first == b'_')
+        && name.bytes().all(|byte| {
+            byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"_-".contains(&byte)
+        });
+    if !well_formed {
+        return Err(Error::input(format!(
+            "--user {name:?}: use 1 to 32 lowercase letters, digits, '_' or '-', starting with a letter or '_' (e.g. user)"
+        )));
+    }
+    if ["root", "nobody"].contains(&name) {
+        return Err(Error::input(format!(
+            "--user {name}: that name is another account's (the jail's user is never root, and nobody is the unmapped ids'); pick another, e.g. user"
+        )));
+    }
+    Ok(name.to_string())
+}
+
 pub fn resolve(options: &JailOptions) -> Result<Identity> {
     let uid = options.uid.unwrap_or(DEFAULT_ID);
     let gid = options.gid.unwrap_or(DEFAULT_ID);
@@ -273,6 +297,10 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
             )));
         }
     }
+    let user = match &options.user {
+        Some(name) => user_name(name)?,
+        None => USER_NAME.to_string(),
+    };
     let euid = nix::unistd::geteuid().as_raw();
     let egid = nix::unistd::getegid().as_raw();
     let rootless = euid != 0;
@@ -347,10 +375,10 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
         }
     };
     Ok(Identity {
-        user: USER_NAME.into(),
+        home: Path::new("/home").join(&user),
+        user,
         uid,
         gid,
-        home: Path::new("/home").join(USER_NAME),
         host,
         rootless,
         warning,
@@ -497,4 +525,30 @@ pub fn become_jail_user(identity: &Identity) -> Result<()> {
     let uid = Uid::from_raw(identity.uid);
     setresgid(gid, gid, gid).context(|| format!("setresgid to {gid}"))?;
     setresuid(uid, uid, uid).context(|| format!("setresuid to {uid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_name;
+
+    #[test]
+    fn a_user_name_is_checked_before_it_names_a_home() {
+        for good in ["user", "_svc", "a-b_9"] {
+            assert_eq!(user_name(good).unwrap(), good);
+        }
+        for (bad, expected) in [
+            ("", "use 1 to 32 lowercase"),
+            ("User", "use 1 to 32 lowercase"),
+            ("9a", "use 1 to 32 lowercase"),
+            ("a/b", "use 1 to 32 lowercase"),
+            ("..", "use 1 to 32 lowercase"),
+            (&"a".repeat(33), "use 1 to 32 lowercase"),
+            ("root", "another account's"),
+            ("nobody", "another account's"),
+        ] {
+            let err = user_name(bad).unwrap_err().to_string();
+            assert!(err.contains(expected), "{bad:?}: {err}");
+            assert!(err.contains("--user"), "{err}");
+        }
+    }
 }

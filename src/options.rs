@@ -231,6 +231,13 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ca: Option<PathBuf>,
 
+    /// The jail user's name (its /etc/passwd entry: what whoami says) and so its home and workspace,
+    /// /home/NAME [default: sandbox]: lowercase letters, digits, '_' and '-', starting with
+    /// a letter or '_', at most 32; not root or nobody (E2B's sandboxes: `user`).
+    #[arg(long, value_name = "NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+
     /// User id inside the jail [default: 1000].
     #[arg(long, value_name = "UID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -407,11 +414,17 @@ pub struct JailOptions {
 
 impl JailOptions {
     /// Layers `over` on top of `self`: a value set in `over` wins, lists are appended in
-    /// order, and a non-empty command replaces the one below.
-    pub fn overlay(self, over: JailOptions) -> JailOptions {
+    /// order, and a non-empty command replaces the one below. A `net` of `none` or `host`
+    /// above replaces the filtered network below with its `allow-net` rules and
+    /// `add-host` pins (a client asking a filtering server for no network at all).
+    pub fn overlay(mut self, over: JailOptions) -> JailOptions {
         fn append(mut below: Vec<String>, above: Vec<String>) -> Vec<String> {
             below.extend(above);
             below
+        }
+        if matches!(over.net, Some(NetMode::None | NetMode::Host)) {
+            self.allow_net.clear();
+            self.add_host.clear();
         }
         JailOptions {
             profile: over.profile.or(self.profile),
@@ -425,6 +438,7 @@ impl JailOptions {
             secret_host: append(self.secret_host, over.secret_host),
             secret_strict: self.secret_strict || over.secret_strict,
             upstream_ca: over.upstream_ca.or(self.upstream_ca),
+            user: over.user.or(self.user),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
             host_uid_range: over.host_uid_range.or(self.host_uid_range),

@@ -842,12 +842,15 @@ class Sandbox {
   }
 
   /**
-   * Replaces the session's `allow-net` rules and `add-host` pins (a session created with
-   * `--net filtered` only; an empty list lets nothing out). New connections are judged by
-   * them at once; open ones they refuse are cut. Resolves to how many were cut.
+   * Replaces the session's `allow-net` rules, and its `add-host` pins when `addHost` is
+   * given (otherwise they stay: the server's and the session's own); a session created
+   * with `--net filtered` only; an empty list lets nothing out. New connections are
+   * judged by them at once; open ones they refuse are cut. Resolves to how many were cut.
    */
-  async setNetwork({ allowNet = [], addHost = [] } = {}) {
-    const reply = await this._request({ type: "session_network", allow_net: allowNet, add_host: addHost }, "network");
+  async setNetwork({ allowNet = [], addHost } = {}) {
+    const request = { type: "session_network", allow_net: allowNet };
+    if (addHost !== undefined) request.add_host = addHost;
+    const reply = await this._request(request, "network");
     return reply.cut ?? 0;
   }
 

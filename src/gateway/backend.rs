@@ -76,10 +76,12 @@ pub type Outcome<T> = std::result::Result<T, BackendError>;
 pub struct NewSession {
     pub timeout: Duration,
     pub metadata: BTreeMap<String, String>,
-    /// `K=V`, for every program of the session.
-    pub env: Vec<String>,
-    /// No network at all (E2B's `allow_internet_access: false`).
-    pub no_network: bool,
+    /// Its jail (`create::sandbox_options`).
+    pub options: JailOptions,
+    /// Exactly these `allow-net` rules, set once it is made (the server's `add-host`
+    /// pins kept): a create's options add to the server's rules, `session_network`
+    /// replaces them.
+    pub only_rules: Option<Vec<String>>,
 }
 
 /// A command to start in the background.
@@ -122,20 +124,33 @@ impl Backend {
     }
 
     pub fn create(&self, new: NewSession) -> Outcome<String> {
-        let mut options = JailOptions {
-            env: new.env,
-            ..Default::default()
-        };
-        if new.no_network {
-            options.net = Some(crate::options::NetMode::None);
-        }
         let session = self.client.create(&Create {
-            options,
+            options: new.options,
             session_timeout: Some(Span(new.timeout)),
             metadata: new.metadata,
             ..Create::default()
         })?;
+        if let Some(rules) = new.only_rules
+            && let Err(err) = self.set_allow_net(session.id(), rules)
+        {
+            // Nothing has run in it yet: it goes, and the create is refused.
+            let _ = session.close();
+            return Err(err);
+        }
         Ok(session.id().to_string())
+    }
+
+    /// Exactly these `allow-net` rules for a filtered session from now on, its pins
+    /// kept; a refusal names `network.allowOut`.
+    pub fn set_allow_net(&self, session: &str, rules: Vec<String>) -> Outcome<()> {
+        self.session(session)
+            .set_allow_net(rules)
+            .map(drop)
+            .map_err(|err| {
+                let mut err = BackendError::from(err);
+                err.message = format!("network.allowOut: {}", err.message);
+                err
+            })
     }
 
     /// The sessions whose metadata hold every pair of `metadata` (`session_list`'s

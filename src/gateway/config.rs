@@ -64,6 +64,14 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_sandboxes_per_tenant: usize,
 
+    /// E2B templates, a YAML mapping: each template's name to the options of its
+    /// sandboxes (brig-config(5)'s keys: `profile`, `rootfs`, `memory`, `env`, `net`,
+    /// `allow-net`, ...), on top of the server's defaults and held to its policy. Built
+    /// in: `base` and `code-interpreter-v1` (the server's default session), which the
+    /// file may redefine. An unknown templateID is refused (400) naming the known ones.
+    #[arg(long, value_name = "FILE")]
+    pub templates: Option<PathBuf>,
+
     /// Serve TLS (HTTP/1.1 and HTTP/2 by ALPN) with this certificate chain (PEM, the
     /// server's first; for the code-interpreter SDK's host form, one for `*.DOMAIN`).
     /// Needs --tls-key.

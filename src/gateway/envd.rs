@@ -9,9 +9,10 @@
 //! `List`, `SendInput`, `CloseStdin`, `SendSignal` and `Update` (a terminal's size) are
 //! `session_ps`, `session_stdin`, `session_signal` and `session_resize`.
 //!
-//! The filesystem service and `/files` are `files.rs` (`WatchDir`, a stream, is served
-//! here with the process streams: one relay for both). Not served yet: `StreamInput` (a
-//! client stream) and `/envs` (answered `unimplemented` / 501, naming what is missing).
+//! `StreamInput`, a client stream, is `stream_input.rs`. The filesystem service and
+//! `/files` are `files.rs` (`WatchDir`, a stream, is served here with the process
+//! streams: one relay for both). Not served yet: `/envs` (answered 501, naming what is
+//! missing).
 
 use super::Gateway;
 use super::backend::{BackendError, Selector, Start, Stream};
@@ -66,6 +67,13 @@ pub async fn serve(
             .into_response();
         }
         _ => {}
+    }
+    // A client stream: its messages are handled as they arrive, not read whole first.
+    if path == "/process.Process/StreamInput"
+        && method == Method::POST
+        && let Some((codec, shape)) = connect::call_of(&headers)
+    {
+        return super::stream_input::serve(gateway, sandbox, codec, shape, body).await;
     }
     // Read first, whatever the answer: a body left unread closes the connection after
     // the answer, and a client that reuses it meanwhile sees it reset.
@@ -151,10 +159,6 @@ pub async fn serve(
                 "unary"
             }
         ))),
-        ("process.Process", "StreamInput", _) => Err(ConnectError::new(
-            Code::Unimplemented,
-            "process.Process/StreamInput is not served by brig gateway yet; use SendInput",
-        )),
         ("filesystem.Filesystem", _, Shape::Unary) => {
             super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
         }
@@ -257,7 +261,9 @@ fn fail(shape: Shape, codec: Codec, err: ConnectError) -> Response {
 
 /// The user a process is to run as (envd's `Authorization: Basic base64(USER:)`): only
 /// E2B's default user is served, which every command runs as; `root` and others are
-/// refused rather than run as someone else.
+/// refused rather than run as someone else. The jail's user namespace maps one id, its
+/// user's: a process in it cannot become uid 0 (0 is not mapped: setuid fails with
+/// EINVAL), whatever its capabilities, which it has none of anyway.
 fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
     use base64::Engine;
     let Some(value) = headers.get(header::AUTHORIZATION) else {
@@ -282,7 +288,7 @@ fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
     match user.as_str() {
         "" | "user" => Ok(()),
         other => Err(ConnectError::invalid(format!(
-            "user {other:?}: brig gateway runs commands as the sandbox's own user only (not root, which has no powers in a jail either); leave the user out"
+            "user {other:?}: a sandbox's jail maps one user id, its user `user`'s, so there is no root or other user to run as (and no capabilities, no sudo); leave the user out"
         ))),
     }
 }
@@ -517,7 +523,7 @@ fn command_of(request: &pb::StartRequest) -> Result<Start, ConnectError> {
             .cwd
             .as_deref()
             .filter(|cwd| !cwd.is_empty())
-            .map(|cwd| jail_cwd(cwd).into()),
+            .map(Into::into),
         tag: request.tag.clone(),
         pty: pty_size(request.pty.as_ref())?,
     })
@@ -539,7 +545,7 @@ fn pty_size(
     }))
 }
 
-fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, ConnectError> {
+pub(super) fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, ConnectError> {
     match process.and_then(|process| process.selector.as_ref()) {
         Some(process_selector::Selector::Pid(pid)) => Ok(Selector::Pid(*pid)),
         Some(process_selector::Selector::Tag(tag)) => Ok(Selector::Tag(tag.clone())),
@@ -674,17 +680,6 @@ fn event_of(frame: &Value) -> Option<process_event::Event> {
     }
 }
 
-/// A command's working directory in the jail: E2B's home, `/home/user` (where programs
-/// written for E2B run their commands), names the workspace, `/home/sandbox`, as it does
-/// for files; any other path is the jail's own.
-fn jail_cwd(cwd: &str) -> String {
-    const E2B_HOME: &str = "/home/user";
-    match cwd.strip_prefix(E2B_HOME) {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("/home/sandbox{rest}"),
-        _ => cwd.to_string(),
-    }
-}
-
 /// envd's end event for a brig verdict: the exit code and Go's `ProcessState` wording
 /// (`exit status 1`, `signal: killed`), and brig's explanation when brig ended it (time
 /// or output limit, memory).
@@ -732,20 +727,6 @@ fn signal_name(signal: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn e2b_s_home_is_the_workspace_for_a_command_too() {
-        for (asked, cwd) in [
-            ("/home/user", "/home/sandbox"),
-            ("/home/user/", "/home/sandbox/"),
-            ("/home/user/project", "/home/sandbox/project"),
-            ("/home/userx", "/home/userx"),
-            ("/tmp", "/tmp"),
-            ("data", "data"),
-        ] {
-            assert_eq!(jail_cwd(asked), cwd, "{asked}");
-        }
-    }
 
     #[test]
     fn a_verdict_ends_as_envd_says_it() {

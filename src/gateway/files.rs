@@ -3,12 +3,12 @@
 //! `/files` (download: GET; upload: POST, `application/octet-stream` or
 //! `multipart/form-data`).
 //!
-//! Paths: a sandbox's files are its session's workspace, `/home/sandbox` in the jail (its
-//! commands' working directory). A path is relative to it, or absolute under it or under
-//! E2B's home, `/home/user`, which names the same directory here; another absolute path is
-//! refused (the workspace is the part of the jail the server reads and writes, beneath it
-//! by the kernel: `..` and symlinks leading out are refused there). Entries are reported
-//! with their paths in the jail (`/home/sandbox/...`).
+//! Paths: a sandbox's files are its session's workspace, E2B's home `/home/user` in the
+//! jail (its user `user`'s home, its commands' working directory). A path is relative to
+//! it, or absolute under it; another absolute path is refused (the workspace is the part of
+//! the jail the server reads and writes, beneath it by the kernel: `..` and symlinks
+//! leading out are refused there). Entries are reported with their paths in the jail
+//! (`/home/user/...`).
 //!
 //! Watchers are the server's: polled (`CreateWatcher`, `GetWatcherEvents`,
 //! `RemoveWatcher`) or streamed (`WatchDir`, `envd.rs`), their events named relative to
@@ -26,11 +26,9 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// The workspace, where the jail sees it.
-pub const WORKSPACE: &str = "/home/sandbox";
-
-/// E2B's home directory, which names the workspace here.
-const E2B_HOME: &str = "/home/user";
+/// The workspace, where the jail sees it: E2B's home, the home of the jail's user `user`
+/// (every sandbox's session is made with `user: user`, `backend.rs`).
+pub const WORKSPACE: &str = "/home/user";
 
 /// How much of an upload is sent to the server at once (its `session_put` takes at most
 /// 512 KiB): what the gateway holds of an upload at a time.
@@ -39,19 +37,18 @@ const UPLOAD_CHUNK: usize = 512 << 10;
 /// A path as the server takes it: relative to the workspace.
 pub fn in_workspace(path: &str) -> Result<String, String> {
     let path = path.trim_end_matches('/');
-    let relative =
-        [WORKSPACE, E2B_HOME, "~"]
-            .iter()
-            .find_map(|home| match path.strip_prefix(home) {
-                Some("") => Some("."),
-                Some(rest) => rest.strip_prefix('/'),
-                None => None,
-            });
+    let relative = [WORKSPACE, "~"]
+        .iter()
+        .find_map(|home| match path.strip_prefix(home) {
+            Some("") => Some("."),
+            Some(rest) => rest.strip_prefix('/'),
+            None => None,
+        });
     match relative {
         Some(relative) => Ok(relative.to_string()),
         None if path.is_empty() => Ok(".".into()),
         None if path.starts_with('/') => Err(format!(
-            "path {path:?}: brig gateway serves the sandbox's home only ({WORKSPACE}, also named {E2B_HOME}, or a path relative to it)"
+            "path {path:?}: brig gateway serves the sandbox's home only ({WORKSPACE}, or a path relative to it)"
         )),
         None => Ok(path.to_string()),
     }
@@ -471,7 +468,6 @@ mod tests {
         for (given, expected) in [
             ("data/a.txt", "data/a.txt"),
             ("/home/user/data/a.txt", "data/a.txt"),
-            ("/home/sandbox/a", "a"),
             ("/home/user", "."),
             ("/home/user/", "."),
             ("~/x", "x"),
@@ -479,12 +475,12 @@ mod tests {
         ] {
             assert_eq!(in_workspace(given).unwrap(), expected, "{given}");
         }
-        for refused in ["/etc/passwd", "/home/userx/a", "/tmp"] {
+        for refused in ["/etc/passwd", "/home/userx/a", "/home/sandbox/a", "/tmp"] {
             let err = in_workspace(refused).unwrap_err();
             assert!(err.contains("home only"), "{refused}: {err}");
         }
-        assert_eq!(in_jail("."), "/home/sandbox");
-        assert_eq!(in_jail("a/b"), "/home/sandbox/a/b");
+        assert_eq!(in_jail("."), "/home/user");
+        assert_eq!(in_jail("a/b"), "/home/user/a/b");
         assert_eq!(permissions(fs::FileType::Directory, 0o755), "drwxr-xr-x");
         assert_eq!(permissions(fs::FileType::File, 0o640), "-rw-r-----");
     }

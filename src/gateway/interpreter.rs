@@ -38,9 +38,7 @@ const MAX_BODY: usize = 4 << 20;
 /// NDJSON lines of an answer waiting for the HTTP connection.
 const BODY_LINES: usize = 16;
 
-/// E2B's home directory, which names the session's workspace here (as for files).
-const E2B_HOME: &str = "/home/user";
-const WORKSPACE: &str = "/home/sandbox";
+use super::files::WORKSPACE;
 
 /// One request to sandbox `sandbox`'s interpreter port (its owner known, its token, if it
 /// is secure, checked by the caller where the SDK sends it).
@@ -138,14 +136,6 @@ fn e2b_language(language: &Value) -> &'static str {
     }
 }
 
-/// A working directory the SDK named (`/home/user` is the session's workspace).
-fn jail_cwd(cwd: &str) -> String {
-    match cwd.strip_prefix(E2B_HOME) {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => format!("{WORKSPACE}{rest}"),
-        _ => cwd.to_string(),
-    }
-}
-
 /// `POST /contexts`'s `language` and `cwd`.
 fn new_context(body: &Value) -> Result<(Language, Option<String>), ApiError> {
     let text = |field: &str| -> Result<Option<&str>, ApiError> {
@@ -158,7 +148,7 @@ fn new_context(body: &Value) -> Result<(Language, Option<String>), ApiError> {
         }
     };
     let language = language_of(text("language")?)?;
-    Ok((language, text("cwd")?.map(jail_cwd)))
+    Ok((language, text("cwd")?.map(str::to_string)))
 }
 
 /// A cell as `/execute` asks for it.
@@ -654,7 +644,5 @@ mod tests {
             Some(("ctx-2".into(), ContextAction::Remove))
         );
         assert_eq!(context_route(&Method::GET, "/contexts/ctx-2"), None);
-        assert_eq!(jail_cwd("/home/user/data"), "/home/sandbox/data");
-        assert_eq!(jail_cwd("/home/username"), "/home/username");
     }
 }

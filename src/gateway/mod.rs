@@ -23,6 +23,7 @@ mod auth;
 mod backend;
 mod config;
 mod connect;
+mod create;
 mod envd;
 mod error;
 mod files;
@@ -32,6 +33,7 @@ mod ports;
 pub mod proto;
 mod rest;
 mod route;
+mod stream_input;
 mod tls;
 
 pub use config::{ApiKeys, GatewayArgs};
@@ -59,6 +61,8 @@ pub struct Gateway {
     streams: Arc<tokio::sync::Semaphore>,
     /// `--max-sandboxes-per-tenant` (0: none).
     max_sandboxes_per_tenant: usize,
+    /// `--templates`, and the built-in ones.
+    templates: create::Templates,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT (then drains, `health.rs`); exit 0
@@ -72,6 +76,10 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
     )
     .map_err(Error::input)?;
     let keys = args.api_keys.as_deref().map(ApiKeys::read).transpose()?;
+    let templates = match &args.templates {
+        Some(path) => create::Templates::read(path)?,
+        None => create::Templates::default(),
+    };
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
@@ -148,6 +156,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+        templates,
     });
     let health = Arc::new(health::Health::new(true));
     let _guard = runtime.enter();

@@ -19,9 +19,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The templates served, each the server's default session for now.
-pub const TEMPLATES: [&str; 2] = ["base", "code-interpreter-v1"];
-
 /// E2B's default sandbox timeout, when a request gives none.
 const DEFAULT_TIMEOUT_SECONDS: u64 = 15;
 
@@ -33,6 +30,10 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))
+        .route(
+            "/sandboxes/{id}/network",
+            axum::routing::put(super::create::update_network),
+        )
 }
 
 async fn health() -> StatusCode {
@@ -40,7 +41,7 @@ async fn health() -> StatusCode {
 }
 
 /// Runs a blocking backend call off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     gateway: &Arc<Gateway>,
     work: impl FnOnce(&Gateway) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -51,7 +52,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// A JSON body, or a 400 naming what is wrong with it.
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|err| {
         ApiError::bad_request(format!(
             "the request body: {err}; send a JSON object as spec/openapi.yml describes"
@@ -100,13 +101,8 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let tenant = gateway.tenants.caller(&headers)?;
     let request: NewSandbox = body(&bytes)?;
-    if !TEMPLATES.contains(&request.template_id.as_str()) {
-        return Err(ApiError::bad_request(format!(
-            "templateID: {:?} is not a template of this gateway; use one of {}",
-            request.template_id,
-            TEMPLATES.join(", ")
-        )));
-    }
+    let template = gateway.templates.get(&request.template_id)?;
+    let egress = super::create::egress(request.allow_internet_access, request.network.as_ref())?;
     let not_served = |field: &str, given: bool| {
         if given {
             Err(ApiError::bad_request(format!(
@@ -117,13 +113,6 @@ async fn create(
         }
     };
     not_served("autoPause", request.auto_pause == Some(true))?;
-    not_served(
-        "network",
-        request
-            .network
-            .as_ref()
-            .is_some_and(|network| network.as_object().is_none_or(|object| !object.is_empty())),
-    )?;
     not_served(
         "mcp",
         request.mcp.as_ref().is_some_and(|mcp| !mcp.is_null()),
@@ -172,8 +161,11 @@ async fn create(
     let new = NewSession {
         timeout,
         metadata,
-        env,
-        no_network: request.allow_internet_access == Some(false),
+        options: super::create::sandbox_options(template, &egress, env),
+        only_rules: match egress {
+            super::create::Egress::Only(rules) => Some(rules),
+            _ => None,
+        },
     };
     let cap = gateway.max_sandboxes_per_tenant;
     let creator = tenant.clone();
@@ -388,7 +380,7 @@ async fn kill(
 }
 
 /// 404 unless `id` is the caller's (from the owners' cache, refreshed on a miss).
-fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
+pub(super) fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
     match gateway.tenants.owner(&gateway.backend, id)? {
         Some(owner) if owner.tenant == tenant => Ok(()),
         _ => Err(ApiError::no_sandbox(id)),
@@ -396,7 +388,7 @@ fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// A sandbox that ended between the check and the call is not found, as E2B says it.
-fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
+pub(super) fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
     match err.failure {
         super::backend::Failure::Gone => ApiError::no_sandbox(id),
         _ => err.into(),

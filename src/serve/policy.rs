@@ -525,6 +525,12 @@ pub const RULES: &[(&str, Rule)] = &[
         Rule::Free("a directory inside the jail, which the jail's user can reach anyway"),
     ),
     (
+        "user",
+        Rule::Free(
+            "a name in the jail's own /etc/passwd and its home's mount point, under every limit of the workspace",
+        ),
+    ),
+    (
         "uid",
         Rule::Free(
             "an id inside the jail's user namespace, mapped to the server's one host id, with every capability dropped",

@@ -257,13 +257,13 @@ pub enum Request {
         metadata: std::collections::BTreeMap<String, String>,
     },
     /// Replaces a `--net filtered` session's `allow-net` rules and `add-host` pins
-    /// (`session_network.rs`).
+    /// (`session_network.rs`); without `add_host`, the pins stay as they are.
     SessionNetwork {
         session: String,
         #[serde(default)]
         allow_net: Vec<String>,
-        #[serde(default)]
-        add_host: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        add_host: Option<Vec<String>>,
     },
     /// Sets the session's end to now + `timeout` (at most the server's
     /// `--session-timeout`).

@@ -507,7 +507,7 @@ impl<'p> Session<'p> {
                 &self.id,
                 peer,
                 &allow_net,
-                &add_host,
+                add_host.as_deref(),
                 self.audit_log.as_deref(),
             )
             .map(Some),

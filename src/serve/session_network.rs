@@ -77,22 +77,24 @@ impl Rules {
     }
 }
 
-/// The runner's half: parses the new rules (with the session's caps), hands them to the
-/// relay, writes the audit line; the reply.
+/// The runner's half: parses the new rules (with the session's caps; `add_host` absent:
+/// the pins it has), hands them to the relay, writes the audit line; the reply.
 pub fn apply(
     jail: &mut SessionJail,
     session: &str,
     peer: Peer,
     allow_net: &[String],
-    add_host: &[String],
+    add_host: Option<&[String]>,
     audit_log: Option<&Path>,
 ) -> Result<super::reply::SessionReply> {
     let Some(old) = jail.network().cloned() else {
         return Err(fixed(session, jail.plan().net));
     };
+    // Without new pins, the session's own stay (the server's `--add-host` and its create's).
+    let kept_pins = Rules::of(&old).add_host;
     let new = Policy::plan(
         allow_net,
-        add_host,
+        add_host.unwrap_or(kept_pins.as_slice()),
         old.max_bytes.map(crate::units::Size),
         Some(old.max_connections),
     )?;

@@ -35,7 +35,7 @@ both_modes!(
 const E2B_SDK: &str = "e2b==2.45.1";
 
 pub(crate) const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
-const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
+pub(crate) const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
 
 /// The venv's python with the pinned SDK, installed at the first call (by one test; the
 /// others wait), in a directory named after the version, kept between runs.
@@ -100,7 +100,7 @@ impl Gateway {
 
     /// `script` run by the SDK's python with only the three variables set (and the key
     /// given), with the gateway's URL as `sys.argv[1]`.
-    fn sdk(&self, key: &str, script: &str) -> Option<Output> {
+    pub(crate) fn sdk(&self, key: &str, script: &str) -> Option<Output> {
         Some(self.sdk_of(sdk_python()?, key, script))
     }
 
@@ -210,8 +210,10 @@ assert cat.wait().stdout == "typed\n"
 # Without stdin a command reads end-of-file at once.
 assert sbx.commands.run("cat; echo done").stdout == "done\n"
 
-# E2B's home is the commands' home too.
-assert sbx.commands.run("pwd", cwd="/home/user").stdout == "/home/sandbox\n"
+# E2B's conventions: the user `user`, whose home /home/user is every command's
+# working directory (named in a command line too), HOME and USER set.
+assert sbx.commands.run("pwd", cwd="/home/user").stdout == "/home/user\n"
+assert sbx.commands.run('pwd; whoami; echo "$HOME $USER"; cd /home/user && pwd').stdout == "/home/user\nuser\n/home/user user\n/home/user\n"
 
 # Killed: it ends by SIGKILL, and leaves the list (with the variables and the directory
 # it was started with).
@@ -219,7 +221,7 @@ sleeper = sbx.commands.run("sleep 600", background=True, envs={"MARK": "m"}, cwd
 listed = {process.pid: process for process in sbx.commands.list()}
 assert listed[sleeper.pid].cmd == "/bin/bash", listed
 assert listed[sleeper.pid].envs == {"MARK": "m"}, listed
-assert listed[sleeper.pid].cwd == "/home/sandbox", listed
+assert listed[sleeper.pid].cwd == "/home/user", listed
 assert sbx.commands.kill(sleeper.pid) is True
 try:
     sleeper.wait()
@@ -229,12 +231,16 @@ except CommandExitException as err:
 assert sleeper.pid not in [process.pid for process in sbx.commands.list()]
 assert sbx.commands.kill(sleeper.pid) is False
 
-# Only the sandbox's own user runs commands.
+# Only the sandbox's own user runs commands: its jail maps no other id (no root, no sudo).
 try:
     sbx.commands.run("id", user="root")
     raise SystemExit("a command ran as root")
 except InvalidArgumentException as err:
-    assert 'user "root"' in str(err), err
+    assert 'user "root"' in str(err) and "maps one user id" in str(err), err
+mapped = sbx.commands.run("id -u; cat /proc/self/uid_map").stdout.split()
+assert mapped[:2] == ["1000", "1000"] and len(mapped) == 4, mapped  # one id: 1000, to one host id
+become_root = "python3 -c 'import os\ntry: os.setuid(0)\nexcept OSError as e: print(e.errno)'"
+assert sbx.commands.run(become_root).stdout == "22\n"  # EINVAL: uid 0 is not mapped
 assert sbx.commands.run("echo as user", user="user").stdout == "as user\n"
 
 # Another client attaches to a running command and sees it end.
@@ -279,18 +285,18 @@ from e2b import Sandbox, NotFoundException, InvalidArgumentException, FileType
 sbx = Sandbox.create()
 
 info = sbx.files.write("notes/hello.txt", "hi there\n")
-assert (info.name, info.path) == ("hello.txt", "/home/sandbox/notes/hello.txt"), info
+assert (info.name, info.path) == ("hello.txt", "/home/user/notes/hello.txt"), info
 assert sbx.files.read("notes/hello.txt") == "hi there\n"
-# E2B's home names the workspace, which is the commands' working directory.
+# E2B's home is the workspace, the commands' working directory.
 assert sbx.files.read("/home/user/notes/hello.txt") == "hi there\n"
-assert sbx.commands.run("cat notes/hello.txt").stdout == "hi there\n"
+assert sbx.commands.run("cat notes/hello.txt /home/user/notes/hello.txt").stdout == "hi there\n" * 2
 
 assert sbx.files.exists("notes/hello.txt") and not sbx.files.exists("nope.txt")
 assert sbx.files.make_dir("a/b") is True and sbx.files.make_dir("a/b") is False
 moved = sbx.files.rename("notes/hello.txt", "a/b/moved.txt")
-assert (moved.path, moved.size, moved.permissions) == ("/home/sandbox/a/b/moved.txt", 9, "-rw-r--r--"), moved
+assert (moved.path, moved.size, moved.permissions) == ("/home/user/a/b/moved.txt", 9, "-rw-r--r--"), moved
 listed = [(entry.path, entry.type) for entry in sbx.files.list("a", depth=2)]
-assert listed == [("/home/sandbox/a/b", FileType.DIR), ("/home/sandbox/a/b/moved.txt", FileType.FILE)], listed
+assert listed == [("/home/user/a/b", FileType.DIR), ("/home/user/a/b/moved.txt", FileType.FILE)], listed
 
 # A watcher, polled: what changed in the directory, named relative to it.
 sbx.files.make_dir("watched")
@@ -678,40 +684,35 @@ fn gateway_holds_nothing_for_clients_gone(mode: Mode) {
     assert_passed(gateway.sdk(KEY_A, &with_args(STILL_RUNNING, &[sandbox])));
 }
 
+/// `brig gateway` in `mode` with the server socket `socket`, the key file `keys` and
+/// `extra` options, run to its end: a start refused (the test asserts how).
+pub(crate) fn gateway_refused(mode: Mode, socket: &str, keys: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--server",
+        socket,
+        "--api-keys",
+        keys.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(mode, &args)
+}
+
 fn gateway_refuses_a_bad_key_file(mode: Mode) {
     let server = Server::start(mode, &[]);
     let dir = TempDir::new("gateway-bad-keys");
     let bad = dir.file("keys", &format!("{KEY_A} alice\n{KEY_B}\n"));
-    let output = run(
-        mode,
-        &[
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            server.socket(),
-            "--api-keys",
-            bad.to_str().unwrap(),
-        ],
-    );
+    let output = gateway_refused(mode, server.socket(), &bad, &[]);
     assert_code(&output, 125);
     assert_one_line_error(
         &output,
         &[&format!("{}:2: 1 words", bad.display()), "KEY TENANT"],
     );
     let good = dir.file("good", &format!("{KEY_A} alice\n"));
-    let output = run(
-        mode,
-        &[
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            &format!("{}.missing", server.socket()),
-            "--api-keys",
-            good.to_str().unwrap(),
-        ],
-    );
+    let missing = format!("{}.missing", server.socket());
+    let output = gateway_refused(mode, &missing, &good, &[]);
     assert_code(&output, 125);
     assert_one_line_error(&output, &["--server", "brig serve --socket"]);
 }

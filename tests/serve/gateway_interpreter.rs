@@ -122,7 +122,7 @@ assert sbx.run_code("echo $((6 * 7))", language="bash").logs.stdout == ["42\n"]
 # Contexts: created, listed, run in, restarted (state lost), removed.
 node = sbx.create_code_context(language="javascript")
 shell = sbx.create_code_context(language="bash", cwd="/home/user")
-assert (node.language, shell.language, shell.cwd) == ("javascript", "bash", "/home/sandbox"), (node, shell)
+assert (node.language, shell.language, shell.cwd) == ("javascript", "bash", "/home/user"), (node, shell)
 assert sbx.run_code("let kept = 5; kept * 2", context=node).text == "10"
 assert sbx.run_code("kept", context=node).text == "5"
 assert sbx.run_code("export Q=7; cd /tmp", context=shell).error is None
@@ -396,17 +396,7 @@ fn gateway_refuses_bad_tls_files(mode: Mode) {
             vec!["--tls-key", "does not go with --tls-cert"],
         ),
     ] {
-        let mut args = vec![
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--server",
-            server.socket(),
-            "--api-keys",
-            keys,
-        ];
-        args.extend_from_slice(&tls);
-        let output = run(mode, &args);
+        let output = crate::gateway::gateway_refused(mode, server.socket(), Path::new(keys), &tls);
         assert_code(&output, 125);
         assert_one_line_error(&output, &needles);
         assert!(output.stdout.is_empty(), "{}", describe(&output));

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 both_modes!(
     locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through,
+    a_network_change_without_add_host_keeps_the_pins,
     a_network_looser_than_the_server_s_is_refused,
     only_a_filtered_session_can_change_its_network,
     metadata_round_trips_and_filters_the_list,
@@ -98,19 +99,11 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
     let (other_pin, other_rule) = (format!("{OTHER}:127.0.0.1"), format!("{OTHER}:{http}"));
     // other.test is not on the server's list: a session may have it by the server's
     // consent (--client-may allow-net), and starts without it (nor in its /etc/hosts).
-    let server = Server::start(
+    let server = pinned_server(
         mode,
+        &pin,
+        &[&http_rule, &echo_rule],
         &[
-            "--pool",
-            "0",
-            "--net",
-            "filtered",
-            "--add-host",
-            &pin,
-            "--allow-net",
-            &http_rule,
-            "--allow-net",
-            &echo_rule,
             "--client-may",
             "allow-net",
             "--audit-log",
@@ -192,6 +185,59 @@ fn locking_the_network_cuts_what_it_refuses_and_reopening_lets_it_through(mode: 
     assert_eq!(first["new"]["allow_net"], json!([http_rule]));
     assert_eq!(first["cut"], 1);
     assert_eq!(changes[2]["new"], json!({"allow_net": [], "add_host": []}));
+}
+
+fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let servers = Servers::start();
+    let (http, echo) = (servers.http, servers.echo);
+    let pin = format!("{WEB}:127.0.0.1");
+    let (http_rule, echo_rule) = (format!("{WEB}:{http}"), format!("{WEB}:{echo}"));
+    let server = pinned_server(mode, &pin, &[&http_rule, &echo_rule], &[]);
+    let id = create_session(&server, json!({}));
+    // No add_host: the rules change, the server's pin stays (web.test still resolves).
+    let narrowed = ask(
+        &server,
+        json!({"type": "session_network", "session": id, "allow_net": [http_rule]}),
+    );
+    assert_eq!(narrowed["type"], "network", "{narrowed}");
+    assert_eq!(narrowed["add_host"], json!([pin]), "{narrowed}");
+    assert_eq!(cell(&server, &id, &connect_code(http)), "ok\n");
+    assert_eq!(cell(&server, &id, &connect_code(echo)), "ECONNREFUSED\n");
+    // An empty add_host still replaces them: the name no longer reaches the server.
+    let unpinned = network(&server, &id, std::slice::from_ref(&http_rule), &[]);
+    assert_eq!(unpinned["add_host"], json!([]), "{unpinned}");
+    // (/etc/hosts keeps the name; without its pin the relay cannot place it: refused.)
+    assert_eq!(cell(&server, &id, &connect_code(http)), "ECONNREFUSED\n");
+    close(&server, &id);
+
+    // The clients: without add_host the pins stay, with an empty one they go.
+    let python = format!(
+        "import sys\nfrom brig_client import Sandbox\nwith Sandbox(socket=sys.argv[1]) as sb:\n    sb.set_network(allow_net=[{http_rule:?}])\n    print(sb.run_code({:?}).stdout.strip())\n    sb.set_network(allow_net=[{http_rule:?}], add_host=[])\n    print(sb.run_code({:?}).stdout.strip())\n",
+        connect_code(http),
+        connect_code(http)
+    );
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", &python, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    assert_lines(&output_of(command), &["ok", "ECONNREFUSED"]);
+    if require_program("node", "apt install nodejs") {
+        let node = format!(
+            "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ allowNet: [{http_rule:?}] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.setNetwork({{ allowNet: [{http_rule:?}], addHost: [] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n",
+            connect_code(http),
+            connect_code(http)
+        );
+        assert_lines(
+            &run_node_client(mode, &node, server.socket()),
+            &["ok", "ECONNREFUSED"],
+        );
+    }
 }
 
 fn a_network_looser_than_the_server_s_is_refused(mode: Mode) {
@@ -530,6 +576,17 @@ fn the_command_line_lists_sets_the_network_and_the_timeout(mode: Mode) {
 
 /// The server the client tests use: `--net filtered` with one rule, the clients' sessions
 /// start under it.
+/// A server whose sessions are filtered to `rules`, with the name pinned by `pin`, and
+/// `extra` options.
+fn pinned_server(mode: Mode, pin: &str, rules: &[&str], extra: &[&str]) -> Server {
+    let mut args = vec!["--pool", "0", "--net", "filtered", "--add-host", pin];
+    for rule in rules {
+        args.extend(["--allow-net", rule]);
+    }
+    args.extend_from_slice(extra);
+    Server::start(mode, &args)
+}
+
 fn filtered_server(mode: Mode) -> Server {
     Server::start(
         mode,

@@ -1010,12 +1010,16 @@ class Sandbox:
             context=reply.get("context"),
         )
 
-    def set_network(self, allow_net: Sequence[str] = (), add_host: Sequence[str] = ()) -> int:
-        """Replaces the session's `allow-net` rules and `add-host` pins (a session created
-        with `--net filtered` only; an empty list lets nothing out). New connections are
-        judged by them at once; open ones they refuse are cut. How many were cut."""
-        reply = self._request({"type": "session_network", "allow_net": list(allow_net),
-                               "add_host": list(add_host)}, "network")
+    def set_network(self, allow_net: Sequence[str] = (),
+                    add_host: Optional[Sequence[str]] = None) -> int:
+        """Replaces the session's `allow-net` rules, and its `add-host` pins when `add_host`
+        is given (otherwise they stay: the server's and the session's own); a session
+        created with `--net filtered` only; an empty list lets nothing out. New connections
+        are judged by them at once; open ones they refuse are cut. How many were cut."""
+        request: Dict[str, Any] = {"type": "session_network", "allow_net": list(allow_net)}
+        if add_host is not None:
+            request["add_host"] = list(add_host)
+        reply = self._request(request, "network")
         return int(reply.get("cut", 0))
 
     def dial(self, port: int) -> _socket.socket:

@@ -258,7 +258,8 @@ impl Server {
                 add_host,
                 ..
             } => {
-                let client = session_network::asked_options(allow_net, add_host);
+                let client =
+                    session_network::asked_options(allow_net, add_host.as_deref().unwrap_or(&[]));
                 let planned = with_placeholder(self.defaults.clone().overlay(client.clone()));
                 session_network::check(&client, &self.policy(), planned)
             }

@@ -1,0 +1,435 @@
+//! What a `POST /sandboxes` makes: the jail of its template (`--templates FILE`, with
+//! built-in `base` and `code-interpreter-v1`), on E2B's conventions (the user `user`, home
+//! and workspace `/home/user`), with the network its `allow_internet_access` and
+//! `network` (`allowOut` / `denyOut`) ask for, as brig's policy can say it exactly.
+
+use super::Gateway;
+use super::error::ApiError;
+use crate::error::{Error, Result};
+use crate::options::{JailOptions, NetMode};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// E2B's user, whose home is the sandbox's workspace and every command's working directory.
+pub const E2B_USER: &str = "user";
+
+/// The templates every gateway serves unless `--templates` says otherwise: both the
+/// server's default session (its jail sees the host's /usr: a shell, python3, node, git,
+/// curl; numpy, pandas and matplotlib where the host has them).
+pub const BUILT_IN: [&str; 2] = ["base", "code-interpreter-v1"];
+
+/// The templates, by name: the options of each one's sessions (brig-config(5)'s keys, a
+/// `profile` expanded here), on top of the server's defaults.
+#[derive(Debug)]
+pub struct Templates {
+    by_name: BTreeMap<String, JailOptions>,
+}
+
+impl Default for Templates {
+    fn default() -> Templates {
+        Templates {
+            by_name: BUILT_IN
+                .iter()
+                .map(|name| (name.to_string(), JailOptions::default()))
+                .collect(),
+        }
+    }
+}
+
+impl Templates {
+    /// The built-in templates, with those of `path` (a YAML mapping: template name to a
+    /// brig config's keys) added or in their place.
+    pub fn read(path: &Path) -> Result<Templates> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            Error::input(format!(
+                "--templates {}: cannot read it: {err}; give a YAML file of `NAME: {{brig config keys}}`",
+                path.display()
+            ))
+        })?;
+        Templates::parse(&text, &format!("--templates {}", path.display()))
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Templates> {
+        let mut templates = Templates::default();
+        if text.trim().is_empty() {
+            return Ok(templates);
+        }
+        let named: BTreeMap<String, Option<JailOptions>> = serde_saphyr::from_str(text)
+            .map_err(|err| Error::input(brig_rootfs::yaml_error_line(&err, text, origin)))?;
+        for (name, options) in named {
+            let at = format!("{origin}: template {name:?}");
+            if name.is_empty()
+                || name.len() > 64
+                || !name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"-_.".contains(&byte))
+            {
+                return Err(Error::input(format!(
+                    "{at}: name it with 1 to 64 letters, digits, '-', '_' or '.'"
+                )));
+            }
+            let mut options = options.unwrap_or_default();
+            if options.user.is_some() {
+                return Err(Error::input(format!(
+                    "{at}: `user` is the gateway's own (E2B's user `{E2B_USER}`, home /home/{E2B_USER}); leave it out"
+                )));
+            }
+            if !options.command.is_empty() {
+                return Err(Error::input(format!(
+                    "{at}: `command`: a sandbox runs the commands its client starts; leave it out"
+                )));
+            }
+            if let Some(profile) = options.profile.take() {
+                options = crate::config::load_profile(&profile)
+                    .map_err(|err| Error::input(format!("{at}: {err}")))?
+                    .overlay(options);
+                // A profile's program is for `brig run`; a sandbox runs its client's.
+                options.command.clear();
+            }
+            templates.by_name.insert(name, options);
+        }
+        Ok(templates)
+    }
+
+    /// Template `name`'s options, or a 400 naming the templates there are.
+    pub fn get(&self, name: &str) -> std::result::Result<&JailOptions, ApiError> {
+        self.by_name.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.by_name.keys().map(String::as_str).collect();
+            ApiError::bad_request(format!(
+                "templateID: {name:?} is not a template of this gateway; use one of {}",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+/// The network a sandbox gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// The template's (the server's, unless the template says otherwise): E2B's default,
+    /// where everything goes out.
+    Template,
+    /// Nothing out (`allow_internet_access: false`, or `denyOut` of all traffic with no
+    /// `allowOut`).
+    Nothing,
+    /// Only these destinations (`denyOut` of all traffic, with an `allowOut` list), as
+    /// brig's `--allow-net` rules.
+    Only(Vec<String>),
+}
+
+/// E2B's `SandboxNetworkConfig`.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Network {
+    #[serde(default)]
+    allow_out: Option<Vec<String>>,
+    #[serde(default)]
+    deny_out: Option<Vec<String>>,
+    #[serde(default)]
+    allow_public_traffic: Option<bool>,
+    #[serde(default)]
+    mask_request_host: Option<String>,
+    #[serde(default)]
+    egress_proxy: Option<Value>,
+    #[serde(default)]
+    rules: Option<Value>,
+}
+
+/// E2B's "all traffic", the only `denyOut` entry brig can say exactly.
+const ALL_TRAFFIC: &str = "0.0.0.0/0";
+
+/// The network of `allow_internet_access` and `network`, as E2B means them (`allowOut`
+/// wins over `denyOut`; without a `denyOut` everything goes out), or a 400 for what brig's
+/// policy cannot say: it lets out what its rules list, or nothing, so a `denyOut` of some
+/// destinations with everything else allowed is refused rather than ignored.
+pub fn egress(
+    allow_internet_access: Option<bool>,
+    network: Option<&Value>,
+) -> std::result::Result<Egress, ApiError> {
+    let network: Network = match network {
+        None | Some(Value::Null) => Network::default(),
+        Some(value) => serde_json::from_value(value.clone()).map_err(|err| {
+            ApiError::bad_request(format!(
+                "network: {err}; give allowOut and denyOut (lists of strings)"
+            ))
+        })?,
+    };
+    let not_served = |field: &str| {
+        ApiError::bad_request(format!(
+            "network.{field}: not served by brig gateway (see docs/e2b.md); leave it out"
+        ))
+    };
+    if network.allow_public_traffic == Some(false) {
+        return Err(not_served("allowPublicTraffic"));
+    }
+    if network.mask_request_host.is_some() {
+        return Err(not_served("maskRequestHost"));
+    }
+    if network
+        .egress_proxy
+        .as_ref()
+        .is_some_and(|proxy| !proxy.is_null())
+    {
+        return Err(not_served("egressProxy"));
+    }
+    if network
+        .rules
+        .as_ref()
+        .is_some_and(|rules| rules.as_object().is_none_or(|rules| !rules.is_empty()))
+    {
+        return Err(not_served("rules"));
+    }
+    let deny = network.deny_out.unwrap_or_default();
+    if let Some((index, entry)) = deny
+        .iter()
+        .enumerate()
+        .find(|(_, entry)| entry.as_str() != ALL_TRAFFIC)
+    {
+        return Err(ApiError::bad_request(format!(
+            "network.denyOut[{index}]: {entry:?}: brig lets out what a list allows, or nothing; it cannot deny some destinations and let the rest out: deny {ALL_TRAFFIC:?} and list what may go out in allowOut"
+        )));
+    }
+    let deny_all = allow_internet_access == Some(false) || !deny.is_empty();
+    if !deny_all {
+        // E2B: without a denyOut, everything goes out; allowOut adds nothing.
+        return Ok(Egress::Template);
+    }
+    let allow = network.allow_out.unwrap_or_default();
+    for (index, entry) in allow.iter().enumerate() {
+        if entry.is_empty()
+            || entry.len() > 253
+            || entry.contains("://")
+            || !entry
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b".-*:/[]_".contains(&byte))
+        {
+            return Err(ApiError::bad_request(format!(
+                "network.allowOut[{index}]: {entry:?}: give a domain (example.com, *.example.com), an IP address or a CIDR block"
+            )));
+        }
+    }
+    Ok(match allow.is_empty() {
+        true => Egress::Nothing,
+        false => Egress::Only(allow),
+    })
+}
+
+/// `PUT /sandboxes/{id}/network` (the SDK's `update_network`): a live sandbox's network
+/// replaced, as at create (`allowOut` / `denyOut` / `allowInternetAccess`), through
+/// `session_network` (open connections the new rules refuse are cut). Only a sandbox
+/// whose jail filters (the server's `--net filtered`) can change; letting everything out
+/// again (no `denyOut`) is refused: the gateway does not hold the rules it was made with.
+pub async fn update_network(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    bytes: Bytes,
+) -> std::result::Result<StatusCode, ApiError> {
+    let tenant = gateway.tenants.caller(&headers)?;
+    let mut network: Value = super::rest::body(&bytes)?;
+    let allow_internet_access = match network.as_object_mut() {
+        Some(fields) => match fields.remove("allowInternetAccess") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(allow)) => Some(allow),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "allowInternetAccess: {other}; give true or false"
+                )));
+            }
+        },
+        None => None,
+    };
+    let rules = match egress(allow_internet_access, Some(&network))? {
+        Egress::Nothing => Vec::new(),
+        Egress::Only(rules) => rules,
+        Egress::Template => {
+            return Err(ApiError::bad_request(
+                "network: letting everything out again is not served on a live sandbox (brig gateway does not hold the rules it was made with); deny \"0.0.0.0/0\" with allowOut listing what may go out, or create a new sandbox",
+            ));
+        }
+    };
+    super::rest::blocking(&gateway, move |gateway| {
+        super::rest::owned(gateway, &tenant, &id)?;
+        gateway
+            .backend
+            .set_allow_net(&id, rules)
+            .map_err(|err| super::rest::gone_is_not_found(err, &id))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The jail of a new sandbox: its template's, as E2B's user, with its network.
+pub fn sandbox_options(template: &JailOptions, egress: &Egress, env: Vec<String>) -> JailOptions {
+    let mut options = template.clone();
+    options.user = Some(E2B_USER.into());
+    // E2B's envd sets USER; the template's and the create's variables come after it.
+    options.env = std::iter::once(format!("USER={E2B_USER}"))
+        .chain(options.env)
+        .chain(env)
+        .collect();
+    match egress {
+        Egress::Template => {}
+        Egress::Nothing => {
+            options.net = Some(NetMode::None);
+            options.allow_net.clear();
+            options.add_host.clear();
+        }
+        // Created filtered, then narrowed to exactly these rules (`backend.rs`).
+        Egress::Only(_) => {
+            options.net = Some(NetMode::Filtered);
+        }
+    }
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn templates_are_built_in_or_named_in_a_file() {
+        let templates = Templates::default();
+        assert!(templates.get("base").is_ok());
+        assert!(templates.get("code-interpreter-v1").is_ok());
+        let unknown = templates.get("desktop").unwrap_err();
+        assert_eq!(unknown.status, axum::http::StatusCode::BAD_REQUEST);
+        assert!(
+            unknown
+                .message
+                .contains("\"desktop\" is not a template of this gateway; use one of base, code-interpreter-v1"),
+            "{}",
+            unknown.message
+        );
+
+        let templates = Templates::parse(
+            "small:\n  memory: 64M\n  env: [SIZE=small]\nbase:\n  env: [FROM=file]\npy:\n  profile: python\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(templates.get("small").unwrap().env, ["SIZE=small"]);
+        assert_eq!(templates.get("base").unwrap().env, ["FROM=file"]);
+        assert!(templates.get("code-interpreter-v1").is_ok());
+        let python = templates.get("py").unwrap();
+        assert!(python.profile.is_none() && python.command.is_empty());
+        assert_eq!(
+            python.time_limit,
+            crate::config::load_profile("python").unwrap().time_limit
+        );
+    }
+
+    #[test]
+    fn a_bad_template_file_is_one_line_naming_where() {
+        for (text, expected) in [
+            ("a:\n  bogus: 1\n", "t.yaml:2"),
+            ("a b:\n  memory: 1M\n", "template \"a b\": name it"),
+            ("a:\n  user: root\n", "`user` is the gateway's own"),
+            ("a:\n  command: [sh]\n", "`command`"),
+            (
+                "a:\n  profile: ruby\n",
+                "template \"a\": --profile: unknown profile",
+            ),
+        ] {
+            let err = Templates::parse(text, "t.yaml").unwrap_err().to_string();
+            assert!(err.contains(expected), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_network_is_what_e2b_means_or_refused() {
+        let only = |rules: &[&str]| Egress::Only(rules.iter().map(|r| r.to_string()).collect());
+        for (allow_internet, network, expected) in [
+            (None, None, Egress::Template),
+            (Some(true), Some(json!({})), Egress::Template),
+            (Some(false), None, Egress::Nothing),
+            // Without denyOut, E2B lets everything out: allowOut adds nothing.
+            (
+                None,
+                Some(json!({"allowOut": ["a.test"]})),
+                Egress::Template,
+            ),
+            (
+                None,
+                Some(json!({"denyOut": ["0.0.0.0/0"]})),
+                Egress::Nothing,
+            ),
+            (
+                None,
+                Some(
+                    json!({"allowOut": ["a.test", "*.b.test", "10.1.2.3", "10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]}),
+                ),
+                only(&["a.test", "*.b.test", "10.1.2.3", "10.0.0.0/8"]),
+            ),
+            (
+                Some(false),
+                Some(json!({"allowOut": ["a.test"]})),
+                only(&["a.test"]),
+            ),
+        ] {
+            assert_eq!(
+                egress(allow_internet, network.as_ref()).unwrap(),
+                expected,
+                "{allow_internet:?} {network:?}"
+            );
+        }
+        for (network, expected) in [
+            (
+                json!({"denyOut": ["8.8.8.8"]}),
+                "network.denyOut[0]: \"8.8.8.8\": brig lets out",
+            ),
+            (
+                json!({"denyOut": ["0.0.0.0/0", "1.1.1.1/32"]}),
+                "network.denyOut[1]",
+            ),
+            (
+                json!({"allowOut": ["a b"], "denyOut": ["0.0.0.0/0"]}),
+                "network.allowOut[0]",
+            ),
+            (
+                json!({"allowOut": ["tcp://a"], "denyOut": ["0.0.0.0/0"]}),
+                "network.allowOut[0]",
+            ),
+            (
+                json!({"allowPublicTraffic": false}),
+                "network.allowPublicTraffic: not served",
+            ),
+            (json!({"maskRequestHost": "x"}), "network.maskRequestHost"),
+            (json!({"rules": {"a.test": []}}), "network.rules"),
+            (json!({"allowOut": "a.test"}), "network: invalid type"),
+            (json!({"bogus": 1}), "network: unknown field"),
+        ] {
+            let err = egress(None, Some(&network)).unwrap_err();
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+            assert!(err.message.contains(expected), "{network}: {}", err.message);
+            assert!(!err.message.contains('\n'), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn a_sandbox_is_e2b_s_user_with_its_network() {
+        let template = JailOptions {
+            env: vec!["T=1".into()],
+            allow_net: vec!["a.test".into()],
+            ..JailOptions::default()
+        };
+        let options = sandbox_options(&template, &Egress::Template, vec!["C=2".into()]);
+        assert_eq!(options.user.as_deref(), Some("user"));
+        assert_eq!(options.env, ["USER=user", "T=1", "C=2"]);
+        assert_eq!(options.allow_net, ["a.test"]);
+        let options = sandbox_options(&template, &Egress::Nothing, vec![]);
+        assert_eq!(
+            (options.net, options.allow_net.len()),
+            (Some(NetMode::None), 0)
+        );
+        let options = sandbox_options(&template, &Egress::Only(vec!["b.test".into()]), vec![]);
+        assert_eq!(options.net, Some(NetMode::Filtered));
+    }
+}
