@@ -874,8 +874,10 @@ class Sandbox {
     // too, but is an error.
     const connection = new Duplex({
       read() { child.stdout.resume(); },
-      write(chunk, encoding, callback) { child.stdin.write(chunk, encoding, callback); },
-      final(callback) { child.stdin.end(callback); },
+      // A write brig's exit cut (EPIPE) is not the stream's error: the exit says why
+      // (a refused dial), below.
+      write(chunk, encoding, callback) { child.stdin.write(chunk, encoding, () => callback()); },
+      final(callback) { child.stdin.end(() => callback()); },
       destroy(error, callback) {
         if (child.exitCode === null && child.signalCode === null) child.kill();
         callback(error);
