@@ -188,7 +188,9 @@ impl Health {
 /// sandbox (its own `/metrics` on a port of its own) is the sandbox's.
 pub fn health_path(request: &Request) -> Option<&'static str> {
     let path = request.uri().path();
-    if request.method() != Method::GET || super::sandbox_address(request.headers(), request.uri()).is_some() {
+    if request.method() != Method::GET
+        || super::sandbox_address(request.headers(), request.uri()).is_some()
+    {
         return None;
     }
     ["/healthz", "/readyz", "/metrics"]

@@ -511,7 +511,12 @@ fn readdress(request: &mut Request, how: Addressed, public: &str, session: &str)
                 .headers()
                 .get(header::HOST)
                 .and_then(|value| value.to_str().ok())
-                .or_else(|| request.uri().authority().map(|authority| authority.as_str()))
+                .or_else(|| {
+                    request
+                        .uri()
+                        .authority()
+                        .map(|authority| authority.as_str())
+                })
                 .map(|host| host.replacen(&format!("-{public}."), &format!("-{session}."), 1));
             if let Some(value) = host.and_then(|host| HeaderValue::from_str(&host).ok()) {
                 request.headers_mut().insert(header::HOST, value);

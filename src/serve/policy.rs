@@ -708,10 +708,16 @@ fn host_paths(client: &JailOptions, key: &str, bind_under: &[PathBuf]) -> Result
 /// `--tmpfs-size`, for a place it has none), and all of them together no larger than
 /// the server's together: a client's `--tmpfs /scratch:1G` is 1G of memory.
 fn tmpfs_looser(jail: &Jail, server: &Jail) -> Option<Looser> {
+    // The home directory is compared with the server's home wherever each is (a
+    // client's `user` names its own, /home/NAME), as `home-size` is: it is the
+    // workspace, not a tmpfs of the client's.
     let tmpfs = |plan: &Plan| -> Vec<(PathBuf, Size, Option<String>)> {
         plan.mounts
             .iter()
             .filter_map(|op| match op {
+                MountOp::Tmpfs {
+                    dst, size, from, ..
+                } if *dst == plan.identity.home => Some((PathBuf::from("~"), *size, from.clone())),
                 MountOp::Tmpfs {
                     dst, size, from, ..
                 } => Some((dst.clone(), *size, from.clone())),
@@ -1349,6 +1355,19 @@ mod tests {
             &[],
         )
         .unwrap();
+    }
+
+    /// A client's `user` moves the home (the workspace, /home/NAME): it is held to the
+    /// server's home size, not to a tmpfs's (a pod's `home-size: 256M` with `tmpfs-size:
+    /// 64M` refused every E2B sandbox, whose user is `user`).
+    #[test]
+    fn a_clients_user_keeps_the_servers_home_size() {
+        let server = "home-size: 256M\ntmpfs-size: 64M";
+        verdict(server, "user: user", &[], &[]).unwrap();
+        let err = verdict(server, "user: user\nhome-size: 512M", &[], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--home-size"), "{err}");
     }
 
     /// A session's exec (a prepared jail with the exec's limits) is held to the session's.

@@ -352,7 +352,8 @@ fn the_scaling_rule_matches_the_hosts() {
         .to_string();
     // The slots in use: what the hosts have, less what is free (gateway/health.rs).
     assert!(
-        query.starts_with("sum(brig_sandbox_slots{") && query.contains(") - sum(brig_sandbox_slots_free{"),
+        query.starts_with("sum(brig_sandbox_slots{")
+            && query.contains(") - sum(brig_sandbox_slots_free{"),
         "{query}"
     );
     let threshold: u64 = trigger["metadata"]["threshold"]
