@@ -96,6 +96,9 @@ pub struct Opening {
     pub metadata: session_meta::Metadata,
     #[serde(skip)]
     pub limits: session_meta::Limits,
+    /// The session's jail has a cgroup with a freezer: `session_pause` can be served.
+    #[serde(skip)]
+    pub freezable: bool,
 }
 
 /// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients

@@ -497,6 +497,9 @@ impl Server {
             | Request::SessionSignal { .. }
             | Request::SessionKill { .. }
             | Request::SessionContext { .. }
+            | Request::SessionPause { .. }
+            | Request::SessionResume { .. }
+            | Request::SessionStats { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self
                     .admit_to_session(&request, &incoming.peer)

@@ -543,6 +543,7 @@ mod tests {
             drain_grace_ms: 0,
             metadata: Default::default(),
             limits: Default::default(),
+            freezable: false,
         };
         Role::Session(Box::new(SessionEntry::of(&opening)))
     }

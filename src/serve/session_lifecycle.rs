@@ -1,0 +1,138 @@
+//! A session's runner pausing, resuming and measuring its jail. `session_pause` freezes
+//! every process of the jail with the cgroup freezer (`cgroup/freeze.rs`), the jail's
+//! init too; `session_resume` thaws them where they stopped. While paused the session's
+//! end moves with the clock and its idle timer does not run (`lifecycle.rs`, the same
+//! arithmetic the server keeps), and every request but `session_resume`,
+//! `session_stats`, `session_set_timeout` and `session_close` is refused: a frozen init
+//! starts and signals nothing. A command's own `time_limit` is wall-clock and keeps
+//! running. `session_stats` reads the cgroup's counters (the reader the verdict uses)
+//! and the workspace's file system.
+
+use super::session_process::Listener;
+use super::*;
+use crate::serve::{lifecycle, session_meta};
+use crate::serve::reply::SessionStats;
+
+/// The runner's side of a session's pause and its CPU readings.
+#[derive(Default)]
+pub(super) struct Lifecycle {
+    /// Paused since then.
+    paused_at: Option<Instant>,
+    /// The previous `session_stats`' CPU reading (when, microseconds used), for the
+    /// percent used since.
+    last_cpu: Option<(Instant, u64)>,
+}
+
+impl Lifecycle {
+    pub(super) fn paused(&self) -> bool {
+        self.paused_at.is_some()
+    }
+}
+
+impl Session<'_> {
+    /// Answers `session_pause`, `session_resume` and `session_stats`; while paused,
+    /// refuses what a frozen jail cannot serve. Any other request is handed back.
+    pub(super) fn lifecycle_request(
+        &mut self,
+        request: Result<Request>,
+        connection: OwnedFd,
+        memfd: OwnedFd,
+    ) -> Option<(Result<Request>, OwnedFd, OwnedFd)> {
+        let reply = match &request {
+            Ok(Request::SessionPause { .. }) => self.pause(),
+            Ok(Request::SessionResume { .. }) => self.resume(),
+            Ok(Request::SessionStats { .. }) => Ok(self.stats()),
+            Ok(Request::SessionSetTimeout { .. }) | Err(_) => {
+                return Some((request, connection, memfd));
+            }
+            Ok(_) if self.lifecycle.paused() => Err(Error::busy(format!(
+                "brig serve: session {} is paused; session_resume it first",
+                self.id
+            ))),
+            Ok(_) => return Some((request, connection, memfd)),
+        };
+        let mut client = Listener::new(connection).answering(Some(memfd));
+        client.queue(&reply.unwrap_or_else(|err| error_reply(&err)), None);
+        self.close_client(client);
+        None
+    }
+
+    fn pause(&mut self) -> Result<SessionReply> {
+        let already = self.lifecycle.paused();
+        if !already {
+            self.jail.freeze()?;
+            self.lifecycle.paused_at = Some(Instant::now());
+        }
+        Ok(SessionReply::Paused {
+            session: self.id.clone(),
+            already,
+        })
+    }
+
+    fn resume(&mut self) -> Result<SessionReply> {
+        let now = Instant::now();
+        let since = self.lifecycle.paused_at;
+        let mut paused = Duration::ZERO;
+        if let Some(since) = since {
+            self.jail.thaw()?;
+            self.lifecycle.paused_at = None;
+            if let Some(ends_at) = self.ends_at {
+                let (end, was) = lifecycle::resumed(ends_at, since, now);
+                self.ends_at = Some(end);
+                paused = was;
+            }
+        }
+        Ok(SessionReply::Resumed {
+            session: self.id.clone(),
+            already: since.is_none(),
+            paused_ms: paused.as_millis() as u64,
+            ends_at_ms: self.ends_at.map_or(0, session_meta::unix_ms),
+        })
+    }
+
+    /// The session's resource use now.
+    fn stats(&mut self) -> SessionReply {
+        let now = Instant::now();
+        let usage = self.jail.usage().unwrap_or_default();
+        let plan = self.plan();
+        let cpus = plan.limits.cgroup.cpus.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1.0, |count| count.get() as f64)
+        });
+        let cpu_usec = usage
+            .cpu_user_usec
+            .zip(usage.cpu_sys_usec)
+            .map(|(user, sys)| user + sys);
+        let cpu_percent = match (cpu_usec, self.lifecycle.last_cpu) {
+            (Some(used), Some((at, before))) => {
+                lifecycle::cpu_percent(used.saturating_sub(before), now - at, cpus)
+            }
+            _ => 0.0,
+        };
+        if let Some(used) = cpu_usec {
+            self.lifecycle.last_cpu = Some((now, used));
+        }
+        let (workspace_used, workspace_size) =
+            nix::sys::statvfs::fstatvfs(self.jail.workspace()).map_or((0, 0), |fs| {
+                let block = fs.fragment_size();
+                let size = fs.blocks() * block;
+                (size.saturating_sub(fs.blocks_free() * block), size)
+            });
+        SessionReply::Stats(Box::new(SessionStats {
+            session: self.id.clone(),
+            state: match self.lifecycle.paused() {
+                true => "paused",
+                false => "running",
+            }
+            .into(),
+            at_ms: session_meta::wall_ms(std::time::SystemTime::now()),
+            cpus,
+            cpu_usec,
+            cpu_percent,
+            memory_bytes: usage.memory_current_bytes,
+            memory_cache_bytes: usage.memory_cache_bytes,
+            memory_limit: plan.limits.cgroup.memory.map(|size| size.0),
+            workspace_used,
+            workspace_size,
+        }))
+    }
+}
