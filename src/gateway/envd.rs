@@ -57,11 +57,19 @@ pub async fn serve(
             return super::files::transfer(gateway, sandbox, method, uri.query(), &headers, body)
                 .await;
         }
+        ("GET", "/envs") => {
+            drain(body).await;
+            return super::lifecycle::envd_envs(gateway, sandbox).await;
+        }
+        ("GET", "/metrics") => {
+            drain(body).await;
+            return super::lifecycle::envd_metrics(gateway, sandbox).await;
+        }
         (_, "/envs") | (_, "/metrics") => {
             drain(body).await;
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
-                format!("{path}: not served by brig gateway yet (see docs/e2b.md)"),
+                format!("{path}: only GET is served"),
             )
             .into_response();
         }

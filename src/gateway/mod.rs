@@ -22,6 +22,7 @@ mod envd;
 mod error;
 mod files;
 mod interpreter;
+mod lifecycle;
 pub mod proto;
 mod rest;
 mod tls;

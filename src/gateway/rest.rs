@@ -33,6 +33,10 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/pause", post(super::lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(super::lifecycle::resume))
+        .route("/sandboxes/{id}/metrics", get(super::lifecycle::metrics))
+        .route("/sandboxes/metrics", get(super::lifecycle::metrics_of_many))
 }
 
 async fn health() -> StatusCode {
@@ -40,7 +44,7 @@ async fn health() -> StatusCode {
 }
 
 /// Runs a blocking backend call off the async threads.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     gateway: &Arc<Gateway>,
     work: impl FnOnce(&Gateway) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -51,7 +55,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// A JSON body, or a 400 naming what is wrong with it.
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|err| {
         ApiError::bad_request(format!(
             "the request body: {err}; send a JSON object as spec/openapi.yml describes"
@@ -84,7 +88,7 @@ struct NewSandbox {
 }
 
 /// A timeout in seconds, as E2B gives it (a non-negative int32).
-fn seconds(value: i64, field: &str) -> Result<Duration, ApiError> {
+pub(super) fn seconds(value: i64, field: &str) -> Result<Duration, ApiError> {
     if value <= 0 || value > i64::from(i32::MAX) {
         return Err(ApiError::bad_request(format!(
             "{field}: {value}; give a number of seconds from 1 (to close a sandbox, kill it)"
@@ -205,7 +209,7 @@ async fn create(
 }
 
 /// E2B's `Sandbox`: how to reach a sandbox (create's and connect's answer).
-fn address(template: &str, id: &str, token: Option<&str>) -> Value {
+pub(super) fn address(template: &str, id: &str, token: Option<&str>) -> Value {
     let mut sandbox = json!({
         "templateID": template,
         "alias": template,
@@ -240,7 +244,7 @@ fn sandboxes_of(
 }
 
 /// The caller's sandbox `id`: its session's entry, or 404 (none, or another tenant's).
-fn sandbox_of(gateway: &Gateway, tenant: &str, id: &str) -> Result<Value, ApiError> {
+pub(super) fn sandbox_of(gateway: &Gateway, tenant: &str, id: &str) -> Result<Value, ApiError> {
     let all = gateway.backend.list(BTreeMap::new())?;
     gateway.tenants.refresh(&all);
     all.into_iter()
@@ -275,7 +279,7 @@ fn described(session: &Value, detail: bool) -> Value {
         "cpuCount": cpus.max(1),
         "memoryMB": mib(&limits["memory"]),
         "diskSizeMB": mib(&limits["workspace_size"]),
-        "state": "running",
+        "state": if session["state"] == "paused" { "paused" } else { "running" },
         "metadata": own,
     });
     if detail {
@@ -288,7 +292,7 @@ fn described(session: &Value, detail: bool) -> Value {
     sandbox
 }
 
-fn rfc3339(unix_ms: u64) -> String {
+pub(super) fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
@@ -343,21 +347,20 @@ async fn list(
     let tenant = gateway.tenants.caller(&headers)?;
     let query = ListQuery::parse(raw.as_deref())?;
     let filter = metadata_filter(&query)?;
-    // Every sandbox here runs: a filter for paused ones only finds none.
-    let running_wanted =
-        query.states.is_empty() || query.states.iter().any(|state| state == "running");
+    let wanted = |state: &str| query.states.is_empty() || query.states.iter().any(|s| s == state);
+    let (running_wanted, paused_wanted) = (wanted("running"), wanted("paused"));
     let sessions = blocking(&gateway, move |gateway| {
         sandboxes_of(gateway, &tenant, filter)
     })
     .await?;
-    let listed: Vec<Value> = if running_wanted {
-        sessions
-            .iter()
-            .map(|session| described(session, false))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let listed: Vec<Value> = sessions
+        .iter()
+        .map(|session| described(session, false))
+        .filter(|sandbox| match sandbox["state"] == "paused" {
+            true => paused_wanted,
+            false => running_wanted,
+        })
+        .collect();
     Ok(Json(listed).into_response())
 }
 
@@ -388,7 +391,7 @@ async fn kill(
 }
 
 /// 404 unless `id` is the caller's (from the owners' cache, refreshed on a miss).
-fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
+pub(super) fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
     match gateway.tenants.owner(&gateway.backend, id)? {
         Some(owner) if owner.tenant == tenant => Ok(()),
         _ => Err(ApiError::no_sandbox(id)),
@@ -396,7 +399,7 @@ fn owned(gateway: &Gateway, tenant: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// A sandbox that ended between the check and the call is not found, as E2B says it.
-fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
+pub(super) fn gone_is_not_found(err: super::backend::BackendError, id: &str) -> ApiError {
     match err.failure {
         super::backend::Failure::Gone => ApiError::no_sandbox(id),
         _ => err.into(),
@@ -437,8 +440,9 @@ async fn set_timeout(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// E2B's connect: the sandbox's address, its end moved to `timeout` from now if that is
-/// later (a running sandbox's life is only ever extended by it).
+/// E2B's connect: the sandbox's address (201 when it was paused and is resumed, 200 when
+/// it ran), its end moved to `timeout` from now if that is later (a sandbox's life is
+/// only ever extended by it).
 async fn connect(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -446,8 +450,13 @@ async fn connect(
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
-    let session = blocking(&gateway, move |gateway| {
-        let session = sandbox_of(gateway, &tenant, &id)?;
+    let (session, resumed) = blocking(&gateway, move |gateway| {
+        let mut session = sandbox_of(gateway, &tenant, &id)?;
+        let resumed = super::lifecycle::resume_if_paused(gateway, &session)?;
+        if resumed {
+            // Its end, moved by the pause.
+            session = sandbox_of(gateway, &tenant, &id)?;
+        }
         let wanted = SystemTime::now() + timeout;
         let ends = UNIX_EPOCH + Duration::from_millis(session["ends_at_ms"].as_u64().unwrap_or(0));
         if wanted > ends {
@@ -456,7 +465,7 @@ async fn connect(
                 .set_timeout(&id, timeout)
                 .map_err(|err| gone_is_not_found(err, &id))?;
         }
-        Ok(session)
+        Ok((session, resumed))
     })
     .await?;
     let metadata = &session["metadata"];
@@ -465,7 +474,11 @@ async fn connect(
         session["session"].as_str().unwrap_or_default(),
         metadata[TOKEN_KEY].as_str(),
     );
-    Ok((StatusCode::OK, Json(sandbox)).into_response())
+    let status = match resumed {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
+    };
+    Ok((status, Json(sandbox)).into_response())
 }
 
 /// Whether the server behind the gateway answers (for `brig gateway`'s start).
