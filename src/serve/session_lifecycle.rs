@@ -2,9 +2,10 @@
 //! every process of the jail with the cgroup freezer (`cgroup/freeze.rs`), the jail's
 //! init too; `session_resume` thaws them where they stopped. While paused the session's
 //! end moves with the clock and its idle timer does not run (`lifecycle.rs`, the same
-//! arithmetic the server keeps), and every request but `session_resume`,
-//! `session_stats`, `session_set_timeout` and `session_close` is refused: a frozen init
-//! starts and signals nothing. A command's own `time_limit` is wall-clock and keeps
+//! arithmetic the server keeps), and the requests that need the jail's processes
+//! (exec, cells, stdin, signals, terminals, connect, network) are refused (`busy`): a
+//! frozen init starts and signals nothing. Files, watchers, `session_ps`, `session_stats`
+//! and timeouts are served. A command's own `time_limit` is wall-clock and keeps
 //! running. `session_stats` reads the cgroup's counters (the reader the verdict uses)
 //! and the workspace's file system.
 
@@ -29,6 +30,23 @@ impl Lifecycle {
     }
 }
 
+/// Whether a request needs the jail's processes to run (a frozen init starts, signals
+/// and feeds nothing): refused while the session is paused. Files, watchers, `session_ps`
+/// and `session_set_timeout` are the runner's own and are served.
+fn needs_the_jail(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::SessionExec { .. }
+            | Request::SessionContext { .. }
+            | Request::SessionStdin { .. }
+            | Request::SessionSignal { .. }
+            | Request::SessionKill { .. }
+            | Request::SessionResize { .. }
+            | Request::SessionConnect { .. }
+            | Request::SessionNetwork { .. }
+    )
+}
+
 impl Session<'_> {
     /// Answers `session_pause`, `session_resume` and `session_stats`; while paused,
     /// refuses what a frozen jail cannot serve. Any other request is handed back.
@@ -42,14 +60,13 @@ impl Session<'_> {
             Ok(Request::SessionPause { .. }) => self.pause(),
             Ok(Request::SessionResume { .. }) => self.resume(),
             Ok(Request::SessionStats { .. }) => Ok(self.stats()),
-            Ok(Request::SessionSetTimeout { .. }) | Err(_) => {
-                return Some((request, connection, memfd));
+            Ok(asked) if self.lifecycle.paused() && needs_the_jail(asked) => {
+                Err(Error::busy(format!(
+                    "brig serve: session {} is paused; session_resume it first",
+                    self.id
+                )))
             }
-            Ok(_) if self.lifecycle.paused() => Err(Error::busy(format!(
-                "brig serve: session {} is paused; session_resume it first",
-                self.id
-            ))),
-            Ok(_) => return Some((request, connection, memfd)),
+            _ => return Some((request, connection, memfd)),
         };
         let mut client = Listener::new(connection).answering(Some(memfd));
         client.queue(&reply.unwrap_or_else(|err| error_reply(&err)), None);

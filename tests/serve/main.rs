@@ -14,6 +14,7 @@ mod client_api;
 mod clients;
 mod gateway;
 mod gateway_interpreter;
+mod gateway_lifecycle;
 mod gateway_node;
 mod server;
 mod session_cells;
