@@ -21,6 +21,7 @@ mod session_cells;
 mod session_engine;
 mod session_files;
 mod session_interpreters;
+mod session_lifecycle;
 mod session_network;
 mod session_processes;
 mod session_pty;
