@@ -155,11 +155,15 @@ impl Backend {
         Ok(self.session(session).pause()?)
     }
 
-    /// Resumes a paused session; whether it was paused (false: it ran already).
-    pub fn resume(&self, session: &str) -> Outcome<bool> {
+    /// Resumes a paused session: how long it was paused, in ms (None: it ran already).
+    pub fn resume(&self, session: &str) -> Outcome<Option<u64>> {
         Ok(match self.session(session).resume()? {
-            SessionReply::Resumed { already, .. } => !already,
-            _ => false,
+            SessionReply::Resumed {
+                already: false,
+                paused_ms,
+                ..
+            } => Some(paused_ms),
+            _ => None,
         })
     }
 

@@ -336,10 +336,17 @@ impl Call {
         };
         // envd's default when a client does not say: stdin open.
         let close_stdin = request.stdin == Some(false) && start.pty.is_none();
+        let gateway = self.gateway.clone();
+        let logged = super::lifecycle::EndLog {
+            gateway: self.gateway.clone(),
+            sandbox: self.sandbox.clone(),
+        };
         self.stream(
             move |backend, sandbox| {
+                let command = start.argv.join(" ");
                 let process = backend.start(sandbox, start)?;
                 let pid = process.pid.unwrap_or(0);
+                super::lifecycle::log_start(&gateway, sandbox, pid, &command);
                 let selector = Selector::Pid(pid);
                 if close_stdin {
                     // A program that has already ended has no stdin left to close.
@@ -351,7 +358,7 @@ impl Call {
                 }
                 backend.connect(sandbox, &selector)
             },
-            Events::Process,
+            Events::Process(Some(logged)),
         )
     }
 
@@ -362,7 +369,7 @@ impl Call {
         };
         self.stream(
             move |backend, sandbox| backend.connect(sandbox, &selector),
-            Events::Process,
+            Events::Process(None),
         )
     }
 
@@ -559,8 +566,9 @@ fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selector, Connec
 
 /// What a stream's frames become.
 enum Events {
-    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames.
-    Process,
+    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames; a Start's
+    /// logs the end (`logs.rs`).
+    Process(Option<super::lifecycle::EndLog>),
     /// A watcher's (`WatchDir`): `watcher`, `watch_event`, `watch_end` frames, events named
     /// relative to `watched`.
     Watch { watched: String },
@@ -571,9 +579,12 @@ impl Events {
     fn message(&self, codec: Codec, frame: &Value) -> Option<(Bytes, bool)> {
         use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
         match self {
-            Events::Process => {
+            Events::Process(logged) => {
                 let event = event_of(frame)?;
                 let end = matches!(event, process_event::Event::End(_));
+                if let (Some(logged), process_event::Event::End(ended)) = (logged, &event) {
+                    logged.ended(frame["pid"].as_u64().unwrap_or(0), ended);
+                }
                 // Start and Connect answer messages of the same shape.
                 let message = pb::StartResponse {
                     event: Some(ProcessEvent { event: Some(event) }),
@@ -601,7 +612,7 @@ impl Events {
     fn keepalive(&self, codec: Codec) -> Bytes {
         use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
         match self {
-            Events::Process => connect::envelope(
+            Events::Process(_) => connect::envelope(
                 codec,
                 &pb::StartResponse {
                     event: Some(ProcessEvent {

@@ -1,10 +1,11 @@
 //! E2B's sandbox lifecycle beyond create and kill: pause and resume (in memory: the
 //! session's jail frozen by the cgroup freezer, `session_pause` / `session_resume`),
-//! metrics (`session_stats`: the jail's cgroup and workspace), and envd's `/envs` and
-//! `/metrics`.
+//! metrics (`session_stats`: the jail's cgroup and workspace), logs (`logs.rs`), and
+//! envd's `/envs` and `/metrics`.
 
 use super::Gateway;
 use super::error::ApiError;
+use super::logs::{Level, Selection};
 use super::rest::{blocking, body, gone_is_not_found, owned, rfc3339, sandbox_of};
 use crate::serve::reply::SessionStats;
 use axum::Json;
@@ -47,10 +48,14 @@ pub async fn pause(
     }
     let already = blocking(&gateway, move |gateway| {
         owned(gateway, &tenant, &id)?;
-        gateway
+        let already = gateway
             .backend
             .pause(&id)
-            .map_err(|err| gone_is_not_found(err, &id))
+            .map_err(|err| gone_is_not_found(err, &id))?;
+        if !already {
+            gateway.logs.record(&id, Level::Info, "sandbox paused", &[]);
+        }
+        Ok(already)
     })
     .await?;
     Ok(match already {
@@ -95,10 +100,17 @@ pub fn resume_if_paused(gateway: &Gateway, session: &Value) -> Result<bool, ApiE
         return Ok(false);
     }
     let id = session["session"].as_str().unwrap_or_default();
-    gateway
+    let paused_ms = gateway
         .backend
         .resume(id)
-        .map_err(|err| gone_is_not_found(err, id))
+        .map_err(|err| gone_is_not_found(err, id))?;
+    if let Some(paused_ms) = paused_ms {
+        let fields = [("paused_ms", paused_ms.to_string())];
+        gateway
+            .logs
+            .record(id, Level::Info, "sandbox resumed", &fields);
+    }
+    Ok(paused_ms.is_some())
 }
 
 /// A listed session's address, as create and connect answer it.
@@ -229,4 +241,143 @@ pub async fn envd_metrics(gateway: Arc<Gateway>, sandbox: String) -> Response {
         }
         Err(err) => err.into_response(),
     }
+}
+
+/// Logs a Start's process end as its stream relays it (`logs.rs`).
+pub struct EndLog {
+    pub gateway: Arc<Gateway>,
+    pub sandbox: String,
+}
+
+impl EndLog {
+    pub fn ended(&self, pid: u64, end: &crate::gateway::proto::process::process_event::EndEvent) {
+        let level = match end.exit_code {
+            0 => Level::Info,
+            _ => Level::Warn,
+        };
+        self.gateway.logs.record(
+            &self.sandbox,
+            level,
+            "process ended",
+            &[
+                ("pid", pid.to_string()),
+                ("exit_code", end.exit_code.to_string()),
+                ("status", end.status.clone()),
+            ],
+        );
+    }
+}
+
+/// Logs a process started by envd's `Process/Start`.
+pub fn log_start(gateway: &Gateway, sandbox: &str, pid: u32, command: &str) {
+    gateway.logs.record(
+        sandbox,
+        Level::Info,
+        "process started",
+        &[("pid", pid.to_string()), ("cmd", command.to_string())],
+    );
+}
+
+/// A sandbox's log entries: `sandbox started` (its session's creation), then the
+/// gateway's (`logs.rs`), oldest first.
+fn entries_of(gateway: &Gateway, session: &Value) -> Vec<super::logs::Entry> {
+    let id = session["session"].as_str().unwrap_or_default();
+    let started = super::logs::Entry {
+        at_ms: session["created_at_ms"].as_u64().unwrap_or(0),
+        level: Level::Info,
+        message: "sandbox started".into(),
+        fields: BTreeMap::from([(
+            "template".to_string(),
+            session["metadata"][super::auth::TEMPLATE_KEY]
+                .as_str()
+                .unwrap_or("base")
+                .to_string(),
+        )]),
+    };
+    let (mut entries, dropped) = gateway.logs.read(id);
+    if dropped == 0 {
+        entries.insert(0, started);
+    }
+    entries
+}
+
+/// The parameters of a logs query; `start_name` is v1's `start` or v2's `cursor`.
+fn selection(raw: Option<&str>, start_name: &str) -> Result<Selection, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|err| ApiError::bad_request(format!("the query string: {err}")))?;
+    let mut selection = Selection::default();
+    let number = |name: &str, value: &str| {
+        value.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("{name}: {value:?}; give a non-negative integer"))
+        })
+    };
+    for (name, value) in pairs {
+        match name.as_str() {
+            name if name == start_name => selection.start = number(name, &value)?,
+            "limit" => selection.limit = number("limit", &value)?.min(1000) as usize,
+            "direction" => {
+                selection.forward = match value.as_str() {
+                    "forward" => true,
+                    "backward" => false,
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "direction: {value:?}; give forward or backward"
+                        )));
+                    }
+                }
+            }
+            "level" => {
+                selection.level = Level::parse(&value).ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "level: {value:?}; give debug, info, warn or error"
+                    ))
+                })?
+            }
+            "search" => selection.search = Some(value),
+            _ => {}
+        }
+    }
+    Ok(selection)
+}
+
+/// `GET /sandboxes/{id}/logs` (deprecated by E2B): `logs` (lines) and `logEntries`.
+pub async fn logs(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = gateway.tenants.caller(&headers)?;
+    let selection = selection(raw.as_deref(), "start")?;
+    let entries = blocking(&gateway, move |gateway| {
+        let session = sandbox_of(gateway, &tenant, &id)?;
+        Ok(selection.apply(entries_of(gateway, &session)))
+    })
+    .await?;
+    Ok(Json(json!({
+        "logs": entries.iter().map(super::logs::Entry::line).collect::<Vec<_>>(),
+        "logEntries": entries.iter().map(super::logs::Entry::structured).collect::<Vec<_>>(),
+    }))
+    .into_response())
+}
+
+/// `GET /v2/sandboxes/{id}/logs`: `logs`, structured (`cursor`, `limit`, `direction`,
+/// `level`, `search` as the spec has them).
+pub async fn logs_v2(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = gateway.tenants.caller(&headers)?;
+    let selection = selection(raw.as_deref(), "cursor")?;
+    let entries = blocking(&gateway, move |gateway| {
+        let session = sandbox_of(gateway, &tenant, &id)?;
+        Ok(selection.apply(entries_of(gateway, &session)))
+    })
+    .await?;
+    Ok(Json(json!({
+        "logs": entries.iter().map(super::logs::Entry::structured).collect::<Vec<_>>(),
+    }))
+    .into_response())
 }

@@ -23,6 +23,7 @@ mod error;
 mod files;
 mod interpreter;
 mod lifecycle;
+mod logs;
 pub mod proto;
 mod rest;
 mod tls;
@@ -52,6 +53,8 @@ pub struct Gateway {
     streams: Arc<tokio::sync::Semaphore>,
     /// `--max-sandboxes-per-tenant` (0: none).
     max_sandboxes_per_tenant: usize,
+    /// What ran in each sandbox and what was done to it (`logs.rs`).
+    logs: logs::Logs,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
@@ -98,6 +101,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+        logs: logs::Logs::default(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

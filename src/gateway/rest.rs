@@ -37,6 +37,8 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}/resume", post(super::lifecycle::resume))
         .route("/sandboxes/{id}/metrics", get(super::lifecycle::metrics))
         .route("/sandboxes/metrics", get(super::lifecycle::metrics_of_many))
+        .route("/sandboxes/{id}/logs", get(super::lifecycle::logs))
+        .route("/v2/sandboxes/{id}/logs", get(super::lifecycle::logs_v2))
 }
 
 async fn health() -> StatusCode {
@@ -384,6 +386,7 @@ async fn kill(
         owned(gateway, &tenant, &id)?;
         let closed = gateway.backend.close(&id);
         gateway.tenants.forget(&id);
+        gateway.logs.forget(&id);
         closed.map_err(|err| gone_is_not_found(err, &id))
     })
     .await?;
@@ -434,7 +437,13 @@ async fn set_timeout(
         gateway
             .backend
             .set_timeout(&id, timeout)
-            .map_err(|err| gone_is_not_found(err, &id))
+            .map_err(|err| gone_is_not_found(err, &id))?;
+        let seconds = timeout.as_secs().to_string();
+        let fields = [("timeout_s", seconds)];
+        gateway
+            .logs
+            .record(&id, super::logs::Level::Info, "timeout set", &fields);
+        Ok(())
     })
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -2,7 +2,8 @@
 //! (`gateway.rs` installs it): a sandbox paused (`Sandbox.pause()`: its jail frozen by
 //! the cgroup freezer) makes no progress, lists as `paused`, refuses commands, keeps its
 //! files readable, has its end moved by the time it was paused, and resumes where it was
-//! on `Sandbox.connect()`; metrics (`get_metrics()`) and envd's `/envs` and `/metrics`.
+//! on `Sandbox.connect()`; metrics (`get_metrics()`), logs (`/v2/sandboxes/{id}/logs`),
+//! and envd's `/envs` and `/metrics`.
 //! As root and rootless: where the session's jail has no cgroup of its own (rootless on a
 //! host that delegates none), the pause is refused with the one-line reason and fix, and
 //! the test checks that the session indeed has no cgroup (its stats count no CPU).
@@ -18,7 +19,10 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-both_modes!(e2b_sdk_pauses_and_resumes_sandboxes, e2b_sdk_reads_metrics_and_envs,);
+both_modes!(
+    e2b_sdk_pauses_and_resumes_sandboxes,
+    e2b_sdk_reads_metrics_logs_and_envs,
+);
 
 fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
@@ -115,6 +119,11 @@ with httpx.Client(base_url=url, headers={"X-API-Key": sys.argv[2]}) as http:
     answer = http.post(f"/sandboxes/{witness.sandbox_id}/resume", json={"timeout": 60})
     assert answer.status_code == 201 and answer.json()["sandboxID"] == witness.sandbox_id, answer.text
 
+    # The log has the pause and the resume, and how long it was paused.
+    logs = http.get(f"/v2/sandboxes/{paused.sandbox_id}/logs", params={"search": "sandbox"}).json()["logs"]
+    assert [entry["message"] for entry in logs] == ["sandbox started", "sandbox paused", "sandbox resumed"], logs
+    assert int(logs[-1]["fields"]["paused_ms"]) > 0, logs
+
 # A paused sandbox is killed whole (its frozen processes too).
 paused.pause()
 paused.kill()
@@ -194,11 +203,39 @@ with httpx.Client(base_url=sys.argv[1]) as http:
     assert many.status_code == 200 and list(many.json()["sandboxes"]) == [sbx.sandbox_id], many.text
     none = http.get("/sandboxes/metrics", headers={"X-API-Key": sys.argv[2]})
     assert none.status_code == 400 and "sandbox_ids" in none.json()["message"], none.text
+    # The logs: the sandbox's start, each command's start and end (a failing one's a
+    # warning), a timeout set; filtered by level, ordered backward, the caller's own only.
+    try:
+        sbx.commands.run("exit 4")
+    except Exception:
+        pass
+    sbx.set_timeout(120)
+    api = {"X-API-Key": sys.argv[2]}
+    logs = http.get(f"/v2/sandboxes/{sbx.sandbox_id}/logs", headers=api)
+    assert logs.status_code == 200, logs.text
+    entries = logs.json()["logs"]
+    messages = [entry["message"] for entry in entries]
+    assert messages == ["sandbox started"] + ["process started", "process ended"] * 2 + ["timeout set"], messages
+    started = [entry for entry in entries if entry["message"] == "process started"]
+    assert any("head -c 4000000" in entry["fields"]["cmd"] for entry in started), entries
+    ended = [entry for entry in entries if entry["message"] == "process ended"]
+    assert {(entry["fields"]["exit_code"], entry["level"]) for entry in ended} >= {("0", "info"), ("4", "warn")}, ended
+    assert entries[-1]["message"] == "timeout set" and entries[-1]["fields"]["timeout_s"] == "120", entries
+    warnings = http.get(f"/v2/sandboxes/{sbx.sandbox_id}/logs", params={"level": "warn"}, headers=api).json()["logs"]
+    assert [entry["fields"]["exit_code"] for entry in warnings] == ["4"], warnings
+    newest = http.get(f"/v2/sandboxes/{sbx.sandbox_id}/logs", params={"direction": "backward", "limit": 1}, headers=api).json()["logs"]
+    assert [entry["message"] for entry in newest] == ["timeout set"], newest
+    v1 = http.get(f"/sandboxes/{sbx.sandbox_id}/logs", headers=api).json()
+    assert v1["logs"][0]["line"].startswith("sandbox started template=base"), v1
+    assert len(v1["logs"]) == len(v1["logEntries"]) == len(entries), v1
+    bad = http.get(f"/v2/sandboxes/{sbx.sandbox_id}/logs", params={"level": "loud"}, headers=api)
+    assert bad.status_code == 400 and "level" in bad.json()["message"], bad.text
+    assert http.get(f"/v2/sandboxes/{'0' * 32}/logs", headers=api).status_code == 404
 sbx.kill()
 print("PASS")
 "#;
 
-fn e2b_sdk_reads_metrics_and_envs(mode: Mode) {
+fn e2b_sdk_reads_metrics_logs_and_envs(mode: Mode) {
     let Some(python) = sdk_python() else { return };
     let server = Server::start(mode, &[]);
     let cgroup = match session_has_cgroup(&server) {
