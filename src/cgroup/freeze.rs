@@ -32,7 +32,8 @@ pub fn freeze(version: Version, file: &Path) -> Result<()> {
         Version::V2 => ("1", frozen_v2 as fn(&Path) -> bool),
         Version::V1 => ("FROZEN", frozen_v1 as fn(&Path) -> bool),
     };
-    fs::write(file, request).context(|| format!("freeze the jail: write {request} to {}", file.display()))?;
+    fs::write(file, request)
+        .context(|| format!("freeze the jail: write {request} to {}", file.display()))?;
     let deadline = Instant::now() + FREEZE_WAIT;
     let mut pause = Duration::from_micros(50);
     while !done(file) {
@@ -56,7 +57,8 @@ pub fn thaw(version: Version, file: &Path) -> Result<()> {
         Version::V2 => "0",
         Version::V1 => "THAWED",
     };
-    fs::write(file, request).context(|| format!("thaw the jail: write {request} to {}", file.display()))
+    fs::write(file, request)
+        .context(|| format!("thaw the jail: write {request} to {}", file.display()))
 }
 
 /// v2: `cgroup.events` beside `cgroup.freeze` says `frozen 1`.

@@ -249,7 +249,10 @@ pub fn find_parent(
             }
             // Nor is the freezer: it pauses a session (`freeze.rs`). First, so that the
             // jail is thawed before the other hierarchies wait for its processes to die.
-            if let Some(mount) = mounts.legacy_mount("freezer").filter(|mount| writable(mount)) {
+            if let Some(mount) = mounts
+                .legacy_mount("freezer")
+                .filter(|mount| writable(mount))
+            {
                 parents.insert(0, mount.join("brig"));
             }
             return Some((Version::V1, distinct(parents), Parent::BrigSubtree));

@@ -174,9 +174,7 @@ impl Backend {
 
     /// The environment a session's commands start with: `env -0` run in it.
     pub fn environment(&self, session: &str) -> Outcome<Vec<(String, String)>> {
-        let reply = self
-            .session(session)
-            .exec(&Exec::command(["env", "-0"]))?;
+        let reply = self.session(session).exec(&Exec::command(["env", "-0"]))?;
         let text = reply.stdout.unwrap_or_default();
         Ok(text
             .split('\0')

@@ -59,7 +59,9 @@ pub async fn pause(
     })
     .await?;
     Ok(match already {
-        true => ApiError::new(StatusCode::CONFLICT, "the sandbox is paused already").into_response(),
+        true => {
+            ApiError::new(StatusCode::CONFLICT, "the sandbox is paused already").into_response()
+        }
         false => StatusCode::NO_CONTENT.into_response(),
     })
 }
@@ -129,7 +131,11 @@ fn address_of(session: &Value) -> Value {
 fn metric(stats: &SessionStats) -> Value {
     let memory_total = stats
         .memory_limit
-        .or_else(|| nix::sys::sysinfo::sysinfo().ok().map(|info| info.ram_total()))
+        .or_else(|| {
+            nix::sys::sysinfo::sysinfo()
+                .ok()
+                .map(|info| info.ram_total())
+        })
         .unwrap_or(0);
     json!({
         "timestamp": rfc3339(stats.at_ms),
@@ -221,7 +227,10 @@ pub async fn envd_envs(gateway: Arc<Gateway>, sandbox: String) -> Response {
 
 /// envd's `GET /metrics`: envd's `Metrics` of the sandbox now.
 pub async fn envd_metrics(gateway: Arc<Gateway>, sandbox: String) -> Response {
-    let answer = blocking(&gateway, move |gateway| Ok(gateway.backend.stats(&sandbox)?)).await;
+    let answer = blocking(&gateway, move |gateway| {
+        Ok(gateway.backend.stats(&sandbox)?)
+    })
+    .await;
     match answer {
         Ok(stats) => {
             let metric = metric(&stats);

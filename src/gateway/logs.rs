@@ -118,7 +118,10 @@ impl Logs {
                 .map(|(key, value)| (key.to_string(), cut(value)))
                 .collect(),
         };
-        let mut guard = self.rings.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut guard = self
+            .rings
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let (rings, clock) = &mut *guard;
         *clock += 1;
         if !rings.contains_key(sandbox)
@@ -141,14 +144,20 @@ impl Logs {
 
     /// A sandbox's entries, oldest first, and how many were dropped.
     pub fn read(&self, sandbox: &str) -> (Vec<Entry>, u64) {
-        let guard = self.rings.lock().unwrap_or_else(|poison| poison.into_inner());
+        let guard = self
+            .rings
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         guard.0.get(sandbox).map_or((Vec::new(), 0), |ring| {
             (ring.entries.iter().cloned().collect(), ring.dropped)
         })
     }
 
     pub fn forget(&self, sandbox: &str) {
-        let mut guard = self.rings.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut guard = self
+            .rings
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         guard.0.remove(sandbox);
     }
 }
@@ -221,7 +230,12 @@ mod tests {
     fn a_sandbox_s_log_is_bounded() {
         let logs = Logs::default();
         for index in 0..PER_SANDBOX + 5 {
-            logs.record("a", Level::Info, &format!("m{index}"), &[("k", "v".repeat(1000))]);
+            logs.record(
+                "a",
+                Level::Info,
+                &format!("m{index}"),
+                &[("k", "v".repeat(1000))],
+            );
         }
         let (entries, dropped) = logs.read("a");
         assert_eq!((entries.len(), dropped), (PER_SANDBOX, 5));

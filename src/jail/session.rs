@@ -283,7 +283,9 @@ impl<'p> SessionJail<'p> {
 
     /// Whether the jail can be paused: it has a cgroup with a freezer.
     pub fn freezable(&self) -> bool {
-        self.jail.cgroup().is_some_and(crate::cgroup::JailCgroup::freezable)
+        self.jail
+            .cgroup()
+            .is_some_and(crate::cgroup::JailCgroup::freezable)
     }
 
     /// Stops every process of the jail where it is (the cgroup freezer), init too: no
@@ -299,7 +301,9 @@ impl<'p> SessionJail<'p> {
     }
 
     pub fn thaw(&self) -> Result<()> {
-        self.jail.cgroup().map_or(Ok(()), crate::cgroup::JailCgroup::thaw)
+        self.jail
+            .cgroup()
+            .map_or(Ok(()), crate::cgroup::JailCgroup::thaw)
     }
 
     /// Ends the session: every process killed, init reaped, the network relay stopped;

@@ -13,7 +13,12 @@ use std::time::{Duration, Instant};
 /// session at `now` (its runner does the same on its own clock): paused from now, or its
 /// end moved by the time it was paused. A pause of a paused session, a resume of a
 /// running one change nothing.
-pub fn routed(request: &Request, ends_at: &mut Instant, paused_at: &mut Option<Instant>, now: Instant) {
+pub fn routed(
+    request: &Request,
+    ends_at: &mut Instant,
+    paused_at: &mut Option<Instant>,
+    now: Instant,
+) {
     match request {
         Request::SessionPause { .. } if paused_at.is_none() => *paused_at = Some(now),
         Request::SessionResume { .. } => {
@@ -73,7 +78,10 @@ mod tests {
         assert_eq!(end_as_of(ends_at, None, start + 10 * S), ends_at);
         // Paused at 10 s: at 40 s the end is 30 s later, and keeps moving.
         let paused_at = Some(start + 10 * S);
-        assert_eq!(end_as_of(ends_at, paused_at, start + 40 * S), ends_at + 30 * S);
+        assert_eq!(
+            end_as_of(ends_at, paused_at, start + 40 * S),
+            ends_at + 30 * S
+        );
         // Paused past its first end, it is not over: 100 s in, the end is 150 s.
         assert_eq!(
             end_as_of(ends_at, paused_at, start + 100 * S),
@@ -87,7 +95,10 @@ mod tests {
         let (end, paused) = resumed(end, start + 50 * S, start + 55 * S);
         assert_eq!((end, paused), (start + 95 * S, 5 * S));
         // A clock read before the pause (another thread's `now`) moves nothing.
-        assert_eq!(resumed(ends_at, start + 10 * S, start + 9 * S).1, Duration::ZERO);
+        assert_eq!(
+            resumed(ends_at, start + 10 * S, start + 9 * S).1,
+            Duration::ZERO
+        );
         assert_eq!(end_as_of(ends_at, paused_at, start), ends_at);
     }
 
@@ -112,7 +123,10 @@ mod tests {
         routed(&resume, &mut ends_at, &mut paused_at, start + 25 * S);
         assert_eq!((ends_at, paused_at), (start + 75 * S, None));
         let refusal = unfreezable("ab").to_string();
-        assert!(refusal.starts_with("session_pause: session ab cannot be paused"), "{refusal}");
+        assert!(
+            refusal.starts_with("session_pause: session ab cannot be paused"),
+            "{refusal}"
+        );
         assert!(!refusal.contains('\n'), "{refusal}");
     }
 

@@ -11,8 +11,8 @@
 
 use super::session_process::Listener;
 use super::*;
-use crate::serve::{lifecycle, session_meta};
 use crate::serve::reply::SessionStats;
+use crate::serve::{lifecycle, session_meta};
 
 /// The runner's side of a session's pause and its CPU readings.
 #[derive(Default)]
@@ -128,8 +128,8 @@ impl Session<'_> {
         if let Some(used) = cpu_usec {
             self.lifecycle.last_cpu = Some((now, used));
         }
-        let (workspace_used, workspace_size) =
-            nix::sys::statvfs::fstatvfs(self.jail.workspace()).map_or((0, 0), |fs| {
+        let (workspace_used, workspace_size) = nix::sys::statvfs::fstatvfs(self.jail.workspace())
+            .map_or((0, 0), |fs| {
                 let block = fs.fragment_size();
                 let size = fs.blocks() * block;
                 (size.saturating_sub(fs.blocks_free() * block), size)

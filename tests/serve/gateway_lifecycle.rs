@@ -157,8 +157,11 @@ fn e2b_sdk_pauses_and_resumes_sandboxes(mode: Mode) {
 /// Whether a session of `server` has a cgroup of its own (`session_stats` counts its
 /// CPU time).
 fn session_has_cgroup(server: &Server) -> bool {
-    let created =
-        common::serve::exchange(&server.socket, br#"{"brig":1,"type":"session_create"}"#, &[]);
+    let created = common::serve::exchange(
+        &server.socket,
+        br#"{"brig":1,"type":"session_create"}"#,
+        &[],
+    );
     let id = created["session"].as_str().expect("a session").to_string();
     let stats = common::serve::exchange(
         &server.socket,

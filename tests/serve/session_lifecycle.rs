@@ -120,7 +120,12 @@ fn node_client_and_cli_pause_resume_and_stat(mode: Mode) {
     let output = run_node_client(mode, NODE_PAUSE, server.socket());
     let out = assert_success(&output);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], r#"["running",true,true]"#, "{}", describe(&output));
+    assert_eq!(
+        lines[0],
+        r#"["running",true,true]"#,
+        "{}",
+        describe(&output)
+    );
     let freezable = lines[1] != r#"["refused",true,null]"#;
     if freezable {
         assert_eq!(&lines[1..3], [r#"[false,true]"#, r#"[false,true]"#]);
@@ -131,7 +136,14 @@ fn node_client_and_cli_pause_resume_and_stat(mode: Mode) {
     let cli = |verb: &str| {
         run(
             mode,
-            &["session", verb, "--server", server.socket(), "--session", id],
+            &[
+                "session",
+                verb,
+                "--server",
+                server.socket(),
+                "--session",
+                id,
+            ],
         )
     };
     let stats = assert_success(&cli("stats"));

@@ -311,8 +311,8 @@ impl Server {
                 let idle_since = session_meta::unix_ms(session.last_request)
                     .max(last_done.map_or(0, session_meta::wall_ms));
                 let paused = session.paused_at.is_some();
-                let idle_deadline = (!busy && !paused)
-                    .then(|| idle_since + session.limits.idle_timeout_ms);
+                let idle_deadline =
+                    (!busy && !paused).then(|| idle_since + session.limits.idle_timeout_ms);
                 let ends_at =
                     lifecycle::end_as_of(session.ends_at, session.paused_at, Instant::now());
                 SessionInfo {
