@@ -12,7 +12,7 @@
 //! another sandbox's counter, running beside it, advanced by 50.
 
 use crate::common;
-use crate::gateway::{Gateway, KEY_A, assert_passed, pinned_python};
+use crate::gateway::{Gateway, KEY_A, KEY_B, assert_passed, pinned_python};
 
 use common::serve::Server;
 use common::*;
@@ -124,6 +124,15 @@ with httpx.Client(base_url=url, headers={"X-API-Key": sys.argv[2]}) as http:
     assert [entry["message"] for entry in logs] == ["sandbox started", "sandbox paused", "sandbox resumed"], logs
     assert int(logs[-1]["fields"]["paused_ms"]) > 0, logs
 
+# Another tenant's key reaches none of it: pause, resume, metrics, logs are 404.
+with httpx.Client(base_url=url, headers={"X-API-Key": sys.argv[3]}) as other:
+    for method, path in (("POST", "pause"), ("POST", "resume"), ("GET", "metrics"), ("GET", "logs")):
+        answer = other.request(method, f"/sandboxes/{paused.sandbox_id}/{path}", json={"timeout": 60} if method == "POST" else None)
+        assert answer.status_code == 404, (path, answer.status_code, answer.text)
+    answer = other.get("/sandboxes/metrics", params={"sandbox_ids": paused.sandbox_id})
+    assert answer.json()["sandboxes"] == {}, answer.text
+assert Sandbox.get_info(paused.sandbox_id).state == SandboxState.RUNNING
+
 # A paused sandbox is killed whole (its frozen processes too).
 paused.pause()
 paused.kill()
@@ -136,7 +145,7 @@ fn e2b_sdk_pauses_and_resumes_sandboxes(mode: Mode) {
     let Some(python) = sdk_python() else { return };
     let server = Server::start(mode, &[]);
     let gateway = Gateway::start(mode, &server);
-    let script = format!("import sys\nsys.argv[2:] = [{KEY_A:?}]\n{PAUSE}");
+    let script = format!("import sys\nsys.argv[2:] = [{KEY_A:?}, {KEY_B:?}]\n{PAUSE}");
     let output = gateway.sdk_of(python, KEY_A, &script);
     let refused = stdout(&output).contains("REFUSED");
     assert_passed(Some(output));
