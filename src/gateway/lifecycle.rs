@@ -349,44 +349,42 @@ fn selection(raw: Option<&str>, start_name: &str) -> Result<Selection, ApiError>
     Ok(selection)
 }
 
-/// `GET /sandboxes/{id}/logs` (deprecated by E2B): `logs` (lines) and `logEntries`.
-pub async fn logs(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let selection = selection(raw.as_deref(), "start")?;
-    let entries = blocking(&gateway, move |gateway| {
+/// The caller's sandbox `id`'s log entries that the query selects (`start_name`: v1's
+/// `start` or v2's `cursor`).
+async fn selected_logs(
+    gateway: Arc<Gateway>,
+    headers: &HeaderMap,
+    id: String,
+    raw: Option<&str>,
+    start_name: &str,
+) -> Result<Vec<super::logs::Entry>, ApiError> {
+    let tenant = gateway.tenants.caller(headers)?;
+    let selection = selection(raw, start_name)?;
+    blocking(&gateway, move |gateway| {
         let session = sandbox_of(gateway, &tenant, &id)?;
         Ok(selection.apply(entries_of(gateway, &session)))
     })
-    .await?;
-    Ok(Json(json!({
-        "logs": entries.iter().map(super::logs::Entry::line).collect::<Vec<_>>(),
-        "logEntries": entries.iter().map(super::logs::Entry::structured).collect::<Vec<_>>(),
-    }))
-    .into_response())
+    .await
 }
 
-/// `GET /v2/sandboxes/{id}/logs`: `logs`, structured (`cursor`, `limit`, `direction`,
-/// `level`, `search` as the spec has them).
-pub async fn logs_v2(
+/// `GET /sandboxes/{id}/logs` (deprecated by E2B; `V2` false): `logs` (lines, from
+/// `start`) and `logEntries`; `GET /v2/sandboxes/{id}/logs` (`V2`): `logs`, structured
+/// (`cursor`, `limit`, `direction`, `level`, `search` as the spec has them).
+pub async fn logs<const V2: bool>(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let selection = selection(raw.as_deref(), "cursor")?;
-    let entries = blocking(&gateway, move |gateway| {
-        let session = sandbox_of(gateway, &tenant, &id)?;
-        Ok(selection.apply(entries_of(gateway, &session)))
+    let start_name = if V2 { "cursor" } else { "start" };
+    let entries = selected_logs(gateway, &headers, id, raw.as_deref(), start_name).await?;
+    let structured: Vec<Value> = entries.iter().map(super::logs::Entry::structured).collect();
+    Ok(Json(match V2 {
+        true => json!({ "logs": structured }),
+        false => json!({
+            "logs": entries.iter().map(super::logs::Entry::line).collect::<Vec<_>>(),
+            "logEntries": structured,
+        }),
     })
-    .await?;
-    Ok(Json(json!({
-        "logs": entries.iter().map(super::logs::Entry::structured).collect::<Vec<_>>(),
-    }))
     .into_response())
 }

@@ -37,8 +37,11 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}/resume", post(super::lifecycle::resume))
         .route("/sandboxes/{id}/metrics", get(super::lifecycle::metrics))
         .route("/sandboxes/metrics", get(super::lifecycle::metrics_of_many))
-        .route("/sandboxes/{id}/logs", get(super::lifecycle::logs))
-        .route("/v2/sandboxes/{id}/logs", get(super::lifecycle::logs_v2))
+        .route("/sandboxes/{id}/logs", get(super::lifecycle::logs::<false>))
+        .route(
+            "/v2/sandboxes/{id}/logs",
+            get(super::lifecycle::logs::<true>),
+        )
 }
 
 async fn health() -> StatusCode {
