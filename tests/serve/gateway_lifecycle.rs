@@ -32,7 +32,7 @@ fn sdk_python() -> Option<&'static Path> {
 /// A counter in the workspace, written by a background loop: `counter` grows by one
 /// every 10 ms while the sandbox runs.
 const PAUSE: &str = r#"
-import sys, httpx
+import sys, time, httpx
 from e2b import Sandbox, SandboxQuery, SandboxState, SandboxException
 
 COUNT = "i=0; while true; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; sleep 0.01; done"
@@ -42,9 +42,12 @@ def count(sbx):
     return int(text.strip() or 0)
 
 def wait_for(done, what):
-    for _ in range(100000):
+    # Polled gently (a client hammering the gateway would starve the jails on a busy
+    # host), and given up on after many polls: a broken pause, not a slow one.
+    for _ in range(20000):
         if done():
             return
+        time.sleep(0.005)
     raise SystemExit(f"never: {what}")
 
 paused = Sandbox.create(timeout=300, metadata={"role": "paused"})

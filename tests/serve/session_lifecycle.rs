@@ -18,22 +18,29 @@ both_modes!(
 );
 
 const PYTHON_PAUSE: &str = r#"
-import json, sys
+import json, sys, time
 import brig_client
 socket = sys.argv[1]
 show = lambda *values: print(json.dumps(list(values)))
 count = lambda sb: int(sb.files.read("counter").strip() or 0) if sb.files.exists("counter") else 0
 
-sb = brig_client.Sandbox(socket=socket, session_timeout="10s", idle_timeout="10s")
+def wait_for(done):
+    # Polled gently: a client hammering the runner would starve the jail on a busy host.
+    while not done():
+        time.sleep(0.005)
+
+sb = brig_client.Sandbox(socket=socket, session_timeout="20s", idle_timeout="20s")
+# A session with the same timeout created after it ends after its first end.
+later = brig_client.Sandbox(socket=socket, session_timeout="20s")
 sb.commands.run("i=0; while true; do i=$((i+1)); echo $i > c.new; mv c.new counter; sleep 0.01; done", background=True)
-while count(sb) < 3:
-    pass
+wait_for(lambda: count(sb) >= 3)
 try:
     show(sb.pause())
 except brig_client.BrigError as error:
     show("refused", error.kind, "cannot be paused" in error.message and "\n" not in error.message,
          sb.stats()["cpu_usec"])
     sb.close()
+    later.close()
     sys.exit(0)
 frozen = count(sb)
 stats = sb.stats()
@@ -44,18 +51,15 @@ try:
     show("ran")
 except brig_client.BrigError as error:
     show(error.kind, "is paused" in error.message)
-# A later session with the same timeout ends at its own end, past the paused one's first.
-later = brig_client.Sandbox(socket=socket, session_timeout="10s")
-while any(s["session"] == later.session_id for s in brig_client.list_sessions(socket)):
-    pass
+# The later session ends at its own end, past the paused one's first.
+wait_for(lambda: all(s["session"] != later.session_id for s in brig_client.list_sessions(socket)))
 listed = {s["session"]: s for s in brig_client.list_sessions(socket)}
 mine = listed[sb.session_id]
 show(mine["state"], mine["idle_deadline_ms"], count(sb) == frozen)
 show(sb.pause())
 resumed = sb.resume()
-show(resumed["already"], resumed["paused_ms"] > 0, resumed["ends_at_ms"] > mine["created_at_ms"] + 10000)
-while count(sb) <= frozen + 3:
-    pass
+show(resumed["already"], resumed["paused_ms"] > 0, resumed["ends_at_ms"] > mine["created_at_ms"] + 20000)
+wait_for(lambda: count(sb) > frozen + 3)
 show(sb.commands.run("echo back").stdout, sb.resume()["already"])
 sb.close()
 "#;
