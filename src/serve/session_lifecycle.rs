@@ -77,7 +77,14 @@ impl Session<'_> {
     fn pause(&mut self) -> Result<SessionReply> {
         let already = self.lifecycle.paused();
         if !already {
-            self.jail.freeze()?;
+            if let Err(err) = self.jail.freeze() {
+                // The server marked it paused as it routed the request; before the client
+                // hears of the failure, the server hears it runs.
+                if let Some(control) = &self.control {
+                    let _ = protocol::write_frame(control.as_fd(), &Report::NotPaused, &[]);
+                }
+                return Err(err);
+            }
             self.lifecycle.paused_at = Some(Instant::now());
         }
         Ok(SessionReply::Paused {

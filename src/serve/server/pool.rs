@@ -408,6 +408,11 @@ impl Server {
                         *answering = false;
                     }
                 }
+                Ok(Report::NotPaused) => {
+                    if let Role::Session(session) = &mut self.runners[at].role {
+                        session.paused_at = None;
+                    }
+                }
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
