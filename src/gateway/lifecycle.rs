@@ -17,9 +17,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The most sandboxes one `GET /sandboxes/metrics` asks for (the spec's `maxItems`).
 const MAX_METRICS_IDS: usize = 100;
+
+/// `POST /sandboxes/{id}/resume`'s body (E2B's `ResumedSandbox`; `autoPause` is taken
+/// and ignored: nothing pauses by itself here).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResumeRequest {
+    timeout: Option<i64>,
+}
 
 /// `POST /sandboxes/{id}/pause`'s body (optional).
 #[derive(Deserialize, Default)]
@@ -66,8 +75,9 @@ pub async fn pause(
     })
 }
 
-/// `POST /sandboxes/{id}/resume` (deprecated by E2B for connect): 201 with the sandbox's
-/// address, or 409 when it was not paused.
+/// `POST /sandboxes/{id}/resume` (deprecated by E2B for connect): as connect, 201 with
+/// the sandbox's address (its end moved to `timeout`, default 15 s, from now if that is
+/// later), or 409 when it was not paused.
 pub async fn resume(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -75,25 +85,49 @@ pub async fn resume(
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let tenant = gateway.tenants.caller(&headers)?;
-    if !bytes.is_empty() {
-        // Its `timeout` is checked as E2B's; the sandbox keeps its end, moved by the pause.
-        let request: Value = body(&bytes)?;
-        if let Some(timeout) = request.get("timeout").and_then(Value::as_i64) {
-            super::rest::seconds(timeout, "timeout")?;
-        }
-    }
+    let request: ResumeRequest = match bytes.is_empty() {
+        true => ResumeRequest::default(),
+        false => body(&bytes)?,
+    };
+    let timeout = super::rest::seconds(request.timeout.unwrap_or(15), "timeout")?;
     let session = blocking(&gateway, move |gateway| {
         let session = sandbox_of(gateway, &tenant, &id)?;
-        match resume_if_paused(gateway, &session)? {
-            true => Ok(session),
-            false => Err(ApiError::new(
+        if session["state"] != "paused" {
+            return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 format!("sandbox {id:?} is running, not paused"),
-            )),
+            ));
         }
+        Ok(resume_and_extend(gateway, &tenant, session, timeout)?.0)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(address_of(&session))).into_response())
+}
+
+/// Connect's work (and the deprecated resume's): `session` (the caller's, a
+/// `session_list` entry) resumed if it is paused, then its end moved to `timeout` from now
+/// if that is later. The entry as it is then, and whether it was resumed.
+pub fn resume_and_extend(
+    gateway: &Gateway,
+    tenant: &str,
+    mut session: Value,
+    timeout: Duration,
+) -> Result<(Value, bool), ApiError> {
+    let id = session["session"].as_str().unwrap_or_default().to_string();
+    let resumed = resume_if_paused(gateway, &session)?;
+    if resumed {
+        // Its end, moved by the pause.
+        session = sandbox_of(gateway, tenant, &id)?;
+    }
+    let wanted = SystemTime::now() + timeout;
+    let ends = UNIX_EPOCH + Duration::from_millis(session["ends_at_ms"].as_u64().unwrap_or(0));
+    if wanted > ends {
+        gateway
+            .backend
+            .set_timeout(&id, timeout)
+            .map_err(|err| gone_is_not_found(err, &id))?;
+    }
+    Ok((session, resumed))
 }
 
 /// Resumes `session` (a `session_list` entry) if it is paused: whether it was.

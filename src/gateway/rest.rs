@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The templates served, each the server's default session for now.
 pub const TEMPLATES: [&str; 2] = ["base", "code-interpreter-v1"];
@@ -463,21 +463,8 @@ async fn connect(
 ) -> Result<Response, ApiError> {
     let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
     let (session, resumed) = blocking(&gateway, move |gateway| {
-        let mut session = sandbox_of(gateway, &tenant, &id)?;
-        let resumed = super::lifecycle::resume_if_paused(gateway, &session)?;
-        if resumed {
-            // Its end, moved by the pause.
-            session = sandbox_of(gateway, &tenant, &id)?;
-        }
-        let wanted = SystemTime::now() + timeout;
-        let ends = UNIX_EPOCH + Duration::from_millis(session["ends_at_ms"].as_u64().unwrap_or(0));
-        if wanted > ends {
-            gateway
-                .backend
-                .set_timeout(&id, timeout)
-                .map_err(|err| gone_is_not_found(err, &id))?;
-        }
-        Ok((session, resumed))
+        let session = sandbox_of(gateway, &tenant, &id)?;
+        super::lifecycle::resume_and_extend(gateway, &tenant, session, timeout)
     })
     .await?;
     let metadata = &session["metadata"];
