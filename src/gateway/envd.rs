@@ -193,14 +193,18 @@ pub async fn serve(
 /// sending, gets the answer instead of a connection reset; past it the connection goes.
 const DRAINED_AT_MOST: usize = 64 << 20;
 
-/// envd's health: 204 while the sandbox lives (its session answers `session_ps`), 502 once
-/// it has ended (killed, or at its timeout: the SDK's `is_running()` is then false), and
-/// the gateway forgets it.
+/// envd's health: 204 while the sandbox runs (its session answers `session_stats`); 502
+/// while it is paused, and once it has ended (killed, or at its timeout), when the gateway
+/// forgets it: the SDK's `is_running()` is then false.
 async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
     let backend = gateway.backend.clone();
     let id = sandbox.clone();
-    let answer = tokio::task::spawn_blocking(move || backend.processes(&id)).await;
+    let answer = tokio::task::spawn_blocking(move || backend.stats(&id)).await;
     match answer {
+        // A paused sandbox's envd does not answer at E2B: the SDK's `is_running()` is False.
+        Ok(Ok(stats)) if stats.state == "paused" => {
+            super::unreachable(&sandbox, format!("sandbox {sandbox:?} is paused"))
+        }
         Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(err)) if err.failure == super::backend::Failure::Gone => {
             gateway.tenants.forget(&sandbox);

@@ -69,6 +69,7 @@ except SandboxException as err:
 
 before = Sandbox.get_info(paused.sandbox_id)
 assert before.state == SandboxState.PAUSED, before
+assert paused.is_running() is False and witness.is_running() is True
 # Paused again: the SDK's False (409).
 assert paused.pause() is False
 
@@ -101,6 +102,7 @@ assert later.end_at > before.end_at, (later.end_at, before.end_at)
 # connect() resumes it (201), where it was: the same loop counts on from its value.
 again = Sandbox.connect(paused.sandbox_id)
 assert Sandbox.get_info(paused.sandbox_id).state == SandboxState.RUNNING
+assert again.is_running() is True
 assert count(again) >= frozen
 wait_for(lambda: count(again) > frozen + 3, "the counter runs on after resume")
 assert loop.pid in [process.pid for process in again.commands.list()]
