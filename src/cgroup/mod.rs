@@ -35,6 +35,10 @@ pub struct Limits {
     /// session's jail outlives its interpreter's OOM kill.
     #[serde(skip)]
     pub oom_kills_one: bool,
+    /// The jail may be paused (a session's): on cgroup v1 it gets a cgroup in the freezer
+    /// hierarchy too, which other jails are spared.
+    #[serde(skip)]
+    pub pausable: bool,
 }
 
 impl Limits {
@@ -68,6 +72,10 @@ pub struct Placement {
     /// hierarchy among the parents.
     #[serde(skip)]
     pub freezer: bool,
+    /// v1: the parent in the freezer hierarchy, used only for a jail whose limits say
+    /// `pausable`.
+    #[serde(skip)]
+    freezer_parent: Option<PathBuf>,
 }
 
 /// Where brig runs, as far as the way to give it a cgroup depends on it.
@@ -202,6 +210,12 @@ pub fn place(
     };
     match found {
         Some((version, parents, parent_kind)) => Ok(Some(Placement {
+            freezer_parent: mounts.legacy_mount("freezer").and_then(|mount| {
+                parents
+                    .iter()
+                    .find(|parent| version == Version::V1 && parent.starts_with(mount))
+                    .cloned()
+            }),
             freezer: version == Version::V2
                 || mounts
                     .legacy_mount("freezer")
@@ -416,7 +430,13 @@ impl JailCgroup {
             entry: None,
             remove_parents: placement.parent_kind == hierarchy::Parent::BrigSubtree,
         };
-        for parent in &placement.parents {
+        // Only a jail that may be paused gets the v1 freezer's cgroup (a cgroup less to
+        // make, join and remove for every other run).
+        let parents = placement
+            .parents
+            .iter()
+            .filter(|parent| limits.pausable || placement.freezer_parent.as_ref() != Some(*parent));
+        for parent in parents {
             let dir = parent.join(&name);
             // The last jail to leave a `brig` subtree removes it; a concurrent brig may do
             // so between preparing the parent and creating the jail's cgroup: prepare again.

@@ -153,6 +153,7 @@ impl Server {
                     None => Plan::resolve(with_placeholder(options.clone()))?,
                 };
                 plan.limits.cgroup.oom_kills_one = true;
+                plan.limits.cgroup.pausable = true;
                 opening.limits = session_meta::Limits::of(&plan, idle_timeout);
                 opening.freezable = freezable(&plan);
                 let start = SessionStart {
