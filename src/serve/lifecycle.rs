@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// What a routed `session_pause` or `session_resume` does to the server's record of the
 /// session at `now` (its runner does the same on its own clock): paused from now, or its
 /// end moved by the time it was paused. A pause of a paused session, a resume of a
-/// running one change nothing.
+/// running one change nothing. A `session_set_timeout` while paused (its new end already
+/// set from now) counts the pause from now: the new timeout runs from the resume.
 pub fn routed(
     request: &Request,
     ends_at: &mut Instant,
@@ -20,6 +21,7 @@ pub fn routed(
     now: Instant,
 ) {
     match request {
+        Request::SessionSetTimeout { .. } if paused_at.is_some() => *paused_at = Some(now),
         Request::SessionPause { .. } if paused_at.is_none() => *paused_at = Some(now),
         Request::SessionResume { .. } => {
             if let Some(since) = paused_at.take() {
@@ -122,6 +124,17 @@ mod tests {
         assert_eq!(paused_at, Some(start + 10 * S));
         routed(&resume, &mut ends_at, &mut paused_at, start + 25 * S);
         assert_eq!((ends_at, paused_at), (start + 75 * S, None));
+        // A timeout of 30 s set while paused (at 40 s, paused since 30 s) runs from the
+        // resume (at 50 s): the end is 80 s.
+        routed(&pause, &mut ends_at, &mut paused_at, start + 30 * S);
+        let timeout = Request::SessionSetTimeout {
+            session: "ab".into(),
+            timeout: crate::units::Span(30 * S),
+        };
+        ends_at = start + 40 * S + 30 * S;
+        routed(&timeout, &mut ends_at, &mut paused_at, start + 40 * S);
+        routed(&resume, &mut ends_at, &mut paused_at, start + 50 * S);
+        assert_eq!((ends_at, paused_at), (start + 80 * S, None));
         let refusal = unfreezable("ab").to_string();
         assert!(
             refusal.starts_with("session_pause: session ab cannot be paused"),

@@ -19,6 +19,9 @@ use crate::serve::{lifecycle, session_meta};
 pub(super) struct Lifecycle {
     /// Paused since then.
     paused_at: Option<Instant>,
+    /// The session's end moves by the time paused from then on: the pause's start, or a
+    /// `session_set_timeout` while paused (whose timeout runs from the resume).
+    end_stopped_at: Option<Instant>,
     /// The previous `session_stats`' CPU reading (when, microseconds used), for the
     /// percent used since.
     last_cpu: Option<(Instant, u64)>,
@@ -60,6 +63,12 @@ impl Session<'_> {
             Ok(Request::SessionPause { .. }) => self.pause(),
             Ok(Request::SessionResume { .. }) => self.resume(),
             Ok(Request::SessionStats { .. }) => Ok(self.stats()),
+            // Its new end is set from now (`handle`); the pause counts from now too, so
+            // that the timeout runs from the resume (as the server counts it).
+            Ok(Request::SessionSetTimeout { .. }) if self.lifecycle.paused() => {
+                self.lifecycle.end_stopped_at = Some(Instant::now());
+                return Some((request, connection, memfd));
+            }
             Ok(asked) if self.lifecycle.paused() && needs_the_jail(asked) => {
                 Err(Error::busy(format!(
                     "brig serve: session {} is paused; session_resume it first",
@@ -86,6 +95,7 @@ impl Session<'_> {
                 return Err(err);
             }
             self.lifecycle.paused_at = Some(Instant::now());
+            self.lifecycle.end_stopped_at = self.lifecycle.paused_at;
         }
         Ok(SessionReply::Paused {
             session: self.id.clone(),
@@ -100,10 +110,10 @@ impl Session<'_> {
         if let Some(since) = since {
             self.jail.thaw()?;
             self.lifecycle.paused_at = None;
+            paused = now.saturating_duration_since(since);
+            let stopped = self.lifecycle.end_stopped_at.take().unwrap_or(since);
             if let Some(ends_at) = self.ends_at {
-                let (end, was) = lifecycle::resumed(ends_at, since, now);
-                self.ends_at = Some(end);
-                paused = was;
+                self.ends_at = Some(lifecycle::resumed(ends_at, stopped, now).0);
             }
         }
         Ok(SessionReply::Resumed {
