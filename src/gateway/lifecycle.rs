@@ -37,6 +37,20 @@ struct PauseRequest {
     memory: Option<bool>,
 }
 
+/// The caller's tenant and a request's optional JSON body (none: its defaults).
+fn caller_and_body<T: serde::de::DeserializeOwned + Default>(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Result<(String, T), ApiError> {
+    let tenant = gateway.tenants.caller(headers)?;
+    let request = match bytes.is_empty() {
+        true => T::default(),
+        false => body(bytes)?,
+    };
+    Ok((tenant, request))
+}
+
 /// `POST /sandboxes/{id}/pause`: 204, or 409 when it was paused already (the SDK's
 /// `pause()` then returns False).
 pub async fn pause(
@@ -45,11 +59,7 @@ pub async fn pause(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let request: PauseRequest = match bytes.is_empty() {
-        true => PauseRequest::default(),
-        false => body(&bytes)?,
-    };
+    let (tenant, request): (_, PauseRequest) = caller_and_body(&gateway, &headers, &bytes)?;
     if request.memory == Some(false) {
         return Err(ApiError::bad_request(
             "memory: false (a pause to disk, losing the processes) is not served by brig gateway: it pauses in memory only; leave it out or give true",
@@ -84,11 +94,7 @@ pub async fn resume(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let request: ResumeRequest = match bytes.is_empty() {
-        true => ResumeRequest::default(),
-        false => body(&bytes)?,
-    };
+    let (tenant, request): (_, ResumeRequest) = caller_and_body(&gateway, &headers, &bytes)?;
     let timeout = super::rest::seconds(request.timeout.unwrap_or(15), "timeout")?;
     let session = blocking(&gateway, move |gateway| {
         let session = sandbox_of(gateway, &tenant, &id)?;
