@@ -114,6 +114,7 @@ pub fn resolve(options: &JailOptions, tmpfs_size: Size, home_size: Size) -> Resu
             .map(|count| count.0),
         cpus: options.cpus,
         oom_kills_one: false,
+        pausable: false,
     };
     let placement = cgroup::place(
         &cgroup_limits,

@@ -206,6 +206,24 @@ export class Sandbox {
   setTimeout(timeout: Duration): Promise<void>;
   /** A connection to `port` of the session's loopback, through `brig session dial`. */
   dial(port: number, options?: { brig?: string }): import("stream").Duplex;
+  /** Freezes every process of the session (the cgroup freezer); true if it was paused already. */
+  pause(): Promise<boolean>;
+  /** Lets a paused session's processes run on; its end moved by the pause. */
+  resume(): Promise<{ already: boolean; paused_ms: number; ends_at_ms: number }>;
+  /** The session's resource use now. */
+  stats(): Promise<{
+    session: string;
+    state: "running" | "paused";
+    at_ms: number;
+    cpus: number;
+    cpu_usec: number | null;
+    cpu_percent: number;
+    memory_bytes: number | null;
+    memory_cache_bytes: number | null;
+    memory_limit: number | null;
+    workspace_used: number;
+    workspace_size: number;
+  }>;
   close(): Promise<void>;
 }
 

@@ -907,6 +907,25 @@ class Sandbox {
   }
 
   /**
+   * Pauses the session: every process of its jail frozen where it is (the cgroup freezer),
+   * its timeout and idle timer stopped, until `resume()`. Resolves to true if it was paused
+   * already; rejects (BrigError) where the jail has no cgroup with a freezer.
+   */
+  async pause() {
+    return (await this._request({ type: "session_pause" }, "paused")).already;
+  }
+
+  /** Resumes a paused session where it was: {already, paused_ms, ends_at_ms}. */
+  async resume() {
+    return await this._request({ type: "session_resume" }, "resumed");
+  }
+
+  /** The session's resource use now: {cpus, cpu_usec, cpu_percent, memory_bytes, memory_limit, workspace_used, workspace_size, state}. */
+  async stats() {
+    return await this._request({ type: "session_stats" }, "stats");
+  }
+
+  /**
    * A new interpreter of `language` (python, node or bash) in this session, with state of
    * its own, started in `cwd` (a path in the jail); resolves to {id, language, cwd}. A
    * session has at most 16.

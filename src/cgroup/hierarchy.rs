@@ -31,7 +31,7 @@ pub enum Parent {
 /// (/proc/self/cgroup) and brig's uid: what placing a jail's cgroup depends on.
 pub struct Mounts {
     unified: Option<PathBuf>,
-    /// (controller, mount point) for v1 hierarchies.
+    /// (controller, mount point) for v1 hierarchies: memory, pids, cpu, cpuacct, freezer.
     legacy: Vec<(String, PathBuf)>,
     /// /proc/self/cgroup.
     own_cgroups: String,
@@ -72,7 +72,7 @@ impl Mounts {
                 }
                 (Some("cgroup"), Some(options)) => {
                     for option in options.split(',') {
-                        if matches!(option, "memory" | "pids" | "cpu" | "cpuacct") {
+                        if matches!(option, "memory" | "pids" | "cpu" | "cpuacct" | "freezer") {
                             mounts
                                 .legacy
                                 .push((option.to_string(), mount_point.clone()));
@@ -108,7 +108,7 @@ impl Mounts {
         &self.legacy
     }
 
-    fn legacy_mount(&self, controller: &str) -> Option<&Path> {
+    pub(super) fn legacy_mount(&self, controller: &str) -> Option<&Path> {
         self.legacy
             .iter()
             .find(|(name, _)| name == controller)
@@ -247,6 +247,14 @@ pub fn find_parent(
             if let Some(mount) = mounts.legacy_mount("cpuacct") {
                 parents.push(mount.join("brig"));
             }
+            // Nor is the freezer: it pauses a session (`freeze.rs`). First, so that the
+            // jail is thawed before the other hierarchies wait for its processes to die.
+            if let Some(mount) = mounts
+                .legacy_mount("freezer")
+                .filter(|mount| writable(mount))
+            {
+                parents.insert(0, mount.join("brig"));
+            }
             return Some((Version::V1, distinct(parents), Parent::BrigSubtree));
         }
     }
@@ -354,11 +362,18 @@ pub fn given_parent(
         }
         parents.push(dir);
     }
-    if let Some(mount) = mounts.legacy_mount("cpuacct") {
-        let relative = path.strip_prefix("/").unwrap_or(path);
-        if mount.join(relative).is_dir() {
-            parents.push(mount.join(relative));
-        }
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    if let Some(mount) = mounts.legacy_mount("cpuacct")
+        && mount.join(relative).is_dir()
+    {
+        parents.push(mount.join(relative));
+    }
+    // The freezer (pausing a session) when the operator made the cgroup there too; first,
+    // as find_parent puts it.
+    if let Some(mount) = mounts.legacy_mount("freezer")
+        && mount.join(relative).is_dir()
+    {
+        parents.insert(0, mount.join(relative));
     }
     Ok((Version::V1, distinct(parents), Parent::Given))
 }
@@ -490,12 +505,22 @@ fn alive(pid: u32) -> bool {
     !(state.starts_with('Z') || state.starts_with('X') || pending)
 }
 
-/// Kills every process still in the cgroup.
+/// Kills every process still in the cgroup. A frozen cgroup (a paused session) is
+/// thawed once its processes have their SIGKILL, so that they die rather than run on.
 pub fn kill_all(version: Version, dir: &Path) {
+    let frozen = super::freeze::control(version, dir);
     if version == Version::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+        if let Some(file) = frozen {
+            let _ = super::freeze::thaw(version, &file);
+        }
         return;
     }
-    for _ in 0..100 {
+    for round in 0..100 {
+        if round == 1
+            && let Some(file) = &frozen
+        {
+            let _ = super::freeze::thaw(version, file);
+        }
         let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) else {
             return;
         };
@@ -692,9 +717,11 @@ mod tests {
         assert_eq!(version, Version::V1);
         assert_eq!(kind, Parent::BrigSubtree);
         // cpu and cpuacct share one hierarchy: its brig directory appears once.
+        // The freezer first (a paused jail is thawed before the others wait for it).
         assert_eq!(
             parents,
             vec![
+                tree.path("freezer/brig"),
                 tree.path("memory/brig"),
                 tree.path("pids/brig"),
                 tree.path("cpu,cpuacct/brig"),

@@ -9,6 +9,7 @@
 //!
 //! When a limit was asked for and none of these works, brig fails closed.
 
+pub mod freeze;
 mod hierarchy;
 mod v1;
 mod v2;
@@ -34,6 +35,10 @@ pub struct Limits {
     /// session's jail outlives its interpreter's OOM kill.
     #[serde(skip)]
     pub oom_kills_one: bool,
+    /// The jail may be paused (a session's): on cgroup v1 it gets a cgroup in the freezer
+    /// hierarchy too, which other jails are spared.
+    #[serde(skip)]
+    pub pausable: bool,
 }
 
 impl Limits {
@@ -63,6 +68,14 @@ pub struct Placement {
     parent_kind: Parent,
     #[serde(skip)]
     controllers: Vec<&'static str>,
+    /// The jail's cgroup can be frozen (a session paused): cgroup v2, or a v1 freezer
+    /// hierarchy among the parents.
+    #[serde(skip)]
+    pub freezer: bool,
+    /// v1: the parent in the freezer hierarchy, used only for a jail whose limits say
+    /// `pausable`.
+    #[serde(skip)]
+    freezer_parent: Option<PathBuf>,
 }
 
 /// Where brig runs, as far as the way to give it a cgroup depends on it.
@@ -197,6 +210,16 @@ pub fn place(
     };
     match found {
         Some((version, parents, parent_kind)) => Ok(Some(Placement {
+            freezer_parent: mounts.legacy_mount("freezer").and_then(|mount| {
+                parents
+                    .iter()
+                    .find(|parent| version == Version::V1 && parent.starts_with(mount))
+                    .cloned()
+            }),
+            freezer: version == Version::V2
+                || mounts
+                    .legacy_mount("freezer")
+                    .is_some_and(|mount| parents.iter().any(|parent| parent.starts_with(mount))),
             version,
             parents,
             parent_kind,
@@ -375,6 +398,9 @@ pub struct Usage {
     /// CPU time of every process that ran in the cgroup, reaped or not.
     pub cpu_user_usec: Option<u64>,
     pub cpu_sys_usec: Option<u64>,
+    /// Memory charged to the cgroup now, and of it the page cache (a session's metrics).
+    pub memory_current_bytes: Option<u64>,
+    pub memory_cache_bytes: Option<u64>,
 }
 
 /// Reads a [`JailCgroup`]'s counters (while the cgroup exists).
@@ -404,7 +430,13 @@ impl JailCgroup {
             entry: None,
             remove_parents: placement.parent_kind == hierarchy::Parent::BrigSubtree,
         };
-        for parent in &placement.parents {
+        // Only a jail that may be paused gets the v1 freezer's cgroup (a cgroup less to
+        // make, join and remove for every other run).
+        let parents = placement
+            .parents
+            .iter()
+            .filter(|parent| limits.pausable || placement.freezer_parent.as_ref() != Some(*parent));
+        for parent in parents {
             let dir = parent.join(&name);
             // The last jail to leave a `brig` subtree removes it; a concurrent brig may do
             // so between preparing the parent and creating the jail's cgroup: prepare again.
@@ -496,6 +528,45 @@ impl JailCgroup {
 
     pub fn version(&self) -> Version {
         self.version
+    }
+
+    /// The file that freezes the jail (v2's `cgroup.freeze`, the v1 freezer hierarchy's
+    /// `freezer.state`); None when its cgroups have no freezer (v1 without a freezer
+    /// hierarchy brig may write).
+    fn freezer(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find_map(|dir| freeze::control(self.version, dir))
+    }
+
+    /// Whether [`JailCgroup::freeze`] can pause this jail.
+    pub fn freezable(&self) -> bool {
+        self.freezer().is_some()
+    }
+
+    /// Stops every process of the jail where it is, until [`JailCgroup::thaw`]; returns
+    /// once the kernel says all are frozen.
+    pub fn freeze(&self) -> Result<()> {
+        let file = self.freezer().ok_or_else(|| {
+            Error::host(format!(
+                "pause: the jail's cgroups have no freezer ({:?}: {}); mount the v1 freezer hierarchy writable, or use cgroup v2",
+                self.version,
+                self.dirs
+                    .iter()
+                    .map(|dir| dir.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        freeze::freeze(self.version, &file)
+    }
+
+    /// Lets the jail's processes run on where they were frozen.
+    pub fn thaw(&self) -> Result<()> {
+        match self.freezer() {
+            Some(file) => freeze::thaw(self.version, &file),
+            None => Ok(()),
+        }
     }
 
     pub fn usage(&self) -> Usage {

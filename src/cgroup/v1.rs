@@ -39,6 +39,8 @@ pub fn usage(dirs: &[PathBuf]) -> Usage {
         if let Some(peak) = read_number(&dir.join("memory.max_usage_in_bytes")) {
             usage.memory_peak_bytes = Some(peak);
             usage.oom_kills = read_keyed(&dir.join("memory.oom_control"), "oom_kill");
+            usage.memory_current_bytes = read_number(&dir.join("memory.usage_in_bytes"));
+            usage.memory_cache_bytes = read_keyed(&dir.join("memory.stat"), "cache");
         }
         if let Some(peak) = read_number(&dir.join("pids.peak")) {
             usage.pids_peak = Some(peak);

@@ -35,5 +35,7 @@ pub fn usage(dir: &Path) -> Usage {
         pids_peak: read_number(&dir.join("pids.peak")),
         cpu_user_usec: read_keyed(&dir.join("cpu.stat"), "user_usec"),
         cpu_sys_usec: read_keyed(&dir.join("cpu.stat"), "system_usec"),
+        memory_current_bytes: read_number(&dir.join("memory.current")),
+        memory_cache_bytes: read_keyed(&dir.join("memory.stat"), "file"),
     }
 }

@@ -232,6 +232,22 @@ pub enum SessionCommand {
         #[arg(value_name = "DURATION")]
         timeout: Span,
     },
+    /// Pause the session: every process of its jail frozen where it is (the cgroup
+    /// freezer) until `brig session resume`; its timeout and idle timer stop meanwhile.
+    Pause {
+        #[command(flatten)]
+        at: At,
+    },
+    /// Resume a paused session where it was; its end moves by the time it was paused.
+    Resume {
+        #[command(flatten)]
+        at: At,
+    },
+    /// Print the session's resource use now (CPU, memory, workspace) as JSON.
+    Stats {
+        #[command(flatten)]
+        at: At,
+    },
 }
 
 /// Which server, which session.
@@ -428,6 +444,37 @@ pub fn run(command: SessionCommand) -> Result<i32> {
         SessionCommand::Timeout { at, timeout } => {
             at.session().set_timeout(timeout)?;
             println!("session {} ends in {timeout}", at.session);
+            Ok(0)
+        }
+        SessionCommand::Pause { at } => {
+            match at.session().pause()? {
+                true => println!("session {} was paused already", at.session),
+                false => println!("session {} paused", at.session),
+            }
+            Ok(0)
+        }
+        SessionCommand::Resume { at } => {
+            if let brig::serve::reply::SessionReply::Resumed {
+                already, paused_ms, ..
+            } = at.session().resume()?
+            {
+                match already {
+                    true => println!("session {} was not paused", at.session),
+                    false => println!(
+                        "session {} resumed after {:.3}s paused",
+                        at.session,
+                        paused_ms as f64 / 1000.0
+                    ),
+                }
+            }
+            Ok(0)
+        }
+        SessionCommand::Stats { at } => {
+            let stats = at.session().stats()?;
+            println!(
+                "{}",
+                serde_json::to_string(&stats).expect("stats always serialize")
+            );
             Ok(0)
         }
     }

@@ -428,6 +428,7 @@ fn default_limits() -> cgroup::Limits {
         pids: Some(DEFAULT_PIDS),
         cpus: None,
         oom_kills_one: false,
+        pausable: false,
     }
 }
 

@@ -170,6 +170,39 @@ impl Backend {
         Ok(self.session(session).set_timeout(Span(timeout))?)
     }
 
+    /// Pauses a session (its jail frozen); whether it was paused already.
+    pub fn pause(&self, session: &str) -> Outcome<bool> {
+        Ok(self.session(session).pause()?)
+    }
+
+    /// Resumes a paused session: how long it was paused, in ms (None: it ran already).
+    pub fn resume(&self, session: &str) -> Outcome<Option<u64>> {
+        Ok(match self.session(session).resume()? {
+            SessionReply::Resumed {
+                already: false,
+                paused_ms,
+                ..
+            } => Some(paused_ms),
+            _ => None,
+        })
+    }
+
+    /// A session's resource use now (`session_stats`).
+    pub fn stats(&self, session: &str) -> Outcome<crate::serve::reply::SessionStats> {
+        Ok(self.session(session).stats()?)
+    }
+
+    /// The environment a session's commands start with: `env -0` run in it.
+    pub fn environment(&self, session: &str) -> Outcome<Vec<(String, String)>> {
+        let reply = self.session(session).exec(&Exec::command(["env", "-0"]))?;
+        let text = reply.stdout.unwrap_or_default();
+        Ok(text
+            .split('\0')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect())
+    }
+
     /// Starts a command in the background (or on a terminal): its process.
     pub fn start(&self, session: &str, start: Start) -> Outcome<Process> {
         let exec = Exec {

@@ -58,11 +58,19 @@ pub async fn serve(
             return super::files::transfer(gateway, sandbox, method, uri.query(), &headers, body)
                 .await;
         }
+        ("GET", "/envs") => {
+            drain(body).await;
+            return super::lifecycle::envd_envs(gateway, sandbox).await;
+        }
+        ("GET", "/metrics") => {
+            drain(body).await;
+            return super::lifecycle::envd_metrics(gateway, sandbox).await;
+        }
         (_, "/envs") | (_, "/metrics") => {
             drain(body).await;
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
-                format!("{path}: not served by brig gateway yet (see docs/e2b.md)"),
+                format!("{path}: only GET is served"),
             )
             .into_response();
         }
@@ -189,14 +197,18 @@ pub async fn serve(
 /// sending, gets the answer instead of a connection reset; past it the connection goes.
 const DRAINED_AT_MOST: usize = 64 << 20;
 
-/// envd's health: 204 while the sandbox lives (its session answers `session_ps`), 502 once
-/// it has ended (killed, or at its timeout: the SDK's `is_running()` is then false), and
-/// the gateway forgets it.
+/// envd's health: 204 while the sandbox runs (its session answers `session_stats`); 502
+/// while it is paused, and once it has ended (killed, or at its timeout), when the gateway
+/// forgets it: the SDK's `is_running()` is then false.
 async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
     let backend = gateway.backend.clone();
     let id = sandbox.clone();
-    let answer = tokio::task::spawn_blocking(move || backend.processes(&id)).await;
+    let answer = tokio::task::spawn_blocking(move || backend.stats(&id)).await;
     match answer {
+        // A paused sandbox's envd does not answer at E2B: the SDK's `is_running()` is False.
+        Ok(Ok(stats)) if stats.state == "paused" => {
+            super::unreachable(&sandbox, format!("sandbox {sandbox:?} is paused"))
+        }
         Ok(Ok(_)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(err)) if err.failure == super::backend::Failure::Gone => {
             gateway.tenants.forget(&sandbox);
@@ -334,10 +346,17 @@ impl Call {
         };
         // envd's default when a client does not say: stdin open.
         let close_stdin = request.stdin == Some(false) && start.pty.is_none();
+        let gateway = self.gateway.clone();
+        let logged = super::lifecycle::EndLog {
+            gateway: self.gateway.clone(),
+            sandbox: self.sandbox.clone(),
+        };
         self.stream(
             move |backend, sandbox| {
+                let command = start.argv.join(" ");
                 let process = backend.start(sandbox, start)?;
                 let pid = process.pid.unwrap_or(0);
+                super::lifecycle::log_start(&gateway, sandbox, pid, &command);
                 let selector = Selector::Pid(pid);
                 if close_stdin {
                     // A program that has already ended has no stdin left to close.
@@ -349,7 +368,7 @@ impl Call {
                 }
                 backend.connect(sandbox, &selector)
             },
-            Events::Process,
+            Events::Process(Some(logged)),
         )
     }
 
@@ -360,7 +379,7 @@ impl Call {
         };
         self.stream(
             move |backend, sandbox| backend.connect(sandbox, &selector),
-            Events::Process,
+            Events::Process(None),
         )
     }
 
@@ -557,8 +576,9 @@ pub(super) fn selector_of(process: Option<&pb::ProcessSelector>) -> Result<Selec
 
 /// What a stream's frames become.
 enum Events {
-    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames.
-    Process,
+    /// A process's (`Start`, `Connect`): `process`, `output`, `exited` frames; a Start's
+    /// logs the end (`logs.rs`).
+    Process(Option<super::lifecycle::EndLog>),
     /// A watcher's (`WatchDir`): `watcher`, `watch_event`, `watch_end` frames, events named
     /// relative to `watched`.
     Watch { watched: String },
@@ -569,9 +589,12 @@ impl Events {
     fn message(&self, codec: Codec, frame: &Value) -> Option<(Bytes, bool)> {
         use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
         match self {
-            Events::Process => {
+            Events::Process(logged) => {
                 let event = event_of(frame)?;
                 let end = matches!(event, process_event::Event::End(_));
+                if let (Some(logged), process_event::Event::End(ended)) = (logged, &event) {
+                    logged.ended(frame["pid"].as_u64().unwrap_or(0), ended);
+                }
                 // Start and Connect answer messages of the same shape.
                 let message = pb::StartResponse {
                     event: Some(ProcessEvent { event: Some(event) }),
@@ -599,7 +622,7 @@ impl Events {
     fn keepalive(&self, codec: Codec) -> Bytes {
         use super::proto::filesystem::{WatchDirResponse, watch_dir_response};
         match self {
-            Events::Process => connect::envelope(
+            Events::Process(_) => connect::envelope(
                 codec,
                 &pb::StartResponse {
                     event: Some(ProcessEvent {

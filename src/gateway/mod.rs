@@ -30,6 +30,8 @@ mod files;
 mod health;
 mod interpreter;
 mod ports;
+mod lifecycle;
+mod logs;
 pub mod proto;
 mod rest;
 mod route;
@@ -63,6 +65,8 @@ pub struct Gateway {
     max_sandboxes_per_tenant: usize,
     /// `--templates`, and the built-in ones.
     templates: create::Templates,
+    /// What ran in each sandbox and what was done to it (`logs.rs`).
+    logs: logs::Logs,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT (then drains, `health.rs`); exit 0
@@ -157,6 +161,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
         templates,
+        logs: logs::Logs::default(),
     });
     let health = Arc::new(health::Health::new(true));
     let _guard = runtime.enter();

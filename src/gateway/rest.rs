@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// E2B's default sandbox timeout, when a request gives none.
 const DEFAULT_TIMEOUT_SECONDS: u64 = 15;
@@ -30,6 +30,15 @@ pub fn routes() -> axum::Router<Arc<Gateway>> {
         .route("/sandboxes/{id}", get(detail).delete(kill))
         .route("/sandboxes/{id}/timeout", post(set_timeout))
         .route("/sandboxes/{id}/connect", post(connect))
+        .route("/sandboxes/{id}/pause", post(super::lifecycle::pause))
+        .route("/sandboxes/{id}/resume", post(super::lifecycle::resume))
+        .route("/sandboxes/{id}/metrics", get(super::lifecycle::metrics))
+        .route("/sandboxes/metrics", get(super::lifecycle::metrics_of_many))
+        .route("/sandboxes/{id}/logs", get(super::lifecycle::logs::<false>))
+        .route(
+            "/v2/sandboxes/{id}/logs",
+            get(super::lifecycle::logs::<true>),
+        )
         .route(
             "/sandboxes/{id}/network",
             axum::routing::put(super::create::update_network),
@@ -85,7 +94,7 @@ struct NewSandbox {
 }
 
 /// A timeout in seconds, as E2B gives it (a non-negative int32).
-fn seconds(value: i64, field: &str) -> Result<Duration, ApiError> {
+pub(super) fn seconds(value: i64, field: &str) -> Result<Duration, ApiError> {
     if value <= 0 || value > i64::from(i32::MAX) {
         return Err(ApiError::bad_request(format!(
             "{field}: {value}; give a number of seconds from 1 (to close a sandbox, kill it)"
@@ -197,7 +206,7 @@ async fn create(
 }
 
 /// E2B's `Sandbox`: how to reach a sandbox (create's and connect's answer).
-fn address(template: &str, id: &str, token: Option<&str>) -> Value {
+pub(super) fn address(template: &str, id: &str, token: Option<&str>) -> Value {
     let mut sandbox = json!({
         "templateID": template,
         "alias": template,
@@ -232,7 +241,7 @@ fn sandboxes_of(
 }
 
 /// The caller's sandbox `id`: its session's entry, or 404 (none, or another tenant's).
-fn sandbox_of(gateway: &Gateway, tenant: &str, id: &str) -> Result<Value, ApiError> {
+pub(super) fn sandbox_of(gateway: &Gateway, tenant: &str, id: &str) -> Result<Value, ApiError> {
     let all = gateway.backend.list(BTreeMap::new())?;
     gateway.tenants.refresh(&all);
     all.into_iter()
@@ -267,7 +276,7 @@ fn described(session: &Value, detail: bool) -> Value {
         "cpuCount": cpus.max(1),
         "memoryMB": mib(&limits["memory"]),
         "diskSizeMB": mib(&limits["workspace_size"]),
-        "state": "running",
+        "state": if session["state"] == "paused" { "paused" } else { "running" },
         "metadata": own,
     });
     if detail {
@@ -280,7 +289,7 @@ fn described(session: &Value, detail: bool) -> Value {
     sandbox
 }
 
-fn rfc3339(unix_ms: u64) -> String {
+pub(super) fn rfc3339(unix_ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(unix_ms)).to_string()
 }
 
@@ -335,21 +344,20 @@ async fn list(
     let tenant = gateway.tenants.caller(&headers)?;
     let query = ListQuery::parse(raw.as_deref())?;
     let filter = metadata_filter(&query)?;
-    // Every sandbox here runs: a filter for paused ones only finds none.
-    let running_wanted =
-        query.states.is_empty() || query.states.iter().any(|state| state == "running");
+    let wanted = |state: &str| query.states.is_empty() || query.states.iter().any(|s| s == state);
+    let (running_wanted, paused_wanted) = (wanted("running"), wanted("paused"));
     let sessions = blocking(&gateway, move |gateway| {
         sandboxes_of(gateway, &tenant, filter)
     })
     .await?;
-    let listed: Vec<Value> = if running_wanted {
-        sessions
-            .iter()
-            .map(|session| described(session, false))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let listed: Vec<Value> = sessions
+        .iter()
+        .map(|session| described(session, false))
+        .filter(|sandbox| match sandbox["state"] == "paused" {
+            true => paused_wanted,
+            false => running_wanted,
+        })
+        .collect();
     Ok(Json(listed).into_response())
 }
 
@@ -373,6 +381,7 @@ async fn kill(
         owned(gateway, &tenant, &id)?;
         let closed = gateway.backend.close(&id);
         gateway.tenants.forget(&id);
+        gateway.logs.forget(&id);
         closed.map_err(|err| gone_is_not_found(err, &id))
     })
     .await?;
@@ -423,14 +432,21 @@ async fn set_timeout(
         gateway
             .backend
             .set_timeout(&id, timeout)
-            .map_err(|err| gone_is_not_found(err, &id))
+            .map_err(|err| gone_is_not_found(err, &id))?;
+        let seconds = timeout.as_secs().to_string();
+        let fields = [("timeout_s", seconds)];
+        gateway
+            .logs
+            .record(&id, super::logs::Level::Info, "timeout set", &fields);
+        Ok(())
     })
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// E2B's connect: the sandbox's address, its end moved to `timeout` from now if that is
-/// later (a running sandbox's life is only ever extended by it).
+/// E2B's connect: the sandbox's address (201 when it was paused and is resumed, 200 when
+/// it ran), its end moved to `timeout` from now if that is later (a sandbox's life is
+/// only ever extended by it).
 async fn connect(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
@@ -438,17 +454,9 @@ async fn connect(
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
-    let session = blocking(&gateway, move |gateway| {
+    let (session, resumed) = blocking(&gateway, move |gateway| {
         let session = sandbox_of(gateway, &tenant, &id)?;
-        let wanted = SystemTime::now() + timeout;
-        let ends = UNIX_EPOCH + Duration::from_millis(session["ends_at_ms"].as_u64().unwrap_or(0));
-        if wanted > ends {
-            gateway
-                .backend
-                .set_timeout(&id, timeout)
-                .map_err(|err| gone_is_not_found(err, &id))?;
-        }
-        Ok(session)
+        super::lifecycle::resume_and_extend(gateway, &tenant, session, timeout)
     })
     .await?;
     let metadata = &session["metadata"];
@@ -457,7 +465,11 @@ async fn connect(
         session["session"].as_str().unwrap_or_default(),
         metadata[TOKEN_KEY].as_str(),
     );
-    Ok((StatusCode::OK, Json(sandbox)).into_response())
+    let status = match resumed {
+        true => StatusCode::CREATED,
+        false => StatusCode::OK,
+    };
+    Ok((status, Json(sandbox)).into_response())
 }
 
 /// Whether the server behind the gateway answers (for `brig gateway`'s start).

@@ -335,9 +335,36 @@ impl<'p> SessionJail<'p> {
         self.jail.cgroup_version()
     }
 
+    /// Whether the jail can be paused: it has a cgroup with a freezer.
+    pub fn freezable(&self) -> bool {
+        self.jail
+            .cgroup()
+            .is_some_and(crate::cgroup::JailCgroup::freezable)
+    }
+
+    /// Stops every process of the jail where it is (the cgroup freezer), init too: no
+    /// program may be started or signalled until [`SessionJail::thaw`].
+    pub fn freeze(&self) -> Result<()> {
+        match self.jail.cgroup() {
+            Some(cgroup) => cgroup.freeze(),
+            None => Err(crate::error::Error::host(format!(
+                "pause: the session's jail has no cgroup of its own to freeze; {}",
+                crate::cgroup::delegation_fix()
+            ))),
+        }
+    }
+
+    pub fn thaw(&self) -> Result<()> {
+        self.jail
+            .cgroup()
+            .map_or(Ok(()), crate::cgroup::JailCgroup::thaw)
+    }
+
     /// Ends the session: every process killed, init reaped, the network relay stopped;
-    /// the cgroup goes as this is dropped.
+    /// the cgroup goes as this is dropped. A paused jail is thawed first: a frozen init
+    /// does not die of its SIGKILL (v1) until it is.
     pub fn end(mut self) {
+        let _ = self.thaw();
         self.jail.end();
         if let Some(forwarder) = self.forwarder.take() {
             forwarder.finish();

@@ -257,6 +257,11 @@ impl<'p> Jail<'p> {
         self.cgroup.as_ref().map(JailCgroup::version)
     }
 
+    /// The jail's own cgroup (a session pauses and thaws it); None without one.
+    pub(super) fn cgroup(&self) -> Option<&JailCgroup> {
+        self.cgroup.as_ref()
+    }
+
     /// A reader of the jail cgroup's counters for another thread; None without a cgroup.
     pub fn cgroup_probe(&self) -> Option<crate::cgroup::UsageProbe> {
         self.cgroup.as_ref().map(crate::cgroup::JailCgroup::probe)

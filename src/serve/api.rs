@@ -951,6 +951,38 @@ impl Session {
         }
     }
 
+    /// Pauses the session: every process of its jail frozen where it is, its timeout and
+    /// idle timer stopped. Whether it was paused already.
+    pub fn pause(&self) -> Result<bool> {
+        match self.client.request(&Request::SessionPause {
+            session: self.id.clone(),
+        })? {
+            SessionReply::Paused { already, .. } => Ok(already),
+            other => Err(unexpected(&other, "paused")),
+        }
+    }
+
+    /// Resumes a paused session: its `resumed` frame (`already`: it was not paused; how
+    /// long it was; its end, moved by that).
+    pub fn resume(&self) -> Result<SessionReply> {
+        match self.client.request(&Request::SessionResume {
+            session: self.id.clone(),
+        })? {
+            reply @ SessionReply::Resumed { .. } => Ok(reply),
+            other => Err(unexpected(&other, "resumed")),
+        }
+    }
+
+    /// The session's resource use now (CPU, memory, workspace).
+    pub fn stats(&self) -> Result<crate::serve::reply::SessionStats> {
+        match self.client.request(&Request::SessionStats {
+            session: self.id.clone(),
+        })? {
+            SessionReply::Stats(stats) => Ok(*stats),
+            other => Err(unexpected(&other, "stats")),
+        }
+    }
+
     /// Closes the session: its jail, processes and workspace are destroyed.
     pub fn close(&self) -> Result<()> {
         match self.client.request(&Request::SessionClose {

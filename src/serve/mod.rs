@@ -23,6 +23,7 @@ mod api;
 pub mod client;
 mod files;
 mod kernel;
+pub mod lifecycle;
 pub mod policy;
 pub mod protocol;
 pub mod reply;

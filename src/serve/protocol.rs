@@ -271,6 +271,18 @@ pub enum Request {
         session: String,
         timeout: Span,
     },
+    /// Freezes every process of the session where it is (the cgroup freezer) until
+    /// `session_resume`; its timeout and idle timer stop meanwhile (`lifecycle.rs`).
+    SessionPause {
+        session: String,
+    },
+    SessionResume {
+        session: String,
+    },
+    /// The session's resource use now: CPU, memory, workspace (`session_lifecycle.rs`).
+    SessionStats {
+        session: String,
+    },
     /// A session's code contexts: independent interpreters (`session_context.rs`).
     SessionContext {
         session: String,
@@ -345,6 +357,9 @@ impl Request {
             | Request::SessionSignal { session, .. }
             | Request::SessionKill { session, .. }
             | Request::SessionClose { session }
+            | Request::SessionPause { session }
+            | Request::SessionResume { session }
+            | Request::SessionStats { session }
             | Request::SessionContext { session, .. } => Some(session),
             _ => None,
         }

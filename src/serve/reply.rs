@@ -152,6 +152,21 @@ pub enum SessionReply {
         session: String,
         timeout_ms: u64,
     },
+    /// `session_pause`: its processes are frozen (`already`: it was paused before).
+    Paused {
+        session: String,
+        already: bool,
+    },
+    /// `session_resume`: its processes run on (`already`: it was not paused); its end,
+    /// moved by the time it was paused.
+    Resumed {
+        session: String,
+        already: bool,
+        paused_ms: u64,
+        ends_at_ms: u64,
+    },
+    /// `session_stats`.
+    Stats(Box<SessionStats>),
     Context {
         context: ContextInfo,
     },
@@ -416,7 +431,7 @@ pub struct SessionInfo {
     pub session: String,
     pub uid: u32,
     pub metadata: BTreeMap<String, String>,
-    /// busy or idle.
+    /// busy, idle or paused.
     pub state: String,
     /// Milliseconds since the Unix epoch, by the server's clock.
     pub created_at_ms: u64,
@@ -427,6 +442,32 @@ pub struct SessionInfo {
     pub age_ms: u64,
     pub idle_ms: u64,
     pub requests: u64,
+}
+
+/// A session's resource use as its runner reads it (`session_stats`): the counters of
+/// its cgroup (the reader the verdict's usage uses) and its workspace's file system.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct SessionStats {
+    pub session: String,
+    /// `running` or `paused`.
+    pub state: String,
+    /// Milliseconds since the Unix epoch, when the counters were read.
+    pub at_ms: u64,
+    /// The CPUs the session may use (its `cpus` limit, else the host's).
+    pub cpus: f64,
+    /// CPU time of every process of the session since it started, microseconds; None
+    /// without a cgroup that counts it.
+    pub cpu_usec: Option<u64>,
+    /// Of `cpus`, the percent used since the previous `session_stats` (or the session's
+    /// start).
+    pub cpu_percent: f64,
+    /// Memory charged to the session's cgroup now, of it the page cache, and its limit.
+    pub memory_bytes: Option<u64>,
+    pub memory_cache_bytes: Option<u64>,
+    pub memory_limit: Option<u64>,
+    /// The workspace's file system: bytes used and its size.
+    pub workspace_used: u64,
+    pub workspace_size: u64,
 }
 
 /// A session's limits as `session_list` shows them.

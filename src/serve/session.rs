@@ -38,6 +38,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+#[path = "session_lifecycle.rs"]
+mod session_lifecycle;
 #[path = "session_loop.rs"]
 mod session_loop;
 #[path = "session_process.rs"]
@@ -275,6 +277,8 @@ struct Session<'p> {
     processes: session_loop::Processes,
     /// Its cells, running and waiting (`session/cell.rs`).
     cells: cell::Cells,
+    /// Paused or not, and its CPU readings (`session_lifecycle.rs`).
+    lifecycle: session_lifecycle::Lifecycle,
 }
 
 /// Why an exec ended early.
@@ -368,6 +372,7 @@ impl<'p> Session<'p> {
             watches: Default::default(),
             processes: session_loop::Processes::default(),
             cells: cell::Cells::default(),
+            lifecycle: Default::default(),
         }
     }
 
@@ -385,7 +390,8 @@ impl<'p> Session<'p> {
         }
         let now = Instant::now();
         if self.ended.is_none() {
-            if self.ends_at.is_some_and(|at| now >= at) {
+            // A paused session's end moves with the clock: it is never reached.
+            if self.ends_at.is_some_and(|at| now >= at) && !self.lifecycle.paused() {
                 self.ended = Some("it reached its session_timeout");
             } else if self.drain_by.is_some_and(|at| now >= at) {
                 self.ended = Some(DRAINING);

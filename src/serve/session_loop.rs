@@ -162,7 +162,11 @@ impl<'p> Session<'p> {
             {
                 last_request = now;
             }
-            let wake = sooner(Some(ends_at.min(last_request + idle)), self.drain_by);
+            // Paused, neither the session's end nor its idle timer runs; its end is
+            // `self.ends_at`, moved by session_set_timeout and by a pause.
+            let clock = (!self.lifecycle.paused())
+                .then(|| self.ends_at.unwrap_or(ends_at).min(last_request + idle));
+            let wake = sooner(clock, self.drain_by);
             let wake = sooner(wake, self.processes.next_deadline());
             let wake = sooner(wake, self.cells.next_deadline());
             let wake = sooner(wake, self.starting_deadline());
@@ -185,6 +189,7 @@ impl<'p> Session<'p> {
                 break DRAINING;
             }
             if !self.processes.busy()
+                && !self.lifecycle.paused()
                 && !self.cells.busy()
                 && self.watches.streams().next().is_none()
                 && Instant::now() >= last_request + idle
@@ -569,8 +574,11 @@ impl<'p> Session<'p> {
         connection: OwnedFd,
         memfd: OwnedFd,
     ) {
-        let Some((request, connection, memfd)) =
-            self.watch_stream_request(request, connection, memfd)
+        let Some((request, connection, memfd)) = self
+            .lifecycle_request(request, connection, memfd)
+            .and_then(|(request, connection, memfd)| {
+                self.watch_stream_request(request, connection, memfd)
+            })
         else {
             return;
         };

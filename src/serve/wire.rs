@@ -46,6 +46,9 @@ pub enum Report {
     Failed { message: String },
     /// The client has its answer; the jail is being torn down.
     Answered,
+    /// A session's `session_pause` failed (its freeze did not finish): the server, which
+    /// marked the session paused as it routed the request, marks it running again.
+    NotPaused,
 }
 
 /// The interpreters a pooled jail can keep started (how each is launched: `warm.rs`).
@@ -96,6 +99,9 @@ pub struct Opening {
     pub metadata: session_meta::Metadata,
     #[serde(skip)]
     pub limits: session_meta::Limits,
+    /// The session's jail has a cgroup with a freezer: `session_pause` can be served.
+    #[serde(skip)]
+    pub freezable: bool,
 }
 
 /// Why a session ends when its server drains (SIGTERM, SIGINT); what its waiting clients

@@ -1055,6 +1055,23 @@ class Sandbox:
         at most the server's --session-timeout."""
         self._request({"type": "session_set_timeout", "timeout": _duration(timeout)}, "timeout")
 
+    def pause(self) -> bool:
+        """Pauses the session: every process of its jail frozen where it is (the cgroup
+        freezer), its timeout and idle timer stopped, until `resume()`. True if it was
+        paused already. Refused (BrigError) where the jail has no cgroup with a freezer."""
+        return self._request({"type": "session_pause"}, "paused")["already"]
+
+    def resume(self) -> Dict[str, Any]:
+        """Resumes a paused session where it was: the `resumed` reply (`already`: it was
+        not paused; `paused_ms`; `ends_at_ms`, its end moved by the pause)."""
+        return self._request({"type": "session_resume"}, "resumed")
+
+    def stats(self) -> Dict[str, Any]:
+        """The session's resource use now: `cpus`, `cpu_usec`, `cpu_percent` (since the
+        previous call), `memory_bytes`, `memory_limit`, `workspace_used`,
+        `workspace_size`, `state` (running or paused)."""
+        return self._request({"type": "session_stats"}, "stats")
+
     def create_code_context(self, language: str = "python", cwd: Optional[str] = None) -> CodeContext:
         """A new interpreter of `language` (python, node or bash) in this session, with state
         of its own, started in `cwd` (a path in the jail) or the session's directory. A

@@ -231,6 +231,7 @@ fn with_placeholder(mut options: JailOptions) -> JailOptions {
 fn session_plan(options: JailOptions) -> Result<Plan> {
     let mut plan = Plan::resolve(with_placeholder(options))?;
     plan.limits.cgroup.oom_kills_one = true;
+    plan.limits.cgroup.pausable = true;
     Ok(plan)
 }
 
@@ -498,6 +499,9 @@ impl Server {
             | Request::SessionSignal { .. }
             | Request::SessionKill { .. }
             | Request::SessionContext { .. }
+            | Request::SessionPause { .. }
+            | Request::SessionResume { .. }
+            | Request::SessionStats { .. }
             | Request::SessionClose { .. }) => {
                 if let Err(err) = self
                     .admit_to_session(&request, &incoming.peer)

@@ -408,6 +408,11 @@ impl Server {
                         *answering = false;
                     }
                 }
+                Ok(Report::NotPaused) => {
+                    if let Role::Session(session) = &mut self.runners[at].role {
+                        session.paused_at = None;
+                    }
+                }
                 Ok(Report::Failed { message }) => {
                     self.status.failures += 1;
                     self.failures_in_a_row += 1;
@@ -543,6 +548,7 @@ mod tests {
             drain_grace_ms: 0,
             metadata: Default::default(),
             limits: Default::default(),
+            freezable: false,
         };
         Role::Session(Box::new(SessionEntry::of(&opening)))
     }

@@ -11,7 +11,7 @@ use crate::serve::policy;
 use crate::serve::protocol::{self, Request};
 use crate::serve::reply::{SessionInfo, SessionReply};
 use crate::serve::wire::{Opening, SessionStart, Start, ToSession};
-use crate::serve::{session_meta, session_network};
+use crate::serve::{lifecycle, session_meta, session_network};
 use crate::units::{Size, Span};
 use crate::verdict::Peer;
 use std::os::fd::{AsFd, OwnedFd};
@@ -35,6 +35,11 @@ pub(super) struct SessionEntry {
     /// request routed) while its runner tears it down, so that a client answered
     /// `closed` never finds it again.
     pub(super) closing: bool,
+    /// Paused since then (`session_pause` routed): its end moves meanwhile
+    /// (`lifecycle.rs`).
+    pub(super) paused_at: Option<Instant>,
+    /// Its jail has a cgroup with a freezer (else `session_pause` is refused).
+    pub(super) freezable: bool,
 }
 
 impl Server {
@@ -119,6 +124,7 @@ impl Server {
             drain_grace_ms: self.args.drain_grace.0.as_millis() as u64,
             metadata,
             limits: session_meta::Limits::default(),
+            freezable: false,
         };
         let connection = OwnedFd::from(
             stream
@@ -132,6 +138,7 @@ impl Server {
         match ready {
             Some(at) if pooled => {
                 opening.limits = session_meta::Limits::of(&self.session_plan, idle_timeout);
+                opening.freezable = freezable(&self.session_plan);
                 let runner = &mut self.runners[at];
                 let entry = SessionEntry::of(&opening);
                 let open = ToSession::Open(opening);
@@ -146,7 +153,9 @@ impl Server {
                     None => Plan::resolve(with_placeholder(options.clone()))?,
                 };
                 plan.limits.cgroup.oom_kills_one = true;
+                plan.limits.cgroup.pausable = true;
                 opening.limits = session_meta::Limits::of(&plan, idle_timeout);
+                opening.freezable = freezable(&plan);
                 let start = SessionStart {
                     plan,
                     options,
@@ -225,6 +234,12 @@ impl Server {
         if let Request::SessionSetTimeout { timeout, .. } = request {
             session.ends_at = Instant::now() + timeout.0;
         }
+        lifecycle::routed(
+            request,
+            &mut session.ends_at,
+            &mut session.paused_at,
+            Instant::now(),
+        );
         session.activity.routed(memfd);
         if let Request::SessionClose { .. } = request {
             session.closing = true;
@@ -266,6 +281,7 @@ impl Server {
             Request::SessionSetTimeout { timeout, .. } => {
                 session_meta::check_timeout(*timeout, self.args.session_timeout).map(|_| ())
             }
+            Request::SessionPause { .. } if !session.freezable => Err(lifecycle::unfreezable(id)),
             _ => Ok(()),
         }
     }
@@ -281,8 +297,13 @@ impl Server {
             .runners
             .iter_mut()
             .filter_map(Runner::session_mut)
-            // Closed, or past its end (its runner is ending it): gone for its clients.
-            .filter(|session| !session.closing && session.ends_at > Instant::now())
+            // Closed, or past its end (its runner is ending it): gone for its clients. A
+            // paused session's end moves with the clock.
+            .filter(|session| {
+                !session.closing
+                    && lifecycle::end_as_of(session.ends_at, session.paused_at, Instant::now())
+                        > Instant::now()
+            })
             .filter(|session| peer.uid == 0 || peer.uid == own || peer.uid == session.owner.uid)
             .filter(|session| session_meta::matches(&session.metadata, filter))
             .map(|session| {
@@ -291,14 +312,23 @@ impl Server {
                 // session has no idle deadline running.
                 let idle_since = session_meta::unix_ms(session.last_request)
                     .max(last_done.map_or(0, session_meta::wall_ms));
-                let idle_deadline = (!busy).then(|| idle_since + session.limits.idle_timeout_ms);
+                let paused = session.paused_at.is_some();
+                let idle_deadline =
+                    (!busy && !paused).then(|| idle_since + session.limits.idle_timeout_ms);
+                let ends_at =
+                    lifecycle::end_as_of(session.ends_at, session.paused_at, Instant::now());
                 SessionInfo {
                     session: session.id.clone(),
                     uid: session.owner.uid,
                     metadata: session.metadata.clone(),
-                    state: if busy { "busy" } else { "idle" }.into(),
+                    state: match (paused, busy) {
+                        (true, _) => "paused",
+                        (false, true) => "busy",
+                        (false, false) => "idle",
+                    }
+                    .into(),
                     created_at_ms: session_meta::wall_ms(session.created_at),
-                    ends_at_ms: session_meta::unix_ms(session.ends_at),
+                    ends_at_ms: session_meta::unix_ms(ends_at),
                     idle_deadline_ms: idle_deadline,
                     limits: session.limits.clone(),
                     age_ms: session.created.elapsed().as_millis() as u64,
@@ -322,6 +352,14 @@ fn at_most(field: &str, asked: Option<Span>, ours: Span) -> Result<Duration> {
         ))),
         asked => Ok(asked.unwrap_or(ours).0),
     }
+}
+
+/// Whether a jail of `plan` can be paused: a cgroup of its own with a freezer.
+fn freezable(plan: &Plan) -> bool {
+    plan.limits
+        .placement
+        .as_ref()
+        .is_some_and(|placement| placement.freezer)
 }
 
 /// A session asking for nothing of its own (no option, no workspace size) gets a jail
@@ -357,6 +395,8 @@ impl SessionEntry {
             limits: opening.limits.clone(),
             activity: session_meta::Activity::default(),
             closing: false,
+            paused_at: None,
+            freezable: opening.freezable,
         }
     }
 }
