@@ -231,6 +231,13 @@ pub struct JailOptions {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_ca: Option<PathBuf>,
 
+    /// Secrets a client of `brig serve` gave with their values (a session's `secrets`):
+    /// set by the server after its checks, never read from a command line, a file or the
+    /// wire as an option, never serialized.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub given_secrets: Vec<crate::net::secrets::Given>,
+
     /// User id inside the jail [default: 1000].
     #[arg(long, value_name = "UID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -425,6 +432,7 @@ impl JailOptions {
             secret_host: append(self.secret_host, over.secret_host),
             secret_strict: self.secret_strict || over.secret_strict,
             upstream_ca: over.upstream_ca.or(self.upstream_ca),
+            given_secrets: [self.given_secrets, over.given_secrets].concat(),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
             host_uid_range: over.host_uid_range.or(self.host_uid_range),

@@ -15,7 +15,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use serde::ser::{SerializeSeq, SerializeStruct};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -124,13 +124,64 @@ pub struct Asked<'a> {
     pub secret_host: &'a [String],
     pub upstream_ca: Option<&'a Path>,
     pub strict: bool,
+    /// Secrets a client of `brig serve` gave with the value (a session's `secrets`).
+    pub given: &'a [Given],
+}
+
+/// A secret given with its value, as a session's creation carries it over the server's
+/// socket (`secrets: [{name, value, hosts}]`; the clients read `env:`/`file:` on their
+/// side). Its `Debug` never shows the value, and it is never serialized back: no reply,
+/// log or error holds it.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Given {
+    pub name: String,
+    pub value: String,
+    /// `HOST` or `HOST:PORT`, each entitled to it.
+    pub hosts: Vec<String>,
+}
+
+impl fmt::Debug for Given {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "Given({}, hosts {:?})", self.name, self.hosts)
+    }
+}
+
+impl Given {
+    /// `NAME=env:VAR|file:PATH` (read now, on the client's side) with its
+    /// `NAME=HOST[:PORT]` entitlements: what `brig session create --secret` sends.
+    pub fn read(secret: &[String], secret_host: &[String]) -> Result<Vec<Given>> {
+        let mut given: Vec<Given> = Vec::new();
+        for text in secret {
+            let read = read_secret(text)?;
+            given.push(Given {
+                name: read.name,
+                value: read.value,
+                hosts: Vec::new(),
+            });
+        }
+        for text in secret_host {
+            let (name, host) = text.split_once('=').ok_or_else(|| {
+                Error::input(format!(
+                    "--secret-host {text}: expected NAME=HOST[:PORT], e.g. API_KEY=api.example.com"
+                ))
+            })?;
+            let Some(secret) = given.iter_mut().find(|secret| secret.name == name) else {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
+                )));
+            };
+            secret.hosts.push(host.to_string());
+        }
+        Ok(given)
+    }
 }
 
 impl Secrets {
     /// Reads each secret's value, checks every flag (one-line errors naming the flag and
     /// the fix), makes the jail's CA and the upstream trust. None: no `--secret`.
     pub fn plan(asked: &Asked) -> Result<Option<Secrets>> {
-        if asked.secret.is_empty() {
+        if asked.secret.is_empty() && asked.given.is_empty() {
             if let Some(text) = asked.secret_host.first() {
                 return Err(Error::input(format!(
                     "--secret-host {text}: no --secret names it; add --secret NAME=env:VAR or --secret NAME=file:PATH"
@@ -163,6 +214,9 @@ impl Secrets {
                 )));
             };
             secret.hosts.push(entitled);
+        }
+        for (index, given) in asked.given.iter().enumerate() {
+            secrets.push(check_given(index, given, &secrets)?);
         }
         if let Some(secret) = secrets.iter().find(|secret| secret.hosts.is_empty()) {
             return Err(Error::input(format!(
@@ -282,10 +336,7 @@ fn read_secret(text: &str) -> Result<Secret> {
     let (name, source) = text
         .split_once('=')
         .ok_or_else(|| Error::input(format!("--secret {text}: {usage}")))?;
-    let valid_name = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid_name {
+    if !valid_name(name) {
         return Err(Error::input(format!(
             "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
         )));
@@ -317,6 +368,61 @@ fn read_secret(text: &str) -> Result<Secret> {
         placeholder: placeholder(name),
         hosts: Vec::new(),
     })
+}
+
+/// A client's secret, checked as `--secret` is (one-line errors naming the field and the
+/// fix, never the value).
+fn check_given(index: usize, given: &Given, earlier: &[Secret]) -> Result<Secret> {
+    let field = format!("secrets[{index}]");
+    if !valid_name(&given.name) {
+        return Err(Error::input(format!(
+            "{field}.name {:?}: not an environment variable name; use letters, digits and _",
+            given.name
+        )));
+    }
+    let name = &given.name;
+    if earlier.iter().any(|secret| &secret.name == name) {
+        return Err(Error::input(format!(
+            "{field}.name {name}: given twice (or also the server's own --secret); give each secret once"
+        )));
+    }
+    if given.value.is_empty() || given.value.contains(['\r', '\n', '\0']) {
+        return Err(Error::input(format!(
+            "{field}.value ({name}): empty or holds a line break or NUL; give one line"
+        )));
+    }
+    if given.value.len() > MAX_VALUE {
+        return Err(Error::input(format!(
+            "{field}.value ({name}): longer than {MAX_VALUE} bytes; give a shorter value"
+        )));
+    }
+    if given.hosts.is_empty() {
+        return Err(Error::input(format!(
+            "{field}.hosts ({name}): no host is entitled to it; give at least one, e.g. [\"api.example.com\"]"
+        )));
+    }
+    let hosts = given
+        .hosts
+        .iter()
+        .map(|host| {
+            parse_host(host).map_err(|why| Error::input(format!("{field}.hosts {host}: {why}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Secret {
+        name: name.clone(),
+        value: given.value.clone(),
+        placeholder: placeholder(name),
+        hosts,
+    })
+}
+
+/// The longest value a client may give (a header's worth).
+const MAX_VALUE: usize = 8 * 1024;
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits.
@@ -414,6 +520,7 @@ mod tests {
             secret_host: &owned(hosts),
             upstream_ca: None,
             strict: false,
+            given: &[],
         })
     }
 

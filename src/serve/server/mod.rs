@@ -457,6 +457,7 @@ impl Server {
                 idle_timeout,
                 workspace_size,
                 metadata,
+                secrets,
             } => {
                 let asked = SessionAsk {
                     options: *options,
@@ -464,6 +465,7 @@ impl Server {
                     idle_timeout,
                     workspace_size,
                     metadata,
+                    secrets,
                 };
                 if let Err(err) = self.create_session(&stream, asked, incoming.peer) {
                     self.status.refused += 1;
