@@ -80,6 +80,8 @@ pub struct NewSession {
     pub env: Vec<String>,
     /// No network at all (E2B's `allow_internet_access: false`).
     pub no_network: bool,
+    /// The tenant's `--tenant-secrets`.
+    pub secrets: Vec<crate::net::secrets::Given>,
 }
 
 /// A command to start in the background.
@@ -128,6 +130,7 @@ impl Backend {
             options,
             session_timeout: Some(Span(new.timeout)),
             metadata: new.metadata,
+            secrets: new.secrets,
             ..Create::default()
         })?;
         Ok(session.id().to_string())

@@ -24,6 +24,7 @@ mod files;
 mod interpreter;
 pub mod proto;
 mod rest;
+mod secrets;
 mod tls;
 
 pub use config::{ApiKeys, GatewayArgs};
@@ -51,12 +52,15 @@ pub struct Gateway {
     streams: Arc<tokio::sync::Semaphore>,
     /// `--max-sandboxes-per-tenant` (0: none).
     max_sandboxes_per_tenant: usize,
+    /// `--tenant-secrets`.
+    secrets: secrets::TenantSecrets,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT; exit 0 then, 125 when it cannot start
 /// as configured.
 pub fn run(args: GatewayArgs) -> Result<i32> {
     let keys = ApiKeys::read(&args.api_keys)?;
+    let tenant_secrets = secrets::TenantSecrets::read(args.tenant_secrets.as_deref())?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
@@ -97,6 +101,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+        secrets: tenant_secrets,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -174,6 +174,7 @@ async fn create(
         metadata,
         env,
         no_network: request.allow_internet_access == Some(false),
+        secrets: gateway.secrets.of(&tenant),
     };
     let cap = gateway.max_sandboxes_per_tenant;
     let creator = tenant.clone();

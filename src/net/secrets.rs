@@ -171,6 +171,7 @@ impl Given {
                     "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
                 )));
             };
+            parse_host(host).map_err(|why| Error::input(format!("--secret-host {text}: {why}")))?;
             secret.hosts.push(host.to_string());
         }
         Ok(given)

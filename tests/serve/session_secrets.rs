@@ -2,7 +2,9 @@
 //! `secrets=`, `brig session create --secret`): the jail holds a placeholder, brig puts
 //! the value in the HTTPS request headers to the entitled host (the tests' TLS server,
 //! its CA given to the server by `--upstream-ca`), and the value is in no reply, list,
-//! error, server stderr or anything the jail can read. As root and rootless.
+//! error, server stderr or anything the jail can read. `brig gateway --tenant-secrets`
+//! gives a tenant's secrets to its sandboxes, driven by E2B's pinned Python SDK. As root
+//! and rootless.
 
 use crate::common;
 
@@ -15,6 +17,7 @@ both_modes!(
     a_session_secret_reaches_the_entitled_host_and_never_the_jail,
     bad_session_secrets_are_refused_naming_the_field_never_the_value,
     the_python_and_node_clients_and_the_command_line_give_secrets,
+    the_gateway_gives_a_tenant_s_secrets_to_its_sandboxes_only,
 );
 
 const WEB: &str = "web.test";
@@ -290,6 +293,66 @@ fn the_python_and_node_clients_and_the_command_line_give_secrets(mode: Mode) {
     assert_eq!(
         authorizations(&servers),
         vec![format!("Bearer {value}"); 3],
+        "{:?}",
+        servers.log()
+    );
+}
+
+/// Tenant A's sandbox (`sys.argv[2]`: the TLS server's port) gets API_KEY as a
+/// placeholder and the server the value; tenant B's sandbox (its key `sys.argv[3]`) has
+/// no API_KEY at all.
+const GATEWAY_SCRIPT: &str = r#"
+import sys
+from e2b import Sandbox
+port, other_key = sys.argv[2], sys.argv[3]
+sbx = Sandbox.create()
+result = sbx.commands.run(f'curl -sS -H "Authorization: Bearer $API_KEY" https://web.test:{port}/host; echo; echo "$API_KEY" | cut -c1-11')
+assert result.stdout == f"web.test:{port}\nbrig-secret\n", result
+sbx.kill()
+other = Sandbox.create(api_key=other_key)
+result = other.commands.run('echo "${API_KEY:-none}"')
+assert result.stdout == "none\n", result
+other.kill()
+print("PASS")
+"#;
+
+fn the_gateway_gives_a_tenant_s_secrets_to_its_sandboxes_only(mode: Mode) {
+    use crate::gateway::{Gateway, KEY_A, KEY_B, assert_passed, sdk_python};
+    if !require_tun(mode) || !require_program("curl", "apt install curl") {
+        return;
+    }
+    let Some(python) = sdk_python() else {
+        return;
+    };
+    let servers = Servers::start();
+    let server = server_for(mode, &servers);
+    let value = real_value();
+    let dir = TempDir::new("tenant-secrets");
+    let key = dir.file("alice-key", &format!("{value}\n"));
+    let file = dir.file(
+        "secrets",
+        &format!(
+            "# alice's sandboxes call web.test with her key\nalice API_KEY=file:{} {WEB}:{}\n",
+            key.display(),
+            servers.tls
+        ),
+    );
+    let gateway = Gateway::start_with(mode, &server, &["--tenant-secrets", file.to_str().unwrap()]);
+    let port = servers.tls.to_string();
+    let script = format!(
+        "import sys\nsys.argv[2:] = {:?}\n{GATEWAY_SCRIPT}",
+        [port.as_str(), KEY_B]
+    );
+    let output = gateway.sdk_of(python, KEY_A, &script);
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains(&value),
+        "{}",
+        describe(&output)
+    );
+    assert_passed(Some(output));
+    assert_eq!(
+        authorizations(&servers),
+        vec![format!("Bearer {value}")],
         "{:?}",
         servers.log()
     );
