@@ -219,6 +219,12 @@ pub struct JailOptions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_host: Vec<String>,
 
+    /// The secret NAME's placeholder is replaced in request bodies to its hosts too (text,
+    /// JSON and form bodies up to 1 MiB; repeatable).
+    #[arg(long = "secret-body", value_name = "NAME")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_body: Vec<String>,
+
     /// A secret's placeholder sent to a host not entitled to it ends that connection
     /// (without it the placeholder goes on unchanged and is reported).
     #[arg(long)]
@@ -430,6 +436,7 @@ impl JailOptions {
             net_connections: over.net_connections.or(self.net_connections),
             secret: append(self.secret, over.secret),
             secret_host: append(self.secret_host, over.secret_host),
+            secret_body: append(self.secret_body, over.secret_body),
             secret_strict: self.secret_strict || over.secret_strict,
             upstream_ca: over.upstream_ca.or(self.upstream_ca),
             given_secrets: [self.given_secrets, over.given_secrets].concat(),

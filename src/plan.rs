@@ -215,6 +215,7 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         (options.net_connections.is_some(), "--net-connections"),
         (!options.secret.is_empty(), "--secret"),
         (!options.secret_host.is_empty(), "--secret-host"),
+        (!options.secret_body.is_empty(), "--secret-body"),
         (options.secret_strict, "--secret-strict"),
         (options.upstream_ca.is_some(), "--upstream-ca"),
         (!options.given_secrets.is_empty(), "secrets"),
@@ -249,6 +250,7 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         secret_host: &options.secret_host,
         upstream_ca: options.upstream_ca.as_deref(),
         strict: options.secret_strict,
+        secret_body: &options.secret_body,
         given: &options.given_secrets,
     })?
     .map(Arc::new);

@@ -56,7 +56,7 @@ impl TenantSecrets {
                 .split(',')
                 .map(|host| format!("{name}={host}"))
                 .collect();
-            let mut read = Given::read(&[spec.to_string()], &entitled)
+            let mut read = Given::read(&[spec.to_string()], &entitled, &[])
                 .map_err(|err| Error::input(format!("{at}: {err}")))?;
             let mine = secrets.tenants.entry(tenant.to_string()).or_default();
             if mine.iter().any(|earlier| earlier.name == name) {

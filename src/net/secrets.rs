@@ -41,6 +41,9 @@ pub struct Secret {
     pub placeholder: String,
     /// (host, port; None: any port).
     pub hosts: Vec<(String, Option<u16>)>,
+    /// `--secret-body`: the placeholder is replaced in request bodies too (text, JSON
+    /// and form bodies up to 1 MiB, `forward::body`).
+    pub body: bool,
 }
 
 impl Secret {
@@ -93,9 +96,12 @@ impl Serialize for Secrets {
                         None => host.clone(),
                     })
                     .collect();
-                let mut shown = serializer.serialize_struct("Secret", 2)?;
+                let mut shown = serializer.serialize_struct("Secret", 3)?;
                 shown.serialize_field("name", &self.0.name)?;
                 shown.serialize_field("hosts", &hosts)?;
+                if self.0.body {
+                    shown.serialize_field("body", &true)?;
+                }
                 shown.end()
             }
         }
@@ -124,6 +130,8 @@ pub struct Asked<'a> {
     pub secret_host: &'a [String],
     pub upstream_ca: Option<&'a Path>,
     pub strict: bool,
+    /// `--secret-body NAME`: the secrets replaced in request bodies too.
+    pub secret_body: &'a [String],
     /// Secrets a client of `brig serve` gave with the value (a session's `secrets`).
     pub given: &'a [Given],
 }
@@ -139,6 +147,9 @@ pub struct Given {
     pub value: String,
     /// `HOST` or `HOST:PORT`, each entitled to it.
     pub hosts: Vec<String>,
+    /// Replaced in request bodies too (as `--secret-body`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body: bool,
 }
 
 impl fmt::Debug for Given {
@@ -150,11 +161,16 @@ impl fmt::Debug for Given {
 impl Given {
     /// `NAME=env:VAR|file:PATH` (read now, on the client's side) with its
     /// `NAME=HOST[:PORT]` entitlements: what `brig session create --secret` sends.
-    pub fn read(secret: &[String], secret_host: &[String]) -> Result<Vec<Given>> {
+    pub fn read(
+        secret: &[String],
+        secret_host: &[String],
+        secret_body: &[String],
+    ) -> Result<Vec<Given>> {
         let mut given: Vec<Given> = Vec::new();
         for text in secret {
             let read = read_secret(text)?;
             given.push(Given {
+                body: secret_body.contains(&read.name),
                 name: read.name,
                 value: read.value,
                 hosts: Vec::new(),
@@ -174,6 +190,9 @@ impl Given {
             parse_host(host).map_err(|why| Error::input(format!("--secret-host {text}: {why}")))?;
             secret.hosts.push(host.to_string());
         }
+        check_body_names(secret_body, |name| {
+            given.iter().any(|secret| secret.name == name)
+        })?;
         Ok(given)
     }
 }
@@ -215,6 +234,12 @@ impl Secrets {
                 )));
             };
             secret.hosts.push(entitled);
+        }
+        check_body_names(asked.secret_body, |name| {
+            secrets.iter().any(|secret| secret.name == name)
+        })?;
+        for secret in &mut secrets {
+            secret.body = asked.secret_body.contains(&secret.name);
         }
         for (index, given) in asked.given.iter().enumerate() {
             secrets.push(check_given(index, given, &secrets)?);
@@ -368,6 +393,7 @@ fn read_secret(text: &str) -> Result<Secret> {
         value,
         placeholder: placeholder(name),
         hosts: Vec::new(),
+        body: false,
     })
 }
 
@@ -414,7 +440,18 @@ fn check_given(index: usize, given: &Given, earlier: &[Secret]) -> Result<Secret
         value: given.value.clone(),
         placeholder: placeholder(name),
         hosts,
+        body: given.body,
     })
+}
+
+/// Each `--secret-body NAME` names a secret.
+fn check_body_names(secret_body: &[String], named: impl Fn(&str) -> bool) -> Result<()> {
+    match secret_body.iter().find(|name| !named(name)) {
+        Some(name) => Err(Error::input(format!(
+            "--secret-body {name}: no --secret is named {name}; add --secret {name}=env:VAR or drop it"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The longest value a client may give (a header's worth).
@@ -521,6 +558,7 @@ mod tests {
             secret_host: &owned(hosts),
             upstream_ca: None,
             strict: false,
+            secret_body: &[],
             given: &[],
         })
     }

@@ -19,6 +19,7 @@ both_modes!(
     with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused,
     a_request_for_another_host_on_a_decrypted_connection_is_refused,
     python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in,
+    with_secret_body_the_value_goes_into_json_bodies_too,
 );
 
 const WEB: &str = "web.test";
@@ -519,5 +520,112 @@ fn python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in(mode: M
     let stderr = String::from_utf8_lossy(&done.output.stderr);
     for text in [out.as_str(), &stderr, &verdict.to_string()] {
         assert!(!text.contains(&value), "{text}");
+    }
+}
+
+/// The bodies the TLS server read at `/record` (as its log has them).
+fn bodies(servers: &Servers) -> Vec<(String, bool)> {
+    servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| {
+            let body = entry["body"].as_str()?.to_string();
+            Some((body, entry["chunked"].as_bool()?))
+        })
+        .collect()
+}
+
+/// Python in the jail: a JSON body by Content-Length (urllib), then a chunked one
+/// (http.client) whose placeholder is split across two chunks, then an
+/// application/octet-stream body (not rewritten).
+const BODY_PYTHON: &str = r#"
+import http.client, json, os, ssl, sys, urllib.request
+port, key = int(sys.argv[1]), os.environ["API_KEY"].encode()
+url = f"https://web.test:{port}/record"
+body = json.dumps({"model": "m", "api_key": key.decode()}).encode()
+request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(request, timeout=30).read().decode().strip())
+connection = http.client.HTTPSConnection("web.test", port, context=ssl.create_default_context(), timeout=30)
+pieces = iter([b'{"split": "' + key[:7], key[7:] + b'"}'])
+connection.request("POST", "/record", body=pieces, headers={"Content-Type": "application/json"}, encode_chunked=True)
+print(connection.getresponse().read().decode().strip())
+connection.request("POST", "/record", body=b"raw " + key, headers={"Content-Type": "application/octet-stream"})
+print(connection.getresponse().read().decode().strip())
+"#;
+
+/// `--secret-body API_KEY`: the placeholder in a JSON body to the entitled host is
+/// replaced and the framing follows (curl's Content-Length body and Python's, a chunked
+/// body with the placeholder split across chunks); an octet-stream body goes unchanged;
+/// without `--secret-body` (the control) every body arrives with the placeholder.
+fn with_secret_body_the_value_goes_into_json_bodies_too(mode: Mode) {
+    if !require_tun(mode)
+        || !require_program("curl", "apt install curl")
+        || !require_program("python3", "apt install python3")
+    {
+        return;
+    }
+    for body_flag in [true, false] {
+        let Setup {
+            servers,
+            dir: _dir,
+            value,
+            mut args,
+        } = setup();
+        args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
+        if body_flag {
+            args.extend(["--secret-body".into(), "API_KEY".into()]);
+        }
+        let tls = servers.tls;
+        let script = format!(
+            "curl -sS -H 'Content-Type: application/json' --data \"{{\\\"key\\\":\\\"$API_KEY\\\"}}\" https://{WEB}:{tls}/record && \
+             python3 -c \"$1\" {tls} && echo \"placeholder=$API_KEY\""
+        );
+        let (done, verdict) = jail_with_verdict(
+            mode,
+            &strs(&args),
+            &["sh", "-c", &script, "sh", BODY_PYTHON],
+        );
+        let out = assert_success(&done.output);
+        let placeholder = out
+            .lines()
+            .find_map(|line| line.strip_prefix("placeholder="))
+            .unwrap_or_else(|| panic!("{}", describe(&done.output)))
+            .to_string();
+        let sent = if body_flag { &value } else { &placeholder };
+        let expected = vec![
+            (format!("{{\"key\":\"{sent}\"}}"), false),
+            (
+                format!("{{\"model\": \"m\", \"api_key\": \"{sent}\"}}"),
+                false,
+            ),
+            (format!("{{\"split\": \"{sent}\"}}"), true),
+            (format!("raw {placeholder}"), false),
+        ];
+        assert_eq!(
+            bodies(&servers),
+            expected,
+            "--secret-body {body_flag}: {out}"
+        );
+        // The replies name the length the server read: the recomputed one.
+        let lengths: Vec<&str> = out
+            .lines()
+            .filter(|line| line.starts_with("got "))
+            .collect();
+        let length = |body: &str| format!("got {} {}", body.len(), "length");
+        assert_eq!(lengths.len(), 4, "{out}");
+        assert_eq!(lengths[0], length(&expected[0].0), "{out}");
+        assert_eq!(
+            lengths[2],
+            format!("got {} chunked", expected[2].0.len()),
+            "{out}"
+        );
+        for text in [
+            out.as_str(),
+            &String::from_utf8_lossy(&done.output.stderr),
+            &verdict.to_string(),
+        ] {
+            assert!(!text.contains(&value), "{text}");
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! host answers in, packets and host requests out), and `Stack` here is the mechanism: the
 //! TUN descriptor, mio, host sockets, lookup threads and the clock.
 
+mod body;
 mod decide;
 mod device;
 mod flow;
