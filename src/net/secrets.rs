@@ -37,7 +37,11 @@ const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// hosts entitled to it.
 pub struct Secret {
     pub name: String,
-    value: String,
+    /// The value's one copy in this process (zeroed by [`Secrets::forget`] in the jail's
+    /// init, which starts as a copy of the supervisor).
+    value: Mutex<Vec<u8>>,
+    /// `env:VAR`: the variable of brig's environment it was read from.
+    variable: Option<String>,
     pub placeholder: String,
     /// (host, port; None: any port).
     pub hosts: Vec<(String, Option<u16>)>,
@@ -47,8 +51,11 @@ pub struct Secret {
 }
 
 impl Secret {
-    pub fn value(&self) -> &str {
-        &self.value
+    pub fn value(&self) -> Vec<u8> {
+        self.value
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
     }
 
     pub fn entitles(&self, host: &str, port: u16) -> bool {
@@ -171,8 +178,8 @@ impl Given {
             let read = read_secret(text)?;
             given.push(Given {
                 body: secret_body.contains(&read.name),
+                value: String::from_utf8_lossy(&read.value()).into_owned(),
                 name: read.name,
-                value: read.value,
                 hosts: Vec::new(),
             });
         }
@@ -261,6 +268,27 @@ impl Secrets {
             upstream,
             leaves: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// Zeroes every value held here: the jail's init calls it first thing, since it
+    /// starts as a copy of the supervisor's memory (undumpable, but it is inside the
+    /// jail's namespaces and needs no value).
+    pub fn forget(&self) {
+        for secret in &self.secrets {
+            let mut value = secret
+                .value
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            value.fill(0);
+            std::hint::black_box(&*value);
+            value.clear();
+        }
+        let variables: Vec<&str> = self
+            .secrets
+            .iter()
+            .filter_map(|secret| secret.variable.as_deref())
+            .collect();
+        crate::sys::scrub_environment_values(&variables);
     }
 
     /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
@@ -367,6 +395,7 @@ fn read_secret(text: &str) -> Result<Secret> {
             "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
         )));
     }
+    let variable = source.strip_prefix("env:").map(str::to_string);
     let value = if let Some(var) = source.strip_prefix("env:") {
         std::env::var(var).map_err(|_| {
             Error::input(format!(
@@ -374,12 +403,14 @@ fn read_secret(text: &str) -> Result<Secret> {
             ))
         })?
     } else if let Some(path) = source.strip_prefix("file:") {
-        let read = std::fs::read_to_string(path).map_err(|err| {
+        let mut read = std::fs::read_to_string(path).map_err(|err| {
             Error::input(format!(
                 "--secret {name}=file:{path}: cannot read it ({err}); give a readable file"
             ))
         })?;
-        read.trim_end_matches(['\n', '\r']).to_string()
+        // Trimmed in place: no second copy of the value left behind in freed memory.
+        read.truncate(read.trim_end_matches(['\n', '\r']).len());
+        read
     } else {
         return Err(Error::input(format!("--secret {text}: {usage}")));
     };
@@ -390,7 +421,8 @@ fn read_secret(text: &str) -> Result<Secret> {
     }
     Ok(Secret {
         name: name.to_string(),
-        value,
+        value: Mutex::new(value.into_bytes()),
+        variable,
         placeholder: placeholder(name),
         hosts: Vec::new(),
         body: false,
@@ -437,7 +469,8 @@ fn check_given(index: usize, given: &Given, earlier: &[Secret]) -> Result<Secret
         .collect::<Result<Vec<_>>>()?;
     Ok(Secret {
         name: name.clone(),
-        value: given.value.clone(),
+        value: Mutex::new(given.value.clone().into_bytes()),
+        variable: None,
         placeholder: placeholder(name),
         hosts,
         body: given.body,
@@ -597,7 +630,9 @@ mod tests {
             .unwrap()
             .unwrap();
         let secret = &secrets.secrets[0];
-        assert_eq!(secret.value(), "sk-unit-value");
+        assert_eq!(secret.value(), b"sk-unit-value");
+        secrets.forget();
+        assert_eq!(secrets.secrets[0].value(), b"");
         assert!(secret.placeholder.starts_with("brig-secret-api_key-"));
         assert!(secrets.terminates("api.example.com", 443));
         assert!(!secrets.terminates("api.example.com", 8443));

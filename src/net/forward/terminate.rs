@@ -303,11 +303,7 @@ impl Terminator {
         let secrets = Arc::clone(&self.secrets);
         for secret in secrets.sent_in(&data) {
             if secret.body && secret.entitles(&self.host, self.port) {
-                data = replace_all(
-                    &data,
-                    secret.placeholder.as_bytes(),
-                    secret.value().as_bytes(),
-                );
+                data = replace_all(&data, secret.placeholder.as_bytes(), &secret.value());
             } else if !secret.entitles(&self.host, self.port) {
                 self.not_entitled(secret)?;
             }
@@ -340,7 +336,7 @@ impl Terminator {
         for secret in secrets.sent_in(&head) {
             let placeholder = secret.placeholder.as_bytes();
             if secret.entitles(&self.host, self.port) {
-                headers = replace_all(&headers, placeholder, secret.value().as_bytes());
+                headers = replace_all(&headers, placeholder, &secret.value());
                 continue;
             }
             self.not_entitled(secret)?;
