@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::limits::jail_with_verdict;
+use common::limits::{jail, jail_with_verdict};
 use common::net::{Servers, require_tun};
 use common::*;
 use serde_json::Value;
@@ -20,6 +20,7 @@ both_modes!(
     a_request_for_another_host_on_a_decrypted_connection_is_refused,
     python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in,
     with_secret_body_the_value_goes_into_json_bodies_too,
+    inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused,
 );
 
 const WEB: &str = "web.test";
@@ -628,4 +629,113 @@ fn with_secret_body_the_value_goes_into_json_bodies_too(mode: Mode) {
             assert!(!text.contains(&value), "{text}");
         }
     }
+}
+
+/// Three connections, each TLS to web.test, each with what a fronting or stalling client
+/// sends inside: a request head that never ends, HTTP/2's prior-knowledge preface, and a
+/// kept-alive second request naming another host. Each prints what came back within 20 s:
+/// `cut` (reset or closed), `waiting` (nothing), or the status line. argv: the address,
+/// the port, and (for --net host) the test CA.
+const INSIDE_TLS: &str = r#"
+import socket, ssl, sys
+address, port = sys.argv[1], int(sys.argv[2])
+context = ssl.create_default_context(cafile=sys.argv[3] if len(sys.argv) > 3 else None)
+def connect():
+    return context.wrap_socket(socket.create_connection((address, port), timeout=30), server_hostname="web.test")
+def outcome(connection):
+    connection.settimeout(20)
+    try:
+        data = connection.recv(65536)
+    except socket.timeout:
+        return "waiting"
+    except OSError:
+        return "cut"
+    return data.split(b"\n")[0].strip().decode() if data else "cut"
+slow = connect()
+slow.sendall(b"GET /host HTTP/1.1\r\nHost: web.test\r\n")
+print("slow:", outcome(slow))
+h2c = connect()
+h2c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+print("h2c:", outcome(h2c))
+kept = connect()
+kept.sendall(b"HEAD /hello HTTP/1.1\r\nHost: web.test\r\n\r\n")
+first = outcome(kept)
+kept.sendall(b"HEAD /hello HTTP/1.1\r\nHost: other.test\r\n\r\n")
+print("kept-alive:", first, "then", outcome(kept))
+"#;
+
+/// On a connection brig decrypted for a secret, a head not whole within 10 s is refused
+/// (as on cleartext), and so are HTTP/2 without TLS's preface and a later request for
+/// another host; under `--net host` (the control) the same bytes get the server's
+/// answers, or nothing, so each case would notice.
+fn inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused(mode: Mode) {
+    if !require_tun(mode) || !require_program("python3", "apt install python3") {
+        return;
+    }
+    let Setup {
+        servers,
+        dir: _dir,
+        value: _,
+        mut args,
+    } = setup();
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--add-host".into(),
+        "other.test:127.0.0.1".into(),
+        "--allow-net".into(),
+        format!("other.test:{}", servers.tls),
+    ]);
+    let port = servers.tls.to_string();
+    let program = ["python3", "-c", INSIDE_TLS, WEB, &port];
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &program);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "slow: cut",
+            "h2c: cut",
+            "kept-alive: HTTP/1.1 200 OK then cut",
+        ],
+        "{}",
+        describe(&done.output)
+    );
+    let reasons = reasons(&verdict);
+    for expected in [
+        "a request head inside the TLS connection brig decrypted for web.test did not arrive whole within 10 s",
+        "HTTP/2 without TLS (h2c)",
+        "a request for other.test on a TLS connection brig decrypted for web.test",
+    ] {
+        assert!(
+            reasons.iter().any(|reason| reason.starts_with(expected)),
+            "{expected}: {verdict}"
+        );
+    }
+    // The control: the same bytes straight to the server.
+    let ca = format!("{}:/ca", servers.state_dir().display());
+    let control = jail(
+        mode,
+        &with_program(
+            &["run", "--net", "host", "--ro-bind", &ca],
+            &[
+                "python3",
+                "-c",
+                INSIDE_TLS,
+                "127.0.0.1",
+                &port,
+                "/ca/ca.pem",
+            ],
+        ),
+    );
+    let control = assert_success(&control.output);
+    assert_eq!(
+        control.lines().collect::<Vec<_>>(),
+        [
+            "slow: waiting",
+            // Python's server answers HTTP/2.0 with a bare 505 page (no status line).
+            "h2c: <!DOCTYPE HTML>",
+            "kept-alive: HTTP/1.1 200 OK then HTTP/1.1 200 OK",
+        ],
+        "{control}"
+    );
 }

@@ -110,6 +110,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     return self.reply(file.read(), "application/octet-stream")
         self.send_error(404)
 
+    def do_HEAD(self):
+        # A status and headers only: a kept-alive client reads each reply whole.
+        self.record()
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self):
         self.record()
         if self.path == "/record":

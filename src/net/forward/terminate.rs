@@ -43,6 +43,8 @@ pub struct Terminator {
     pub reports: Vec<String>,
     /// A request whose body brig rewrites, held until its body ends.
     held: Option<Held>,
+    /// Request heads passed so far (the flow times each head: [`Terminator::holding_head`]).
+    pub heads: u64,
 }
 
 /// A request held for its body: its head (placeholders in its headers replaced already)
@@ -77,7 +79,13 @@ impl Terminator {
             refusal: None,
             reports: Vec::new(),
             held: None,
+            heads: 0,
         })
+    }
+
+    /// The server name this connection was decrypted for.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// The jail's TLS bytes: decrypted, judged, passed to the host side. How many of
@@ -194,6 +202,12 @@ impl Terminator {
         Ok(())
     }
 
+    /// Part of a request head (or chunk line, trailers) is held, waiting for the rest:
+    /// the flow refuses one not whole within its head time, as on cleartext.
+    pub fn holding_head(&self) -> bool {
+        self.inspector.in_head() && !self.plain.is_empty()
+    }
+
     fn backlogged(&self) -> bool {
         // rustls holds what it could not write yet; its own limit bounds it, this one
         // keeps brig from feeding more while it is large.
@@ -245,6 +259,7 @@ impl Terminator {
     /// held, when brig rewrites its body), a held body's bytes added to it until it ends.
     fn pass(&mut self, chunk: Vec<u8>, head: bool) -> io::Result<()> {
         if head {
+            self.heads += 1;
             let head = self.replace(chunk)?;
             let framing = (!self.inspector.between_requests())
                 .then(|| body::rewritable(&head))
