@@ -24,11 +24,13 @@ use std::sync::{Arc, Mutex};
 /// Where the jail finds its CA bundle (the host's roots and the jail's own CA).
 pub const CA_BUNDLE: &str = "/etc/brig-ca-bundle.pem";
 /// The variables that point common TLS clients at [`CA_BUNDLE`].
-pub const CA_VARIABLES: [&str; 4] = [
+pub const CA_VARIABLES: [&str; 5] = [
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
     "NODE_EXTRA_CA_CERTS",
     "CURL_CA_BUNDLE",
+    // git's libcurl (GnuTLS on Debian) reads none of the above.
+    "GIT_SSL_CAINFO",
 ];
 /// The host's bundle the jail's one starts from, when it has one.
 const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";

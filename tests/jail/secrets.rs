@@ -11,6 +11,8 @@ use common::limits::{jail, jail_with_verdict};
 use common::net::{Servers, require_tun};
 use common::*;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 both_modes!(
     a_secret_reaches_the_entitled_host_and_never_the_jail,
@@ -21,6 +23,7 @@ both_modes!(
     python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in,
     with_secret_body_the_value_goes_into_json_bodies_too,
     inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused,
+    python_requests_and_git_get_the_value_in_only_at_the_entitled_host,
 );
 
 const WEB: &str = "web.test";
@@ -738,4 +741,120 @@ fn inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused(mo
         ],
         "{control}"
     );
+}
+
+/// The pinned `requests` (with its dependencies) from PyPI, installed once by the jail's
+/// python's pip under the target directory (kept between runs); None if it cannot be.
+fn requests_dir() -> Option<&'static Path> {
+    use std::sync::OnceLock;
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pip-requests-2.34.2");
+        if dir.join("requests").is_dir() {
+            return Some(dir);
+        }
+        // Installed aside and renamed into place: an interrupted install leaves nothing.
+        let partial = dir.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        let installed = Command::new(interpreter("python3"))
+            .args(["-m", "pip", "install", "-q", "--target"])
+            .arg(&partial)
+            .arg("requests==2.34.2")
+            .status()
+            .is_ok_and(|status| status.success());
+        (installed && std::fs::rename(&partial, &dir).is_ok()).then_some(dir)
+    });
+    let found = require(
+        "Python's requests 2.34.2 (from PyPI)",
+        "let the test reach PyPI once for `python3 -m pip install --target ... requests==2.34.2` (kept under the target directory)",
+        dir.is_some(),
+    );
+    found.then(|| dir.as_deref().unwrap())
+}
+
+/// Python's `requests` (pinned, from PyPI) and git cloning over https with the key in
+/// `http.extraHeader`: each request to web.test over TLS carries the value; the same
+/// `requests` call over cleartext HTTP (a connection brig does not decrypt) carries the
+/// placeholder.
+fn python_requests_and_git_get_the_value_in_only_at_the_entitled_host(mode: Mode) {
+    if !require_tun(mode) || !require_program("git", "apt install git") {
+        return;
+    }
+    let Some(requests) = requests_dir() else {
+        return;
+    };
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        mut args,
+    } = setup();
+    servers.git_repository("tools", &[("README", "hello from git\n")]);
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--allow-net".into(),
+        format!("{WEB}:{}", servers.http),
+        "--ro-bind".into(),
+        format!("{}:/opt/requests", requests.display()),
+        "--env".into(),
+        "PYTHONPATH=/opt/requests".into(),
+    ]);
+    let (tls, http) = (servers.tls, servers.http);
+    let script = format!(
+        "python3 -c \"import os, requests; key = {{'Authorization': 'Bearer ' + os.environ['API_KEY']}}; \
+         print(requests.get('https://{WEB}:{tls}/host', headers=key, timeout=30).text); \
+         print(requests.get('http://{WEB}:{http}/host', headers=key, timeout=30).text)\" && \
+         git -c http.extraHeader=\"Authorization: Bearer $API_KEY\" clone -q https://{WEB}:{tls}/git/tools.git /tmp/tools && \
+         cat /tmp/tools/README && echo \"placeholder=$API_KEY\""
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    let placeholder = out
+        .lines()
+        .find_map(|line| line.strip_prefix("placeholder="))
+        .unwrap_or_else(|| panic!("{}", describe(&done.output)))
+        .to_string();
+    assert!(
+        out.starts_with(&format!("{WEB}:{tls}\n{WEB}:{http}\nhello from git\n")),
+        "{}",
+        describe(&done.output)
+    );
+    // Per server: TLS (decrypted by brig) got the value on every request, requests' and
+    // git's alike; cleartext got the placeholder.
+    let seen: Vec<(String, String, String)> = servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| {
+            Some((
+                entry["server"].as_str()?.to_string(),
+                entry["path"].as_str()?.to_string(),
+                entry["authorization"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let git: Vec<_> = seen
+        .iter()
+        .filter(|(_, path, _)| path.starts_with("/git/"))
+        .collect();
+    assert!(git.len() >= 3, "git's requests: {seen:?}");
+    for (server, path, authorization) in &seen {
+        let expected = match server.as_str() {
+            "tls" => format!("Bearer {value}"),
+            _ => format!("Bearer {placeholder}"),
+        };
+        assert_eq!(authorization, &expected, "{server} {path}: {seen:?}");
+    }
+    assert!(
+        seen.iter().any(|(server, _, _)| server == "http"),
+        "{seen:?}"
+    );
+    for text in [
+        out.as_str(),
+        &String::from_utf8_lossy(&done.output.stderr),
+        &verdict.to_string(),
+    ] {
+        assert!(!text.contains(&value), "{text}");
+    }
 }
