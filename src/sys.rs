@@ -607,47 +607,6 @@ pub fn scrub_cmdline(name: &str) {
     }
 }
 
-/// Zeroes, in place, the value of each `NAME=value` entry named in `names` in this
-/// process's initial environment block (which /proc/PID/environ shows, and which a fork
-/// shares). The jail's init is a fork of brig: a `--secret NAME=env:VAR` value must not
-/// stay in its memory.
-pub fn scrub_environment_values(names: &[&str]) {
-    let Some(stat) = crate::procfs::Stat::read("self") else {
-        return;
-    };
-    // env_start and env_end (proc(5)).
-    let (Some(start), Some(end)) = (stat.field(50), stat.field(51)) else {
-        return;
-    };
-    let (start, end) = (start as usize, end as usize);
-    if start == 0 || end <= start {
-        return;
-    }
-    // SAFETY: [env_start, env_end) is this process's own environment area on its initial
-    // stack, mapped and writable; this only overwrites bytes of it (the value part of an
-    // entry, never its NUL terminator), so every C string there stays terminated and the
-    // area keeps its size.
-    let area = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
-    let mut at = 0;
-    while at < area.len() {
-        let length = area[at..]
-            .iter()
-            .position(|byte| *byte == 0)
-            .unwrap_or(area.len() - at);
-        let entry = &mut area[at..at + length];
-        for name in names {
-            let prefix = name.len() + 1;
-            if entry.len() >= prefix
-                && entry.starts_with(name.as_bytes())
-                && entry[name.len()] == b'='
-            {
-                entry[prefix..].fill(0);
-            }
-        }
-        at += length + 1;
-    }
-}
-
 /// The running kernel's Landlock ABI version: 0 when it has no Landlock or it is disabled.
 pub fn landlock_abi() -> u8 {
     landlock_version().unwrap_or(0)

@@ -37,7 +37,8 @@ pub fn run(
     host_lock: Option<std::os::fd::RawFd>,
 ) -> ! {
     // This process starts as a copy of the supervisor: the secrets' values go first (the
-    // supervisor keeps its own; nothing in the jail needs them).
+    // supervisor keeps its own, scrubbed of every other copy before the clone; nothing
+    // in the jail needs them).
     if let Some(secrets) = plan
         .network
         .as_ref()

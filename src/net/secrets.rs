@@ -42,8 +42,6 @@ pub struct Secret {
     /// The value's one copy in this process (zeroed by [`Secrets::forget`] in the jail's
     /// init, which starts as a copy of the supervisor).
     value: Mutex<Vec<u8>>,
-    /// `env:VAR`: the variable of brig's environment it was read from.
-    variable: Option<String>,
     pub placeholder: String,
     /// (host, port; None: any port).
     pub hosts: Vec<(String, Option<u16>)>,
@@ -272,9 +270,33 @@ impl Secrets {
         }))
     }
 
-    /// Zeroes every value held here: the jail's init calls it first thing, since it
-    /// starts as a copy of the supervisor's memory (undumpable, but it is inside the
-    /// jail's namespaces and needs no value).
+    /// Zeroes every copy of a value in this process's writable memory but the one each
+    /// secret holds: the supervisor (or a server's runner) calls it right before it
+    /// creates the jail, whose init starts as a copy of its memory — where a runner has
+    /// freed copies of the request that gave a session its secrets, and an `env:VAR`
+    /// value sits in the environment block.
+    pub fn scrub_copies(&self) {
+        let guards: Vec<_> = self
+            .secrets
+            .iter()
+            .map(|secret| {
+                secret
+                    .value
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+            })
+            .collect();
+        let keep: Vec<std::ops::Range<usize>> = guards
+            .iter()
+            .map(|value| value.as_ptr() as usize..value.as_ptr() as usize + value.len())
+            .collect();
+        let values: Vec<&[u8]> = guards.iter().map(|value| value.as_slice()).collect();
+        let _ = scrub_own_memory(&values, &keep);
+    }
+
+    /// Zeroes the value each secret holds: the jail's init calls it first thing (it
+    /// starts as a copy of the supervisor, and needs no value; [`Secrets::scrub_copies`]
+    /// left no other copy).
     pub fn forget(&self) {
         for secret in &self.secrets {
             let mut value = secret
@@ -285,12 +307,6 @@ impl Secrets {
             std::hint::black_box(&*value);
             value.clear();
         }
-        let variables: Vec<&str> = self
-            .secrets
-            .iter()
-            .filter_map(|secret| secret.variable.as_deref())
-            .collect();
-        crate::sys::scrub_environment_values(&variables);
     }
 
     /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
@@ -364,6 +380,70 @@ impl Secrets {
     }
 }
 
+/// Overwrites with zeros every copy of each of `values` in this process's private
+/// writable mappings (heap, stack, data), read and written through /proc/self/mem, but
+/// for the bytes in `keep` (the copies kept) and the scan's own window.
+fn scrub_own_memory(values: &[&[u8]], keep: &[std::ops::Range<usize>]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const WINDOW: usize = 1 << 20;
+    let longest = values.iter().map(|value| value.len()).max().unwrap_or(0);
+    if longest == 0 {
+        return Ok(());
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let memory = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")?;
+    let mut window = vec![0u8; WINDOW + longest];
+    let own = window.as_ptr() as usize..window.as_ptr() as usize + window.len();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with("rw") || !perms.ends_with('p') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let mut at = start;
+        while at < end {
+            // Each window overlaps the next by `longest` bytes: a copy across the edge
+            // is whole in one of them.
+            let length = (end - at).min(window.len());
+            let Ok(read) = memory.read_at(&mut window[..length], at as u64) else {
+                break;
+            };
+            for value in values {
+                let mut from = 0;
+                while let Some(found) = find(&window[from..read], value) {
+                    let address = at + from + found;
+                    let inside = |range: &std::ops::Range<usize>| range.contains(&address);
+                    if !keep.iter().any(inside) && !inside(&own) {
+                        memory.write_at(&vec![0u8; value.len()], address as u64)?;
+                    }
+                    from += found + 1;
+                }
+            }
+            if at + length >= end {
+                break;
+            }
+            at += length - longest;
+        }
+    }
+    window.fill(0);
+    std::hint::black_box(&window);
+    Ok(())
+}
+
 /// What the verdict and stderr say when a placeholder went where its secret is not
 /// entitled (it went on unchanged).
 pub fn not_entitled(secret: &Secret, host: &str) -> String {
@@ -397,7 +477,6 @@ fn read_secret(text: &str) -> Result<Secret> {
             "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
         )));
     }
-    let variable = source.strip_prefix("env:").map(str::to_string);
     let value = if let Some(var) = source.strip_prefix("env:") {
         std::env::var(var).map_err(|_| {
             Error::input(format!(
@@ -424,7 +503,6 @@ fn read_secret(text: &str) -> Result<Secret> {
     Ok(Secret {
         name: name.to_string(),
         value: Mutex::new(value.into_bytes()),
-        variable,
         placeholder: placeholder(name),
         hosts: Vec::new(),
         body: false,
@@ -472,7 +550,6 @@ fn check_given(index: usize, given: &Given, earlier: &[Secret]) -> Result<Secret
     Ok(Secret {
         name: name.clone(),
         value: Mutex::new(given.value.clone().into_bytes()),
-        variable: None,
         placeholder: placeholder(name),
         hosts,
         body: given.body,

@@ -8,6 +8,7 @@
 
 use crate::common;
 
+use common::memory::{descendants, memory_holds, pid_namespace};
 use common::net::{Servers, require_tun};
 use common::serve::{Server, ask, client_copy, create_session, run_node_client};
 use common::*;
@@ -109,6 +110,39 @@ fn a_session_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
         vec![format!("Bearer {value}")],
         "{:?}",
         servers.log()
+    );
+    // The session's jail (its init, and any interpreter) holds no copy in its memory;
+    // the server's own processes do (the scan's control).
+    let server_namespace = pid_namespace(server.pid());
+    let (jail, ours): (Vec<u32>, Vec<u32>) = descendants(server.pid())
+        .into_iter()
+        .partition(|pid| pid_namespace(*pid) != server_namespace);
+    let holding = |pids: &[u32]| -> Vec<(u32, bool)> {
+        pids.iter()
+            .filter_map(|pid| {
+                memory_holds(*pid, value.as_bytes())
+                    .ok()
+                    .map(|holds| (*pid, holds))
+            })
+            .collect()
+    };
+    let (jail, ours) = (holding(&jail), holding(&ours));
+    assert!(!jail.is_empty(), "no jail process found");
+    let named: Vec<String> = jail
+        .iter()
+        .map(|(pid, holds)| {
+            let cmdline =
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            format!("{pid} {holds} {}", cmdline.replace('\0', " "))
+        })
+        .collect();
+    assert!(
+        jail.iter().all(|(_, holds)| !holds),
+        "the value is in the session jail's memory: {named:?}"
+    );
+    assert!(
+        ours.iter().any(|(_, holds)| *holds),
+        "the scan found it nowhere: {ours:?}"
     );
     // The control: the same probe finds a value the session put in the jail itself.
     let control = ask(
