@@ -31,6 +31,8 @@ def main():
     parser.add_argument("--brig", required=True)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--download", type=int, default=100, help="MiB")
+    parser.add_argument("--baseline", help="another brig (an earlier build): its launch, "
+                        "cleartext download and HTTPS set-up without secrets, A/B")
     parser.add_argument("--json", default=os.path.join(ROOT, "bench/secrets-results.json"))
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="brig-bench-secrets-")
@@ -54,7 +56,14 @@ def run(args, ready, state):
     with open(key, "w") as out:
         out.write("sk-bench-value\n")
     os.chmod(key, 0o644)
-    base = [args.brig, "run", "--quiet-limits", "--add-host", "web.test:127.0.0.1",
+    # The relayed cases' curl trusts a bundle of the same size as the jail's (the host's
+    # roots and the test CA): curl reads its CA file during the handshake, and a file of
+    # one certificate would make the relayed set-up look some 15 ms cheaper.
+    roots = "/etc/ssl/certs/ca-certificates.crt"
+    with open(os.path.join(state, "bundle.pem"), "w") as out:
+        out.write(open(roots).read() if os.path.exists(roots) else "")
+        out.write(open(ca).read())
+    base = ["run", "--quiet-limits", "--add-host", "web.test:127.0.0.1",
             "--add-host", "other.test:127.0.0.1",
             "--allow-net", f"web.test:{http}", "--allow-net", f"web.test:{tls}",
             "--allow-net", f"other.test:{tls}", "--ro-bind", f"{state}:/ca"]
@@ -66,25 +75,25 @@ def run(args, ready, state):
                 "--upstream-ca", ca]
     size = args.download * MIB
 
-    def jail(extra, script):
+    def jail(extra, script, brig=args.brig):
         started = time.perf_counter()
-        done = subprocess.run(base + extra + ["--", "sh", "-c", script],
+        done = subprocess.run([brig] + base + extra + ["--", "sh", "-c", script],
                               capture_output=True, text=True)
         wall = time.perf_counter() - started
         if done.returncode != 0:
             raise SystemExit(f"brig failed ({done.returncode}): {done.stderr}")
         return wall, done.stdout
 
-    def download(extra, url, cacert):
+    def download(extra, url, cacert, brig=args.brig):
         option = f"--cacert {cacert}" if cacert else ""
-        _, out = jail(extra, f"curl -sS {option} -o /dev/null -w '%{{speed_download}}' {url}")
+        _, out = jail(extra, f"curl -sS {option} -o /dev/null -w '%{{speed_download}}' {url}", brig)
         return float(out) * 8 / 1e9
 
-    def setup(extra, cacert):
+    def setup(extra, cacert, brig=args.brig):
         # Three fresh connections; the last two count (the first makes the leaf).
         option = f"--cacert {cacert}" if cacert else ""
         one = f"curl -sS {option} -o /dev/null -w '%{{time_appconnect}} ' https://web.test:{tls}/hello"
-        _, out = jail(extra, f"{one}; {one}; {one}")
+        _, out = jail(extra, f"{one}; {one}; {one}", brig)
         times = [float(value) * 1000 for value in out.split()]
         return statistics.mean(times[1:])
 
@@ -95,14 +104,21 @@ def run(args, ready, state):
             lambda: download([], f"http://web.test:{http}/bytes/{size}", None),
         "cleartext download, a secret for another host (Gbit/s)":
             lambda: download(elsewhere, f"http://web.test:{http}/bytes/{size}", None),
-        "HTTPS set-up relayed, no secret (ms)": lambda: setup([], "/ca/ca.pem"),
-        "HTTPS set-up relayed, a secret for another host (ms)": lambda: setup(elsewhere, "/ca/ca.pem"),
+        "HTTPS set-up relayed, no secret (ms)": lambda: setup([], "/ca/bundle.pem"),
+        "HTTPS set-up relayed, a secret for another host (ms)": lambda: setup(elsewhere, "/ca/bundle.pem"),
         "HTTPS set-up terminated, the secret's host (ms)": lambda: setup(entitled, None),
         "HTTPS download relayed (Gbit/s)":
-            lambda: download([], f"https://web.test:{tls}/bytes/{size}", "/ca/ca.pem"),
+            lambda: download([], f"https://web.test:{tls}/bytes/{size}", "/ca/bundle.pem"),
         "HTTPS download terminated (Gbit/s)":
             lambda: download(entitled, f"https://web.test:{tls}/bytes/{size}", None),
     }
+    if args.baseline:
+        cases["launch, no secret, baseline build (ms)"] = \
+            lambda: jail([], "true", args.baseline)[0] * 1000
+        cases["cleartext download, no secret, baseline build (Gbit/s)"] = \
+            lambda: download([], f"http://web.test:{http}/bytes/{size}", None, args.baseline)
+        cases["HTTPS set-up relayed, no secret, baseline build (ms)"] = \
+            lambda: setup([], "/ca/bundle.pem", args.baseline)
     samples = {name: [] for name in cases}
     for round_ in range(args.rounds):
         for name, case in cases.items():
@@ -124,6 +140,13 @@ def run(args, ready, state):
         "HTTPS download: terminated / relayed": ratio("HTTPS download terminated (Gbit/s)",
                                                       "HTTPS download relayed (Gbit/s)"),
     }
+    if args.baseline:
+        ratios["launch: this build / baseline"] = ratio(
+            "launch, no secret (ms)", "launch, no secret, baseline build (ms)")
+        ratios["cleartext download: baseline / this build"] = ratio(
+            "cleartext download, no secret, baseline build (Gbit/s)", "cleartext download, no secret (Gbit/s)")
+        ratios["HTTPS set-up: this build / baseline"] = ratio(
+            "HTTPS set-up relayed, no secret (ms)", "HTTPS set-up relayed, no secret, baseline build (ms)")
     width = max(len(name) for name in list(medians) + list(ratios))
     print(f"{args.rounds} rounds, {args.download} MiB downloads, medians:")
     for name, value in medians.items():

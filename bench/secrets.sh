@@ -3,7 +3,7 @@
 # secret configured (launch, cleartext download, HTTPS set-up), and a secret-injecting
 # connection against the same one relayed (100 MiB HTTPS download, set-up). Builds brig
 # in release mode; run as root on an otherwise idle machine:
-# `bench/secrets.sh [--rounds N] [--download MIB]`. Results: stdout and
+# `bench/secrets.sh [--rounds N] [--download MIB] [--baseline OLD-BRIG]`. Results: stdout and
 # bench/secrets-results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
