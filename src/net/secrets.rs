@@ -290,7 +290,13 @@ impl Secrets {
             .iter()
             .map(|value| value.as_ptr() as usize..value.as_ptr() as usize + value.len())
             .collect();
-        let values: Vec<&[u8]> = guards.iter().map(|value| value.as_slice()).collect();
+        // A short value could match live bytes that are not a copy of it (a path, a
+        // word): those are left alone.
+        let values: Vec<&[u8]> = guards
+            .iter()
+            .map(|value| value.as_slice())
+            .filter(|value| value.len() >= SCRUBBED_LENGTH)
+            .collect();
         let _ = scrub_own_memory(&values, &keep);
     }
 
@@ -565,6 +571,9 @@ fn check_body_names(secret_body: &[String], named: impl Fn(&str) -> bool) -> Res
         None => Ok(()),
     }
 }
+
+/// The shortest value [`Secrets::scrub_copies`] looks for (API keys are longer).
+const SCRUBBED_LENGTH: usize = 12;
 
 /// The longest value a client may give (a header's worth).
 const MAX_VALUE: usize = 8 * 1024;

@@ -92,7 +92,7 @@ fn a_session_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
     let value = real_value();
     let id = create_session(
         &server,
-        json!({"secrets": [{"name": "API_KEY", "value": value, "hosts": [format!("{WEB}:{}", servers.tls)]}]}),
+        json!({"secrets": [{"name": "API_KEY", "value": value, "hosts": [format!("{WEB}:{}", servers.tls)], "body": true}]}),
     );
     let script = format!(
         "{} && echo \"placeholder=$API_KEY\" && {SELF_PROBE}",
@@ -111,6 +111,25 @@ fn a_session_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
         "{:?}",
         servers.log()
     );
+    // `body: true`: a JSON body gets the value too (the server says how long a body it
+    // read: the recomputed length).
+    let posted = exec(
+        &server,
+        &id,
+        &format!(
+            "curl -sS -H 'Content-Type: application/json' --data \"{{\\\"key\\\":\\\"$API_KEY\\\"}}\" https://{WEB}:{}/record",
+            servers.tls
+        ),
+    );
+    let body = format!("{{\"key\":\"{value}\"}}");
+    assert_eq!(posted, format!("got {} length\n", body.len()));
+    let bodies: Vec<String> = servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| entry["body"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(bodies, [body]);
     // The session's jail (its init, and any interpreter) holds no copy in its memory;
     // the server's own processes do (the scan's control).
     let server_namespace = pid_namespace(server.pid());
