@@ -5,8 +5,9 @@
 //! is created with the tenant's secrets (`session_create`'s `secrets`), which the jail
 //! holds as placeholders (README "Secrets").
 //!
-//! The file: one `TENANT NAME=env:VAR|file:PATH HOST[:PORT][,HOST[:PORT]...]` a line
-//! (blank lines and `#` comments skipped); the values are read once, at start, from the
+//! The file: one `TENANT NAME=env:VAR|file:PATH HOST[:PORT][,HOST[:PORT]...] [body]` a
+//! line (`body`: replaced in request bodies too, as `--secret-body`; blank lines and `#`
+//! comments skipped); the values are read once, at start, from the
 //! gateway's environment or files, and are never shown (errors name the line).
 
 use crate::error::{Error, Result};
@@ -45,18 +46,23 @@ impl TenantSecrets {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
-            let [tenant, spec, hosts] = words[..] else {
-                return Err(Error::input(format!(
-                    "{at}: {} words; write one `TENANT NAME=env:VAR|file:PATH HOST[,HOST]` a line (e.g. `alice OPENAI_API_KEY=env:ALICE_OPENAI api.openai.com`)",
-                    words.len()
-                )));
+            let (tenant, spec, hosts, body) = match words[..] {
+                [tenant, spec, hosts] => (tenant, spec, hosts, false),
+                [tenant, spec, hosts, "body"] => (tenant, spec, hosts, true),
+                _ => {
+                    return Err(Error::input(format!(
+                        "{at}: {} words; write one `TENANT NAME=env:VAR|file:PATH HOST[,HOST] [body]` a line (e.g. `alice OPENAI_API_KEY=env:ALICE_OPENAI api.openai.com`)",
+                        words.len()
+                    )));
+                }
             };
             let name = spec.split('=').next().unwrap_or_default();
             let entitled: Vec<String> = hosts
                 .split(',')
                 .map(|host| format!("{name}={host}"))
                 .collect();
-            let mut read = Given::read(&[spec.to_string()], &entitled, &[])
+            let body: Vec<String> = body.then(|| name.to_string()).into_iter().collect();
+            let mut read = Given::read(&[spec.to_string()], &entitled, &body)
                 .map_err(|err| Error::input(format!("{at}: {err}")))?;
             let mine = secrets.tenants.entry(tenant.to_string()).or_default();
             if mine.iter().any(|earlier| earlier.name == name) {
@@ -86,7 +92,7 @@ mod tests {
         let file = dir.join("key");
         std::fs::write(&file, "sk-unit-tenant\n").unwrap();
         let text = format!(
-            "# keys\nalice API_KEY=file:{} api.example.com,other.example.com:8443\n\n",
+            "# keys\nalice API_KEY=file:{} api.example.com,other.example.com:8443 body\n\n",
             file.display()
         );
         let secrets = TenantSecrets::parse(&text, "f").unwrap();
@@ -98,6 +104,7 @@ mod tests {
             alice[0].hosts,
             ["api.example.com", "other.example.com:8443"]
         );
+        assert!(alice[0].body);
         assert!(secrets.of("bob").is_empty());
         assert!(!format!("{secrets:?}").contains("sk-unit-tenant"));
         let twice = format!("{text}alice API_KEY=file:{} a.test\n", file.display());
