@@ -219,6 +219,12 @@ pub struct JailOptions {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secret_host: Vec<String>,
 
+    /// The secret NAME's placeholder is replaced in request bodies to its hosts too (text,
+    /// JSON and form bodies up to 1 MiB; repeatable).
+    #[arg(long = "secret-body", value_name = "NAME")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_body: Vec<String>,
+
     /// A secret's placeholder sent to a host not entitled to it ends that connection
     /// (without it the placeholder goes on unchanged and is reported).
     #[arg(long)]
@@ -237,6 +243,12 @@ pub struct JailOptions {
     #[arg(long, value_name = "NAME")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// Secrets a client of `brig serve` gave with their values (a session's `secrets`):
+    /// set by the server after its checks, never read from a command line, a file or the
+    /// wire as an option, never serialized.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub given_secrets: Vec<crate::net::secrets::Given>,
 
     /// User id inside the jail [default: 1000].
     #[arg(long, value_name = "UID")]
@@ -436,9 +448,11 @@ impl JailOptions {
             net_connections: over.net_connections.or(self.net_connections),
             secret: append(self.secret, over.secret),
             secret_host: append(self.secret_host, over.secret_host),
+            secret_body: append(self.secret_body, over.secret_body),
             secret_strict: self.secret_strict || over.secret_strict,
             upstream_ca: over.upstream_ca.or(self.upstream_ca),
             user: over.user.or(self.user),
+            given_secrets: [self.given_secrets, over.given_secrets].concat(),
             uid: over.uid.or(self.uid),
             gid: over.gid.or(self.gid),
             host_uid_range: over.host_uid_range.or(self.host_uid_range),

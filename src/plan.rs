@@ -98,16 +98,7 @@ impl Plan {
             None if options.workdir.is_some() => PathBuf::from(mount::WORKDIR),
             None => identity.home.clone(),
         };
-        let mut env = environment::resolve(&options, &identity)?;
-        if let Some(secrets) = network.as_ref().and_then(|policy| policy.secrets.as_ref()) {
-            // The placeholders and the CA variables win over --env of the same name.
-            let ours = secrets.environment();
-            env.retain(|var| {
-                let name = var.split('=').next().unwrap_or_default();
-                !ours.iter().any(|mine| mine.split('=').next() == Some(name))
-            });
-            env.extend(ours);
-        }
+        let env = with_secrets(environment::resolve(&options, &identity)?, network.as_ref());
         let mut run_warnings = mount::unwritable_binds(&mounts, &identity.host);
         run_warnings.extend(network.iter().flat_map(Policy::loopback_warnings));
         let mut warnings = run_warnings.clone();
@@ -200,6 +191,21 @@ impl Plan {
     }
 }
 
+/// A program's environment with the jail's secrets' placeholders and the CA variables,
+/// which win over `--env` of the same name (every program of a jail: a run's, a
+/// session's commands and interpreters, a pooled run's).
+pub fn with_secrets(mut env: Vec<String>, network: Option<&Policy>) -> Vec<String> {
+    if let Some(secrets) = network.and_then(|policy| policy.secrets.as_ref()) {
+        let ours = secrets.environment();
+        env.retain(|var| {
+            let name = var.split('=').next().unwrap_or_default();
+            !ours.iter().any(|mine| mine.split('=').next() == Some(name))
+        });
+        env.extend(ours);
+    }
+    env
+}
+
 /// The network mode (`--allow-net` implies `filtered`) and, for `filtered`, the policy.
 fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
     let filtering_options = [
@@ -209,8 +215,10 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         (options.net_connections.is_some(), "--net-connections"),
         (!options.secret.is_empty(), "--secret"),
         (!options.secret_host.is_empty(), "--secret-host"),
+        (!options.secret_body.is_empty(), "--secret-body"),
         (options.secret_strict, "--secret-strict"),
         (options.upstream_ca.is_some(), "--upstream-ca"),
+        (!options.given_secrets.is_empty(), "secrets"),
     ];
     let net = match options.net {
         Some(net) => net,
@@ -242,17 +250,29 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         secret_host: &options.secret_host,
         upstream_ca: options.upstream_ca.as_deref(),
         strict: options.secret_strict,
+        secret_body: &options.secret_body,
+        given: &options.given_secrets,
     })?
     .map(Arc::new);
     if let Some(secrets) = &policy.secrets {
         for secret in &secrets.secrets {
             for (host, port) in &secret.hosts {
                 if !policy.name_allowed(host, port.unwrap_or(443)) {
-                    return Err(Error::input(format!(
-                        "--secret-host {}={host}: {host} is not allowed; add --allow-net {host}:{}",
-                        secret.name,
-                        port.unwrap_or(443)
-                    )));
+                    let port = port.unwrap_or(443);
+                    let name = &secret.name;
+                    let given = options
+                        .given_secrets
+                        .iter()
+                        .any(|given| &given.name == name);
+                    return Err(Error::input(if given {
+                        format!(
+                            "secrets ({name}): its host {host} is not allowed; add {host}:{port} to the session's allow-net"
+                        )
+                    } else {
+                        format!(
+                            "--secret-host {name}={host}: {host} is not allowed; add --allow-net {host}:{port}"
+                        )
+                    }));
                 }
             }
         }

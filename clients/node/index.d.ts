@@ -187,6 +187,8 @@ export class Sandbox {
     idleTimeout?: Duration;
     workspaceSize?: string;
     metadata?: Record<string, string>;
+    /** Keys the sandbox uses without seeing them: `value`, or `env` read from process.env. */
+    secrets?: Array<{ name: string; value?: string; env?: string; hosts: string[] }>;
     timeoutMs?: number;
   }): Promise<Sandbox>;
   static connect(sessionId: string, options?: { socket?: string; timeoutMs?: number }): Promise<Sandbox>;

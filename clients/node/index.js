@@ -781,8 +781,13 @@ class Sandbox {
     this._closed = false;
   }
 
-  /** Creates a session; `options` are `brig run`'s by their YAML names. */
-  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, metadata, timeoutMs } = {}) {
+  /**
+   * Creates a session; `options` are `brig run`'s by their YAML names. `secrets`: keys the
+   * sandbox may use without seeing them, each `{name, value | env, hosts}` (`env` is read
+   * here, from process.env); inside, the variable `name` holds a placeholder brig replaces
+   * with the value in HTTPS requests to `hosts` only.
+   */
+  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, metadata, secrets, timeoutMs } = {}) {
     const reply = await request(socketOf({ socket }), {
       type: "session_create",
       options,
@@ -790,6 +795,7 @@ class Sandbox {
       idle_timeout: duration(idleTimeout),
       workspace_size: workspaceSize,
       metadata,
+      secrets: secrets && secrets.map(wireSecret),
     }, "session", timeoutMs);
     return new Sandbox(reply.session, { socket, timeoutMs, workspace: reply.workspace });
   }
@@ -969,6 +975,15 @@ class Sandbox {
 }
 
 // A result's mime types and the property each is under.
+/** A secret as the server takes it: `env` read here, into `value`. */
+function wireSecret({ env, ...secret }) {
+  if (env === undefined) return secret;
+  if (process.env[env] === undefined) {
+    throw new BrigError(`secrets: ${env} is not set in this process's environment; export it first`, "bad_input");
+  }
+  return { ...secret, value: process.env[env] };
+}
+
 const RESULT_TYPES = {
   "text/plain": "text", "text/html": "html", "text/markdown": "markdown",
   "image/svg+xml": "svg", "image/png": "png", "image/jpeg": "jpeg",

@@ -481,7 +481,17 @@ pub fn run(command: SessionCommand) -> Result<i32> {
 }
 
 fn create(args: CreateArgs) -> Result<i32> {
-    let options = brig::config::resolve(args.config.as_deref(), args.options)?;
+    let mut options = brig::config::resolve(args.config.as_deref(), args.options)?;
+    // --secret and --secret-host are read here, on the client's side (its environment,
+    // its files), and go to the server as the session's `secrets`.
+    let secrets = brig::net::secrets::Given::read(
+        &options.secret,
+        &options.secret_host,
+        &options.secret_body,
+    )?;
+    options.secret.clear();
+    options.secret_host.clear();
+    options.secret_body.clear();
     if !options.command.is_empty() {
         return Err(Error::input(
             "brig session create takes no program; run one with `brig session exec --session ID -- PROGRAM`",
@@ -493,6 +503,7 @@ fn create(args: CreateArgs) -> Result<i32> {
         idle_timeout: args.idle_timeout,
         workspace_size: args.workspace_size,
         metadata: labels(&args.metadata)?,
+        secrets,
     };
     let session = Client::new(&args.server).create(&create)?;
     println!("{}", session.id());

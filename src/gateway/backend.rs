@@ -82,6 +82,8 @@ pub struct NewSession {
     /// pins kept): a create's options add to the server's rules, `session_network`
     /// replaces them.
     pub only_rules: Option<Vec<String>>,
+    /// The tenant's `--tenant-secrets`.
+    pub secrets: Vec<crate::net::secrets::Given>,
 }
 
 /// A command to start in the background.
@@ -128,6 +130,7 @@ impl Backend {
             options: new.options,
             session_timeout: Some(Span(new.timeout)),
             metadata: new.metadata,
+            secrets: new.secrets,
             ..Create::default()
         })?;
         if let Some(rules) = new.only_rules

@@ -81,6 +81,11 @@ pub struct GatewayArgs {
     /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).
     #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// The operator's API keys each tenant's sandboxes use without seeing them: one
+    /// `TENANT NAME=env:VAR|file:PATH HOST[:PORT][,HOST...] [body]` a line (values read at start;
+    /// the server's network must allow the hosts). See README "Secrets".
+    #[arg(long, value_name = "FILE")]
+    pub tenant_secrets: Option<PathBuf>,
 }
 
 /// The tenants, by API key.

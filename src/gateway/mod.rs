@@ -35,6 +35,7 @@ mod logs;
 pub mod proto;
 mod rest;
 mod route;
+mod secrets;
 mod stream_input;
 mod tls;
 
@@ -67,6 +68,8 @@ pub struct Gateway {
     templates: create::Templates,
     /// What ran in each sandbox and what was done to it (`logs.rs`).
     logs: logs::Logs,
+    /// `--tenant-secrets`.
+    secrets: secrets::TenantSecrets,
 }
 
 /// `brig gateway`: serves until SIGTERM or SIGINT (then drains, `health.rs`); exit 0
@@ -84,6 +87,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         Some(path) => create::Templates::read(path)?,
         None => create::Templates::default(),
     };
+    let tenant_secrets = secrets::TenantSecrets::read(args.tenant_secrets.as_deref())?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
         (None, None) => None,
@@ -162,6 +166,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
         templates,
         logs: logs::Logs::default(),
+        secrets: tenant_secrets,
     });
     let health = Arc::new(health::Health::new(true));
     let _guard = runtime.enter();

@@ -175,6 +175,7 @@ async fn create(
             super::create::Egress::Only(rules) => Some(rules),
             _ => None,
         },
+        secrets: gateway.secrets.of(&tenant),
     };
     let cap = gateway.max_sandboxes_per_tenant;
     let creator = tenant.clone();

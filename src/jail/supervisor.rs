@@ -129,6 +129,15 @@ impl<'p> Jail<'p> {
         // writing them as anyone else takes); the switch ends before anything else. The
         // child starts with the per-jail effective uid; the v1 cgroup files it writes to
         // were opened by root.
+        // The jail's init starts as a copy of this process: no copy of a secret's value
+        // but the one brig keeps (which the init zeroes first thing) goes with it.
+        if let Some(secrets) = plan
+            .network
+            .as_ref()
+            .and_then(|policy| policy.secrets.as_ref())
+        {
+            secrets.scrub_copies();
+        }
         let creator = match host.creator {
             true => Some(identity::AsNamespaceCreator::switch(&host).at(Stage::Namespaces)?),
             false => None,

@@ -154,6 +154,11 @@ impl Inspector {
         self.state == State::Unread
     }
 
+    /// Between requests: the last one's body (if any) is all passed, the next head is due.
+    pub fn between_requests(&self) -> bool {
+        self.state == State::Head
+    }
+
     /// Waiting for the host's reply to a WebSocket upgrade.
     pub fn awaiting_reply(&self) -> bool {
         matches!(self.state, State::Upgrading(_))

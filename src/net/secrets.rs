@@ -15,7 +15,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, pem::PemObject};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use serde::ser::{SerializeSeq, SerializeStruct};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -24,11 +24,13 @@ use std::sync::{Arc, Mutex};
 /// Where the jail finds its CA bundle (the host's roots and the jail's own CA).
 pub const CA_BUNDLE: &str = "/etc/brig-ca-bundle.pem";
 /// The variables that point common TLS clients at [`CA_BUNDLE`].
-pub const CA_VARIABLES: [&str; 4] = [
+pub const CA_VARIABLES: [&str; 5] = [
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
     "NODE_EXTRA_CA_CERTS",
     "CURL_CA_BUNDLE",
+    // git's libcurl (GnuTLS on Debian) reads none of the above.
+    "GIT_SSL_CAINFO",
 ];
 /// The host's bundle the jail's one starts from, when it has one.
 const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -37,15 +39,23 @@ const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// hosts entitled to it.
 pub struct Secret {
     pub name: String,
-    value: String,
+    /// The value's one copy in this process (zeroed by [`Secrets::forget`] in the jail's
+    /// init, which starts as a copy of the supervisor).
+    value: Mutex<Vec<u8>>,
     pub placeholder: String,
     /// (host, port; None: any port).
     pub hosts: Vec<(String, Option<u16>)>,
+    /// `--secret-body`: the placeholder is replaced in request bodies too (text, JSON
+    /// and form bodies up to 1 MiB, `forward::body`).
+    pub body: bool,
 }
 
 impl Secret {
-    pub fn value(&self) -> &str {
-        &self.value
+    pub fn value(&self) -> Vec<u8> {
+        self.value
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone()
     }
 
     pub fn entitles(&self, host: &str, port: u16) -> bool {
@@ -93,9 +103,12 @@ impl Serialize for Secrets {
                         None => host.clone(),
                     })
                     .collect();
-                let mut shown = serializer.serialize_struct("Secret", 2)?;
+                let mut shown = serializer.serialize_struct("Secret", 3)?;
                 shown.serialize_field("name", &self.0.name)?;
                 shown.serialize_field("hosts", &hosts)?;
+                if self.0.body {
+                    shown.serialize_field("body", &true)?;
+                }
                 shown.end()
             }
         }
@@ -124,13 +137,78 @@ pub struct Asked<'a> {
     pub secret_host: &'a [String],
     pub upstream_ca: Option<&'a Path>,
     pub strict: bool,
+    /// `--secret-body NAME`: the secrets replaced in request bodies too.
+    pub secret_body: &'a [String],
+    /// Secrets a client of `brig serve` gave with the value (a session's `secrets`).
+    pub given: &'a [Given],
+}
+
+/// A secret given with its value, as a session's creation carries it over the server's
+/// socket (`secrets: [{name, value, hosts}]`; the clients read `env:`/`file:` on their
+/// side). Its `Debug` never shows the value, and it is never serialized back: no reply,
+/// log or error holds it.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Given {
+    pub name: String,
+    pub value: String,
+    /// `HOST` or `HOST:PORT`, each entitled to it.
+    pub hosts: Vec<String>,
+    /// Replaced in request bodies too (as `--secret-body`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub body: bool,
+}
+
+impl fmt::Debug for Given {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "Given({}, hosts {:?})", self.name, self.hosts)
+    }
+}
+
+impl Given {
+    /// `NAME=env:VAR|file:PATH` (read now, on the client's side) with its
+    /// `NAME=HOST[:PORT]` entitlements: what `brig session create --secret` sends.
+    pub fn read(
+        secret: &[String],
+        secret_host: &[String],
+        secret_body: &[String],
+    ) -> Result<Vec<Given>> {
+        let mut given: Vec<Given> = Vec::new();
+        for text in secret {
+            let read = read_secret(text)?;
+            given.push(Given {
+                body: secret_body.contains(&read.name),
+                value: String::from_utf8_lossy(&read.value()).into_owned(),
+                name: read.name,
+                hosts: Vec::new(),
+            });
+        }
+        for text in secret_host {
+            let (name, host) = text.split_once('=').ok_or_else(|| {
+                Error::input(format!(
+                    "--secret-host {text}: expected NAME=HOST[:PORT], e.g. API_KEY=api.example.com"
+                ))
+            })?;
+            let Some(secret) = given.iter_mut().find(|secret| secret.name == name) else {
+                return Err(Error::input(format!(
+                    "--secret-host {text}: no --secret is named {name}; add --secret {name}=env:VAR"
+                )));
+            };
+            parse_host(host).map_err(|why| Error::input(format!("--secret-host {text}: {why}")))?;
+            secret.hosts.push(host.to_string());
+        }
+        check_body_names(secret_body, |name| {
+            given.iter().any(|secret| secret.name == name)
+        })?;
+        Ok(given)
+    }
 }
 
 impl Secrets {
     /// Reads each secret's value, checks every flag (one-line errors naming the flag and
     /// the fix), makes the jail's CA and the upstream trust. None: no `--secret`.
     pub fn plan(asked: &Asked) -> Result<Option<Secrets>> {
-        if asked.secret.is_empty() {
+        if asked.secret.is_empty() && asked.given.is_empty() {
             if let Some(text) = asked.secret_host.first() {
                 return Err(Error::input(format!(
                     "--secret-host {text}: no --secret names it; add --secret NAME=env:VAR or --secret NAME=file:PATH"
@@ -164,6 +242,15 @@ impl Secrets {
             };
             secret.hosts.push(entitled);
         }
+        check_body_names(asked.secret_body, |name| {
+            secrets.iter().any(|secret| secret.name == name)
+        })?;
+        for secret in &mut secrets {
+            secret.body = asked.secret_body.contains(&secret.name);
+        }
+        for (index, given) in asked.given.iter().enumerate() {
+            secrets.push(check_given(index, given, &secrets)?);
+        }
         if let Some(secret) = secrets.iter().find(|secret| secret.hosts.is_empty()) {
             return Err(Error::input(format!(
                 "--secret {}: no host is entitled to it; add --secret-host {}=HOST",
@@ -181,6 +268,51 @@ impl Secrets {
             upstream,
             leaves: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// Zeroes every copy of a value in this process's writable memory but the one each
+    /// secret holds: the supervisor (or a server's runner) calls it right before it
+    /// creates the jail, whose init starts as a copy of its memory — where a runner has
+    /// freed copies of the request that gave a session its secrets, and an `env:VAR`
+    /// value sits in the environment block.
+    pub fn scrub_copies(&self) {
+        let guards: Vec<_> = self
+            .secrets
+            .iter()
+            .map(|secret| {
+                secret
+                    .value
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner())
+            })
+            .collect();
+        let keep: Vec<std::ops::Range<usize>> = guards
+            .iter()
+            .map(|value| value.as_ptr() as usize..value.as_ptr() as usize + value.len())
+            .collect();
+        // A short value could match live bytes that are not a copy of it (a path, a
+        // word): those are left alone.
+        let values: Vec<&[u8]> = guards
+            .iter()
+            .map(|value| value.as_slice())
+            .filter(|value| value.len() >= SCRUBBED_LENGTH)
+            .collect();
+        let _ = scrub_own_memory(&values, &keep);
+    }
+
+    /// Zeroes the value each secret holds: the jail's init calls it first thing (it
+    /// starts as a copy of the supervisor, and needs no value; [`Secrets::scrub_copies`]
+    /// left no other copy).
+    pub fn forget(&self) {
+        for secret in &self.secrets {
+            let mut value = secret
+                .value
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            value.fill(0);
+            std::hint::black_box(&*value);
+            value.clear();
+        }
     }
 
     /// Does some secret entitle `host` on `port` (so brig terminates its TLS)?
@@ -254,6 +386,70 @@ impl Secrets {
     }
 }
 
+/// Overwrites with zeros every copy of each of `values` in this process's private
+/// writable mappings (heap, stack, data), read and written through /proc/self/mem, but
+/// for the bytes in `keep` (the copies kept) and the scan's own window.
+fn scrub_own_memory(values: &[&[u8]], keep: &[std::ops::Range<usize>]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const WINDOW: usize = 1 << 20;
+    let longest = values.iter().map(|value| value.len()).max().unwrap_or(0);
+    if longest == 0 {
+        return Ok(());
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let memory = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/proc/self/mem")?;
+    let mut window = vec![0u8; WINDOW + longest];
+    let own = window.as_ptr() as usize..window.as_ptr() as usize + window.len();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with("rw") || !perms.ends_with('p') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        let mut at = start;
+        while at < end {
+            // Each window overlaps the next by `longest` bytes: a copy across the edge
+            // is whole in one of them.
+            let length = (end - at).min(window.len());
+            let Ok(read) = memory.read_at(&mut window[..length], at as u64) else {
+                break;
+            };
+            for value in values {
+                let mut from = 0;
+                while let Some(found) = find(&window[from..read], value) {
+                    let address = at + from + found;
+                    let inside = |range: &std::ops::Range<usize>| range.contains(&address);
+                    if !keep.iter().any(inside) && !inside(&own) {
+                        memory.write_at(&vec![0u8; value.len()], address as u64)?;
+                    }
+                    from += found + 1;
+                }
+            }
+            if at + length >= end {
+                break;
+            }
+            at += length - longest;
+        }
+    }
+    window.fill(0);
+    std::hint::black_box(&window);
+    Ok(())
+}
+
 /// What the verdict and stderr say when a placeholder went where its secret is not
 /// entitled (it went on unchanged).
 pub fn not_entitled(secret: &Secret, host: &str) -> String {
@@ -282,10 +478,7 @@ fn read_secret(text: &str) -> Result<Secret> {
     let (name, source) = text
         .split_once('=')
         .ok_or_else(|| Error::input(format!("--secret {text}: {usage}")))?;
-    let valid_name = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid_name {
+    if !valid_name(name) {
         return Err(Error::input(format!(
             "--secret {text}: {name:?} is not an environment variable name; use letters, digits and _"
         )));
@@ -297,12 +490,14 @@ fn read_secret(text: &str) -> Result<Secret> {
             ))
         })?
     } else if let Some(path) = source.strip_prefix("file:") {
-        let read = std::fs::read_to_string(path).map_err(|err| {
+        let mut read = std::fs::read_to_string(path).map_err(|err| {
             Error::input(format!(
                 "--secret {name}=file:{path}: cannot read it ({err}); give a readable file"
             ))
         })?;
-        read.trim_end_matches(['\n', '\r']).to_string()
+        // Trimmed in place: no second copy of the value left behind in freed memory.
+        read.truncate(read.trim_end_matches(['\n', '\r']).len());
+        read
     } else {
         return Err(Error::input(format!("--secret {text}: {usage}")));
     };
@@ -313,10 +508,80 @@ fn read_secret(text: &str) -> Result<Secret> {
     }
     Ok(Secret {
         name: name.to_string(),
-        value,
+        value: Mutex::new(value.into_bytes()),
         placeholder: placeholder(name),
         hosts: Vec::new(),
+        body: false,
     })
+}
+
+/// A client's secret, checked as `--secret` is (one-line errors naming the field and the
+/// fix, never the value).
+fn check_given(index: usize, given: &Given, earlier: &[Secret]) -> Result<Secret> {
+    let field = format!("secrets[{index}]");
+    if !valid_name(&given.name) {
+        return Err(Error::input(format!(
+            "{field}.name {:?}: not an environment variable name; use letters, digits and _",
+            given.name
+        )));
+    }
+    let name = &given.name;
+    if earlier.iter().any(|secret| &secret.name == name) {
+        return Err(Error::input(format!(
+            "{field}.name {name}: given twice (or also the server's own --secret); give each secret once"
+        )));
+    }
+    if given.value.is_empty() || given.value.contains(['\r', '\n', '\0']) {
+        return Err(Error::input(format!(
+            "{field}.value ({name}): empty or holds a line break or NUL; give one line"
+        )));
+    }
+    if given.value.len() > MAX_VALUE {
+        return Err(Error::input(format!(
+            "{field}.value ({name}): longer than {MAX_VALUE} bytes; give a shorter value"
+        )));
+    }
+    if given.hosts.is_empty() {
+        return Err(Error::input(format!(
+            "{field}.hosts ({name}): no host is entitled to it; give at least one, e.g. [\"api.example.com\"]"
+        )));
+    }
+    let hosts = given
+        .hosts
+        .iter()
+        .map(|host| {
+            parse_host(host).map_err(|why| Error::input(format!("{field}.hosts {host}: {why}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Secret {
+        name: name.clone(),
+        value: Mutex::new(given.value.clone().into_bytes()),
+        placeholder: placeholder(name),
+        hosts,
+        body: given.body,
+    })
+}
+
+/// Each `--secret-body NAME` names a secret.
+fn check_body_names(secret_body: &[String], named: impl Fn(&str) -> bool) -> Result<()> {
+    match secret_body.iter().find(|name| !named(name)) {
+        Some(name) => Err(Error::input(format!(
+            "--secret-body {name}: no --secret is named {name}; add --secret {name}=env:VAR or drop it"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The shortest value [`Secrets::scrub_copies`] looks for (API keys are longer).
+const SCRUBBED_LENGTH: usize = 12;
+
+/// The longest value a client may give (a header's worth).
+const MAX_VALUE: usize = 8 * 1024;
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// A random per-run placeholder: `brig-secret-NAME-` and 32 hex digits.
@@ -414,6 +679,8 @@ mod tests {
             secret_host: &owned(hosts),
             upstream_ca: None,
             strict: false,
+            secret_body: &[],
+            given: &[],
         })
     }
 
@@ -451,7 +718,9 @@ mod tests {
             .unwrap()
             .unwrap();
         let secret = &secrets.secrets[0];
-        assert_eq!(secret.value(), "sk-unit-value");
+        assert_eq!(secret.value(), b"sk-unit-value");
+        secrets.forget();
+        assert_eq!(secrets.secrets[0].value(), b"");
         assert!(secret.placeholder.starts_with("brig-secret-api_key-"));
         assert!(secrets.terminates("api.example.com", 443));
         assert!(!secrets.terminates("api.example.com", 8443));

@@ -52,6 +52,9 @@ pub struct Create {
     pub workspace_size: Option<Size>,
     /// Labels, shown and filtered by `session_list`.
     pub metadata: BTreeMap<String, String>,
+    /// Secrets the jail may use without seeing them: each value goes to the server (over
+    /// its socket) and from there only into requests to its hosts.
+    pub secrets: Vec<crate::net::secrets::Given>,
 }
 
 /// A command or a code cell to run in a session: [`Exec::command`] or [`Exec::code`],
@@ -153,6 +156,7 @@ impl Client {
             idle_timeout: create.idle_timeout,
             workspace_size: create.workspace_size,
             metadata: create.metadata.clone(),
+            secrets: create.secrets.clone(),
         };
         match self.request(&request)? {
             SessionReply::Session { session, .. } => Ok(self.session(session)),

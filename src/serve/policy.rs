@@ -497,6 +497,12 @@ pub const RULES: &[(&str, Rule)] = &[
         Rule::Server("it says which hosts get the operator's secrets"),
     ),
     (
+        "secret-body",
+        Rule::Server(
+            "it goes with the operator's secrets; a session's own say `body` in `secrets`",
+        ),
+    ),
+    (
         "secret-strict",
         Rule::Server("it goes with the operator's secrets"),
     ),

@@ -66,6 +66,10 @@ pub enum Request {
         /// them); bounded by `session_meta::check_metadata`.
         #[serde(default)]
         metadata: std::collections::BTreeMap<String, String>,
+        /// Secrets the session's jail may use without seeing them (`net::secrets`):
+        /// `{name, value, hosts}`; the value is never logged, echoed or listed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        secrets: Vec<crate::net::secrets::Given>,
     },
     /// Runs a command (`command`) or a code cell (`code`) in the session.
     SessionExec {

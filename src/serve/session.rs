@@ -656,7 +656,10 @@ impl<'p> Session<'p> {
     ) -> Result<Program> {
         let mut options = self.options.clone();
         options.env.extend(env);
-        let env = crate::environment::resolve(&options, &self.plan().identity)?;
+        let env = crate::plan::with_secrets(
+            crate::environment::resolve(&options, &self.plan().identity)?,
+            self.jail.network(),
+        );
         let chdir = match chdir {
             Some(dir) => crate::mount::jail_path("chdir", &dir.to_string_lossy())?,
             None => self.plan().chdir.clone(),

@@ -92,12 +92,15 @@ pub fn apply(
     };
     // Without new pins, the session's own stay (the server's `--add-host` and its create's).
     let kept_pins = Rules::of(&old).add_host;
-    let new = Policy::plan(
+    let mut new = Policy::plan(
         allow_net,
         add_host.unwrap_or(kept_pins.as_slice()),
         old.max_bytes.map(crate::units::Size),
         Some(old.max_connections),
     )?;
+    // The session's secrets stay (its jail holds their placeholders); a host no longer
+    // allowed is refused before anything is decrypted.
+    new.secrets = old.secrets.clone();
     let cut = jail.replace_network(new.clone())?;
     let (before, after) = (Rules::of(&old), Rules::of(&new));
     // The change is in force: a log that cannot be written is said on the server's

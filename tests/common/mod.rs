@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod limits;
+pub mod memory;
 pub mod net;
 pub mod serve;
 pub mod session;

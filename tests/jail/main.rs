@@ -25,4 +25,5 @@ mod process;
 mod rootfs;
 mod rootless_limits;
 mod secrets;
+mod secrets_memory;
 mod verdict;

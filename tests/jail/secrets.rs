@@ -7,10 +7,12 @@
 
 use crate::common;
 
-use common::limits::jail_with_verdict;
+use common::limits::{jail, jail_with_verdict};
 use common::net::{Servers, require_tun};
 use common::*;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 both_modes!(
     a_secret_reaches_the_entitled_host_and_never_the_jail,
@@ -19,6 +21,9 @@ both_modes!(
     with_secret_strict_a_placeholder_sent_where_it_is_not_entitled_is_refused,
     a_request_for_another_host_on_a_decrypted_connection_is_refused,
     python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in,
+    with_secret_body_the_value_goes_into_json_bodies_too,
+    inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused,
+    python_requests_and_git_get_the_value_in_only_at_the_entitled_host,
 );
 
 const WEB: &str = "web.test";
@@ -518,6 +523,338 @@ fn python_urllib_and_node_fetch_trust_the_jails_ca_and_get_the_secret_in(mode: M
     );
     let stderr = String::from_utf8_lossy(&done.output.stderr);
     for text in [out.as_str(), &stderr, &verdict.to_string()] {
+        assert!(!text.contains(&value), "{text}");
+    }
+}
+
+/// The bodies the TLS server read at `/record` (as its log has them).
+fn bodies(servers: &Servers) -> Vec<(String, bool)> {
+    servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| {
+            let body = entry["body"].as_str()?.to_string();
+            Some((body, entry["chunked"].as_bool()?))
+        })
+        .collect()
+}
+
+/// Python in the jail: a JSON body by Content-Length (urllib), then a chunked one
+/// (http.client) whose placeholder is split across two chunks, then an
+/// application/octet-stream body (not rewritten).
+const BODY_PYTHON: &str = r#"
+import http.client, json, os, ssl, sys, urllib.request
+port, key = int(sys.argv[1]), os.environ["API_KEY"].encode()
+url = f"https://web.test:{port}/record"
+body = json.dumps({"model": "m", "api_key": key.decode()}).encode()
+request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+print(urllib.request.urlopen(request, timeout=30).read().decode().strip())
+connection = http.client.HTTPSConnection("web.test", port, context=ssl.create_default_context(), timeout=30)
+pieces = iter([b'{"split": "' + key[:7], key[7:] + b'"}'])
+connection.request("POST", "/record", body=pieces, headers={"Content-Type": "application/json"}, encode_chunked=True)
+print(connection.getresponse().read().decode().strip())
+connection.request("POST", "/record", body=b"raw " + key, headers={"Content-Type": "application/octet-stream"})
+print(connection.getresponse().read().decode().strip())
+"#;
+
+/// `--secret-body API_KEY`: the placeholder in a JSON body to the entitled host is
+/// replaced and the framing follows (curl's Content-Length body and Python's, a chunked
+/// body with the placeholder split across chunks); an octet-stream body goes unchanged;
+/// without `--secret-body` (the control) every body arrives with the placeholder.
+fn with_secret_body_the_value_goes_into_json_bodies_too(mode: Mode) {
+    if !require_tun(mode)
+        || !require_program("curl", "apt install curl")
+        || !require_program("python3", "apt install python3")
+    {
+        return;
+    }
+    for body_flag in [true, false] {
+        let Setup {
+            servers,
+            dir: _dir,
+            value,
+            mut args,
+        } = setup();
+        args.extend(["--upstream-ca".into(), servers.ca.display().to_string()]);
+        if body_flag {
+            args.extend(["--secret-body".into(), "API_KEY".into()]);
+        }
+        let tls = servers.tls;
+        let script = format!(
+            "curl -sS -H 'Content-Type: application/json' --data \"{{\\\"key\\\":\\\"$API_KEY\\\"}}\" https://{WEB}:{tls}/record && \
+             python3 -c \"$1\" {tls} && echo \"placeholder=$API_KEY\""
+        );
+        let (done, verdict) = jail_with_verdict(
+            mode,
+            &strs(&args),
+            &["sh", "-c", &script, "sh", BODY_PYTHON],
+        );
+        let out = assert_success(&done.output);
+        let placeholder = out
+            .lines()
+            .find_map(|line| line.strip_prefix("placeholder="))
+            .unwrap_or_else(|| panic!("{}", describe(&done.output)))
+            .to_string();
+        let sent = if body_flag { &value } else { &placeholder };
+        let expected = vec![
+            (format!("{{\"key\":\"{sent}\"}}"), false),
+            (
+                format!("{{\"model\": \"m\", \"api_key\": \"{sent}\"}}"),
+                false,
+            ),
+            (format!("{{\"split\": \"{sent}\"}}"), true),
+            (format!("raw {placeholder}"), false),
+        ];
+        assert_eq!(
+            bodies(&servers),
+            expected,
+            "--secret-body {body_flag}: {out}"
+        );
+        // The replies name the length the server read: the recomputed one.
+        let lengths: Vec<&str> = out
+            .lines()
+            .filter(|line| line.starts_with("got "))
+            .collect();
+        let length = |body: &str| format!("got {} {}", body.len(), "length");
+        assert_eq!(lengths.len(), 4, "{out}");
+        assert_eq!(lengths[0], length(&expected[0].0), "{out}");
+        assert_eq!(
+            lengths[2],
+            format!("got {} chunked", expected[2].0.len()),
+            "{out}"
+        );
+        for text in [
+            out.as_str(),
+            &String::from_utf8_lossy(&done.output.stderr),
+            &verdict.to_string(),
+        ] {
+            assert!(!text.contains(&value), "{text}");
+        }
+    }
+}
+
+/// Three connections, each TLS to web.test, each with what a fronting or stalling client
+/// sends inside: a request head that never ends, HTTP/2's prior-knowledge preface, and a
+/// kept-alive second request naming another host. Each prints what came back within 20 s:
+/// `cut` (reset or closed), `waiting` (nothing), or the status line. argv: the address,
+/// the port, and (for --net host) the test CA.
+const INSIDE_TLS: &str = r#"
+import socket, ssl, sys
+address, port = sys.argv[1], int(sys.argv[2])
+context = ssl.create_default_context(cafile=sys.argv[3] if len(sys.argv) > 3 else None)
+def connect():
+    return context.wrap_socket(socket.create_connection((address, port), timeout=30), server_hostname="web.test")
+def outcome(connection):
+    connection.settimeout(20)
+    try:
+        data = connection.recv(65536)
+    except socket.timeout:
+        return "waiting"
+    except OSError:
+        return "cut"
+    return data.split(b"\n")[0].strip().decode() if data else "cut"
+slow = connect()
+slow.sendall(b"GET /host HTTP/1.1\r\nHost: web.test\r\n")
+print("slow:", outcome(slow))
+h2c = connect()
+h2c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+print("h2c:", outcome(h2c))
+kept = connect()
+kept.sendall(b"HEAD /hello HTTP/1.1\r\nHost: web.test\r\n\r\n")
+first = outcome(kept)
+kept.sendall(b"HEAD /hello HTTP/1.1\r\nHost: other.test\r\n\r\n")
+print("kept-alive:", first, "then", outcome(kept))
+"#;
+
+/// On a connection brig decrypted for a secret, a head not whole within 10 s is refused
+/// (as on cleartext), and so are HTTP/2 without TLS's preface and a later request for
+/// another host; under `--net host` (the control) the same bytes get the server's
+/// answers, or nothing, so each case would notice.
+fn inside_a_decrypted_connection_a_slow_head_h2c_and_another_host_are_refused(mode: Mode) {
+    if !require_tun(mode) || !require_program("python3", "apt install python3") {
+        return;
+    }
+    let Setup {
+        servers,
+        dir: _dir,
+        value: _,
+        mut args,
+    } = setup();
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--add-host".into(),
+        "other.test:127.0.0.1".into(),
+        "--allow-net".into(),
+        format!("other.test:{}", servers.tls),
+    ]);
+    let port = servers.tls.to_string();
+    let program = ["python3", "-c", INSIDE_TLS, WEB, &port];
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &program);
+    let out = assert_success(&done.output);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "slow: cut",
+            "h2c: cut",
+            "kept-alive: HTTP/1.1 200 OK then cut",
+        ],
+        "{}",
+        describe(&done.output)
+    );
+    let reasons = reasons(&verdict);
+    for expected in [
+        "a request head inside the TLS connection brig decrypted for web.test did not arrive whole within 10 s",
+        "HTTP/2 without TLS (h2c)",
+        "a request for other.test on a TLS connection brig decrypted for web.test",
+    ] {
+        assert!(
+            reasons.iter().any(|reason| reason.starts_with(expected)),
+            "{expected}: {verdict}"
+        );
+    }
+    // The control: the same bytes straight to the server.
+    let ca = format!("{}:/ca", servers.state_dir().display());
+    let control = jail(
+        mode,
+        &with_program(
+            &["run", "--net", "host", "--ro-bind", &ca],
+            &[
+                "python3",
+                "-c",
+                INSIDE_TLS,
+                "127.0.0.1",
+                &port,
+                "/ca/ca.pem",
+            ],
+        ),
+    );
+    let control = assert_success(&control.output);
+    assert_eq!(
+        control.lines().collect::<Vec<_>>(),
+        [
+            "slow: waiting",
+            // Python's server answers HTTP/2.0 with a bare 505 page (no status line).
+            "h2c: <!DOCTYPE HTML>",
+            "kept-alive: HTTP/1.1 200 OK then HTTP/1.1 200 OK",
+        ],
+        "{control}"
+    );
+}
+
+/// The pinned `requests` (with its dependencies) from PyPI, installed once by the jail's
+/// python's pip under the target directory (kept between runs); None if it cannot be.
+fn requests_dir() -> Option<&'static Path> {
+    use std::sync::OnceLock;
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pip-requests-2.34.2");
+        if dir.join("requests").is_dir() {
+            return Some(dir);
+        }
+        // Installed aside and renamed into place: an interrupted install leaves nothing.
+        let partial = dir.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        let installed = Command::new(interpreter("python3"))
+            .args(["-m", "pip", "install", "-q", "--target"])
+            .arg(&partial)
+            .arg("requests==2.34.2")
+            .status()
+            .is_ok_and(|status| status.success());
+        (installed && std::fs::rename(&partial, &dir).is_ok()).then_some(dir)
+    });
+    let found = require(
+        "Python's requests 2.34.2 (from PyPI)",
+        "let the test reach PyPI once for `python3 -m pip install --target ... requests==2.34.2` (kept under the target directory)",
+        dir.is_some(),
+    );
+    found.then(|| dir.as_deref().unwrap())
+}
+
+/// Python's `requests` (pinned, from PyPI) and git cloning over https with the key in
+/// `http.extraHeader`: each request to web.test over TLS carries the value; the same
+/// `requests` call over cleartext HTTP (a connection brig does not decrypt) carries the
+/// placeholder.
+fn python_requests_and_git_get_the_value_in_only_at_the_entitled_host(mode: Mode) {
+    if !require_tun(mode) || !require_program("git", "apt install git") {
+        return;
+    }
+    let Some(requests) = requests_dir() else {
+        return;
+    };
+    let Setup {
+        servers,
+        dir: _dir,
+        value,
+        mut args,
+    } = setup();
+    servers.git_repository("tools", &[("README", "hello from git\n")]);
+    args.extend([
+        "--upstream-ca".into(),
+        servers.ca.display().to_string(),
+        "--allow-net".into(),
+        format!("{WEB}:{}", servers.http),
+        "--ro-bind".into(),
+        format!("{}:/opt/requests", requests.display()),
+        "--env".into(),
+        "PYTHONPATH=/opt/requests".into(),
+    ]);
+    let (tls, http) = (servers.tls, servers.http);
+    let script = format!(
+        "python3 -c \"import os, requests; key = {{'Authorization': 'Bearer ' + os.environ['API_KEY']}}; \
+         print(requests.get('https://{WEB}:{tls}/host', headers=key, timeout=30).text); \
+         print(requests.get('http://{WEB}:{http}/host', headers=key, timeout=30).text)\" && \
+         git -c http.extraHeader=\"Authorization: Bearer $API_KEY\" clone -q https://{WEB}:{tls}/git/tools.git /tmp/tools && \
+         cat /tmp/tools/README && echo \"placeholder=$API_KEY\""
+    );
+    let (done, verdict) = jail_with_verdict(mode, &strs(&args), &["sh", "-c", &script]);
+    let out = assert_success(&done.output);
+    let placeholder = out
+        .lines()
+        .find_map(|line| line.strip_prefix("placeholder="))
+        .unwrap_or_else(|| panic!("{}", describe(&done.output)))
+        .to_string();
+    assert!(
+        out.starts_with(&format!("{WEB}:{tls}\n{WEB}:{http}\nhello from git\n")),
+        "{}",
+        describe(&done.output)
+    );
+    // Per server: TLS (decrypted by brig) got the value on every request, requests' and
+    // git's alike; cleartext got the placeholder.
+    let seen: Vec<(String, String, String)> = servers
+        .log()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|entry| {
+            Some((
+                entry["server"].as_str()?.to_string(),
+                entry["path"].as_str()?.to_string(),
+                entry["authorization"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let git: Vec<_> = seen
+        .iter()
+        .filter(|(_, path, _)| path.starts_with("/git/"))
+        .collect();
+    assert!(git.len() >= 3, "git's requests: {seen:?}");
+    for (server, path, authorization) in &seen {
+        let expected = match server.as_str() {
+            "tls" => format!("Bearer {value}"),
+            _ => format!("Bearer {placeholder}"),
+        };
+        assert_eq!(authorization, &expected, "{server} {path}: {seen:?}");
+    }
+    assert!(
+        seen.iter().any(|(server, _, _)| server == "http"),
+        "{seen:?}"
+    );
+    for text in [
+        out.as_str(),
+        &String::from_utf8_lossy(&done.output.stderr),
+        &verdict.to_string(),
+    ] {
         assert!(!text.contains(&value), "{text}");
     }
 }

@@ -110,10 +110,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     return self.reply(file.read(), "application/octet-stream")
         self.send_error(404)
 
+    def do_HEAD(self):
+        # A status and headers only: a kept-alive client reads each reply whole.
+        self.record()
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self):
         self.record()
+        if self.path == "/record":
+            # The body as the server read it (by its Content-Length, or chunked), in the
+            # log; the reply says only its length and framing (an echo would show the jail
+            # what brig put in).
+            chunked = (self.headers.get("Transfer-Encoding") or "").lower() == "chunked"
+            body = self.read_chunked() if chunked else self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            log(server=self.server_kind, body=body.decode(errors="replace"), chunked=chunked)
+            return self.reply(f"got {len(body)} {'chunked' if chunked else 'length'}\n".encode())
         length = int(self.headers.get("Content-Length") or 0)
         self.reply(self.rfile.read(length))
+
+    def read_chunked(self):
+        body = b""
+        while True:
+            size = int(self.rfile.readline().split(b";")[0], 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return body
+            body += self.rfile.read(size)
+            self.rfile.readline()
 
     def stream(self, length):
         self.send_response(200)

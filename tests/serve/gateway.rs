@@ -39,7 +39,7 @@ pub(crate) const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
 
 /// The venv's python with the pinned SDK, installed at the first call (by one test; the
 /// others wait), in a directory named after the version, kept between runs.
-fn sdk_python() -> Option<&'static Path> {
+pub(crate) fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
     pinned_python(&PYTHON, &[E2B_SDK])
 }

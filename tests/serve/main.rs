@@ -31,6 +31,7 @@ mod session_processes;
 mod session_pty;
 mod session_rich;
 mod session_scheduling;
+mod session_secrets;
 mod session_watch;
 mod sessions;
 mod warm;

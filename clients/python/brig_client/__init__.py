@@ -914,6 +914,20 @@ class Pty:
         self._sandbox._request({"type": "session_kill", "pid": pid}, "signaled")
 
 
+def _secrets(secrets: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """`secrets` as the server takes them: `env` read here, into `value`."""
+    wire = []
+    for secret in secrets:
+        secret = dict(secret)
+        if "env" in secret:
+            var = secret.pop("env")
+            if var not in os.environ:
+                raise BrigError(f"secrets: {var} is not set in this process's environment; export it first", "bad_input")
+            secret["value"] = os.environ[var]
+        wire.append(secret)
+    return wire
+
+
 class Sandbox:
     """A session on `brig serve`: a jail whose interpreters keep their globals and whose
     workspace (/home/sandbox) keeps its files until `close()`, `idle_timeout` or
@@ -924,6 +938,11 @@ class Sandbox:
             print(sb.run_code("x + 1").result)        # 42
 
     `options` are `brig run`'s by their YAML names, checked against the server's policy.
+    `secrets` are keys the sandbox may use without seeing them: each a dict
+    `{"name": "API_KEY", "value": "sk-..." or "env": "VAR", "hosts": ["api.example.com"]}`
+    (`env` is read here, in this process); inside, `$API_KEY` holds a placeholder that
+    brig replaces with the value in HTTPS requests to those hosts only (the session's
+    `allow_net` must allow them).
     Durations are strings ("1h", "10m") or seconds; `workspace_size` is a size ("256M").
     The socket defaults to `$BRIG_SERVER`, else /run/brig/brig.sock. Failures of the
     server (an unknown or closed session, a refused option or path) raise BrigError.
@@ -939,6 +958,7 @@ class Sandbox:
         *,
         metadata: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
+        secrets: Optional[Sequence[Dict[str, Any]]] = None,
         _session: Optional[str] = None,
     ):
         self._client = Client(socket, timeout) if socket else Client(timeout=timeout)
@@ -954,7 +974,8 @@ class Sandbox:
         for key, value in (("session_timeout", _duration(session_timeout)),
                            ("idle_timeout", _duration(idle_timeout)),
                            ("workspace_size", workspace_size),
-                           ("metadata", dict(metadata) if metadata else None)):
+                           ("metadata", dict(metadata) if metadata else None),
+                           ("secrets", _secrets(secrets) if secrets else None)):
             if value is not None:
                 request[key] = value
         reply = _request(self._client, request, "session")

@@ -82,6 +82,9 @@ pub struct Flow<U> {
     inspector: Inspector,
     /// When the head being held began to arrive (for [`HEAD_TIME`]).
     head_since: Option<Instant>,
+    /// The same inside a decrypted connection: since when the terminator holds part of a
+    /// head, and how many heads it had passed then.
+    inner_head_since: Option<(Instant, u64)>,
     /// Judged bytes not yet written to the host.
     pending: Vec<u8>,
     host_finished: bool,
@@ -140,6 +143,7 @@ impl<U: Upstream> Flow<U> {
             held: Vec::new(),
             inspector: Inspector::new(expect),
             head_since: None,
+            inner_head_since: None,
             pending: Vec::new(),
             host_finished: false,
             host_shut: false,
@@ -166,11 +170,18 @@ impl<U: Upstream> Flow<U> {
             return relayed;
         }
         let judged = match self.head_deadline() {
-            Some(deadline) if now >= deadline => Err(format!(
-                "{} did not arrive whole within {} s",
-                self.inspector.holding(),
-                HEAD_TIME.secs()
-            )),
+            Some(deadline) if now >= deadline => Err(match (&self.terminator, self.head_since) {
+                (Some(terminator), None) => format!(
+                    "a request head inside the TLS connection brig decrypted for {} did not arrive whole within {} s",
+                    terminator.host(),
+                    HEAD_TIME.secs()
+                ),
+                _ => format!(
+                    "{} did not arrive whole within {} s",
+                    self.inspector.holding(),
+                    HEAD_TIME.secs()
+                ),
+            }),
             _ => self.inspect(socket, policy, now),
         };
         if let Err(reason) = judged {
@@ -207,12 +218,26 @@ impl<U: Upstream> Flow<U> {
         if !moved {
             return self.fail(socket, relayed);
         }
+        if let Some(terminator) = self.terminator.as_ref() {
+            // A head held across calls counts from when it began; a head passed since
+            // (the count moved) starts the clock again.
+            self.inner_head_since = match (terminator.holding_head(), self.inner_head_since) {
+                (false, _) => None,
+                (true, Some((since, heads))) if heads == terminator.heads => Some((since, heads)),
+                (true, _) => Some((now, terminator.heads)),
+            };
+        }
         relayed
     }
 
-    /// When the head brig holds must be whole, if it holds one.
+    /// When the head brig holds must be whole, if it holds one (on the connection, or
+    /// inside the TLS it decrypted).
     pub fn head_deadline(&self) -> Option<Instant> {
-        self.head_since.map(|since| since + HEAD_TIME)
+        let inner = self.inner_head_since.map(|(since, _)| since);
+        match (self.head_since, inner) {
+            (Some(outer), Some(inner)) => Some(outer.min(inner) + HEAD_TIME),
+            (since, None) | (None, since) => since.map(|since| since + HEAD_TIME),
+        }
     }
 
     /// Reads what the jail sent into `held` and moves what the inspector judges fine to

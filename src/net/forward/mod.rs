@@ -12,6 +12,7 @@
 //! host answers in, packets and host requests out), and `Stack` here is the mechanism: the
 //! TUN descriptor, mio, host sockets, lookup threads and the clock.
 
+mod body;
 mod decide;
 mod device;
 mod flow;
@@ -302,6 +303,10 @@ impl Stack {
 
     fn connect(&mut self, flow: usize, address: std::net::SocketAddr) -> io::Result<Connecting> {
         let mut stream = TcpStream::connect(address)?;
+        // brig forwards what the jail's stack already segmented: its own writes go out as
+        // they come (with Nagle, a terminated connection's second small TLS record waited
+        // for the server's delayed ACK, 40 ms a handshake).
+        let _ = stream.set_nodelay(true);
         let interest = Interest::READABLE | Interest::WRITABLE;
         self.poll
             .registry()

@@ -7,11 +7,16 @@
 //! secret the host is *not* entitled to goes on unchanged and is reported (refused with
 //! `--secret-strict`).
 //!
-//! Bounded: no more than [`BACKLOG`] bytes wait on either side; past that the flow is told
-//! `WouldBlock` and holds the bytes in its own (bounded) buffers.
+//! With `--secret-body` the placeholder is replaced in the bodies of those requests too:
+//! a text, JSON or form body is held whole (at most `body::MAX_BODY`) until it ends, then
+//! rewritten and re-framed (`body`).
+//!
+//! Bounded: no more than [`BACKLOG`] bytes wait on either side (and one held body); past
+//! that the flow is told `WouldBlock` and holds the bytes in its own (bounded) buffers.
 
 use super::super::inspect::{Claim, Expect, Inspector, Step};
-use super::super::secrets::{Secrets, find, not_entitled};
+use super::super::secrets::{Secret, Secrets, find, not_entitled};
+use super::body::{self, Framing};
 use rustls::{ClientConnection, ServerConnection, pki_types::ServerName};
 use std::io::{self, Read, Write};
 use std::sync::Arc;
@@ -36,6 +41,18 @@ pub struct Terminator {
     pub refusal: Option<String>,
     /// `secret placeholder sent to HOST, not entitled` (once per secret).
     pub reports: Vec<String>,
+    /// A request whose body brig rewrites, held until its body ends.
+    held: Option<Held>,
+    /// Request heads passed so far (the flow times each head: [`Terminator::holding_head`]).
+    pub heads: u64,
+}
+
+/// A request held for its body: its head (placeholders in its headers replaced already)
+/// and its body as framed on the wire so far.
+struct Held {
+    head: Vec<u8>,
+    framing: Framing,
+    wire: Vec<u8>,
 }
 
 impl Terminator {
@@ -61,7 +78,14 @@ impl Terminator {
             jail_closed: false,
             refusal: None,
             reports: Vec::new(),
+            held: None,
+            heads: 0,
         })
+    }
+
+    /// The server name this connection was decrypted for.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// The jail's TLS bytes: decrypted, judged, passed to the host side. How many of
@@ -178,6 +202,12 @@ impl Terminator {
         Ok(())
     }
 
+    /// Part of a request head (or chunk line, trailers) is held, waiting for the rest:
+    /// the flow refuses one not whole within its head time, as on cleartext.
+    pub fn holding_head(&self) -> bool {
+        self.inspector.in_head() && !self.plain.is_empty()
+    }
+
     fn backlogged(&self) -> bool {
         // rustls holds what it could not write yet; its own limit bounds it, this one
         // keeps brig from feeding more while it is large.
@@ -212,11 +242,8 @@ impl Terminator {
             match step {
                 Step::Wait => return Ok(()),
                 Step::Pass(count) => {
-                    let mut chunk: Vec<u8> = self.plain.drain(..count).collect();
-                    if head {
-                        chunk = self.replace(chunk)?;
-                    }
-                    self.host_side.writer().write_all(&chunk)?;
+                    let chunk: Vec<u8> = self.plain.drain(..count).collect();
+                    self.pass(chunk, head)?;
                 }
                 Step::Unread | Step::AwaitReply => {
                     let chunk = std::mem::take(&mut self.plain);
@@ -224,6 +251,91 @@ impl Terminator {
                 }
                 Step::Refuse(reason) => return Err(self.refuse(reason)),
             }
+        }
+        Ok(())
+    }
+
+    /// Judged bytes on their way to the host: a head with its placeholders replaced (and
+    /// held, when brig rewrites its body), a held body's bytes added to it until it ends.
+    fn pass(&mut self, chunk: Vec<u8>, head: bool) -> io::Result<()> {
+        if head {
+            self.heads += 1;
+            let head = self.replace(chunk)?;
+            let framing = (!self.inspector.between_requests())
+                .then(|| body::rewritable(&head))
+                .flatten()
+                .filter(|_| self.body_secrets().next().is_some());
+            match framing {
+                Some(framing) => {
+                    self.held = Some(Held {
+                        head,
+                        framing,
+                        wire: Vec::new(),
+                    })
+                }
+                None => self.host_side.writer().write_all(&head)?,
+            }
+            return Ok(());
+        }
+        let Some(held) = &mut self.held else {
+            return self.host_side.writer().write_all(&chunk);
+        };
+        held.wire.extend_from_slice(&chunk);
+        if self.inspector.between_requests() {
+            let held = self.held.take().expect("held");
+            return self.release(held);
+        }
+        if held.wire.len() > body::MAX_BODY {
+            // A chunked body past the bound goes on as it is (documented).
+            let held = self.held.take().expect("held");
+            self.host_side.writer().write_all(&held.head)?;
+            self.host_side.writer().write_all(&held.wire)?;
+        }
+        Ok(())
+    }
+
+    /// The secrets whose placeholder brig replaces in bodies to this host.
+    fn body_secrets(&self) -> impl Iterator<Item = &Secret> {
+        self.secrets
+            .secrets
+            .iter()
+            .filter(|secret| secret.body && secret.entitles(&self.host, self.port))
+    }
+
+    /// A held request whose body has ended: its placeholders replaced, re-framed, sent.
+    fn release(&mut self, held: Held) -> io::Result<()> {
+        let (mut data, trailers) = match held.framing {
+            Framing::Length => (held.wire, Vec::new()),
+            Framing::Chunked => match body::dechunk(&held.wire) {
+                Some(parts) => parts,
+                None => {
+                    // The inspector passed it as valid: this does not happen; send as is.
+                    self.host_side.writer().write_all(&held.head)?;
+                    return self.host_side.writer().write_all(&held.wire);
+                }
+            },
+        };
+        let secrets = Arc::clone(&self.secrets);
+        for secret in secrets.sent_in(&data) {
+            if secret.body && secret.entitles(&self.host, self.port) {
+                data = replace_all(&data, secret.placeholder.as_bytes(), &secret.value());
+            } else if !secret.entitles(&self.host, self.port) {
+                self.not_entitled(secret)?;
+            }
+        }
+        let request = body::reframe(&held.head, held.framing, &data, &trailers);
+        self.host_side.writer().write_all(&request)
+    }
+
+    /// A placeholder sent to this host, which its secret does not entitle: reported once,
+    /// or refused with `--secret-strict`.
+    fn not_entitled(&mut self, secret: &Secret) -> io::Result<()> {
+        let report = not_entitled(secret, &self.host);
+        if self.secrets.strict {
+            return Err(self.refuse(format!("{report} (--secret-strict)")));
+        }
+        if !self.reports.contains(&report) {
+            self.reports.push(report);
         }
         Ok(())
     }
@@ -239,16 +351,10 @@ impl Terminator {
         for secret in secrets.sent_in(&head) {
             let placeholder = secret.placeholder.as_bytes();
             if secret.entitles(&self.host, self.port) {
-                headers = replace_all(&headers, placeholder, secret.value().as_bytes());
+                headers = replace_all(&headers, placeholder, &secret.value());
                 continue;
             }
-            let report = not_entitled(secret, &self.host);
-            if secrets.strict {
-                return Err(self.refuse(format!("{report} (--secret-strict)")));
-            }
-            if !self.reports.contains(&report) {
-                self.reports.push(report);
-            }
+            self.not_entitled(secret)?;
         }
         let mut replaced = request_line.to_vec();
         replaced.extend_from_slice(&headers);

@@ -135,7 +135,10 @@ impl Server {
         };
         let program = Program {
             argv: options.command.clone(),
-            env: crate::environment::resolve(options, &self.pool_plan.identity)?,
+            env: crate::plan::with_secrets(
+                crate::environment::resolve(options, &self.pool_plan.identity)?,
+                self.pool_plan.network.as_ref(),
+            ),
             chdir,
         };
         program.check()?;

@@ -458,6 +458,7 @@ impl Server {
                 idle_timeout,
                 workspace_size,
                 metadata,
+                secrets,
             } => {
                 let asked = SessionAsk {
                     options: *options,
@@ -465,6 +466,7 @@ impl Server {
                     idle_timeout,
                     workspace_size,
                     metadata,
+                    secrets,
                 };
                 if let Err(err) = self.create_session(&stream, asked, incoming.peer) {
                     self.status.refused += 1;

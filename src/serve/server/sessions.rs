@@ -57,6 +57,7 @@ impl Server {
             idle_timeout,
             workspace_size,
             metadata,
+            secrets,
         } = asked;
         session_meta::check_metadata(&metadata)?;
         let of_uid = self
@@ -95,14 +96,16 @@ impl Server {
         client.report = None;
         client.report_fd = None;
         client.audit_log = None;
-        let pooled = has_pool_shape(&client, workspace_size);
+        // A session with secrets gets a jail built for it: its own CA and placeholders.
+        let pooled = has_pool_shape(&client, workspace_size) && secrets.is_empty();
         client.home_size = workspace_size.or(client.home_size);
         // A session's workspace_size is its jail's --home-size.
         let origins: policy::Origins = workspace_size
             .map(|_| ("home-size".to_string(), "workspace_size".to_string()))
             .into_iter()
             .collect();
-        let options = self.defaults.clone().overlay(client.clone());
+        let mut options = self.defaults.clone().overlay(client.clone());
+        options.given_secrets = secrets;
         let asked = if pooled {
             policy::Asked::Prepared(policy::Jail::of(&self.session_plan))
         } else {
@@ -379,6 +382,8 @@ pub(super) struct SessionAsk {
     pub(super) idle_timeout: Option<Span>,
     pub(super) workspace_size: Option<Size>,
     pub(super) metadata: session_meta::Metadata,
+    /// Given with their values: into the jail's plan, nowhere else.
+    pub(super) secrets: Vec<crate::net::secrets::Given>,
 }
 
 impl SessionEntry {
