@@ -4,8 +4,10 @@
 1. Sequential, interleaved round by round (so drift in the machine's load hits both
    alike): a fresh sandbox's `Sandbox.create()` + `commands.run("true")` + `kill()`
    (goal: median at most 15 ms), and `run_code("1+1")` in one live sandbox (goal: median
-   at most 3 ms). The first part is also ComputeSDK's "sequential" time to interactive
-   (TTI: create to the first command's end; the kill after it, untimed there).
+   at most 3 ms), and beside them the first through brig's own protocol (session_create,
+   a command, session_close by clients/python's brig_client on the server's socket: what
+   the gateway and HTTP add). The first is also ComputeSDK's "sequential" time to
+   interactive (TTI: create to the first command's end; the kill after it, untimed there).
 2. ComputeSDK's "staggered": ROUNDS sandboxes launched 200 ms apart, each in a thread of
    its own: create, a command, kill.
 3. ComputeSDK's "burst": ROUNDS sandboxes created at once (threads released together),
@@ -23,7 +25,7 @@ and success rate, in the three modes above, 100 iterations each. It runs `node -
 `echo "benchmark"`); here it is `true`, as in issue 23's goal.
 
 Run by bench/e2b.sh, which starts the processes and sets E2B_API_URL, E2B_SANDBOX_URL and
-E2B_API_KEY: argv = rounds, the server's pid, the gateway's pid.
+E2B_API_KEY: argv = rounds, the server's pid, the gateway's pid, the server's socket.
 """
 
 import math
@@ -38,6 +40,7 @@ import time
 # directory first on the path): import the SDK from the venv only.
 sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != os.path.dirname(os.path.abspath(__file__))]
 
+import brig_client  # noqa: E402  (clients/python, on PYTHONPATH)
 from e2b_code_interpreter import Sandbox  # noqa: E402
 
 CLIENTS = 50
@@ -76,6 +79,16 @@ def tti_cycle():
     interactive = time.perf_counter() - started
     sandbox.kill()
     return interactive, time.perf_counter() - started
+
+
+def native_cycle(socket):
+    """The same through brig's own protocol on the server's socket (its Python client):
+    session_create + a command + session_close, without the gateway and HTTP."""
+    started = time.perf_counter()
+    sandbox = brig_client.Sandbox(socket)
+    sandbox.commands.run("true")
+    sandbox.close()
+    return time.perf_counter() - started
 
 
 def run_code_once(sandbox):
@@ -139,7 +152,7 @@ def summary(samples, attempts):
 
 
 def main():
-    rounds, serve_pid, gateway_pid = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    rounds, serve_pid, gateway_pid, socket = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rows = []
     failures = []
 
@@ -153,17 +166,22 @@ def main():
     live = Sandbox.create(timeout=SANDBOX_TIMEOUT)
     for _ in range(5):
         tti_cycle()
+        native_cycle(socket)
         run_code_once(live)
     load_before = load()
-    ttis, cycles, cells = [], [], []
+    ttis, cycles, natives, cells = [], [], [], []
     for round_number in range(rounds):
-        steps = ["cycle", "cell"] if round_number % 2 == 0 else ["cell", "cycle"]
+        # A rotating order: each step goes first, second and third alike.
+        steps = ["cycle", "native", "cell"]
+        steps = steps[round_number % 3 :] + steps[: round_number % 3]
         for step in steps:
             try:
                 if step == "cycle":
                     interactive, whole = tti_cycle()
                     ttis.append(interactive)
                     cycles.append(whole)
+                elif step == "native":
+                    natives.append(native_cycle(socket))
                 else:
                     cells.append(run_code_once(live))
             except Exception as error:
@@ -173,6 +191,10 @@ def main():
         "create + run(\"true\") + kill, sequential: median / p95 / p99",
         summary(cycles, rounds),
         "median at most 15 ms",
+    )
+    row(
+        "  the same through brig's own protocol, no gateway (brig_client)",
+        summary(natives, rounds),
     )
     row('run_code("1+1") in a live sandbox: median / p95 / p99', summary(cells, rounds), "median at most 3 ms")
     row("TTI, sequential (create to the command's end)", summary(ttis, rounds))

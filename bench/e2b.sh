@@ -45,4 +45,5 @@ pids+=("$gateway_pid")
 for _ in $(seq 100); do grep -q listening "$work/gateway.log" && break; sleep 0.05; done
 env -i PATH=/usr/bin:/bin E2B_API_KEY=$key E2B_API_URL="http://127.0.0.1:$port" \
     E2B_SANDBOX_URL="http://127.0.0.1:$port" \
-    "$venv/bin/python" bench/e2b.py "$rounds" "$serve_pid" "$gateway_pid"
+    PYTHONPATH=clients/python "$venv/bin/python" bench/e2b.py "$rounds" "$serve_pid" "$gateway_pid" \
+    "$work/serve.sock"
