@@ -43,7 +43,8 @@ port=$((20000 + RANDOM % 20000))
 gateway_pid=$!
 pids+=("$gateway_pid")
 for _ in $(seq 100); do grep -q listening "$work/gateway.log" && break; sleep 0.05; done
-env -i PATH=/usr/bin:/bin E2B_API_KEY=$key E2B_API_URL="http://127.0.0.1:$port" \
+# No __pycache__ in bench/ (the clients import this script by its path).
+env -i PATH=/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1 E2B_API_KEY=$key E2B_API_URL="http://127.0.0.1:$port" \
     E2B_SANDBOX_URL="http://127.0.0.1:$port" \
     PYTHONPATH=clients/python "$venv/bin/python" bench/e2b.py "$rounds" "$serve_pid" "$gateway_pid" \
     "$work/serve.sock"
