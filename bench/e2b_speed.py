@@ -36,12 +36,8 @@ import sys
 import threading
 import time
 
-# This file's own name would shadow E2B's `e2b` package (Python puts the script's
-# directory first on the path): import the SDK from the venv only.
-sys.path[:] = [path for path in sys.path if os.path.abspath(path or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import brig_client  # noqa: E402  (clients/python, on PYTHONPATH)
-from e2b_code_interpreter import Sandbox  # noqa: E402
+import brig_client  # clients/python, on PYTHONPATH
+from e2b_code_interpreter import Sandbox
 
 CLIENTS = 50
 CALLS_PER_CLIENT = 20
