@@ -8,22 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-200}
 source bench/build-release.sh
+source bench/harness.sh
 build_release
 brig=$(release_binary brig)
 venv=target/bench-venv-e2b-2.45.1
-if [[ ! -x $venv/bin/python ]]; then
-    python3 -m venv "$venv.building"
-    "$venv.building/bin/python" -m pip install --quiet --disable-pip-version-check e2b==2.45.1
-    mv "$venv.building" "$venv"
-fi
-work=$(mktemp -d /tmp/brig-route-bench.XXXXXX)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+pinned_venv "$venv" e2b==2.45.1
+bench_workdir brig-route-bench
 key=e2b_00000000000000000000000000000000000000a1
 echo "$key bench" >"$work/keys"
 "$brig" serve --socket "$work/serve.sock" --quiet-limits --max-sessions 64 --max-sessions-per-uid 0 2>"$work/serve.log" &
