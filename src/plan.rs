@@ -170,6 +170,11 @@ impl Plan {
         Ok(plan)
     }
 
+    /// The jail's secrets (`--secret`, or a session's), when its network has any.
+    pub fn secrets(&self) -> Option<&crate::net::secrets::Secrets> {
+        self.network.as_ref()?.secrets.as_deref()
+    }
+
     /// Every string ends up as a C string in the child; catch NUL bytes here.
     fn check_strings(&self) -> Result<()> {
         let with_nul = |what: &str, text: &str| {

@@ -39,11 +39,7 @@ pub fn run(
     // This process starts as a copy of the supervisor: the secrets' values go first (the
     // supervisor keeps its own, scrubbed of every other copy before the clone; nothing
     // in the jail needs them).
-    if let Some(secrets) = plan
-        .network
-        .as_ref()
-        .and_then(|policy| policy.secrets.as_ref())
-    {
+    if let Some(secrets) = plan.secrets() {
         secrets.forget();
     }
     if let Err(err) = assemble_jail(plan, &channel, output, cgroup, host_lock) {

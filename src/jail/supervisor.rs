@@ -131,11 +131,7 @@ impl<'p> Jail<'p> {
         // were opened by root.
         // The jail's init starts as a copy of this process: no copy of a secret's value
         // but the one brig keeps (which the init zeroes first thing) goes with it.
-        if let Some(secrets) = plan
-            .network
-            .as_ref()
-            .and_then(|policy| policy.secrets.as_ref())
-        {
+        if let Some(secrets) = plan.secrets() {
             secrets.scrub_copies();
         }
         let creator = match host.creator {

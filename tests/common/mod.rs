@@ -21,6 +21,7 @@
 pub mod limits;
 pub mod memory;
 pub mod net;
+pub mod secrets;
 pub mod serve;
 pub mod session;
 

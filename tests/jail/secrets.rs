@@ -9,6 +9,7 @@ use crate::common;
 
 use common::limits::{jail, jail_with_verdict};
 use common::net::{Servers, require_tun};
+use common::secrets::{SELF_PROBE, real_value};
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -28,20 +29,6 @@ both_modes!(
 
 const WEB: &str = "web.test";
 
-/// Everything a jail can see of itself: its environment, every process's environ, and
-/// every file under /etc, /tmp and its home (the CA bundle: its certificates only).
-const SELF_PROBE: &str = "env && cat /proc/[0-9]*/environ | tr '\\0' '\\n' && \
-     find /etc /tmp \"$HOME\" -type f -exec cat {} + 2>/dev/null; echo files-done";
-
-/// A value no test prints by accident: the pid and the time.
-fn real_value() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("sk-real-{}-{nanos}", std::process::id())
-}
-
 /// The tests' servers, and the arguments that give the jail API_KEY for the TLS server
 /// (its value read from a file of `dir`).
 struct Setup {
@@ -54,7 +41,7 @@ struct Setup {
 fn setup() -> Setup {
     let servers = Servers::start();
     let dir = TempDir::new("secret");
-    let value = real_value();
+    let value = real_value("real");
     let args = secret_args(&servers, &dir, &value);
     Setup {
         servers,
@@ -380,7 +367,7 @@ fn a_request_for_another_host_on_a_decrypted_connection_is_refused(mode: Mode) {
 #[test]
 fn check_lists_secrets_by_name_and_host_never_the_value() {
     let dir = TempDir::new("secret-check");
-    let value = real_value();
+    let value = real_value("real");
     let key = dir.file("api-key", &value);
     let config = dir.file(
         "secret.yaml",

@@ -10,6 +10,7 @@ use crate::common;
 
 use common::memory::{descendants, memory_holds, pid_namespace};
 use common::net::{Servers, require_tun};
+use common::secrets::{SELF_PROBE, real_value};
 use common::serve::{Server, ask, client_copy, create_session, run_node_client};
 use common::*;
 use serde_json::{Value, json};
@@ -22,20 +23,6 @@ both_modes!(
 );
 
 const WEB: &str = "web.test";
-
-/// Everything a jail can see of itself: its environment, every process's environ, and
-/// every file under /etc, /tmp and its home.
-const SELF_PROBE: &str = "env && cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' && \
-     find /etc /tmp \"$HOME\" -type f -exec cat {} + 2>/dev/null; echo files-done";
-
-/// A value no test prints by accident: the pid and the time.
-fn real_value() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("sk-session-{}-{nanos}", std::process::id())
-}
 
 /// A server whose sessions may reach the tests' TLS server as web.test, trusting its CA
 /// upstream.
@@ -89,7 +76,7 @@ fn a_session_secret_reaches_the_entitled_host_and_never_the_jail(mode: Mode) {
     }
     let servers = Servers::start();
     let mut server = server_for(mode, &servers);
-    let value = real_value();
+    let value = real_value("session");
     let id = create_session(
         &server,
         json!({"secrets": [{"name": "API_KEY", "value": value, "hosts": [format!("{WEB}:{}", servers.tls)], "body": true}]}),
@@ -192,7 +179,7 @@ fn bad_session_secrets_are_refused_naming_the_field_never_the_value(mode: Mode) 
     }
     let servers = Servers::start();
     let server = server_for(mode, &servers);
-    let value = real_value();
+    let value = real_value("session");
     let entitled = format!("{WEB}:{}", servers.tls);
     let cases: Vec<(Value, &[&str])> = vec![
         (
@@ -284,7 +271,7 @@ fn the_python_and_node_clients_and_the_command_line_give_secrets(mode: Mode) {
     }
     let servers = Servers::start();
     let server = server_for(mode, &servers);
-    let value = real_value();
+    let value = real_value("session");
     let port = servers.tls.to_string();
     let expected = format!("\"{WEB}:{port} brig-secret\"");
 
@@ -379,7 +366,7 @@ fn the_gateway_gives_a_tenant_s_secrets_to_its_sandboxes_only(mode: Mode) {
     };
     let servers = Servers::start();
     let server = server_for(mode, &servers);
-    let value = real_value();
+    let value = real_value("session");
     let dir = TempDir::new("tenant-secrets");
     let key = dir.file("alice-key", &format!("{value}\n"));
     let file = dir.file(
