@@ -62,6 +62,8 @@ pub struct Gateway {
     backend: Backend,
     tenants: auth::Tenants,
     streams: Arc<tokio::sync::Semaphore>,
+    /// Upgraded connections to sandboxes' ports relayed at once (`ports.rs`).
+    tunnels: Arc<tokio::sync::Semaphore>,
     /// `--max-sandboxes-per-tenant` (0: none).
     max_sandboxes_per_tenant: usize,
     /// `--templates`, and the built-in ones.
@@ -163,6 +165,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         backend: backend.clone(),
         tenants: auth::Tenants::new(keys),
         streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+        tunnels: Arc::new(tokio::sync::Semaphore::new(ports::MAX_TUNNELS)),
         max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
         templates,
         logs: logs::Logs::default(),

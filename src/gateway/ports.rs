@@ -27,11 +27,10 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// WebSocket (and other upgraded) connections relayed at once; more are answered 503
-/// until one ends. Each holds two connections and two 8 KiB buffers.
-const MAX_TUNNELS: usize = 1024;
-
-static TUNNELS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_TUNNELS);
+/// WebSocket (and other upgraded) connections relayed at once (the gateway's
+/// `tunnels`); more are answered 503 until one ends. Each holds two connections and two
+/// 8 KiB buffers.
+pub const MAX_TUNNELS: usize = 1024;
 
 /// How long a connection the jail's server has not accepted yet (its backlog was full)
 /// is waited for.
@@ -116,7 +115,7 @@ pub async fn serve(
 ) -> Response {
     let upgrade = wants_upgrade(request.headers());
     let permit = match upgrade {
-        true => TUNNELS.try_acquire().ok(),
+        true => gateway.tunnels.clone().try_acquire_owned().ok(),
         false => None,
     };
     let opened = match upgrade && permit.is_none() {
@@ -215,7 +214,7 @@ async fn relay(
     stream: tokio::net::TcpStream,
     mut request: Request,
     upgrade: bool,
-    permit: Option<tokio::sync::SemaphorePermit<'static>>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Response, hyper::Error> {
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     strip_hop_by_hop(request.headers_mut(), upgrade);
