@@ -96,9 +96,13 @@ fn build_kit() -> Kit {
     let setuid = bin.join("probe-setuid");
     std::fs::copy(&probe, &setuid).unwrap();
     std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // brig beside the probe, where both users reach it: a hard link (the debug binary is
+    // 200 MB), a copy only where target/ is on another filesystem than the temp dir.
     let brig = dir.join("brig");
-    std::fs::copy(env!("CARGO_BIN_EXE_brig"), &brig).unwrap();
-    std::fs::set_permissions(&brig, std::fs::Permissions::from_mode(0o755)).unwrap();
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_brig"), &brig).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_brig"), &brig).unwrap();
+        std::fs::set_permissions(&brig, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     Kit { dir, bin, brig }
 }
 
