@@ -147,8 +147,9 @@ pub fn fits(tenant: &str, quota: &Quota, held: Held, memory: Option<u64>) -> Res
         && held.sandboxes + 1 > cap.most
     {
         return Err(format!(
-            "tenant {tenant:?} has {} sandboxes (paused ones count), its most ({}); kill one first, or ask the operator to raise it",
-            held.sandboxes, cap.named
+            "tenant {tenant:?} has {} (paused ones count), its most ({}); kill one first, or ask the operator to raise it",
+            sandboxes(held.sandboxes),
+            cap.named
         ));
     }
     let Some(cap) = &quota.memory else {
@@ -166,14 +167,22 @@ pub fn fits(tenant: &str, quota: &Quota, held: Held, memory: Option<u64>) -> Res
     };
     if used.saturating_add(asked) > cap.most {
         return Err(format!(
-            "tenant {tenant:?} holds {} of memory in {} sandboxes (paused ones count) and this one asks {}, past its quota ({}); kill one first, or ask the operator to raise it",
+            "tenant {tenant:?} holds {} of memory in {} (paused ones count) and this one asks {}, past its quota ({}); kill one first, or ask the operator to raise it",
             size(used),
-            held.sandboxes,
+            sandboxes(held.sandboxes),
             size(asked),
             cap.named
         ));
     }
     Ok(())
+}
+
+/// "1 sandbox", "2 sandboxes".
+fn sandboxes(count: u64) -> String {
+    match count {
+        1 => "1 sandbox".into(),
+        _ => format!("{count} sandboxes"),
+    }
 }
 
 /// Bytes as a size the flags take (`512M`), or a byte count.
