@@ -327,7 +327,6 @@ for round in range(2):
     refused(alice, 429, ["tenant \"alice\" has 2 upgraded connections open, its share (--max-tunnels-per-tenant 2)"])
     bobs = [opened(bob)]
     refused(bob, 503, ["brig gateway has 3 upgraded connections open, its most (--max-tunnels 3)"])
-    # Plain requests to the port take no share.
     for conn in mine + bobs:
         conn.close()
     # Filled, closed, filled again (the next round): nothing leaked.
