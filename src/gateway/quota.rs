@@ -212,10 +212,12 @@ pub async fn create_within(
         return super::rest::blocking(gateway, move |gateway| Ok(gateway.backend.create(new)?))
             .await;
     }
-    let lock = gateway.quotas.lock_of(tenant);
-    let _one_at_a_time = lock.lock().await;
+    // Held by the blocking work itself: a client that hangs up drops this future, not
+    // the create under way.
+    let one_at_a_time = gateway.quotas.lock_of(tenant).lock_owned().await;
     let tenant = tenant.to_string();
     super::rest::blocking(gateway, move |gateway| {
+        let _one_at_a_time = one_at_a_time;
         let over = |message: String| ApiError::new(StatusCode::TOO_MANY_REQUESTS, message);
         let held = Held::of(&super::rest::sandboxes_of(
             gateway,
@@ -228,7 +230,11 @@ pub async fn create_within(
         fits(&tenant, &quota, held, asked).map_err(over)?;
         let id = gateway.backend.create(new)?;
         if quota.memory.is_some() {
-            let sessions = super::rest::sandboxes_of(gateway, &tenant, BTreeMap::new())?;
+            let sessions = super::rest::sandboxes_of(gateway, &tenant, BTreeMap::new())
+                .inspect_err(|_| {
+                    // Not counted, it may not stay.
+                    let _ = gateway.backend.close(&id);
+                })?;
             let (own, others): (Vec<Value>, Vec<Value>) = sessions
                 .into_iter()
                 .partition(|session| session["session"] == id.as_str());
@@ -447,7 +453,8 @@ mod tests {
         };
         let held = |sandboxes, memory| Held { sandboxes, memory };
         // (quota, held, the new one's memory, refused with these words or fits)
-        let table: [(&Quota, Held, Option<u64>, Option<&[&str]>); 9] = [
+        type Row<'a> = (&'a Quota, Held, Option<u64>, Option<&'a [&'a str]>);
+        let table: [Row; 9] = [
             (&Quota::default(), held(100, None), None, None),
             (&memory, held(1, Some(512 * M)), Some(512 * M), None),
             (
