@@ -23,6 +23,7 @@
 
 use crate::common;
 use crate::gateway::{Gateway, KEY_A, KEY_B, assert_passed};
+use crate::gateway_ports::ECHO_SERVER;
 
 use common::serve::Server;
 use common::*;
@@ -234,39 +235,21 @@ print("PASS")
 "#;
 
 fn e2b_streams_are_shared_between_tenants(mode: Mode) {
-    let server = Server::start(mode, &[]);
     let limits = ["--max-streams", "3", "--max-streams-per-tenant", "2"];
-    let gateway = Gateway::start_with(mode, &server, &limits);
-    let script = format!("import sys\nsys.argv[2:] = [{KEY_B:?}]\n{STREAMS}");
+    caps_script_passes(mode, &limits, &[KEY_B], STREAMS);
+}
+
+/// A gateway with `limits` runs `script` as tenant A, `args` its `sys.argv[2:]`.
+fn caps_script_passes(mode: Mode, limits: &[&str], args: &[&str], script: &str) {
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start_with(mode, &server, limits);
+    let script = format!("import sys\nsys.argv[2:] = {args:?}\n{script}");
     assert_passed(gateway.sdk(KEY_A, &script));
 }
 
-/// A server in the jail that switches protocols on any request and then holds the
-/// connection until its client closes it (test code: the least of an upgrade).
-const SWITCHER: &str = r#"
-import socket, sys, threading
-def serve(conn):
-    with conn:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(4096)
-            if not chunk:
-                return
-            head += chunk
-        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: held\r\n\r\n")
-        while conn.recv(4096):
-            pass
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("0.0.0.0", 8765))
-listener.listen()
-while True:
-    conn, _ = listener.accept()
-    threading.Thread(target=serve, args=(conn,), daemon=True).start()
-"#;
-
-/// Alice holds her share (2) of upgraded connections; her third is answered 429, Bob still
-/// gets one, then 503 for the gateway's whole cap (3). Closed connections give theirs
+/// Alice holds her share (2) of upgraded connections (WebSockets to gateway_ports.rs's
+/// echo server in the jail); her third is answered 429, Bob still gets one, then 503 for
+/// the gateway's whole cap (3). Closed connections give theirs
 /// back: filled again, the same holds.
 const TUNNELS: &str = r#"
 import socket, sys, time, urllib.parse
@@ -276,14 +259,15 @@ host, port = gateway.rsplit(":", 1)
 alice = Sandbox.create(allow_internet_access=False)
 bob = Sandbox.create(api_key=sys.argv[2], allow_internet_access=False)
 for sandbox in (alice, bob):
-    sandbox.files.write("switcher.py", sys.argv[3])
-    sandbox.commands.run("exec python3 switcher.py", background=True)
+    sandbox.files.write("echo.py", sys.argv[3])
+    sandbox.commands.run("exec python3 echo.py 8765", background=True)
 
 def upgrade(sandbox):
     """A connection to port 8765 of `sandbox` asking to switch: (status, its first line
     and body, the socket, open)."""
     conn = socket.create_connection((host, int(port)))
-    conn.sendall((f"GET / HTTP/1.1\r\nHost: {gateway}\r\nConnection: Upgrade\r\nUpgrade: held\r\n"
+    conn.sendall((f"GET / HTTP/1.1\r\nHost: {gateway}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                  f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
                   f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nE2b-Sandbox-Port: 8765\r\n\r\n").encode())
     answer = b""
     while b"\r\n\r\n" not in answer:
@@ -336,11 +320,8 @@ print("PASS")
 "#;
 
 fn e2b_tunnels_are_shared_between_tenants(mode: Mode) {
-    let server = Server::start(mode, &[]);
     let limits = ["--max-tunnels", "3", "--max-tunnels-per-tenant", "2"];
-    let gateway = Gateway::start_with(mode, &server, &limits);
-    let script = format!("import sys\nsys.argv[2:] = [{KEY_B:?}, {SWITCHER:?}]\n{TUNNELS}");
-    assert_passed(gateway.sdk(KEY_A, &script));
+    caps_script_passes(mode, &limits, &[KEY_B, ECHO_SERVER], TUNNELS);
 }
 
 /// Messages past Connect's 4 MiB: a StreamInput `data` of 5 MiB (by the SDK's own Connect
