@@ -13,7 +13,8 @@
 //!   `RateLimitException`, naming the share) while another tenant still gets streams up to
 //!   `--max-streams` (past it refused naming that); the same for WebSocket-style upgrades
 //!   to a sandbox's port (`--max-tunnels-per-tenant`: 429, `--max-tunnels`: 503); shares
-//!   are given back when streams and connections end (filled, ended, filled again);
+//!   are given back when streams and connections end (filled, ended, filled again); the
+//!   interpreter's cells (its SDK's `run_code`) hold streams too (429 past the share);
 //! - a `process.Process/StreamInput` message and a server stream's request over the 4 MiB
 //!   a Connect message may have: `resource_exhausted`, one line, the gateway and the
 //!   sandbox's process going on;
@@ -33,6 +34,7 @@ both_modes!(
     e2b_concurrent_creates_cannot_pass_the_quota_together,
     e2b_streams_are_shared_between_tenants,
     e2b_tunnels_are_shared_between_tenants,
+    e2b_interpreter_cells_are_shared_between_tenants,
     e2b_oversized_stream_messages_are_refused,
     gateway_refuses_bad_quota_flags,
 );
@@ -322,6 +324,46 @@ print("PASS")
 fn e2b_tunnels_are_shared_between_tenants(mode: Mode) {
     let limits = ["--max-tunnels", "3", "--max-tunnels-per-tenant", "2"];
     caps_script_passes(mode, &limits, &[KEY_B, ECHO_SERVER], TUNNELS);
+}
+
+/// The interpreter's cells hold streams too: Alice's share is 1, so while her long cell
+/// runs her next is answered 429 (the interpreter SDK's `SandboxException`), Bob's runs;
+/// once her cell has ended (its share given back before its end is sent) her next runs.
+const CELLS: &str = r#"
+import sys, threading, time
+from e2b import SandboxException
+from e2b_code_interpreter import Sandbox
+alice = Sandbox.create()
+bob = Sandbox.create(api_key=sys.argv[2])
+long = threading.Thread(target=alice.run_code, args=(
+    "import os, time\nopen('/home/user/running', 'w').close()\n"
+    "while not os.path.exists('/home/user/go'):\n    time.sleep(0.01)",))
+long.start()
+while not alice.files.exists("running"):
+    time.sleep(0.01)
+try:
+    alice.run_code("1+1")
+    raise SystemExit("a cell past the tenant's share ran")
+except SandboxException as err:
+    assert "429" in str(err) and "its share (--max-streams-per-tenant 1)" in str(err), err
+assert bob.run_code("1+1").text == "2"
+alice.files.write("go", "")
+long.join()
+assert alice.run_code("2+2").text == "4"
+alice.kill()
+bob.kill()
+print("PASS")
+"#;
+
+fn e2b_interpreter_cells_are_shared_between_tenants(mode: Mode) {
+    let Some(python) = crate::gateway_interpreter::sdk_python() else {
+        return;
+    };
+    let server = Server::start(mode, &[]);
+    let limits = ["--max-streams", "2", "--max-streams-per-tenant", "1"];
+    let gateway = Gateway::start_with(mode, &server, &limits);
+    let script = format!("import sys\nsys.argv[2:] = [{KEY_B:?}]\n{CELLS}");
+    assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
 }
 
 /// Messages past Connect's 4 MiB: a StreamInput `data` of 5 MiB (by the SDK's own Connect
