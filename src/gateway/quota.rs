@@ -157,7 +157,7 @@ pub fn fits(tenant: &str, quota: &Quota, held: Held, memory: Option<u64>) -> Res
     };
     let (Some(used), Some(asked)) = (held.memory, memory) else {
         return Err(format!(
-            "tenant {tenant:?} has a memory quota ({}) and {} has no memory limit; give the template a `memory` (or the server --memory)",
+            "tenant {tenant:?} has a memory quota ({}) and {} has no memory limit; give the template a `memory` (or the server --memory), on a host where brig writes cgroups",
             cap.named,
             match memory {
                 None => "this template's sandbox",
