@@ -69,8 +69,6 @@ pub struct Tenants {
     owners: Mutex<HashMap<String, Cached>>,
     /// When the owners were last reloaded.
     reloaded: Mutex<Option<std::time::Instant>>,
-    /// Creates under way, by tenant (counted against its cap with its sandboxes).
-    creating: Mutex<HashMap<String, usize>>,
 }
 
 impl Tenants {
@@ -79,7 +77,6 @@ impl Tenants {
             keys,
             owners: Mutex::default(),
             reloaded: Mutex::default(),
-            creating: Mutex::default(),
         }
     }
 
@@ -99,27 +96,6 @@ impl Tenants {
                 StatusCode::UNAUTHORIZED,
                 "X-API-Key: not a key of this gateway; ask its operator for one",
             )
-        })
-    }
-
-    /// Takes one of `tenant`'s `cap` places for a sandbox about to be created, if its
-    /// `existing` sandboxes and its creates under way leave one (0: no cap); the place is
-    /// given back when the returned guard goes, the sandbox then counting for itself.
-    pub fn reserve<'a>(
-        &'a self,
-        tenant: &str,
-        existing: usize,
-        cap: usize,
-    ) -> Option<Reserved<'a>> {
-        let mut creating = self.creating.lock().unwrap();
-        let under_way = creating.entry(tenant.to_string()).or_default();
-        if cap != 0 && existing + *under_way >= cap {
-            return None;
-        }
-        *under_way += 1;
-        Some(Reserved {
-            tenants: self,
-            tenant: tenant.to_string(),
         })
     }
 
@@ -156,6 +132,11 @@ impl Tenants {
         Ok(self.cached(id))
     }
 
+    /// The tenant of sandbox `id`, if cached (as it is once a request to it was routed).
+    pub fn tenant_of(&self, id: &str) -> Option<String> {
+        self.cached(id).map(|owner| owner.tenant)
+    }
+
     /// The cached owner of `id`.
     fn cached(&self, id: &str) -> Option<Owner> {
         let owners = self.owners.lock().unwrap();
@@ -186,24 +167,6 @@ impl Tenants {
             }
         }
         *cache = owners;
-    }
-}
-
-/// A tenant's place for a sandbox being created (see [`Tenants::reserve`]).
-pub struct Reserved<'a> {
-    tenants: &'a Tenants,
-    tenant: String,
-}
-
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        let mut creating = self.tenants.creating.lock().unwrap();
-        if let Some(under_way) = creating.get_mut(&self.tenant) {
-            *under_way -= 1;
-            if *under_way == 0 {
-                creating.remove(&self.tenant);
-            }
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `brig gateway`'s command line, and its API-key file.
 
+use super::quota::Overrides;
 use crate::error::{Error, Result};
 use clap::Args;
 use std::collections::HashMap;
@@ -20,7 +21,9 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "SOCKET")]
     pub server: Option<PathBuf>,
 
-    /// The API keys: one `KEY TENANT` a line (`#` starts a comment). Each key is a
+    /// The API keys: one `KEY TENANT` a line (`#` starts a comment), optionally
+    /// followed by the tenant's own quotas, `max-sandboxes=N` and `max-memory=SIZE` (in
+    /// place of --max-sandboxes-per-tenant and --max-memory-per-tenant). Each key is a
     /// tenant's (E2B's `X-API-Key`, so `e2b_` and hex digits for the SDK); a tenant sees
     /// and touches only its own sandboxes. Needed with --server; a router given them
     /// refuses unknown keys itself (without, it lets any well-formed key on to the
@@ -58,11 +61,42 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub drain_grace: crate::units::Span,
 
-    /// Sandboxes one tenant may have at once; more creates are refused (429, the SDK's
-    /// RateLimitException) until one ends. 0: no cap of the gateway's own (the server's
-    /// --max-sessions still holds for all tenants together).
+    /// Sandboxes one tenant may have at once (paused ones count); more creates are
+    /// refused (429, the SDK's RateLimitException) until one ends. 0: no cap of the
+    /// gateway's own (the server's --max-sessions still holds for all tenants together).
+    /// A tenant's `max-sandboxes=N` in --api-keys overrides it.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_sandboxes_per_tenant: usize,
+
+    /// Memory one tenant's sandboxes may hold at once: the sum of their jails' memory
+    /// limits (the server's --memory, or the template's `memory`), paused sandboxes
+    /// too. A create past it is refused (429, the SDK's RateLimitException) until one is
+    /// killed; a template without a memory limit cannot be created under it. A tenant's
+    /// `max-memory=SIZE` in --api-keys overrides it. Default: none.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory_per_tenant: Option<crate::units::Size>,
+
+    /// Streams open at once, all tenants together (envd's process and watch streams,
+    /// the interpreter's cells; each holds a thread and a connection to the server);
+    /// more are refused (Connect's resource_exhausted, the SDK's RateLimitException)
+    /// until one ends.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_streams: usize,
+
+    /// Streams one tenant may have open at once, so that others still find room
+    /// [default: a quarter of --max-streams].
+    #[arg(long, value_name = "N")]
+    pub max_streams_per_tenant: Option<usize>,
+
+    /// Upgraded connections (WebSockets to a sandbox's port) relayed at once, all
+    /// tenants together; more are answered 503 until one closes.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_tunnels: usize,
+
+    /// Upgraded connections one tenant may have relayed at once; more are answered 429
+    /// [default: a quarter of --max-tunnels].
+    #[arg(long, value_name = "N")]
+    pub max_tunnels_per_tenant: Option<usize>,
 
     /// E2B templates, a YAML mapping: each template's name to the options of its
     /// sandboxes (brig-config(5)'s keys: `profile`, `rootfs`, `memory`, `env`, `net`,
@@ -88,14 +122,16 @@ pub struct GatewayArgs {
     pub tenant_secrets: Option<PathBuf>,
 }
 
-/// The tenants, by API key.
+/// The tenants, by API key, and the quotas the file gives some of them.
 #[derive(Debug, Default)]
 pub struct ApiKeys {
     tenants: HashMap<String, String>,
+    overrides: HashMap<String, Overrides>,
 }
 
 impl ApiKeys {
-    /// Reads `path`: one `KEY TENANT` a line; blank lines and `#` comments are skipped.
+    /// Reads `path`: one `KEY TENANT [max-sandboxes=N] [max-memory=SIZE]` a line; blank
+    /// lines and `#` comments are skipped.
     pub fn read(path: &Path) -> Result<ApiKeys> {
         let text = std::fs::read_to_string(path).map_err(|err| {
             Error::input(format!(
@@ -116,7 +152,7 @@ impl ApiKeys {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
-            let [key, tenant] = words[..] else {
+            let [key, tenant, ref settings @ ..] = words[..] else {
                 return Err(Error::input(format!(
                     "{at}: {} words; write one `KEY TENANT` a line (e.g. `e2b_0123abcd alice`)",
                     words.len()
@@ -137,6 +173,18 @@ impl ApiKeys {
                     "{at}: tenant {tenant:?}: use 1 to 64 letters, digits, '-', '_', '.' or '@'"
                 )));
             }
+            let own = settings_of(settings, &at)?;
+            if let Some(first) = keys.overrides.get(tenant)
+                && *first != own
+                && own != Overrides::default()
+            {
+                return Err(Error::input(format!(
+                    "{at}: tenant {tenant:?}'s quotas differ from those of its earlier line; give them once (or the same on each line)"
+                )));
+            }
+            if own != Overrides::default() {
+                keys.overrides.insert(tenant.into(), own);
+            }
             if keys.tenants.insert(key.into(), tenant.into()).is_some() {
                 return Err(Error::input(format!(
                     "{at}: this key is listed twice; give each key one tenant"
@@ -151,10 +199,49 @@ impl ApiKeys {
         Ok(keys)
     }
 
+    /// The quotas the file gives tenants, by tenant.
+    pub fn overrides(&self) -> HashMap<String, Overrides> {
+        self.overrides.clone()
+    }
+
     /// The tenant whose key this is.
     pub fn tenant(&self, key: &str) -> Option<&str> {
         self.tenants.get(key).map(String::as_str)
     }
+}
+
+/// A key line's settings after its tenant: `max-sandboxes=N`, `max-memory=SIZE`.
+fn settings_of(settings: &[&str], at: &str) -> Result<Overrides> {
+    let mut own = Overrides::default();
+    for setting in settings {
+        let bad = |why: String| {
+            Error::input(format!(
+                "{at}: {setting:?}: {why}; after `KEY TENANT` write `max-sandboxes=N` or `max-memory=SIZE` (e.g. 4G)"
+            ))
+        };
+        let (name, value) = setting
+            .split_once('=')
+            .ok_or_else(|| bad("not a setting".into()))?;
+        match name {
+            "max-sandboxes" => {
+                let most: usize = value
+                    .parse()
+                    .ok()
+                    .filter(|most| *most > 0)
+                    .ok_or_else(|| bad("not a number of sandboxes from 1".into()))?;
+                own.sandboxes = Some(most);
+            }
+            "max-memory" => {
+                let size: crate::units::Size = value.parse().map_err(bad)?;
+                if size.0 == 0 {
+                    return Err(bad("no memory at all".into()));
+                }
+                own.memory = Some(size);
+            }
+            _ => return Err(bad("no such setting".into())),
+        }
+    }
+    Ok(own)
 }
 
 #[cfg(test)]
@@ -171,6 +258,29 @@ mod tests {
         assert_eq!(keys.tenant("e2b_0123456789abcdef"), Some("alice"));
         assert_eq!(keys.tenant("e2b_fedcba9876543210"), Some("bob"));
         assert_eq!(keys.tenant("e2b_0000000000000000"), None);
+        assert!(keys.overrides().is_empty());
+    }
+
+    #[test]
+    fn a_key_line_may_give_its_tenants_quotas() {
+        let keys = ApiKeys::parse(
+            "e2b_0123456789abcdef alice max-memory=4G max-sandboxes=3\n\
+             e2b_0123456789abcde0 alice\n\
+             e2b_fedcba9876543210 bob max-sandboxes=1\n",
+            "keys",
+        )
+        .unwrap();
+        assert_eq!(keys.tenant("e2b_0123456789abcde0"), Some("alice"));
+        let overrides = keys.overrides();
+        let alice = overrides["alice"];
+        assert_eq!(
+            (alice.sandboxes, alice.memory),
+            (Some(3), Some(crate::units::Size(4 << 30)))
+        );
+        assert_eq!(
+            (overrides["bob"].sandboxes, overrides["bob"].memory),
+            (Some(1), None)
+        );
     }
 
     #[test]
@@ -180,7 +290,26 @@ mod tests {
                 "e2b_0123456789abcdef\n",
                 "keys:1: 1 words; write one `KEY TENANT`",
             ),
-            ("\ne2b_0123456789abcdef a b\n", "keys:2: 3 words"),
+            (
+                "\ne2b_0123456789abcdef a b\n",
+                "keys:2: \"b\": not a setting; after `KEY TENANT` write `max-sandboxes=N`",
+            ),
+            (
+                "e2b_0123456789abcdef a max-memory=12Q\n",
+                "keys:1: \"max-memory=12Q\": '12Q' is not a size",
+            ),
+            (
+                "e2b_0123456789abcdef a max-sandboxes=0\n",
+                "keys:1: \"max-sandboxes=0\": not a number of sandboxes from 1",
+            ),
+            (
+                "e2b_0123456789abcdef a max-cpus=2\n",
+                "keys:1: \"max-cpus=2\": no such setting",
+            ),
+            (
+                "e2b_0123456789abcdef a max-memory=1G\ne2b_fedcba9876543210 a max-memory=2G\n",
+                "keys:2: tenant \"a\"'s quotas differ",
+            ),
             (
                 "short alice\n",
                 "keys:1: the key is 5 characters; give at least 16",

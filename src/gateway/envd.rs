@@ -407,26 +407,23 @@ impl Call {
         events: Events,
     ) -> Response {
         let codec = self.codec;
-        let Ok(permit) = self.gateway.streams.clone().try_acquire_owned() else {
-            return fail(
-                Shape::Stream,
-                codec,
-                ConnectError::new(
-                    Code::ResourceExhausted,
-                    format!(
-                        "brig gateway has {} streams open, its most; retry when one ends",
-                        super::MAX_STREAMS
-                    ),
-                ),
-            );
-        };
+        let permit =
+            match super::quota::share_for(&self.gateway, &self.gateway.streams, &self.sandbox) {
+                Ok(permit) => permit,
+                Err(refused) => {
+                    let refused = ConnectError::new(Code::ResourceExhausted, refused.message());
+                    return fail(Shape::Stream, codec, refused);
+                }
+            };
         let (chunks, receiver) = mpsc::channel::<Bytes>(BODY_CHUNKS);
         tokio::spawn(async move {
-            let _permit = permit;
             let error = match self.blocking(attach).await {
                 Ok(stream) => relay(stream, &chunks, codec, self.keepalive, &events).await,
                 Err(err) => Some(err),
             };
+            // Given back before the end is sent: a client that saw its stream end may
+            // open the next at once.
+            drop(permit);
             let _ = chunks.send(connect::end_of_stream(error.as_ref())).await;
         });
         let body = futures_util::stream::unfold(receiver, |mut receiver| async move {

@@ -470,16 +470,13 @@ impl Call {
     /// A cell, streamed: the first frame is waited for, so that a refusal (an unknown
     /// context, a bad field) is an HTTP status, not a line.
     async fn execute(self, cell: Cell) -> Response {
-        let Ok(permit) = self.gateway.streams.clone().try_acquire_owned() else {
-            return ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "brig gateway has {} streams open, its most; retry when one ends",
-                    super::MAX_STREAMS
-                ),
-            )
-            .into_response();
-        };
+        let permit =
+            match super::quota::share_for(&self.gateway, &self.gateway.streams, &self.sandbox) {
+                Ok(permit) => permit,
+                Err(refused) => {
+                    return ApiError::new(refused.status(), refused.message()).into_response();
+                }
+            };
         let context = cell.context();
         // The context's language: for the cells that set and restore `env_vars`.
         let language = if cell.env.is_empty() {
@@ -558,7 +555,6 @@ impl Call {
         let (lines, receiver) = mpsc::channel::<Bytes>(BODY_LINES);
         let restore = (!cell.env.is_empty()).then(|| run(restore_env, false, None));
         tokio::spawn(async move {
-            let _permit = permit;
             let mut frame: Option<Result<Value, BackendError>> = Some(Ok(first));
             while let Some(next) = frame {
                 let (out, last) = match next {
@@ -589,6 +585,9 @@ impl Call {
             if let Some(restore) = restore {
                 let _ = self.blocking(restore).await;
             }
+            // Given back before the end is sent: a client that saw its cell end may run
+            // the next at once.
+            drop(permit);
             let _ = lines.send(line(&json!({"type": "end_of_execution"}))).await;
         });
         let body = futures_util::stream::unfold(receiver, |mut receiver| async move {

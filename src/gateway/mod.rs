@@ -33,6 +33,7 @@ mod lifecycle;
 mod logs;
 mod ports;
 pub mod proto;
+mod quota;
 mod rest;
 mod route;
 mod secrets;
@@ -53,19 +54,18 @@ use std::sync::Arc;
 /// The port envd listens on in an E2B sandbox, as the SDK addresses it.
 pub const ENVD_PORT: u16 = 49983;
 
-/// Streams open at once (processes, watchers, each holding a thread and a connection to
-/// the server); more are refused with `resource_exhausted` until one ends.
-const MAX_STREAMS: usize = 256;
-
 /// What every request handler shares.
 pub struct Gateway {
     backend: Backend,
     tenants: auth::Tenants,
-    streams: Arc<tokio::sync::Semaphore>,
-    /// Upgraded connections to sandboxes' ports relayed at once (`ports.rs`).
-    tunnels: Arc<tokio::sync::Semaphore>,
-    /// `--max-sandboxes-per-tenant` (0: none).
-    max_sandboxes_per_tenant: usize,
+    /// Streams open at once (processes, watchers, cells, each holding a thread and a
+    /// connection to the server), a share per tenant (`quota.rs`).
+    streams: Arc<quota::Shares>,
+    /// Upgraded connections to sandboxes' ports relayed at once (`ports.rs`), a share per
+    /// tenant.
+    tunnels: Arc<quota::Shares>,
+    /// What each tenant's sandboxes may hold (`quota.rs`).
+    quotas: quota::Quotas,
     /// `--templates`, and the built-in ones.
     templates: create::Templates,
     /// What ran in each sandbox and what was done to it (`logs.rs`).
@@ -153,6 +153,21 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
             "--api-keys: needed with --server; give a file of `KEY TENANT` lines",
         ));
     };
+    let streams = quota::Shares::new(
+        "streams",
+        (args.max_streams, "--max-streams"),
+        (args.max_streams_per_tenant, "--max-streams-per-tenant"),
+    )?;
+    let tunnels = quota::Shares::new(
+        "upgraded connections",
+        (args.max_tunnels, "--max-tunnels"),
+        (args.max_tunnels_per_tenant, "--max-tunnels-per-tenant"),
+    )?;
+    let quotas = quota::Quotas::new(
+        args.max_sandboxes_per_tenant,
+        args.max_memory_per_tenant,
+        keys.overrides(),
+    );
     let backend = Backend::new(server.clone());
     rest::check(&backend).map_err(|err| {
         Error::input(format!(
@@ -164,9 +179,9 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
     let gateway = Arc::new(Gateway {
         backend: backend.clone(),
         tenants: auth::Tenants::new(keys),
-        streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
-        tunnels: Arc::new(tokio::sync::Semaphore::new(ports::MAX_TUNNELS)),
-        max_sandboxes_per_tenant: args.max_sandboxes_per_tenant,
+        streams: Arc::new(streams),
+        tunnels: Arc::new(tunnels),
+        quotas,
         templates,
         logs: logs::Logs::default(),
         secrets: tenant_secrets,

@@ -27,11 +27,6 @@ use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// WebSocket (and other upgraded) connections relayed at once (the gateway's
-/// `tunnels`); more are answered 503 until one ends. Each holds two connections and two
-/// 8 KiB buffers.
-pub const MAX_TUNNELS: usize = 1024;
-
 /// How long a connection the jail's server has not accepted yet (its backlog was full)
 /// is waited for.
 const ACCEPT_WAIT: Duration = Duration::from_secs(10);
@@ -115,19 +110,14 @@ pub async fn serve(
 ) -> Response {
     let upgrade = wants_upgrade(request.headers());
     let permit = match upgrade {
-        true => gateway.tunnels.clone().try_acquire_owned().ok(),
-        false => None,
+        true => super::quota::share_for(&gateway, &gateway.tunnels, &sandbox).map(Some),
+        false => Ok(None),
     };
-    let opened = match upgrade && permit.is_none() {
-        true => Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "brig gateway relays {MAX_TUNNELS} upgraded connections (WebSockets) at most; try again when one has closed\n"
-            ),
-        )
-            .into_response()),
-        false => open(&gateway, &sandbox, port).await,
+    let opened = match &permit {
+        Err(refused) => Err((refused.status(), format!("{}\n", refused.message())).into_response()),
+        Ok(_) => open(&gateway, &sandbox, port).await,
     };
+    let permit = permit.ok().flatten();
     let stream = match opened {
         Ok(stream) => stream,
         // The body is read to its end first, as envd's refusals do: left unread, the
@@ -214,7 +204,7 @@ async fn relay(
     stream: tokio::net::TcpStream,
     mut request: Request,
     upgrade: bool,
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    permit: Option<super::quota::Share>,
 ) -> Result<Response, hyper::Error> {
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut request));
     strip_hop_by_hop(request.headers_mut(), upgrade);

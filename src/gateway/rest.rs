@@ -177,24 +177,8 @@ async fn create(
         },
         secrets: gateway.secrets.of(&tenant),
     };
-    let cap = gateway.max_sandboxes_per_tenant;
-    let creator = tenant.clone();
-    let id = blocking(&gateway, move |gateway| {
-        let existing = match cap {
-            0 => 0,
-            _ => sandboxes_of(gateway, &creator, BTreeMap::new())?.len(),
-        };
-        let _place = gateway.tenants.reserve(&creator, existing, cap).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "tenant {creator:?} has {existing} sandboxes (or is creating more), its most (--max-sandboxes-per-tenant {cap}); kill one first"
-                ),
-            )
-        })?;
-        Ok(gateway.backend.create(new)?)
-    })
-    .await?;
+    let memory = super::quota::template_memory(template);
+    let id = super::quota::create_within(&gateway, &tenant, memory, new).await?;
     gateway.tenants.created(
         &id,
         Owner {
@@ -227,7 +211,7 @@ const CLIENT_ID: &str = "brig";
 
 /// The caller's sandboxes (sessions whose metadata name its tenant) that hold every pair
 /// of `filter`.
-fn sandboxes_of(
+pub(super) fn sandboxes_of(
     gateway: &Gateway,
     tenant: &str,
     mut filter: BTreeMap<String, String>,

@@ -72,11 +72,21 @@ impl Gateway {
 
     /// A gateway listening on `listen`, with `extra` options.
     pub(crate) fn start_at(mode: Mode, server: &Server, listen: &str, extra: &[&str]) -> Gateway {
+        let keys = format!("# two tenants\n{KEY_A} alice\n{KEY_B} bob\n");
+        Gateway::start_keyed(mode, server, listen, &keys, extra)
+    }
+
+    /// A gateway whose API-key file is `keys`, listening on `listen`, with `extra` options.
+    pub(crate) fn start_keyed(
+        mode: Mode,
+        server: &Server,
+        listen: &str,
+        keys: &str,
+        extra: &[&str],
+    ) -> Gateway {
+        let file_keys = keys;
         let keys = TempDir::new("gateway-keys");
-        let file = keys.file(
-            "keys",
-            &format!("# two tenants\n{KEY_A} alice\n{KEY_B} bob\n"),
-        );
+        let file = keys.file("keys", file_keys);
         let mut args = vec![
             "gateway",
             "--listen",

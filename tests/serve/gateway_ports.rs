@@ -200,7 +200,7 @@ fn e2b_get_host_serves_http_from_the_jail(mode: Mode) {
 
 /// A WebSocket echo server (RFC 6455, the least of it: text, binary, ping, close), run in
 /// the jail by python3 on `sys.argv[1]`; test code, so written out by hand.
-const ECHO_SERVER: &str = r#"
+pub(crate) const ECHO_SERVER: &str = r#"
 import base64, hashlib, socket, struct, sys, threading
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
