@@ -24,14 +24,13 @@
 //! Each Python program asserts as it goes and prints `PASS` (after its own lines) last.
 
 use crate::common;
-use crate::gateway::{KEY_A, assert_passed, pinned_python, spawn_gateway};
+use crate::gateway::{KEY_A, assert_passed, spawn_gateway};
 
 use common::serve::Server;
 use common::*;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 both_modes!(
@@ -42,18 +41,6 @@ both_modes!(
 #[test]
 fn gateway_refuses_bad_routing_options() {
     refuses_bad_routing_options(Mode::Root);
-}
-
-/// The SDKs, and the Prometheus text parser of the Python client, pinned.
-const SDK: [&str; 3] = [
-    "e2b-code-interpreter==2.9.1",
-    "e2b==2.45.1",
-    "prometheus-client==0.21.1",
-];
-
-fn sdk_python() -> Option<&'static Path> {
-    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    pinned_python(&PYTHON, &SDK)
 }
 
 /// A `brig gateway` with `args`, and the URL it listens on.
@@ -303,7 +290,9 @@ fn ids_of(output: &Output) -> Vec<String> {
 }
 
 fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = common::e2b::sdk_python() else {
+        return;
+    };
     let keys_dir = TempDir::new("hosts-keys");
     let keys = keys_dir.file("keys", &format!("{KEY_A} alice\n"));
     // h1 and h2 first: h0 knows them (it forwards to them), they need not know it.

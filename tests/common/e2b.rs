@@ -1,0 +1,20 @@
+//! E2B's Python SDKs and the Prometheus text parser, pinned from PyPI, for the tests of
+//! many brig hosts: tests/serve/gateway_hosts.rs (processes on loopback) and
+//! tests/operators/kubernetes_hosts.rs (podman pods behind nginx).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The SDKs, and the text parser of Prometheus' Python client (`/metrics`), pinned.
+pub const SDK_AND_METRICS_PARSER: [&str; 3] = [
+    "e2b-code-interpreter==2.9.1",
+    "e2b==2.45.1",
+    "prometheus-client==0.21.1",
+];
+
+/// The venv's python with [`SDK_AND_METRICS_PARSER`] (made once, kept under the target
+/// directory; `require`d).
+pub fn sdk_python() -> Option<&'static Path> {
+    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
+    super::pinned_python(&PYTHON, &SDK_AND_METRICS_PARSER, "E2B's SDK")
+}
