@@ -235,6 +235,18 @@ fn the_manifests_fit_together() {
     let router = container(&routers["spec"]["template"]["spec"], "gateway");
     let args = arg_strings(router);
     assert!(args.contains(&"--create-url=http://brig-hosts-any:3000".to_string()));
+    // A router needs --peers (its lists and /readyz ask each): every host the KEDA rule
+    // may scale to, by the StatefulSet's pod names.
+    let most = documents("autoscaling-keda.yaml")[0]["spec"]["maxReplicaCount"]
+        .as_u64()
+        .unwrap();
+    let names: Vec<String> = (0..most)
+        .map(|ordinal| format!("brig-host-{ordinal}"))
+        .collect();
+    assert!(
+        args.contains(&format!("--peers={}", names.join(","))),
+        "the routers' --peers: {args:?}"
+    );
     assert!(
         !args.iter().any(|arg| arg.starts_with("--server")),
         "{args:?}"

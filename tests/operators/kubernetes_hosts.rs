@@ -376,12 +376,12 @@ impl Ingress<'_> {
         let listen: String = self
             .ports
             .iter()
-            .map(|port| format!("listen 127.0.0.1:{port} ssl; "))
+            .map(|port| format!("listen 127.0.0.1:{port} ssl http2; "))
             .collect();
         let default_listen: String = self
             .ports
             .iter()
-            .map(|port| format!("listen 127.0.0.1:{port} ssl default_server; "))
+            .map(|port| format!("listen 127.0.0.1:{port} ssl http2 default_server; "))
             .collect();
         format!(
             r#"worker_processes 1;
@@ -1082,6 +1082,9 @@ fn hosts_and_routers_under_podman_behind_nginx() {
             );
         }
     }
+    // ingress-nginx speaks HTTP/2 to clients that offer it (the SDK's REST and envd
+    // clients do); the interpreter's client keeps to HTTP/1.1.
+    assert!(log.contains(" HTTP/2.0\" "), "{log}");
     let spread_hosts = result["spread"].as_object().unwrap();
     assert_eq!(
         spread_hosts.len(),
