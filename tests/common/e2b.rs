@@ -18,3 +18,18 @@ pub fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
     super::pinned_python(&PYTHON, &SDK_AND_METRICS_PARSER, "E2B's SDK")
 }
+
+/// Python for the scripts' preludes: `get(url)`, a plain HTTP GET answering (status, body)
+/// (status None and the reason when nothing answers), for `/healthz`, `/readyz` and
+/// `/metrics`.
+pub const PYTHON_GET: &str = r#"
+import urllib.request, urllib.error
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except urllib.error.URLError as err:
+        return None, str(err.reason)
+"#;

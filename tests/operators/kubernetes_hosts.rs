@@ -60,6 +60,7 @@ use crate::containers::{
 };
 use crate::kubernetes::{KEY, arg_strings, container, expanded_args, object, pod_options};
 
+use common::e2b::PYTHON_GET;
 use common::{TempDir, describe, stderr, stdout};
 use serde_json::{Value, json};
 use std::io::{BufRead, Read, Write};
@@ -455,9 +456,9 @@ http {{
 
 /// What every script starts with. argv[1]: the setup (JSON): `domain`, the ingress's
 /// `ports` (`any`, `a`, `b`), the `hosts`' and `routers`' own URLs on podman's network.
-/// `through(port)` points the SDK at the ingress on that port; `get(url)` is a plain GET.
+/// `through(port)` points the SDK at the ingress on that port (`get(url)`: PYTHON_GET).
 const PRELUDE: &str = r#"
-import json, os, socket, ssl, subprocess, sys, threading, time, urllib.request, urllib.error
+import json, os, socket, ssl, subprocess, sys, threading, time
 setup = json.loads(sys.argv[1])
 DOMAIN, PORTS, HOSTS, ROUTERS = setup["domain"], setup["ports"], setup["hosts"], setup["routers"]
 # The wildcard DNS record: api.DOMAIN and *.DOMAIN are the ingress, nginx on 127.0.0.1.
@@ -467,18 +468,23 @@ def ingress_record(host, *args, **kwargs):
         host = "127.0.0.1"
     return resolve(host, *args, **kwargs)
 socket.getaddrinfo = ingress_record
+def head_of(connection):
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        byte = connection.recv(1)
+        if not byte:
+            break
+        head += byte
+    return head.decode()
 # The SDK's HTTP client (reqwest, with a resolver of its own) is given the record through
 # a proxy: a CONNECT tunnel, to the names of DOMAIN only, resolved as above.
 def tunnel(client):
     with client:
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            byte = client.recv(1)
-            if not byte:
-                return
-            head += byte
-        host, port = head.split(b" ")[1].decode().rsplit(":", 1)
-        if not head.startswith(b"CONNECT ") or not host.endswith("." + DOMAIN):
+        head = head_of(client)
+        if not head.startswith("CONNECT "):
+            return
+        host, port = head.split(" ")[1].rsplit(":", 1)
+        if not host.endswith("." + DOMAIN):
             client.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
             return
         with socket.create_connection((host, int(port))) as upstream:
@@ -510,22 +516,6 @@ def other(router):
     return {"a": "b", "b": "a"}[router]
 def host_of(sandbox_id):
     return sandbox_id[:-33]
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except urllib.error.URLError as err:
-        return None, str(err.reason)
-def head_of(connection):
-    head = b""
-    while not head.endswith(b"\r\n\r\n"):
-        byte = connection.recv(1)
-        if not byte:
-            break
-        head += byte
-    return head.decode()
 "#;
 
 /// 30 sandboxes created through the ingress, every other one through each router; each
@@ -739,7 +729,7 @@ fn sdk_command(python: &Path, script: &str, setup: &Value, ca: &Path) -> Command
     let mut command = Command::new(python);
     command
         .arg("-c")
-        .arg(format!("{PRELUDE}{script}"))
+        .arg(format!("{PRELUDE}{PYTHON_GET}{script}"))
         .arg(setup.to_string())
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")

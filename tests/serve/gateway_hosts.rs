@@ -26,6 +26,7 @@
 use crate::common;
 use crate::gateway::{KEY_A, assert_passed, spawn_gateway};
 
+use common::e2b::PYTHON_GET;
 use common::serve::Server;
 use common::*;
 use std::io::BufRead;
@@ -105,14 +106,6 @@ from e2b import NotFoundException, SandboxException
 def via(url):
     os.environ["E2B_API_URL"] = url
     os.environ["E2B_SANDBOX_URL"] = url
-def get(url):
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-    except urllib.error.URLError as err:
-        return None, str(err.reason)
 "#;
 
 /// argv: router A, router B, h0's gateway, h0, h1, h2's URLs. Creates six sandboxes
@@ -315,7 +308,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
 
     let spread = sdk(
         python,
-        &format!("{PRELUDE}{SPREAD}"),
+        &format!("{PRELUDE}{PYTHON_GET}{SPREAD}"),
         &[
             &router_a,
             &router_b,
@@ -336,7 +329,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
     // h2 drains: its gateway exits 0 once its sandboxes are ended, then its server stops.
     let drained = sdk(
         python,
-        &format!("{PRELUDE}{DRAIN}"),
+        &format!("{PRELUDE}{PYTHON_GET}{DRAIN}"),
         &[
             &router_a,
             &host_url(2),
@@ -361,7 +354,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
     let mut killed = Command::new(python);
     killed
         .arg("-c")
-        .arg(format!("{PRELUDE}{KILLED}"))
+        .arg(format!("{PRELUDE}{PYTHON_GET}{KILLED}"))
         .args([
             &router_a,
             &router_b,
