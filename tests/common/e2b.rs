@@ -33,3 +33,27 @@ def get(url):
     except urllib.error.URLError as err:
         return None, str(err.reason)
 "#;
+
+/// Python after [`PYTHON_GET`]: `families(url)`, a `/metrics` parsed by prometheus-client's
+/// text parser (by family name); `host_metrics(url)`, a host's, with what every host
+/// exports checked: its free slots (a gauge, fewer than all), tenant alice's running
+/// sandboxes, creates counted, REST, envd and interpreter requests.
+pub const PYTHON_METRICS: &str = r#"
+from prometheus_client.parser import text_string_to_metric_families
+def families(url):
+    status, text = get(url + "/metrics")
+    assert status == 200, (status, text)
+    return {family.name: family for family in text_string_to_metric_families(text)}
+def host_metrics(url):
+    host = families(url)
+    assert host["brig_sandbox_slots_free"].type == "gauge"
+    free = host["brig_sandbox_slots_free"].samples[0].value
+    assert 0 < free < host["brig_sandbox_slots"].samples[0].value, free
+    states = {(s.labels["tenant"], s.labels["state"]): s.value for s in host["brig_sandboxes"].samples}
+    assert states.get(("alice", "running"), 0) >= 1, states
+    created = [s for s in host["brig_sandbox_create_seconds"].samples if s.name.endswith("_count")]
+    assert created and created[0].value >= 1, created
+    kinds = {s.labels["kind"] for s in host["brig_request_seconds"].samples}
+    assert {"rest", "envd", "interpreter"} <= kinds, kinds
+    return host
+"#;

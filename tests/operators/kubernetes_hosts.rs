@@ -60,7 +60,7 @@ use crate::containers::{
 };
 use crate::kubernetes::{KEY, arg_strings, container, expanded_args, object, pod_options};
 
-use common::e2b::PYTHON_GET;
+use common::e2b::{PYTHON_GET, PYTHON_METRICS};
 use common::{TempDir, describe, stderr, stdout};
 use serde_json::{Value, json};
 use std::io::{BufRead, Read, Write};
@@ -456,7 +456,8 @@ http {{
 
 /// What every script starts with. argv[1]: the setup (JSON): `domain`, the ingress's
 /// `ports` (`any`, `a`, `b`), the `hosts`' and `routers`' own URLs on podman's network.
-/// `through(port)` points the SDK at the ingress on that port (`get(url)`: PYTHON_GET).
+/// `through(port)` points the SDK at the ingress on that port (`get(url)`, `families(url)`
+/// and `host_metrics(url)`: tests/common/e2b.rs).
 const PRELUDE: &str = r#"
 import json, os, socket, ssl, subprocess, sys, threading, time
 setup = json.loads(sys.argv[1])
@@ -660,7 +661,6 @@ print("PASS")
 /// for it is the SDK's NotFound, the drained host's too; `alive` works on; the routers'
 /// `/readyz` and the metrics of a host and of both routers.
 const KILLED: &str = r#"
-from prometheus_client.parser import text_string_to_metric_families
 dead, drained, alive = setup["killed"]["dead"], setup["killed"]["drained"], setup["killed"]["alive"]
 boxes = [(router, Sandbox.connect(dead, **through(router))) for router in ("a", "b")]
 print("connected", flush=True)
@@ -696,20 +696,7 @@ for router, url in ROUTERS.items():
     assert hosts[left] == "ready", hosts
     assert all(hosts[name] != "ready" for name in HOSTS if name != left), hosts
 
-def families(url):
-    status, text = get(url + "/metrics")
-    assert status == 200, (status, text)
-    return {family.name: family for family in text_string_to_metric_families(text)}
-host = families(HOSTS[left])
-assert host["brig_sandbox_slots_free"].type == "gauge"
-free = host["brig_sandbox_slots_free"].samples[0].value
-assert 0 < free < host["brig_sandbox_slots"].samples[0].value, free
-states = {(s.labels["tenant"], s.labels["state"]): s.value for s in host["brig_sandboxes"].samples}
-assert states.get(("alice", "running"), 0) >= 1, states
-created = [s for s in host["brig_sandbox_create_seconds"].samples if s.name.endswith("_count")]
-assert created and created[0].value >= 1, created
-kinds = {s.labels["kind"] for s in host["brig_request_seconds"].samples}
-assert {"rest", "envd", "interpreter"} <= kinds, kinds
+host_metrics(HOSTS[left])
 unreachable = 0
 for router, url in ROUTERS.items():
     metrics = families(url)
@@ -729,7 +716,7 @@ fn sdk_command(python: &Path, script: &str, setup: &Value, ca: &Path) -> Command
     let mut command = Command::new(python);
     command
         .arg("-c")
-        .arg(format!("{PRELUDE}{PYTHON_GET}{script}"))
+        .arg(format!("{PRELUDE}{PYTHON_GET}{PYTHON_METRICS}{script}"))
         .arg(setup.to_string())
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")

@@ -26,7 +26,7 @@
 use crate::common;
 use crate::gateway::{KEY_A, assert_passed, spawn_gateway};
 
-use common::e2b::PYTHON_GET;
+use common::e2b::{PYTHON_GET, PYTHON_METRICS};
 use common::serve::Server;
 use common::*;
 use std::io::BufRead;
@@ -175,7 +175,6 @@ print("PASS")
 /// either router; h0's sandbox works on; a router's metrics and h0's parse; `/readyz`
 /// says h2 is gone.
 const KILLED: &str = r#"
-from prometheus_client.parser import text_string_to_metric_families
 router_a, router_b, host0, host2, dead, alive = sys.argv[1:7]
 boxes = []
 for router in (router_a, router_b):
@@ -207,20 +206,9 @@ assert status == 200, (status, body)
 hosts = json.loads(body)["hosts"]
 assert hosts["h0"] == "ready" and hosts["h1"] != "ready" and hosts["h2"] != "ready", hosts
 
-def families(url):
-    status, text = get(url + "/metrics")
-    assert status == 200, (status, text)
-    return {family.name: family for family in text_string_to_metric_families(text)}
-host = families(host0)
-assert host["brig_sandbox_slots_free"].type == "gauge"
-free = host["brig_sandbox_slots_free"].samples[0].value
-assert 0 < free < host["brig_sandbox_slots"].samples[0].value, free
-tenants = {(sample.labels["tenant"], sample.labels["state"]): sample.value for sample in host["brig_sandboxes"].samples}
-assert tenants.get(("alice", "running"), 0) >= 1, tenants
-created = [s for s in host["brig_sandbox_create_seconds"].samples if s.name.endswith("_count")]
-assert created and created[0].value >= 1, created
+host = host_metrics(host0)
 kinds = {s.labels["kind"] for s in host["brig_request_seconds"].samples}
-assert {"rest", "envd", "interpreter", "forwarded"} <= kinds, kinds
+assert "forwarded" in kinds, kinds
 router = families(router_a)
 assert router["brig_request_seconds"].type == "histogram"
 failures = {s.labels["kind"]: s.value for s in router["brig_failures"].samples if s.name == "brig_failures_total"}
@@ -354,7 +342,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
     let mut killed = Command::new(python);
     killed
         .arg("-c")
-        .arg(format!("{PRELUDE}{PYTHON_GET}{KILLED}"))
+        .arg(format!("{PRELUDE}{PYTHON_GET}{PYTHON_METRICS}{KILLED}"))
         .args([
             &router_a,
             &router_b,
