@@ -21,6 +21,10 @@
 //!   round robin and refuses creates with 503, which the router's retry (3 tries of
 //!   `--create-url`) covers, the window a real cluster has until the probe notices.
 //!   Every pod shares one user-namespace mapping (the kubelet gives each its own range).
+//!   No podman pods: they need an infra image, which cannot be pulled here. A pod's
+//!   containers would share its network namespace; here `serve` (which listens on no
+//!   port, only on the socket in the shared emptyDir) has no network, and `gateway` is on
+//!   the podman network.
 //! - The ingress: nginx (tests/net/nginx.sh fetches Debian's package, unpacked, never
 //!   installed) with ingress.yaml's rules (`api.DOMAIN`, `*.DOMAIN` to the Service
 //!   brig-gateway; a host outside the rules gets nginx's 404), its TLS (a certificate
