@@ -28,6 +28,7 @@ command -v script >/dev/null || need+=(bsdutils)
 command -v gcc >/dev/null || need+=(gcc)
 dpkg -s libc6-dev >/dev/null 2>&1 || need+=(libc6-dev)
 # tests/jail/network.rs: curl and git in the jails, openssl for the test CA of its TLS server
+# (and of the ingress in tests/operators/kubernetes_hosts.rs)
 command -v curl >/dev/null || need+=(curl)
 [[ -x /usr/bin/git ]] || need+=(git)
 command -v openssl >/dev/null || need+=(openssl)
@@ -50,7 +51,9 @@ command -v ps >/dev/null || need+=(procps)
 command -v apparmor_parser >/dev/null || need+=(apparmor)
 # tests/operators/cgroup_v2.rs and tests/operators/doctor.rs boot tests/vm/run-in-vm.sh, which installs
 # qemu-system-x86 itself (as root) and fetches a Debian kernel into /var/cache/jail-vm.
-# tests/jail/rootfs.rs builds the `shell` root from Debian's busybox-static (apt-get download)
+# tests/jail/rootfs.rs builds the `shell` root from Debian's busybox-static (apt-get download);
+# tests/operators/kubernetes_hosts.rs fetches Debian's nginx the same way (tests/net/nginx.sh,
+# never installed: its postinst would start a daemon on port 80). Both need the package lists.
 apt_lists_known=yes
 apt-cache show busybox-static >/dev/null 2>&1 || apt_lists_known=no
 if ((${#need[@]})) || [[ $apt_lists_known == no ]]; then

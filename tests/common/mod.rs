@@ -18,6 +18,7 @@
 
 #![allow(dead_code)]
 
+pub mod e2b;
 pub mod limits;
 pub mod memory;
 pub mod net;

@@ -61,7 +61,7 @@ fn on_path(program: &str) -> bool {
 
 /// The cgroup under which podman puts this test process's containers (cgroupfs manager);
 /// its directories are removed when the test process exits.
-fn cgroup_parent() -> &'static str {
+pub(crate) fn cgroup_parent() -> &'static str {
     static PARENT: OnceLock<String> = OnceLock::new();
     PARENT.get_or_init(|| {
         // SAFETY: registers a plain `extern "C" fn()` to run at process exit.
@@ -128,14 +128,22 @@ pub(crate) fn podman_command(
     options: &[&str],
     command: &[&str],
 ) -> Command {
+    podman_command_on("none", dir, run_options, options, command)
+}
+
+/// `podman_command` on the podman network `network` (`none`: no network but lo).
+pub(crate) fn podman_command_on(
+    network: &str,
+    dir: &TempDir,
+    run_options: &[&str],
+    options: &[&str],
+    command: &[&str],
+) -> Command {
     let mut podman = Command::new("podman");
     podman.args(["--cgroup-manager=cgroupfs", "run"]);
     podman.args(run_options);
-    podman.args([
-        "--network=none",
-        "--ulimit=nofile=1024:1024",
-        "--ulimit=nproc=4096:4096",
-    ]);
+    podman.arg(format!("--network={network}"));
+    podman.args(["--ulimit=nofile=1024:1024", "--ulimit=nproc=4096:4096"]);
     podman.arg(format!("--cgroup-parent={}", cgroup_parent()));
     // crun refuses hybrid cgroup hosts whose cgroup2 has controllers; runc runs anywhere.
     if on_path("runc") {

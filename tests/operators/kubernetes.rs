@@ -89,7 +89,7 @@ fn documents(file: &str) -> Vec<Value> {
 }
 
 /// The object of `kind` named `name` in the applied manifests.
-fn object(kind: &str, name: &str) -> Value {
+pub(crate) fn object(kind: &str, name: &str) -> Value {
     let mut files = kustomized();
     files.extend(APPLIED_APART.iter().map(|file| file.to_string()));
     files
@@ -235,6 +235,18 @@ fn the_manifests_fit_together() {
     let router = container(&routers["spec"]["template"]["spec"], "gateway");
     let args = arg_strings(router);
     assert!(args.contains(&"--create-url=http://brig-hosts-any:3000".to_string()));
+    // A router needs --peers (its lists and /readyz ask each): every host the KEDA rule
+    // may scale to, by the StatefulSet's pod names.
+    let most = documents("autoscaling-keda.yaml")[0]["spec"]["maxReplicaCount"]
+        .as_u64()
+        .unwrap();
+    let names: Vec<String> = (0..most)
+        .map(|ordinal| format!("brig-host-{ordinal}"))
+        .collect();
+    assert!(
+        args.contains(&format!("--peers={}", names.join(","))),
+        "the routers' --peers: {args:?}"
+    );
     assert!(
         !args.iter().any(|arg| arg.starts_with("--server")),
         "{args:?}"
@@ -311,7 +323,7 @@ fn flags_exist(subcommand: &str, args: &[String]) {
     }
 }
 
-fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
     pod["containers"]
         .as_array()
         .into_iter()
@@ -321,7 +333,7 @@ fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name}"))
 }
 
-fn arg_strings(container: &Value) -> Vec<String> {
+pub(crate) fn arg_strings(container: &Value) -> Vec<String> {
     container["args"]
         .as_array()
         .or(container["command"].as_array())
@@ -939,7 +951,7 @@ fn the_example_api_keys_are_refused() {
 
 /// `container`'s args with `$(NAME)` replaced as the kubelet does: from its env, whose
 /// values come from the ConfigMap `config` or the pod's name.
-fn expanded_args(container: &Value, config: &Value, pod_name: &str) -> Vec<String> {
+pub(crate) fn expanded_args(container: &Value, config: &Value, pod_name: &str) -> Vec<String> {
     let mut env = Vec::new();
     for var in container["env"].as_array().into_iter().flatten() {
         let source = &var["valueFrom"];
@@ -1024,6 +1036,23 @@ fn volume_option(
     format!("--volume={}:{mount_path}{read_only}", host.display())
 }
 
+/// podman's options for `container` of `pod`: its settings (`podman_options`) and a
+/// `--volume` for each of its volumeMounts, the volumes under `dir` (`volume_option`).
+pub(crate) fn pod_options(
+    pod: &Value,
+    container: &Value,
+    dir: &Path,
+    config: &Value,
+    secret: &Value,
+) -> Vec<String> {
+    let mut options = podman_options(pod, container);
+    for mount in container["volumeMounts"].as_array().unwrap() {
+        let path = mount["mountPath"].as_str().unwrap();
+        options.push(volume_option(pod, container, path, dir, config, secret));
+    }
+    options
+}
+
 /// deploy/kubernetes/hosts.yaml's pod under podman, its `serve` container with the pod's
 /// settings (and its init container before it): a session runs Python in a sandbox with a
 /// fresh /proc, the liveness probe's command answers, `brig doctor` passes with every
@@ -1045,21 +1074,8 @@ fn the_host_pod_runs_under_podman() {
     let mut secret = object("Secret", "brig-api-keys");
     secret["stringData"] = serde_json::json!({"api-keys": format!("{KEY} alice\n")});
     let volumes = TempDir::new("pod-volumes");
-    let with_volumes = |container: &Value| {
-        let mut options = podman_options(pod, container);
-        for mount in container["volumeMounts"].as_array().unwrap() {
-            let path = mount["mountPath"].as_str().unwrap();
-            options.push(volume_option(
-                pod,
-                container,
-                path,
-                volumes.path(),
-                &config,
-                &secret,
-            ));
-        }
-        options
-    };
+    let with_volumes =
+        |container: &Value| pod_options(pod, container, volumes.path(), &config, &secret);
     let serve = container(pod, "serve");
     let args = expanded_args(serve, &config, "brig-host-0");
     let mut command = vec![BRIG_IN_CONTAINER];
@@ -1268,7 +1284,7 @@ fn the_host_pod_runs_under_podman() {
 }
 
 /// An E2B API key of the SDK's form.
-const KEY: &str = "e2b_00000000000000000000000000000000000000a1";
+pub(crate) const KEY: &str = "e2b_00000000000000000000000000000000000000a1";
 
 /// In the gateway's container: a sandbox created through E2B's REST API (key: argv[1]),
 /// then listed.

@@ -18,3 +18,4 @@ mod docs;
 mod doctor;
 mod first_minutes;
 mod kubernetes;
+mod kubernetes_hosts;
