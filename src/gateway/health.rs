@@ -15,10 +15,17 @@
 //! | `brig_draining` | gauge | 1 from SIGTERM on |
 //! | `brig_sandbox_create_seconds` | histogram | creates answered 201, from request to answer |
 //! | `brig_request_seconds{kind}` | histogram | requests by kind: rest, envd, interpreter, forwarded, routed |
-//! | `brig_failures_total{kind}` | counter | create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended |
+//! | `brig_failures_total{kind}` | counter | the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; a host's server's (as its status counts them, from the gateway's start): jail_build_failed (a pooled jail that failed to assemble), request_refused (a request the server refused: full, queue timeout, bad input) |
+//! | `brig_jail_build_seconds{kind}` | histogram | the server's jail builds, fork to ready: pooled, warm_python, warm_node, session_pool (refills), session (a create's own), job |
+//! | `brig_oom_kills_total` | counter | OOM kills in the server's sandboxes' cgroups, ended ones included |
+//! | `brig_network_bytes_total{direction}` | counter | payload bytes through brig's user-mode network, `out` and `in`, ended sandboxes included (host total) |
+//!
+//! The last three are the server's own totals (`server_metrics.rs`), read from its status
+//! at each scrape.
 
 use super::backend::Backend;
 use super::route::{HostState, RouterState, Unanswered, forward};
+use super::server_metrics::ServerCollector;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
@@ -31,7 +38,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -78,6 +85,11 @@ pub struct Health {
     create_seconds: Histogram,
     request_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     failures: Family<Labels, Counter>,
+    /// The server's build times, OOM kills and bytes, as its last status said them.
+    server: Arc<ServerCollector>,
+    /// The server's failure counts as last seen (its pid, failures, refused): the
+    /// gateway's counters grow by what the server's grew.
+    server_failures_seen: Mutex<(u32, u64, u64)>,
 }
 
 impl Health {
@@ -90,7 +102,9 @@ impl Health {
         let request_seconds =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
         let failures = Family::<Labels, Counter>::default();
+        let server = Arc::new(ServerCollector::default());
         if host {
+            registry.register_collector(Box::new(Arc::clone(&server)));
             registry.register(
                 "brig_sandboxes",
                 "Sandboxes on this host, by tenant and state",
@@ -129,7 +143,7 @@ impl Health {
         );
         registry.register(
             "brig_failures",
-            "Failures by kind (create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended)",
+            "Failures by kind (the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; its server's: jail_build_failed, request_refused)",
             failures.clone(),
         );
         Health {
@@ -143,7 +157,32 @@ impl Health {
             create_seconds,
             request_seconds,
             failures,
+            server,
+            server_failures_seen: Mutex::new((0, 0, 0)),
         }
+    }
+
+    /// What a host's server said in its status: its own metrics, and its failures added
+    /// to the gateway's (a new server pid counts from 0).
+    fn server_said(&self, status: &crate::serve::protocol::Status) {
+        self.server.update(&status.metrics);
+        let Ok(mut seen) = self.server_failures_seen.lock() else {
+            return;
+        };
+        if seen.0 != status.pid {
+            *seen = (status.pid, 0, 0);
+        }
+        for (kind, before, now) in [
+            ("jail_build_failed", seen.1, status.failures),
+            ("request_refused", seen.2, status.refused),
+        ] {
+            if now > before {
+                self.failures
+                    .get_or_create(&vec![("kind".into(), kind.into())])
+                    .inc_by(now - before);
+            }
+        }
+        *seen = (status.pid, status.failures, status.refused);
     }
 
     pub fn draining(&self) -> bool {
@@ -283,6 +322,7 @@ pub async fn answer_host(state: &Arc<HostState>, path: &str) -> Response {
             .slots_free
             .set(status.max_sessions.saturating_sub(status.sessions) as i64);
         health.pool_ready.set(status.session_ready as i64);
+        health.server_said(status);
     }
     if path == "/readyz" {
         let readiness = readiness(

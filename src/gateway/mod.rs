@@ -36,6 +36,7 @@ pub mod proto;
 mod rest;
 mod route;
 mod secrets;
+mod server_metrics;
 mod stream_input;
 mod tls;
 
