@@ -51,7 +51,7 @@ const SDK: [&str; 3] = [
     "prometheus-client==0.21.1",
 ];
 
-fn sdk_python() -> Option<&'static Path> {
+pub(crate) fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
     pinned_python(&PYTHON, &SDK)
 }

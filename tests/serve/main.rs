@@ -17,6 +17,7 @@ mod gateway_create;
 mod gateway_hosts;
 mod gateway_interpreter;
 mod gateway_lifecycle;
+mod gateway_metrics;
 mod gateway_node;
 mod gateway_ports;
 mod gateway_stream_input;
