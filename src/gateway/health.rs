@@ -528,6 +528,32 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_failures_add_to_the_gateways_and_a_new_server_counts_from_zero() {
+        let health = Health::new(true);
+        let status = |pid, failures, refused| Status {
+            pid,
+            failures,
+            refused,
+            ..Status::default()
+        };
+        // The server's counts as three scrapes see them: 2 and 1; 3 and 1; then a new
+        // server (another pid) that has 1 and 0.
+        for said in [status(7, 2, 1), status(7, 3, 1), status(8, 1, 0)] {
+            health.server_said(&said);
+        }
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &health.registry).unwrap();
+        for expected in [
+            "brig_failures_total{kind=\"jail_build_failed\"} 4",
+            "brig_failures_total{kind=\"request_refused\"} 1",
+            "# TYPE brig_jail_build_seconds histogram",
+            "brig_oom_kills_total 0",
+        ] {
+            assert!(text.contains(expected), "{expected} in:\n{text}");
+        }
+    }
+
+    #[test]
     fn the_metrics_are_prometheus_text() {
         let health = Health::new(true);
         health.failed("peer_unreachable");
