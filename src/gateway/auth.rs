@@ -156,6 +156,12 @@ impl Tenants {
         Ok(self.cached(id))
     }
 
+    /// The tenant owning sandbox (session) `id`, if the cache knows it (no call to the
+    /// server: the audit log's, for requests that carry no API key).
+    pub fn cached_tenant(&self, id: &str) -> Option<String> {
+        self.cached(id).map(|owner| owner.tenant)
+    }
+
     /// The cached owner of `id`.
     fn cached(&self, id: &str) -> Option<Owner> {
         let owners = self.owners.lock().unwrap();

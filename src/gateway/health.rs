@@ -19,6 +19,7 @@
 //! | `brig_jail_build_seconds{kind}` | histogram | the server's jail builds, fork to ready: pooled, warm_python, warm_node, session_pool (refills), session (a create's own), job |
 //! | `brig_oom_kills_total` | counter | OOM kills in the server's sandboxes' cgroups, ended ones included |
 //! | `brig_network_bytes_total{direction}` | counter | payload bytes through brig's user-mode network, `out` and `in`, ended sandboxes included (host total) |
+//! | `brig_audit_lines_dropped_total` | counter | `--audit-log` lines dropped: the writer fell behind, its queue full (`audit.rs`) |
 //!
 //! The last three are the server's own totals (`server_metrics.rs`), read from its status
 //! at each scrape.
@@ -90,6 +91,8 @@ pub struct Health {
     /// The server's failure counts as last seen (its pid, failures, refused): the
     /// gateway's counters grow by what the server's grew.
     server_failures_seen: Mutex<(u32, u64, u64)>,
+    /// `--audit-log` lines dropped for a full queue (`audit.rs`).
+    audit_dropped: Counter,
 }
 
 impl Health {
@@ -146,7 +149,14 @@ impl Health {
             "Failures by kind (the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; its server's: jail_build_failed, request_refused)",
             failures.clone(),
         );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "brig_audit_lines_dropped",
+            "--audit-log lines dropped because the log's writer fell behind (its queue of 4096 full)",
+            audit_dropped.clone(),
+        );
         Health {
+            audit_dropped,
             draining: AtomicBool::new(false),
             registry,
             sandboxes,
@@ -183,6 +193,11 @@ impl Health {
             }
         }
         *seen = (status.pid, status.failures, status.refused);
+    }
+
+    /// The counter of dropped audit lines, for the audit log to count them in.
+    pub fn audit_dropped(&self) -> Counter {
+        self.audit_dropped.clone()
     }
 
     pub fn draining(&self) -> bool {
