@@ -111,7 +111,9 @@ impl Tenancy {
 
 /// The audit log: the queue to its writer, and what is dropped.
 pub struct AuditLog {
-    queue: SyncSender<String>,
+    /// Taken as the log goes: its writer then appends what is queued and ends.
+    queue: Option<SyncSender<String>>,
+    writer: Option<std::thread::JoinHandle<()>>,
     dropped: Arc<AtomicU64>,
     dropped_metric: Counter,
     tenancy: Tenancy,
@@ -128,15 +130,25 @@ impl AuditLog {
         tenancy: Tenancy,
         dropped_metric: Counter,
     ) -> crate::error::Result<AuditLog> {
+        AuditLog::open_with(path, tenancy, dropped_metric, QUEUE_LINES)
+    }
+
+    /// [`AuditLog::open`] with a queue of `capacity` lines.
+    fn open_with(
+        path: &Path,
+        tenancy: Tenancy,
+        dropped_metric: Counter,
+        capacity: usize,
+    ) -> crate::error::Result<AuditLog> {
         let file = crate::verdict::open_audit_log(path)?;
-        let (queue, lines) = std::sync::mpsc::sync_channel(QUEUE_LINES);
+        let (queue, lines) = std::sync::mpsc::sync_channel(capacity);
         let dropped = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             path: path.to_path_buf(),
             file,
             dropped: Arc::clone(&dropped),
         };
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("brig-audit".into())
             .spawn(move || writer.run(lines))
             .map_err(|err| {
@@ -149,7 +161,8 @@ impl AuditLog {
             .map(|token| token[..12].to_string())
             .unwrap_or_else(|_| std::process::id().to_string());
         Ok(AuditLog {
-            queue,
+            queue: Some(queue),
+            writer: Some(writer),
             dropped,
             dropped_metric,
             tenancy,
@@ -164,12 +177,26 @@ impl AuditLog {
             return;
         };
         text.push('\n');
-        match self.queue.try_send(text) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        match queue.try_send(text) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 self.dropped_metric.inc();
             }
+        }
+    }
+}
+
+/// The gateway stopping: the lines still queued are appended before it exits (at most
+/// [`QUEUE_LINES`]).
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
         }
     }
 }
@@ -287,6 +314,7 @@ impl Drop for Pending {
 /// has ended.
 pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
+    let time = crate::verdict::rfc3339_now();
     let number = audit.next.fetch_add(1, Ordering::Relaxed);
     let request_id = format!("{}-{number}", audit.run);
     let addressed = super::route::addressed(request.uri(), request.headers()).map(|(id, _)| id);
@@ -318,7 +346,7 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
         audit: Arc::clone(&audit),
         line: Line {
             schema: SCHEMA,
-            time: crate::verdict::rfc3339_now(),
+            time,
             request_id,
             tenant,
             method,
@@ -350,6 +378,7 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
 
     #[test]
     fn a_create_and_a_kill_say_what_happened_other_requests_nothing() {
@@ -373,6 +402,78 @@ mod tests {
                 "{method} {path} {status}"
             );
         }
+    }
+
+    fn line(number: u64) -> Line {
+        Line {
+            schema: SCHEMA,
+            time: crate::verdict::rfc3339_now(),
+            request_id: format!("test-{number}"),
+            tenant: Some("alice".into()),
+            method: "GET".into(),
+            path: format!("/sandboxes/{}", "0".repeat(400)),
+            sandbox: None,
+            port: None,
+            status: 200,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration_ms: 0.0,
+            event: None,
+            message: None,
+        }
+    }
+
+    /// The log is a FIFO nobody reads: the writer blocks once the pipe is full, the
+    /// queue fills, and lines are dropped, never waited for. Once read, the log says
+    /// how many were dropped, as the metric does.
+    #[test]
+    fn lines_a_stuck_disk_has_no_room_for_are_dropped_counted_and_said() {
+        use std::io::BufRead;
+        let dir = std::env::temp_dir().join(format!("brig-audit-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("audit.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // A reader first (not blocking), so that the log's open does not wait for one.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let metric = Counter::default();
+        let tenancy = Tenancy::new(super::super::ApiKeys::default(), None);
+        let audit = AuditLog::open_with(&fifo, tenancy, metric.clone(), 4).unwrap();
+        let mut written = 0;
+        while metric.get() == 0 {
+            written += 1;
+            audit.write(&line(written));
+        }
+        let dropped_so_far = metric.get();
+        // Read it all (blocking now): the writer goes on, says what it dropped, and
+        // ends with the log.
+        let flags = nix::fcntl::fcntl(&reader, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+        let blocking = nix::fcntl::OFlag::from_bits_truncate(flags) - nix::fcntl::OFlag::O_NONBLOCK;
+        nix::fcntl::fcntl(&reader, nix::fcntl::FcntlArg::F_SETFL(blocking)).unwrap();
+        let reading = std::thread::spawn(move || {
+            std::io::BufReader::new(reader)
+                .lines()
+                .map(Result::unwrap)
+                .collect::<Vec<String>>()
+        });
+        drop(audit);
+        let lines = reading.join().unwrap();
+        let said: u64 = lines
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter_map(|line| line["dropped"].as_u64())
+            .sum();
+        assert_eq!(said, dropped_so_far, "{lines:?}");
+        assert_eq!(
+            lines.len() as u64,
+            written - dropped_so_far + 1,
+            "every line not dropped, and the one saying so"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

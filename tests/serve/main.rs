@@ -13,6 +13,7 @@ mod bounds;
 mod client_api;
 mod clients;
 mod gateway;
+mod gateway_audit;
 mod gateway_create;
 mod gateway_hosts;
 mod gateway_interpreter;
