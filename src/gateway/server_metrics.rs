@@ -57,12 +57,14 @@ impl Collector for ServerCollector {
         )?;
         for times in &metrics.jail_builds {
             let labels = [("kind", times.kind.as_str())];
-            builds.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                times.sum_us as f64 / 1e6,
-                times.count,
-                &buckets(times),
-                None,
-            )?;
+            builds
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(
+                    times.sum_us as f64 / 1e6,
+                    times.count,
+                    &buckets(times),
+                    None,
+                )?;
         }
         ConstCounter::new(metrics.oom_kills).encode(encoder.encode_descriptor(
             "brig_oom_kills",

@@ -13,11 +13,11 @@ mod lines;
 mod starting;
 
 use super::kernel::{self, Syscall};
+use super::metrics::SessionCounters;
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Request};
 use super::reply::{self, FileEntry, SessionReply};
 use super::runner_common::{self, dev_null, pipe};
-use super::metrics::SessionCounters;
 use super::wire::{DRAINING, Opening, Report, ToSession};
 use super::workspace::{self, Workspace};
 use crate::error::{Error, Result};

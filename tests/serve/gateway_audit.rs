@@ -98,19 +98,39 @@ fn gateway_audit_log_has_every_request_with_its_tenant(mode: Mode) {
         found
     };
     for (id, tenant) in [(a, "alice"), (b, "bob")] {
-        let created = find("a create", &|line| line["event"] == "created" && line["sandbox"] == id);
+        let created = find("a create", &|line| {
+            line["event"] == "created" && line["sandbox"] == id
+        });
         assert_eq!(created.len(), 1, "{created:?}");
         assert_eq!(created[0]["tenant"], tenant, "{}", created[0]);
         assert_eq!(
-            (&created[0]["method"], &created[0]["path"], &created[0]["status"]),
-            (&Value::from("POST"), &Value::from("/sandboxes"), &Value::from(201)),
+            (
+                &created[0]["method"],
+                &created[0]["path"],
+                &created[0]["status"]
+            ),
+            (
+                &Value::from("POST"),
+                &Value::from("/sandboxes"),
+                &Value::from(201)
+            ),
             "{}",
             created[0]
         );
-        let killed = find("a kill", &|line| line["event"] == "killed" && line["sandbox"] == id);
+        let killed = find("a kill", &|line| {
+            line["event"] == "killed" && line["sandbox"] == id
+        });
         assert_eq!(
-            (&killed[0]["tenant"], &killed[0]["method"], &killed[0]["status"]),
-            (&Value::from(tenant), &Value::from("DELETE"), &Value::from(204)),
+            (
+                &killed[0]["tenant"],
+                &killed[0]["method"],
+                &killed[0]["status"]
+            ),
+            (
+                &Value::from(tenant),
+                &Value::from("DELETE"),
+                &Value::from(204)
+            ),
             "{}",
             killed[0]
         );
