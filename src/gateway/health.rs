@@ -556,14 +556,22 @@ mod tests {
         for said in [status(7, 2, 1), status(7, 3, 1), status(8, 1, 0)] {
             health.server_said(&said);
         }
+        assert_exposes(
+            &health,
+            &[
+                "brig_failures_total{kind=\"jail_build_failed\"} 4",
+                "brig_failures_total{kind=\"request_refused\"} 1",
+                "# TYPE brig_jail_build_seconds histogram",
+                "brig_oom_kills_total 0",
+            ],
+        );
+    }
+
+    /// `health`'s exposition has each of `expected`.
+    fn assert_exposes(health: &Health, expected: &[&str]) {
         let mut text = String::new();
         prometheus_text::encode(&mut text, &health.registry).unwrap();
-        for expected in [
-            "brig_failures_total{kind=\"jail_build_failed\"} 4",
-            "brig_failures_total{kind=\"request_refused\"} 1",
-            "# TYPE brig_jail_build_seconds histogram",
-            "brig_oom_kills_total 0",
-        ] {
+        for expected in expected {
             assert!(text.contains(expected), "{expected} in:\n{text}");
         }
     }
@@ -574,15 +582,14 @@ mod tests {
         health.failed("peer_unreachable");
         health.observe(RequestKind::Envd, Instant::now());
         health.created(Instant::now());
-        let mut text = String::new();
-        prometheus_text::encode(&mut text, &health.registry).unwrap();
-        for expected in [
-            "# TYPE brig_sandbox_slots_free gauge",
-            "brig_failures_total{kind=\"peer_unreachable\"} 1",
-            "brig_request_seconds_count{kind=\"envd\"} 1",
-            "brig_sandbox_create_seconds_count 1",
-        ] {
-            assert!(text.contains(expected), "{expected} in:\n{text}");
-        }
+        assert_exposes(
+            &health,
+            &[
+                "# TYPE brig_sandbox_slots_free gauge",
+                "brig_failures_total{kind=\"peer_unreachable\"} 1",
+                "brig_request_seconds_count{kind=\"envd\"} 1",
+                "brig_sandbox_create_seconds_count 1",
+            ],
+        );
     }
 }
