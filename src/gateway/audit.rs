@@ -16,6 +16,8 @@
 //! puts its signature). `event` says what a create or a kill did: `created` (with the new
 //! sandbox's id in `sandbox`), `create_failed` (and the answer's `message`), `killed`,
 //! `kill_failed`. Bytes are the bodies' (an upgraded connection's traffic is not counted).
+//! A router knows no sandbox's owner: its line of a request without a key has no tenant,
+//! and `host_request_id`, the id of the owning host's line, which has it.
 //!
 //! Request tasks never wait on the disk: a line goes into a bounded queue
 //! ([`QUEUE_LINES`]) that one writer thread empties, appending each line whole (the
@@ -74,6 +76,10 @@ struct Line {
     event: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<String>,
+    /// A router's: the `request_id` of the host's line for the same request (the host's
+    /// answer says it), where the tenant of a request without a key is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_request_id: Option<String>,
 }
 
 /// The line the writer adds for lines dropped since its last.
@@ -336,6 +342,16 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
         })
     };
     let mut response = next.run(request).await;
+    // Only a router's answers come from a brig host's layer; a host's may come from a
+    // sandbox's program (a port), which may say anything.
+    let host_request_id = match audit.tenancy.gateway {
+        None => response
+            .headers()
+            .get(REQUEST_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .map(bounded),
+        Some(_) => None,
+    };
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
@@ -359,6 +375,7 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
             duration_ms: 0.0,
             event,
             message: None,
+            host_request_id,
         },
         started,
         bytes_in,
@@ -420,6 +437,7 @@ mod tests {
             duration_ms: 0.0,
             event: None,
             message: None,
+            host_request_id: None,
         }
     }
 
