@@ -27,12 +27,12 @@
 //! `{"schema":...,"time":...,"dropped":N}` the writer adds before its next line (or
 //! within a second).
 
-use axum::body::Body;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use http_body_util::BodyExt;
+use hyper::body::{Frame, SizeHint};
 use prometheus_client::metrics::counter::Counter;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -316,6 +316,48 @@ impl Drop for Pending {
     }
 }
 
+/// A body whose data frames `on_data` sees as they pass; its size and end are the inner
+/// body's, so that HTTP/1.1 still sends a `Content-Length` where one was known.
+struct Counted<F> {
+    inner: Body,
+    on_data: F,
+}
+
+impl<F: FnMut(&[u8]) + Send + Unpin + 'static> HttpBody for Counted<F> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            (this.on_data)(data);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `body`, its data frames seen by `on_data`.
+fn counted(body: Body, on_data: impl FnMut(&[u8]) + Send + Unpin + 'static) -> Body {
+    Body::new(Counted {
+        inner: body,
+        on_data,
+    })
+}
+
 /// The layer: times the request, counts its bodies, and writes its line when its answer
 /// has ended.
 pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: Next) -> Response {
@@ -331,14 +373,11 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
     let path = bounded(request.uri().path());
     let bytes_in = Arc::new(AtomicU64::new(0));
     let request = {
-        let counted = Arc::clone(&bytes_in);
+        let seen = Arc::clone(&bytes_in);
         request.map(|body| {
-            Body::new(body.map_frame(move |frame| {
-                if let Some(data) = frame.data_ref() {
-                    counted.fetch_add(data.len() as u64, Ordering::Relaxed);
-                }
-                frame
-            }))
+            counted(body, move |data| {
+                seen.fetch_add(data.len() as u64, Ordering::Relaxed);
+            })
         })
     };
     let mut response = next.run(request).await;
@@ -382,14 +421,7 @@ pub async fn layer(State(audit): State<Arc<AuditLog>>, request: Request, next: N
         bytes_out: 0,
         peeked: peek.then(Vec::new),
     };
-    response.map(|body| {
-        Body::new(body.map_frame(move |frame| {
-            if let Some(data) = frame.data_ref() {
-                pending.saw(data);
-            }
-            frame
-        }))
-    })
+    response.map(|body| counted(body, move |data| pending.saw(data)))
 }
 
 #[cfg(test)]
@@ -492,6 +524,30 @@ mod tests {
             "every line not dropped, and the one saying so"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The counting body sees every byte and keeps the inner body's size, so that an
+    /// answer of known length still goes out with its `Content-Length`.
+    #[test]
+    fn a_counted_body_sees_its_bytes_and_keeps_its_size() {
+        let seen = Arc::new(AtomicU64::new(0));
+        let body = {
+            let seen = Arc::clone(&seen);
+            counted(Body::from("hello, world"), move |data| {
+                seen.fetch_add(data.len() as u64, Ordering::Relaxed);
+            })
+        };
+        assert_eq!(body.size_hint().exact(), Some(12));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = runtime
+            .block_on(axum::body::to_bytes(body, 1 << 10))
+            .unwrap();
+        assert_eq!(
+            (&bytes[..], seen.load(Ordering::Relaxed)),
+            (&b"hello, world"[..], 12)
+        );
     }
 
     #[test]
