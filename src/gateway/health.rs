@@ -15,7 +15,7 @@
 //! | `brig_draining` | gauge | 1 from SIGTERM on |
 //! | `brig_sandbox_create_seconds` | histogram | creates answered 201, from request to answer |
 //! | `brig_request_seconds{kind}` | histogram | requests by kind: rest, envd, interpreter, forwarded, routed |
-//! | `brig_failures_total{kind}` | counter | the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; a host's server's (as its status counts them, from the gateway's start): jail_build_failed (a pooled jail that failed to assemble), request_refused (a request the server refused: full, queue timeout, bad input) |
+//! | `brig_failures_total{kind}` | counter | the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; a host's server's (its status' counts since it started, added as they grow from scrape to scrape; a new server pid counts from 0): jail_build_failed (a pooled jail that failed to assemble), request_refused (a request the server refused: full, queue timeout, bad input) |
 //! | `brig_jail_build_seconds{kind}` | histogram | the server's jail builds, fork to ready: pooled, warm_python, warm_node, session_pool (refills), session (a create's own), job |
 //! | `brig_oom_kills_total` | counter | OOM kills in the server's sandboxes' cgroups, ended ones included |
 //! | `brig_network_bytes_total{direction}` | counter | payload bytes through brig's user-mode network, `out` and `in`, ended sandboxes included (host total) |
