@@ -87,6 +87,13 @@ fn read_log(mode: Mode, path: &std::path::Path) -> (String, Vec<Value>) {
     (text, lines)
 }
 
+/// `line` has each of `fields` with its value.
+fn assert_fields(line: &Value, fields: &[(&str, Value)]) {
+    for (field, value) in fields {
+        assert_eq!(&line[field], value, "{field} of {line}");
+    }
+}
+
 /// The lines `pick` takes; at least one.
 fn find<'l>(
     text: &str,
@@ -159,36 +166,24 @@ fn gateway_audit_log_has_every_request_with_its_tenant(mode: Mode) {
                 line["event"] == "created" && line["sandbox"] == id
             });
             assert_eq!(created.len(), 1, "{created:?}");
-            assert_eq!(
-                (
-                    &created[0]["tenant"],
-                    &created[0]["method"],
-                    &created[0]["status"]
-                ),
-                (
-                    &Value::from(tenant),
-                    &Value::from("POST"),
-                    &Value::from(201)
-                ),
-                "{}",
-                created[0]
+            assert_fields(
+                created[0],
+                &[
+                    ("tenant", tenant.into()),
+                    ("method", "POST".into()),
+                    ("status", 201.into()),
+                ],
             );
             let killed = find(text, lines, "a kill", |line| {
                 line["event"] == "killed" && line["sandbox"] == id
             });
-            assert_eq!(
-                (
-                    &killed[0]["tenant"],
-                    &killed[0]["method"],
-                    &killed[0]["status"]
-                ),
-                (
-                    &Value::from(tenant),
-                    &Value::from("DELETE"),
-                    &Value::from(204)
-                ),
-                "{}",
-                killed[0]
+            assert_fields(
+                killed[0],
+                &[
+                    ("tenant", tenant.into()),
+                    ("method", "DELETE".into()),
+                    ("status", 204.into()),
+                ],
             );
         }
         // On the host, every request naming the sandbox is its tenant's, with a key or
@@ -199,11 +194,7 @@ fn gateway_audit_log_has_every_request_with_its_tenant(mode: Mode) {
         let command = find(&text, &lines, "its command", |line| {
             line["sandbox"] == id && line["path"] == "/process.Process/Start"
         })[0];
-        assert_eq!(
-            (&command["port"], &command["status"]),
-            (&Value::from(49983), &Value::from(200)),
-            "{command}"
-        );
+        assert_fields(command, &[("port", 49983.into()), ("status", 200.into())]);
         assert!(command["bytes_out"].as_u64().unwrap() > 0, "{command}");
         // The router's line of the same command has no tenant (no key came), and the
         // host's line's id.
@@ -226,25 +217,22 @@ fn gateway_audit_log_has_every_request_with_its_tenant(mode: Mode) {
     let code = find(&text, &lines, "the interpreter's run", |line| {
         line["sandbox"] == a && line["path"] == "/execute"
     })[0];
-    assert_eq!(
-        (&code["tenant"], &code["port"], &code["status"]),
-        (
-            &Value::from("alice"),
-            &Value::from(49999),
-            &Value::from(200)
-        ),
-        "{code}"
+    assert_fields(
+        code,
+        &[
+            ("tenant", "alice".into()),
+            ("port", 49999.into()),
+            ("status", 200.into()),
+        ],
     );
     // The wrong key: refused by the router, which has the keys; the host never saw it.
     let refused = find(&router_text, &router_lines, "the wrong key", |line| {
         line["status"] == 401
     });
     assert_eq!(refused.len(), 1, "{refused:?}");
-    assert_eq!(
-        (&refused[0]["tenant"], &refused[0]["event"]),
-        (&Value::Null, &Value::from("create_failed")),
-        "{}",
-        refused[0]
+    assert_fields(
+        refused[0],
+        &[("tenant", Value::Null), ("event", "create_failed".into())],
     );
     assert!(
         refused[0]["message"]
