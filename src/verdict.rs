@@ -533,19 +533,7 @@ impl Sinks {
             (None, None) => None,
         };
         let audit = match audit_log {
-            Some(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .open(path)
-                    .map_err(|err| {
-                        Error::input(format!(
-                            "--audit-log {}: cannot append to it: {err}; give a writable path",
-                            path.display()
-                        ))
-                    })?;
-                Some((path.into(), file))
-            }
+            Some(path) => Some((path.into(), open_audit_log(path)?)),
             None => None,
         };
         Ok(Sinks { report, audit })
@@ -651,11 +639,35 @@ fn append_audit(
     };
     let mut line = serde_json::to_string(&entry).expect("an audit entry always serializes");
     line.push('\n');
-    let what = || format!("--audit-log {}: append the run", path.display());
-    let file = file.try_clone().context(what)?;
+    append_audit_line(file, line.as_bytes())
+        .context(|| format!("--audit-log {}: append the run", path.display()))
+}
+
+/// Opens an audit log to append to (`brig run`'s, `brig serve`'s, `brig gateway`'s): made
+/// `0600` when it does not exist (its lines say who ran what); an unwritable path is the
+/// one-line error naming `--audit-log`.
+pub fn open_audit_log(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|err| {
+            Error::input(format!(
+                "--audit-log {}: cannot append to it: {err}; give a writable path",
+                path.display()
+            ))
+        })
+}
+
+/// Appends one line (or lines) whole: an exclusive lock around a single O_APPEND write,
+/// so that the lines of processes sharing the log never interleave.
+pub fn append_audit_line(file: &std::fs::File, line: &[u8]) -> std::io::Result<()> {
+    let file = file.try_clone()?;
     let locked = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, errno)| Error::os(what(), errno))?;
-    (&*locked).write_all(line.as_bytes()).context(what)
+        .map_err(|(_, errno)| std::io::Error::from(errno))?;
+    (&*locked).write_all(line)
 }
 
 /// Arguments a served run's audit line keeps, and bytes of each: a client's program (a

@@ -132,7 +132,8 @@ impl Tenants {
         Ok(self.cached(id))
     }
 
-    /// The tenant of sandbox `id`, if cached (as it is once a request to it was routed).
+    /// The tenant of sandbox `id`, if cached (as it is once a request to it was routed;
+    /// no call to the server: the quotas' and the audit log's, for requests without a key).
     pub fn tenant_of(&self, id: &str) -> Option<String> {
         self.cached(id).map(|owner| owner.tenant)
     }

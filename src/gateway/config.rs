@@ -120,10 +120,18 @@ pub struct GatewayArgs {
     /// the server's network must allow the hosts). See README "Secrets".
     #[arg(long, value_name = "FILE")]
     pub tenant_secrets: Option<PathBuf>,
+
+    /// Append one JSON line per request to FILE (created 0600): time, request id, tenant
+    /// (never the key), method, path, sandbox and port, status, bytes in and out, duration,
+    /// and what a create or kill did. Written by a thread of its own behind a bounded
+    /// queue: lines a slow disk leaves no room for are dropped, counted on /metrics and
+    /// in the log (docs/e2b.md, "Audit log").
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// The tenants, by API key, and the quotas the file gives some of them.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ApiKeys {
     tenants: HashMap<String, String>,
     overrides: HashMap<String, Overrides>,

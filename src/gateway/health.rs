@@ -15,10 +15,18 @@
 //! | `brig_draining` | gauge | 1 from SIGTERM on |
 //! | `brig_sandbox_create_seconds` | histogram | creates answered 201, from request to answer |
 //! | `brig_request_seconds{kind}` | histogram | requests by kind: rest, envd, interpreter, forwarded, routed |
-//! | `brig_failures_total{kind}` | counter | create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended |
+//! | `brig_failures_total{kind}` | counter | the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; a host's server's (its status' counts since it started, added as they grow from scrape to scrape; a new server pid counts from 0): jail_build_failed (a pooled jail that failed to assemble), request_refused (a request the server refused: full, queue timeout, bad input) |
+//! | `brig_jail_build_seconds{kind}` | histogram | the server's jail builds, fork to ready: pooled, warm_python, warm_node, session_pool (refills), session (a create's own), job |
+//! | `brig_oom_kills_total` | counter | OOM kills in the server's sandboxes' cgroups, ended ones included |
+//! | `brig_network_bytes_total{direction}` | counter | payload bytes through brig's user-mode network, `out` and `in`, ended sandboxes included (host total) |
+//! | `brig_audit_lines_dropped_total` | counter | `--audit-log` lines dropped: the writer fell behind, its queue full (`audit.rs`) |
+//!
+//! The last three are the server's own totals (`server_metrics.rs`), read from its status
+//! at each scrape.
 
 use super::backend::Backend;
 use super::route::{HostState, RouterState, Unanswered, forward};
+use super::server_metrics::ServerCollector;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
@@ -31,8 +39,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 type Labels = Vec<(String, String)>;
@@ -78,6 +86,13 @@ pub struct Health {
     create_seconds: Histogram,
     request_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     failures: Family<Labels, Counter>,
+    /// The server's build times, OOM kills and bytes, as its last status said them.
+    server: Arc<ServerCollector>,
+    /// The server's failure counts as last seen (its pid, failures, refused): the
+    /// gateway's counters grow by what the server's grew.
+    server_failures_seen: Mutex<(u32, u64, u64)>,
+    /// `--audit-log` lines dropped for a full queue (`audit.rs`).
+    audit_dropped: Counter,
 }
 
 impl Health {
@@ -90,7 +105,9 @@ impl Health {
         let request_seconds =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_buckets);
         let failures = Family::<Labels, Counter>::default();
+        let server = Arc::new(ServerCollector::default());
         if host {
+            registry.register_collector(Box::new(Arc::clone(&server)));
             registry.register(
                 "brig_sandboxes",
                 "Sandboxes on this host, by tenant and state",
@@ -129,10 +146,17 @@ impl Health {
         );
         registry.register(
             "brig_failures",
-            "Failures by kind (create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended)",
+            "Failures by kind (the gateway's: create_failed, create_refused_draining, peer_unreachable, server_error, drain_ended; its server's: jail_build_failed, request_refused)",
             failures.clone(),
         );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "brig_audit_lines_dropped",
+            "--audit-log lines dropped because the log's writer fell behind (its queue of 4096 full)",
+            audit_dropped.clone(),
+        );
         Health {
+            audit_dropped,
             draining: AtomicBool::new(false),
             registry,
             sandboxes,
@@ -143,7 +167,37 @@ impl Health {
             create_seconds,
             request_seconds,
             failures,
+            server,
+            server_failures_seen: Mutex::new((0, 0, 0)),
         }
+    }
+
+    /// What a host's server said in its status: its own metrics, and its failures added
+    /// to the gateway's (a new server pid counts from 0).
+    fn server_said(&self, status: &crate::serve::protocol::Status) {
+        self.server.update(&status.metrics);
+        let Ok(mut seen) = self.server_failures_seen.lock() else {
+            return;
+        };
+        if seen.0 != status.pid {
+            *seen = (status.pid, 0, 0);
+        }
+        for (kind, before, now) in [
+            ("jail_build_failed", seen.1, status.failures),
+            ("request_refused", seen.2, status.refused),
+        ] {
+            if now > before {
+                self.failures
+                    .get_or_create(&vec![("kind".into(), kind.into())])
+                    .inc_by(now - before);
+            }
+        }
+        *seen = (status.pid, status.failures, status.refused);
+    }
+
+    /// The counter of dropped audit lines, for the audit log to count them in.
+    pub fn audit_dropped(&self) -> Counter {
+        self.audit_dropped.clone()
     }
 
     pub fn draining(&self) -> bool {
@@ -283,6 +337,7 @@ pub async fn answer_host(state: &Arc<HostState>, path: &str) -> Response {
             .slots_free
             .set(status.max_sessions.saturating_sub(status.sessions) as i64);
         health.pool_ready.set(status.session_ready as i64);
+        health.server_said(status);
     }
     if path == "/readyz" {
         let readiness = readiness(
@@ -488,20 +543,53 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_failures_add_to_the_gateways_and_a_new_server_counts_from_zero() {
+        let health = Health::new(true);
+        let status = |pid, failures, refused| Status {
+            pid,
+            failures,
+            refused,
+            ..Status::default()
+        };
+        // The server's counts as three scrapes see them: 2 and 1; 3 and 1; then a new
+        // server (another pid) that has 1 and 0.
+        for said in [status(7, 2, 1), status(7, 3, 1), status(8, 1, 0)] {
+            health.server_said(&said);
+        }
+        assert_exposes(
+            &health,
+            &[
+                "brig_failures_total{kind=\"jail_build_failed\"} 4",
+                "brig_failures_total{kind=\"request_refused\"} 1",
+                "# TYPE brig_jail_build_seconds histogram",
+                "brig_oom_kills_total 0",
+            ],
+        );
+    }
+
+    /// `health`'s exposition has each of `expected`.
+    fn assert_exposes(health: &Health, expected: &[&str]) {
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &health.registry).unwrap();
+        for expected in expected {
+            assert!(text.contains(expected), "{expected} in:\n{text}");
+        }
+    }
+
+    #[test]
     fn the_metrics_are_prometheus_text() {
         let health = Health::new(true);
         health.failed("peer_unreachable");
         health.observe(RequestKind::Envd, Instant::now());
         health.created(Instant::now());
-        let mut text = String::new();
-        prometheus_text::encode(&mut text, &health.registry).unwrap();
-        for expected in [
-            "# TYPE brig_sandbox_slots_free gauge",
-            "brig_failures_total{kind=\"peer_unreachable\"} 1",
-            "brig_request_seconds_count{kind=\"envd\"} 1",
-            "brig_sandbox_create_seconds_count 1",
-        ] {
-            assert!(text.contains(expected), "{expected} in:\n{text}");
-        }
+        assert_exposes(
+            &health,
+            &[
+                "# TYPE brig_sandbox_slots_free gauge",
+                "brig_failures_total{kind=\"peer_unreachable\"} 1",
+                "brig_request_seconds_count{kind=\"envd\"} 1",
+                "brig_sandbox_create_seconds_count 1",
+            ],
+        );
     }
 }

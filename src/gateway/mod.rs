@@ -19,6 +19,7 @@
 //! it (a host's layer in front of the rest, or a router without a server of its own),
 //! `health.rs` answers `/healthz`, `/readyz`, `/metrics` and drains on SIGTERM.
 
+mod audit;
 mod auth;
 mod backend;
 mod config;
@@ -37,6 +38,7 @@ mod quota;
 mod rest;
 mod route;
 mod secrets;
+mod server_metrics;
 mod stream_input;
 mod tls;
 
@@ -136,15 +138,20 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
             )));
         }
         let health = Arc::new(health::Health::new(false));
+        let tenancy = audit::Tenancy::new(keys.clone().unwrap_or_default(), None);
+        let audit_log = open_audit_log(&args, tenancy, &health)?;
         let state = Arc::new(route::RouterState::new(
             peers,
             health.clone(),
             args.create_url.clone(),
             keys,
         ));
-        let app = axum::Router::new()
-            .fallback(route::router)
-            .with_state(state);
+        let app = with_audit(
+            axum::Router::new()
+                .fallback(route::router)
+                .with_state(state),
+            audit_log,
+        );
         let _guard = runtime.enter();
         return runtime.block_on(serve(args, app, tls, health::drain_router(health)));
     };
@@ -168,6 +175,7 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         args.max_memory_per_tenant,
         keys.overrides(),
     );
+    let audit_keys = keys.clone();
     let backend = Backend::new(server.clone());
     rest::check(&backend).map_err(|err| {
         Error::input(format!(
@@ -187,6 +195,8 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         secrets: tenant_secrets,
     });
     let health = Arc::new(health::Health::new(true));
+    let tenancy = audit::Tenancy::new(audit_keys, Some(gateway.clone()));
+    let audit_log = open_audit_log(&args, tenancy, &health)?;
     let _guard = runtime.enter();
     let host = Arc::new(route::HostState {
         gateway: gateway.clone(),
@@ -210,8 +220,32 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
                 host,
                 route::host_layer,
             ));
+    let app = with_audit(app, audit_log);
     let drained = health::drain_host(health, backend, args.drain_grace.0);
     runtime.block_on(serve(args, app, tls, drained))
+}
+
+/// `--audit-log`, opened before the gateway listens (an unwritable path stops it).
+fn open_audit_log(
+    args: &GatewayArgs,
+    tenancy: audit::Tenancy,
+    health: &health::Health,
+) -> Result<Option<Arc<audit::AuditLog>>> {
+    args.audit_log
+        .as_deref()
+        .map(|path| audit::AuditLog::open(path, tenancy, health.audit_dropped()).map(Arc::new))
+        .transpose()
+}
+
+/// The app with the audit log's layer around everything (health paths, forwards too).
+fn with_audit(app: axum::Router, audit_log: Option<Arc<audit::AuditLog>>) -> axum::Router {
+    match audit_log {
+        Some(audit_log) => app.layer(axum::middleware::from_fn_with_state(
+            audit_log,
+            audit::layer,
+        )),
+        None => app,
+    }
 }
 
 /// How long open connections may go on once the gateway has drained (streams of

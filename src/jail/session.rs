@@ -72,6 +72,14 @@ impl<'p> SessionJail<'p> {
         self.network.as_ref()
     }
 
+    /// Payload bytes the session's network relay has moved so far: sent out, received;
+    /// (0, 0) without one (`--net filtered` only).
+    pub fn network_bytes(&self) -> (u64, u64) {
+        self.forwarder
+            .as_ref()
+            .map_or((0, 0), Forwarder::bytes_so_far)
+    }
+
     /// Replaces the session's network policy (`--net filtered` only): new connections are
     /// judged by `policy` once this returns, and open ones it would refuse are cut. How
     /// many were cut.

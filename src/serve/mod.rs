@@ -24,6 +24,7 @@ pub mod client;
 mod files;
 mod kernel;
 pub mod lifecycle;
+pub mod metrics;
 pub mod policy;
 pub mod protocol;
 pub mod reply;

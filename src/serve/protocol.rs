@@ -443,6 +443,10 @@ pub struct Status {
     pub max_sessions: usize,
     pub session_pool: usize,
     pub session_ready: usize,
+    /// Jail build times, sessions' OOM kills and network bytes since the server started
+    /// (versioned apart: `metrics.rs`).
+    #[serde(default)]
+    pub metrics: super::metrics::ServerMetrics,
 }
 
 impl Reply {

@@ -134,6 +134,7 @@ fn for_job(job: Job, fds: Vec<OwnedFd>, audit_log: Option<&PathBuf>, control: &O
     };
     match Jail::assemble_for_streams(&plan) {
         Ok(jail) => {
+            let _ = protocol::write_frame(control.as_fd(), &Report::Built, &[]);
             let watcher = ClientWatcher::start(jail.init_pidfd().try_clone_to_owned().ok());
             run_job(jail, &plan, job, fds, audit_log, control, watcher)
         }

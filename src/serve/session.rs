@@ -13,6 +13,7 @@ mod lines;
 mod starting;
 
 use super::kernel::{self, Syscall};
+use super::metrics::SessionCounters;
 use super::policy;
 use super::protocol::{self, FrameReader, Language, Request};
 use super::reply::{self, FileEntry, SessionReply};
@@ -126,6 +127,7 @@ pub fn for_create(
 ) -> i32 {
     match SessionJail::assemble(plan) {
         Ok(jail) => {
+            let _ = protocol::write_frame(control.as_fd(), &Report::Built, &[]);
             Session::new(jail, options, audit_log.cloned()).serve(control, opening, connection);
             0
         }
@@ -279,6 +281,8 @@ struct Session<'p> {
     cells: cell::Cells,
     /// Paused or not, and its CPU readings (`session_lifecycle.rs`).
     lifecycle: session_lifecycle::Lifecycle,
+    /// Its OOM kills and network bytes as last told to the server (`metrics.rs`).
+    counted: SessionCounters,
 }
 
 /// Why an exec ended early.
@@ -373,6 +377,27 @@ impl<'p> Session<'p> {
             processes: session_loop::Processes::default(),
             cells: cell::Cells::default(),
             lifecycle: Default::default(),
+            counted: SessionCounters::default(),
+        }
+    }
+
+    /// Tells the server the session's OOM kills and network bytes so far, when they grew
+    /// since it last told (the server keeps the totals, ended sessions included).
+    fn report_counters(&mut self) {
+        let (net_bytes_sent, net_bytes_received) = self.jail.network_bytes();
+        let now = SessionCounters {
+            oom_kills: self.oom_kills(),
+            net_bytes_sent,
+            net_bytes_received,
+        };
+        if now == self.counted {
+            return;
+        }
+        let Some(control) = &self.control else {
+            return;
+        };
+        if protocol::write_frame(control.as_fd(), &Report::Counters(now), &[]).is_ok() {
+            self.counted = now;
         }
     }
 
@@ -462,7 +487,8 @@ impl<'p> Session<'p> {
         }
     }
 
-    fn end_jail(self) {
+    fn end_jail(mut self) {
+        self.report_counters();
         drop(self.interpreters);
         self.jail.end();
     }
@@ -685,6 +711,7 @@ impl<'p> Session<'p> {
         served: crate::verdict::Served,
         ran: Ran,
     ) -> Verdict {
+        self.report_counters();
         let mut usage = self.jail.usage();
         if let Some(usage) = usage.as_mut() {
             // The session's cgroup counts since its start; an exec's own are below.

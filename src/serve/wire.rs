@@ -46,6 +46,12 @@ pub enum Report {
     Failed { message: String },
     /// The client has its answer; the jail is being torn down.
     Answered,
+    /// The jail of a runner forked for a request (a session's own, a one-shot run's) is
+    /// assembled: the server times its build (`metrics.rs`).
+    Built,
+    /// A session's counts since it began (its OOM kills, its network's bytes), after an
+    /// exec and as it ends: the server keeps the totals.
+    Counters(super::metrics::SessionCounters),
     /// A session's `session_pause` failed (its freeze did not finish): the server, which
     /// marked the session paused as it routed the request, marks it running again.
     NotPaused,

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -57,6 +57,16 @@ pub struct Forwarder {
     waker: Arc<Waker>,
     /// New policies for the thread, each with where to say it took it.
     policies: mpsc::Sender<NewPolicy>,
+    /// The payload bytes relayed so far, as the thread last published them.
+    bytes: Arc<Bytes>,
+}
+
+/// Payload bytes the jail sent out and received, over every connection so far: stored by
+/// the relay's thread after each round, read by the jail's owner at any time.
+#[derive(Debug, Default)]
+struct Bytes {
+    sent: AtomicU64,
+    received: AtomicU64,
 }
 
 /// A policy to take in place of the current one, and where to answer how many flows the
@@ -75,16 +85,26 @@ impl Forwarder {
         let stop = Arc::new(AtomicBool::new(false));
         let (policies, new_policies) = mpsc::channel();
         let mut stack = Stack::new(poll, tun, policy.clone(), Arc::clone(&waker), new_policies)?;
+        let bytes = Arc::new(Bytes::default());
         let thread = std::thread::Builder::new().name("brig-net".into()).spawn({
-            let stop = Arc::clone(&stop);
-            move || stack.run(&stop)
+            let (stop, bytes) = (Arc::clone(&stop), Arc::clone(&bytes));
+            move || stack.run(&stop, &bytes)
         })?;
         Ok(Forwarder {
             thread,
             stop,
             waker,
             policies,
+            bytes,
         })
+    }
+
+    /// Payload bytes relayed so far: sent out, received (as of the thread's last round).
+    pub fn bytes_so_far(&self) -> (u64, u64) {
+        (
+            self.bytes.sent.load(Ordering::Relaxed),
+            self.bytes.received.load(Ordering::Relaxed),
+        )
     }
 
     /// Replaces the policy the thread judges by: once this returns, every new connection
@@ -179,7 +199,7 @@ impl Stack {
         })
     }
 
-    fn run(&mut self, stop: &AtomicBool) -> NetworkRecord {
+    fn run(&mut self, stop: &AtomicBool, bytes: &Bytes) -> NetworkRecord {
         let mut events = Events::with_capacity(256);
         while !stop.load(Ordering::SeqCst) {
             let timeout = self.next_timeout();
@@ -235,6 +255,9 @@ impl Stack {
                 // A full device queue drops the packet; TCP sends it again.
                 let _ = nix::unistd::write(tun, packet);
             });
+            let (sent, received) = self.relay.bytes_so_far();
+            bytes.sent.store(sent, Ordering::Relaxed);
+            bytes.received.store(received, Ordering::Relaxed);
         }
         self.relay.finish()
     }

@@ -51,6 +51,9 @@ pub struct Relay<U> {
     recorder: Recorder,
     /// Payload bytes relayed, both ways, for `--net-bytes`.
     relayed: u64,
+    /// ... and each way: out (the jail sent), in (the jail received).
+    sent: u64,
+    received: u64,
     /// Every address of every interface of the host, as last read: a name resolving to
     /// one is refused like loopback (services listening on 0.0.0.0 answer there).
     host_addresses: Vec<IpAddr>,
@@ -110,6 +113,8 @@ impl<U: Upstream> Relay<U> {
             requests: VecDeque::new(),
             recorder: Recorder::default(),
             relayed: 0,
+            sent: 0,
+            received: 0,
             host_addresses: Vec::new(),
         })
     }
@@ -516,8 +521,11 @@ impl<U: Upstream> Relay<U> {
             return false;
         };
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        let before = (flow.sent, flow.received);
         let outcome = flow.relay(socket, &self.policy, now);
         self.relayed += outcome.bytes;
+        self.sent += flow.sent - before.0;
+        self.received += flow.received - before.1;
         if self.policy.max_bytes.is_some_and(|cap| self.relayed >= cap) {
             self.recorder.limit_reached = Some("net-bytes");
             for flow in self.flows.values_mut() {
@@ -569,6 +577,11 @@ impl<U: Upstream> Relay<U> {
             sent: flow.sent,
             received: flow.received,
         });
+    }
+
+    /// Payload bytes relayed so far, over every connection: sent out, received.
+    pub fn bytes_so_far(&self) -> (u64, u64) {
+        (self.sent, self.received)
     }
 
     /// The jail is gone or brig stops: close every connection and hand in the record.

@@ -6,6 +6,7 @@ use super::sessions::SessionEntry;
 use super::{Server, refuse};
 use crate::error::{Context, Error, Result};
 use crate::jail::Program;
+use crate::serve::metrics::{JailKind, SessionCounters};
 use crate::serve::protocol::{self, FrameReader, Read};
 use crate::serve::runner;
 use crate::serve::wire::{Job, Report, Start, Warm};
@@ -85,6 +86,10 @@ pub(super) struct Runner {
     pub(super) reader: FrameReader,
     pub(super) role: Role,
     pub(super) phase: Phase,
+    /// Forked then: its jail's build is timed from here (`metrics.rs`).
+    pub(super) spawned: Instant,
+    /// What its session said it counted last (`Report::Counters`).
+    pub(super) counted: SessionCounters,
 }
 
 impl Runner {
@@ -143,6 +148,26 @@ impl Runner {
 
     fn is_warm(&self) -> bool {
         matches!(self.role, Role::Pool(PoolKind { warm: Some(_), .. }))
+    }
+
+    /// The kind of jail it builds, as the metrics name it.
+    fn jail_kind(&self) -> JailKind {
+        match self.role {
+            Role::Pool(PoolKind {
+                for_session: true, ..
+            }) => JailKind::SessionPool,
+            Role::Pool(PoolKind {
+                warm: Some(Warm::Python),
+                ..
+            }) => JailKind::WarmPython,
+            Role::Pool(PoolKind {
+                warm: Some(Warm::Node),
+                ..
+            }) => JailKind::WarmNode,
+            Role::Pool(_) => JailKind::Pooled,
+            Role::Job { .. } => JailKind::Job,
+            Role::Session(_) => JailKind::Session,
+        }
     }
 }
 
@@ -370,6 +395,8 @@ impl Server {
                     reader: FrameReader::default(),
                     role,
                     phase,
+                    spawned: Instant::now(),
+                    counted: SessionCounters::default(),
                 });
                 Ok(())
             }
@@ -392,6 +419,11 @@ impl Server {
         match read {
             Ok(Read::Frame(body, _)) => match serde_json::from_slice::<Report>(&body) {
                 Ok(Report::Ready) => {
+                    let runner = &mut self.runners[at];
+                    if runner.phase == Phase::Assembling {
+                        let took = runner.spawned.elapsed();
+                        self.status.metrics.built(runner.jail_kind(), took);
+                    }
                     self.runners[at].phase = Phase::Ready;
                     if self.failures_in_a_row > 1 {
                         eprintln!(
@@ -402,6 +434,16 @@ impl Server {
                     self.failures_in_a_row = 0;
                     self.count_ready();
                     self.dispatch_queued();
+                }
+                Ok(Report::Built) => {
+                    let runner = &self.runners[at];
+                    let took = runner.spawned.elapsed();
+                    self.status.metrics.built(runner.jail_kind(), took);
+                }
+                Ok(Report::Counters(now)) => {
+                    let runner = &mut self.runners[at];
+                    self.status.metrics.counted(&runner.counted, &now);
+                    runner.counted = now;
                 }
                 Ok(Report::Answered) => {
                     if let Role::Job { answering, .. } = &mut self.runners[at].role {
@@ -515,6 +557,8 @@ mod tests {
                 reader: FrameReader::default(),
                 role,
                 phase,
+                spawned: Instant::now(),
+                counted: SessionCounters::default(),
             })
             .collect();
         (runners, shape.join(", "))
