@@ -506,6 +506,7 @@ impl<'p> Session<'p> {
                 }),
             Request::SessionNetwork {
                 allow_net,
+                deny_net,
                 add_host,
                 ..
             } => super::session_network::apply(
@@ -513,6 +514,7 @@ impl<'p> Session<'p> {
                 &self.id,
                 peer,
                 &allow_net,
+                &deny_net,
                 add_host.as_deref(),
                 self.audit_log.as_deref(),
             )

@@ -27,15 +27,26 @@ impl Servers {
         Servers::start_with_dns("127.0.0.1".parse().unwrap(), 0)
     }
 
+    /// The servers listening on `address` (another loopback address than 127.0.0.1, for
+    /// a test that tells two servers apart by address), the DNS stub on 127.0.0.1.
+    pub fn start_on(address: IpAddr) -> Servers {
+        Servers::start_bound(address, "127.0.0.1".parse().unwrap(), 0)
+    }
+
     /// The servers, with the DNS stub on `address:port` (port 53 for a stub named in a
     /// resolv.conf; needs root).
     pub fn start_with_dns(address: IpAddr, port: u16) -> Servers {
+        Servers::start_bound("127.0.0.1".parse().unwrap(), address, port)
+    }
+
+    fn start_bound(bind: IpAddr, address: IpAddr, port: u16) -> Servers {
         require_program("openssl", "apt install openssl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/net/servers.py");
         let state = TempDir::new("net-servers");
         let mut child = Command::new(interpreter("python3"))
             .arg(&script)
             .args(["--state", state.str()])
+            .args(["--bind", &bind.to_string()])
             .args([
                 "--dns-address",
                 &address.to_string(),

@@ -42,6 +42,7 @@ both_modes!(
     a_name_resolving_to_the_hosts_own_or_a_reserved_address_is_refused,
     bytes_neither_http_nor_tls_on_port_443_need_a_tcp_rule,
     openssl_sni_variants_are_judged,
+    a_deny_rule_refuses_what_it_names_and_lets_the_rest_out,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -1065,6 +1066,18 @@ fn bad_rules_are_refused_before_anything_starts() {
             &["--allow-net", "https://web.test"],
             &["--allow-net https://web.test", "not a rule scheme"],
         ),
+        (
+            &["--deny-net", "10.0.0.1/8"],
+            &["--deny-net 10.0.0.1/8", "did you mean 10.0.0.0/8"],
+        ),
+        (
+            &["--deny-net", "tcp://db.test:5432"],
+            &["--deny-net tcp://db.test:5432", "takes no scheme"],
+        ),
+        (
+            &["--net", "host", "--deny-net", "10.0.0.0/8"],
+            &["--deny-net 10.0.0.0/8", "--net host"],
+        ),
     ];
     for (flags, needles) in cases {
         let mut args = vec!["run"];
@@ -1624,4 +1637,81 @@ fn openssl_sni_variants_are_judged(mode: Mode) {
             "-servername web.test exit=0"
         ]
     );
+}
+
+/// `--deny-net`: what a deny rule names is refused (ECONNREFUSED, by address or by name),
+/// the rest goes out, brig's own refusals (private ranges) stay; an `--allow-net` rule
+/// naming a denied address wins over the deny rule (E2B's allowOut over denyOut).
+fn a_deny_rule_refuses_what_it_names_and_lets_the_rest_out(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    // One listener on every address: 127.0.0.2 stands for the denied server, 127.0.0.3
+    // for another (both the host's loopback, reached through pinned names).
+    let listener = Listener::start();
+    let port = listener.port;
+    let targets: Vec<String> = [
+        format!("denied.test {port}"),
+        format!("open.test {port}"),
+        format!("x.blocked.test {port}"),
+        "10.1.2.3 80".into(),
+    ]
+    .into();
+    let deny_args = |allow: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--add-host",
+            "denied.test:127.0.0.2",
+            "--add-host",
+            "open.test:127.0.0.3",
+            "--add-host",
+            "x.blocked.test:127.0.0.3",
+            "--deny-net",
+            "127.0.0.2/32",
+            "--deny-net",
+            "*.blocked.test",
+        ]
+        .map(String::from)
+        .into();
+        for rule in allow {
+            args.extend(["--allow-net".to_string(), rule.to_string()]);
+        }
+        args
+    };
+    let (done, verdict) = filtered(mode, &deny_args(&[]), &strs_of(&connect_probe(&targets)));
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        [
+            format!("denied.test {port} ECONNREFUSED"),
+            format!("open.test {port} ok"),
+            format!("x.blocked.test {port} ECONNREFUSED"),
+            "10.1.2.3 80 ECONNREFUSED".to_string(),
+        ],
+        "{}",
+        describe(&done.output)
+    );
+    // Only open.test's connection reached the listener.
+    assert_eq!(listener.accepted(), 1);
+    assert!(
+        refusal(&verdict, "denied.test", port).contains("--deny-net"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, "x.blocked.test", port).contains("--deny-net *.blocked.test"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, "10.1.2.3", 80).contains("private"),
+        "{verdict}"
+    );
+    // Allow wins: the same run with the denied address allowed reaches it.
+    let (done, _) = filtered(
+        mode,
+        &deny_args(&["127.0.0.2"]),
+        &strs_of(&connect_probe(&targets[..1])),
+    );
+    assert_eq!(
+        assert_success(&done.output).trim(),
+        format!("denied.test {port} ok")
+    );
+    assert_eq!(listener.accepted(), 2);
 }
