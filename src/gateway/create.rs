@@ -177,6 +177,55 @@ fn address_rule(entry: &str) -> Option<String> {
     })
 }
 
+/// Who reaches a sandbox's ports and as what host (`network.allowPublicTraffic`,
+/// `network.maskRequestHost`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ingress {
+    /// `allowPublicTraffic: false`: requests to its ports need its traffic access token.
+    pub private: bool,
+    /// The `Host` its ports' servers see, `${PORT}` standing for the port.
+    pub mask_host: Option<String>,
+}
+
+/// E2B's stand-in for the port in `maskRequestHost`.
+pub const PORT_PLACEHOLDER: &str = "${PORT}";
+
+/// The ingress `network` asks for; a `maskRequestHost` that is no `HOST[:PORT]` (ASCII:
+/// letters, digits, '-', '.', `${PORT}`) is a 400 in E2B's words.
+pub fn ingress(network: Option<&Value>) -> std::result::Result<Ingress, ApiError> {
+    let network: Network = match network {
+        None | Some(Value::Null) => return Ok(Ingress::default()),
+        // A malformed one is egress()'s to refuse, which is asked first.
+        Some(value) => serde_json::from_value(value.clone()).unwrap_or_default(),
+    };
+    let mask_host = match network.mask_request_host {
+        None => None,
+        Some(mask) => {
+            let plain = mask.replace(PORT_PLACEHOLDER, "1");
+            let (host, port) = match plain.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (plain.as_str(), None),
+            };
+            let good_host = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"-.".contains(&byte));
+            let good_port = port.is_none_or(|port| port.parse::<u16>().is_ok_and(|p| p != 0));
+            if !good_host || !good_port {
+                return Err(ApiError::bad_request(format!(
+                    "network.maskRequestHost: mask request host is not valid: {mask}; give HOST[:PORT] in ASCII (letters, digits, '-', '.'; {PORT_PLACEHOLDER} for the port)"
+                )));
+            }
+            Some(mask)
+        }
+    };
+    Ok(Ingress {
+        private: network.allow_public_traffic == Some(false),
+        mask_host,
+    })
+}
+
 /// The network of `allow_internet_access` and `network`, as E2B means them: without a
 /// `denyOut` everything goes out; `denyOut` of all traffic (or `allow_internet_access:
 /// false`) lets out only what `allowOut` lists; `denyOut` of some blocks refuses them and
@@ -200,12 +249,6 @@ pub fn egress(
             "network.{field}: not served by brig gateway (see docs/e2b.md); leave it out"
         ))
     };
-    if network.allow_public_traffic == Some(false) {
-        return Err(not_served("allowPublicTraffic"));
-    }
-    if network.mask_request_host.is_some() {
-        return Err(not_served("maskRequestHost"));
-    }
     if network
         .egress_proxy
         .as_ref()
@@ -504,16 +547,6 @@ mod tests {
                 json!({"allowOut": ["tcp://a"], "denyOut": ["0.0.0.0/0"]}),
                 "network.allowOut[0]",
             ),
-            (
-                None,
-                json!({"allowPublicTraffic": false}),
-                "network.allowPublicTraffic: not served",
-            ),
-            (
-                None,
-                json!({"maskRequestHost": "x"}),
-                "network.maskRequestHost",
-            ),
             (None, json!({"rules": {"a.test": []}}), "network.rules"),
             (None, json!({"allowOut": "a.test"}), "network: invalid type"),
             (None, json!({"bogus": 1}), "network: unknown field"),
@@ -522,6 +555,42 @@ mod tests {
             assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
             assert!(err.message.contains(expected), "{network}: {}", err.message);
             assert!(!err.message.contains('\n'), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn ingress_is_a_token_and_a_host_mask_or_refused() {
+        assert_eq!(ingress(None).unwrap(), Ingress::default());
+        assert_eq!(
+            ingress(Some(&json!({"allowPublicTraffic": true}))).unwrap(),
+            Ingress::default()
+        );
+        assert_eq!(
+            ingress(Some(
+                &json!({"allowPublicTraffic": false, "maskRequestHost": "app.example:${PORT}"})
+            ))
+            .unwrap(),
+            Ingress {
+                private: true,
+                mask_host: Some("app.example:${PORT}".into()),
+            }
+        );
+        for bad in [
+            "",
+            "a b",
+            "app.example:http",
+            "app.example:0",
+            "ünicode.example",
+            "a/b",
+        ] {
+            let err = ingress(Some(&json!({ "maskRequestHost": bad }))).unwrap_err();
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+            assert!(
+                err.message
+                    .starts_with("network.maskRequestHost: mask request host is not valid"),
+                "{bad}: {}",
+                err.message
+            );
         }
     }
 

@@ -164,6 +164,7 @@ fn address_of(session: &Value) -> Value {
             .unwrap_or("base"),
         session["session"].as_str().unwrap_or_default(),
         metadata[super::auth::TOKEN_KEY].as_str(),
+        metadata[super::auth::TRAFFIC_KEY].as_str(),
     )
 }
 
