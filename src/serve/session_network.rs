@@ -201,6 +201,17 @@ mod tests {
         allow_net: &[&str],
         add_host: &[&str],
     ) -> Result<()> {
+        judged_with_deny(server, may, allow_net, &[], add_host)
+    }
+
+    /// [`judged`], with `deny_net` rules asked for too.
+    fn judged_with_deny(
+        server: &str,
+        may: &[Loosening],
+        allow_net: &[&str],
+        deny_net: &[&str],
+        add_host: &[&str],
+    ) -> Result<()> {
         let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let mut defaults: JailOptions = crate::config::parse(server, "test").unwrap();
         defaults.command = vec!["true".into()];
@@ -212,7 +223,7 @@ mod tests {
             bind_under: &[],
             whose: "server",
         };
-        let client = asked_options(&owned(allow_net), &[], &owned(add_host));
+        let client = asked_options(&owned(allow_net), &owned(deny_net), &owned(add_host));
         check(&client, &server, planned(&defaults, &client))
     }
 
@@ -274,19 +285,7 @@ mod tests {
         }
         // A deny list: a server's, kept or added to; an allow list's server, a consent.
         let deny = |server: &str, deny_net: &[&str], may: &[Loosening]| {
-            let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-            let mut defaults: JailOptions = crate::config::parse(server, "test").unwrap();
-            defaults.command = vec!["true".into()];
-            let pool = Plan::resolve(defaults.clone()).unwrap();
-            let server = policy::Server {
-                options: &defaults,
-                jail: policy::Jail::of(&pool),
-                may,
-                bind_under: &[],
-                whose: "server",
-            };
-            let client = asked_options(&[], &owned(deny_net), &[]);
-            check(&client, &server, planned(&defaults, &client)).map_err(|err| err.to_string())
+            judged_with_deny(server, may, &[], deny_net, &[]).map_err(|err| err.to_string())
         };
         let open = "net: filtered\ndeny-net: ['10.0.0.0/8']";
         assert_eq!(deny(open, &["10.0.0.0/8"], &[]), Ok(()));

@@ -175,6 +175,43 @@ impl Drop for Servers {
     }
 }
 
+/// Two sets of servers told apart by address, 127.0.0.2 and 127.0.0.3 (for a deny rule
+/// naming one's address), with [`TwoByAddress::SERVE_ARGS`] for a `brig serve` whose
+/// sessions reach them by name.
+pub struct TwoByAddress {
+    /// On 127.0.0.2, pinned as `web.test`.
+    pub web: Servers,
+    /// On 127.0.0.3, pinned as `other.test`.
+    pub other: Servers,
+}
+
+impl TwoByAddress {
+    /// `brig serve` options: filtered, `web.test` and `other.test` pinned to the two
+    /// addresses and listed, and clients let to shape their network (a deny list lets
+    /// out more than the list: `--client-may allow-net`).
+    pub const SERVE_ARGS: [&'static str; 12] = [
+        "--net",
+        "filtered",
+        "--add-host",
+        "web.test:127.0.0.2",
+        "--add-host",
+        "other.test:127.0.0.3",
+        "--allow-net",
+        "web.test",
+        "--allow-net",
+        "other.test",
+        "--client-may",
+        "allow-net",
+    ];
+
+    pub fn start() -> TwoByAddress {
+        TwoByAddress {
+            web: Servers::start_on("127.0.0.2".parse().unwrap()),
+            other: Servers::start_on("127.0.0.3".parse().unwrap()),
+        }
+    }
+}
+
 /// Rootless, brig creates the TUN device as uid 65534: `/dev/net/tun` must be 0666, the
 /// distributions' default (tests/run.sh and .ci/run make it so on hosts that differ).
 pub fn require_tun(mode: Mode) -> bool {

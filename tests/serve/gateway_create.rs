@@ -19,7 +19,7 @@
 use crate::common;
 use crate::gateway::{Gateway, KEY_A, KEY_B};
 
-use common::net::{Servers, require_tun};
+use common::net::{Servers, TwoByAddress, require_tun};
 use common::serve::Server;
 use common::*;
 
@@ -284,25 +284,8 @@ fn e2b_deny_out_refuses_what_it_lists_and_lets_the_rest_out(mode: Mode) {
     if !require_tun(mode) {
         return;
     }
-    let denied = Servers::start_on("127.0.0.2".parse().unwrap());
-    let other = Servers::start_on("127.0.0.3".parse().unwrap());
-    let server = Server::start(
-        mode,
-        &[
-            "--net",
-            "filtered",
-            "--add-host",
-            "web.test:127.0.0.2",
-            "--add-host",
-            "other.test:127.0.0.3",
-            "--allow-net",
-            LISTED,
-            "--allow-net",
-            UNLISTED,
-            "--client-may",
-            "allow-net",
-        ],
-    );
+    let TwoByAddress { web: denied, other } = TwoByAddress::start();
+    let server = Server::start(mode, &TwoByAddress::SERVE_ARGS);
     let gateway = Gateway::start(mode, &server);
     let script = format!(
         "import sys\nsys.argv[2:] = [{:?}, {:?}]\n{DENY_TOUR}",

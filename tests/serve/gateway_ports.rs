@@ -82,6 +82,21 @@ def until_served(attempt):
 
 class NotYet(Exception):
     pass
+
+def start_one_shot(sbx):
+    """A one-shot server on port 8003 of `sbx` that writes down the head of the request it
+    is sent (head.txt in the workspace) and answers `ok`."""
+    sbx.files.write("one_shot.py", (
+        "import socket\n"
+        "listener = socket.create_server(('127.0.0.1', 8003))\n"
+        "connection, _ = listener.accept()\n"
+        "head = b''\n"
+        "while b'\\r\\n\\r\\n' not in head:\n"
+        "    head += connection.recv(4096)\n"
+        "open('head.txt', 'wb').write(head)\n"
+        "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
+    ))
+    sbx.commands.run("exec python3 one_shot.py", background=True)
 "#;
 
 const HTTP: &str = r#"
@@ -118,18 +133,7 @@ assert status == 404, status
 
 # What the server in the jail is sent: the request's own headers and its Host, never the
 # tenant's API key (a one-shot server there writes down the request's head).
-one_shot = (
-    "import socket\n"
-    "listener = socket.create_server(('127.0.0.1', 8003))\n"
-    "connection, _ = listener.accept()\n"
-    "head = b''\n"
-    "while b'\\r\\n\\r\\n' not in head:\n"
-    "    head += connection.recv(4096)\n"
-    "open('head.txt', 'wb').write(head)\n"
-    "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
-)
-sbx.files.write("one_shot.py", one_shot)
-sbx.commands.run("exec python3 one_shot.py", background=True)
+start_one_shot(sbx)
 sent = {"Host": sbx.get_host(8003), "X-API-Key": "e2b_secret", "X-Mine": "kept"}
 def head_served():
     status, _, body = fetch("/asked?x=1", sent)
@@ -632,18 +636,7 @@ assert (status, body) == (200, b"hello\n"), (status, body)
 assert sbx.commands.run("echo envd").stdout == "envd\n"
 
 # The Host the jail's server sees is the mask, the port in it; the token is not passed.
-one_shot = (
-    "import socket\n"
-    "listener = socket.create_server(('127.0.0.1', 8003))\n"
-    "connection, _ = listener.accept()\n"
-    "head = b''\n"
-    "while b'\\r\\n\\r\\n' not in head:\n"
-    "    head += connection.recv(4096)\n"
-    "open('head.txt', 'wb').write(head)\n"
-    "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
-)
-sbx.files.write("one_shot.py", one_shot)
-sbx.commands.run("exec python3 one_shot.py", background=True)
+start_one_shot(sbx)
 def head_served():
     status, _, body = fetch("/asked", {"Host": sbx.get_host(8003), TOKEN_HEADER: token})
     if status == 502 and b"connection refused" in body:

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::net::{Servers, require_tun};
+use common::net::{Servers, TwoByAddress, require_tun};
 use common::serve::{Server, ask, client_copy, create_session, exchange, run_node_client};
 use common::*;
 use serde_json::{Value, json};
@@ -220,14 +220,10 @@ fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
         connect_code(http),
         connect_code(http)
     );
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", &python, server.socket()],
+    assert_lines(
+        &python_client(mode, &python, &server),
+        &["ok", "ECONNREFUSED"],
     );
-    command.env("PYTHONPATH", client.path().join("python"));
-    assert_lines(&output_of(command), &["ok", "ECONNREFUSED"]);
     if require_program("node", "apt install nodejs") {
         let node = format!(
             "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ allowNet: [{http_rule:?}] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.setNetwork({{ allowNet: [{http_rule:?}], addHost: [] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n",
@@ -604,6 +600,19 @@ fn filtered_server(mode: Mode) -> Server {
     )
 }
 
+/// What `script` prints, run by Python with the Python client, `server`'s socket its
+/// `sys.argv[1]`.
+fn python_client(mode: Mode, script: &str, server: &Server) -> std::process::Output {
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", script, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    output_of(command)
+}
+
 /// The lines a client script prints, against `expected`.
 fn assert_lines(output: &std::process::Output, expected: &[&str]) {
     let out = assert_success(output);
@@ -716,26 +725,10 @@ fn a_deny_list_refuses_what_it_names_by_protocol_cli_and_clients(mode: Mode) {
         return;
     }
     // Two servers told apart by address, pinned as web.test and other.test.
-    let web = Servers::start_on("127.0.0.2".parse().unwrap());
-    let other = Servers::start_on("127.0.0.3".parse().unwrap());
+    let TwoByAddress { web, other } = TwoByAddress::start();
     let server = Server::start(
         mode,
-        &[
-            "--pool",
-            "0",
-            "--net",
-            "filtered",
-            "--add-host",
-            "web.test:127.0.0.2",
-            "--add-host",
-            "other.test:127.0.0.3",
-            "--allow-net",
-            WEB,
-            "--allow-net",
-            OTHER,
-            "--client-may",
-            "allow-net",
-        ],
+        &[&["--pool", "0"][..], &TwoByAddress::SERVE_ARGS].concat(),
     );
     let probe = format!(
         "{}{}",
@@ -783,14 +776,7 @@ fn a_deny_list_refuses_what_it_names_by_protocol_cli_and_clients(mode: Mode) {
     let python = format!(
         "import sys\nfrom brig_client import Sandbox\nwith Sandbox(socket=sys.argv[1]) as sb:\n    sb.set_network(deny_net=['127.0.0.2'])\n    print(sb.run_code({probe:?}).stdout.strip().replace('\\n', ' '))\n"
     );
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", &python, server.socket()],
-    );
-    command.env("PYTHONPATH", client.path().join("python"));
-    assert_lines(&output_of(command), &["ECONNREFUSED ok"]);
+    assert_lines(&python_client(mode, &python, &server), &["ECONNREFUSED ok"]);
     if require_program("node", "apt install nodejs") {
         let node = format!(
             "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ denyNet: ['127.0.0.3'] }});\n  console.log((await sb.runCode({probe:?})).stdout.trim().replace('\\n', ' '));\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n"
