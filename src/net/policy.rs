@@ -994,13 +994,14 @@ mod tests {
         .unwrap();
         assert!(policy.lets_the_rest_out());
         // (name, address resolved or connected to, port, allowed?)
-        let cases: [(Option<&str>, &str, u16, bool); 14] = [
+        let cases: [(Option<&str>, &str, u16, bool); 15] = [
             // Named by no rule: out (public addresses).
             (Some("example.test"), "93.184.216.34", 443, true),
             (None, "93.184.216.34", 443, true),
             // A deny CIDR: refused, by name or by address ...
             (Some("example.test"), "1.2.3.9", 443, false),
             (None, "1.2.3.9", 443, false),
+            (None, "::ffff:1.2.3.9", 443, false),
             // ... unless an allow rule names the address (on its port) ...
             (None, "1.2.3.4", 443, true),
             (None, "1.2.3.4", 80, false),

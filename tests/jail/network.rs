@@ -1108,6 +1108,22 @@ fn check_shows_the_resolved_rules() {
     ] {
         assert!(out.contains(needle), "{needle}: {out}");
     }
+    // A deny list is shown beside the allow rules that win over it.
+    let config = dir.file(
+        "deny.yaml",
+        "deny-net: ['10.0.0.0/8', '*.internal.test:443']\nallow-net: [10.1.2.3]\ncommand: [true]\n",
+    );
+    let output = run(Mode::Root, &["check", "--config", config.to_str().unwrap()]);
+    let out = assert_success(&output);
+    for needle in [
+        "net: filtered",
+        "deny-net:",
+        "- 10.0.0.0/8 (any port)",
+        "- \"*.internal.test:443\"",
+        "- 10.1.2.3 (any port)",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
