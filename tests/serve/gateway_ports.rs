@@ -651,22 +651,32 @@ assert token not in head and TOKEN_HEADER not in head, head
 sbx.files.write("echo.py", sys.argv[2])
 sbx.commands.run("exec python3 echo.py 8765", background=True)
 address = urllib.parse.urlsplit(gateway).netloc
-ws_form = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8765"}
-try:
-    connect(f"ws://{address}/", additional_headers=ws_form)
-    raise SystemExit("a WebSocket without the traffic token opened")
-except InvalidStatus as err:
-    assert err.response.status_code == 403, err
-def opened():
+gateway_host, gateway_port = address.rsplit(":", 1)
+# Both forms: the gateway's address with the sandbox in headers; the host form
+# ws://{get_host(8765)}/ over a connection to the gateway.
+forms = [
+    (f"ws://{address}/", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8765"}),
+    (f"ws://{sbx.get_host(8765)}/", {}),
+]
+def ws(uri, headers):
+    return connect(uri, additional_headers=headers,
+                   sock=socket.create_connection((gateway_host, int(gateway_port))))
+for uri, headers in forms:
     try:
-        return connect(f"ws://{address}/", additional_headers={**ws_form, TOKEN_HEADER: token})
+        ws(uri, headers)
+        raise SystemExit(f"a WebSocket to {uri} without the traffic token opened")
     except InvalidStatus as err:
-        if err.response.status_code == 502:
-            raise NotYet()
-        raise
-with until_served(opened) as websocket:
-    websocket.send("private hello")
-    assert websocket.recv() == "private hello"
+        assert err.response.status_code == 403, err
+    def opened():
+        try:
+            return ws(uri, {**headers, TOKEN_HEADER: token})
+        except InvalidStatus as err:
+            if err.response.status_code == 502:
+                raise NotYet()
+            raise
+    with until_served(opened) as websocket:
+        websocket.send("private hello")
+        assert websocket.recv() == "private hello"
 
 # The default is public: no token given, none needed.
 public = Sandbox.create(allow_internet_access=False)
