@@ -43,6 +43,7 @@ both_modes!(
     bytes_neither_http_nor_tls_on_port_443_need_a_tcp_rule,
     openssl_sni_variants_are_judged,
     a_deny_rule_refuses_what_it_names_and_lets_the_rest_out,
+    a_deny_list_resolves_other_names_on_the_host_and_checks_their_addresses,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -1730,4 +1731,67 @@ fn a_deny_rule_refuses_what_it_names_and_lets_the_rest_out(mode: Mode) {
         format!("denied.test {port} ok")
     );
     assert_eq!(listener.accepted(), 2);
+}
+
+/// With a deny list, a name no rule names is resolved on the host (here by the test's DNS
+/// stub) and reached; one that resolves into a denied block is refused after the lookup
+/// (ECONNREFUSED: the address is judged, not only the name); a denied name is NXDOMAIN
+/// from brig itself, and the host's resolver never hears of it.
+fn a_deny_list_resolves_other_names_on_the_host_and_checks_their_addresses(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let stub = stub_address(4, mode);
+    let servers = Servers::start_with_dns(IpAddr::V4(stub), 53);
+    let http = servers.http;
+    // The stub answers 127.0.0.1 (10.9.0.5 for a name starting 10-9-0-5).
+    let probe = format!(
+        "import socket, urllib.request, urllib.error\n\
+         def get(name):\n\
+         \x20   try: return urllib.request.urlopen(f'http://{{name}}:{http}/hello', timeout=10).read().decode().strip()\n\
+         \x20   except urllib.error.URLError as e: return type(e.reason).__name__\n\
+         print('anything.test', get('anything.test'))\n\
+         print('10-9-0-5.denied.test', get('10-9-0-5.denied.test'))\n\
+         try: socket.getaddrinfo('x.blocked.test', 80); print('x.blocked.test resolved')\n\
+         except socket.gaierror as e: print('x.blocked.test', e.args[0] == socket.EAI_NONAME)\n"
+    );
+    let args: Vec<String> = vec![
+        "--deny-net".into(),
+        "10.9.0.0/16".into(),
+        "--deny-net".into(),
+        "*.blocked.test".into(),
+        // The stub's 127.0.0.1 is the host's loopback, which brig reaches only when an
+        // IP rule names it.
+        "--allow-net".into(),
+        format!("127.0.0.1:{http}"),
+        "--".into(),
+        python(),
+        "-c".into(),
+        probe,
+    ];
+    let (output, verdict) = with_host_resolver(mode, stub, &args);
+    assert_eq!(
+        assert_success(&output).lines().collect::<Vec<_>>(),
+        [
+            "anything.test hello",
+            "10-9-0-5.denied.test ConnectionRefusedError",
+            "x.blocked.test True",
+        ],
+        "{}",
+        describe(&output)
+    );
+    let asked = servers.dns_queries();
+    assert!(
+        asked.iter().any(|name| name == "anything.test")
+            && asked.iter().any(|name| name == "10-9-0-5.denied.test"),
+        "names no rule names are resolved on the host: {asked:?}"
+    );
+    assert!(
+        asked.iter().all(|name| !name.contains("blocked")),
+        "a denied name reached the host's resolver: {asked:?}"
+    );
+    assert!(
+        refusal(&verdict, "10-9-0-5.denied.test", http).contains("--deny-net"),
+        "{verdict}"
+    );
 }
