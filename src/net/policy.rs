@@ -205,7 +205,7 @@ impl Policy {
 
     /// May the jail connect to `ip` on `port` directly, by address (not through brig's
     /// resolver)? An IP allow rule names it, or the policy lets the rest out and
-    /// [`Policy::address_refusal`] finds nothing against it. Err: why not.
+    /// [`Policy::address_refusal`] finds nothing against it. Some: why not.
     pub fn direct_refusal(&self, ip: IpAddr, port: u16, own: &[IpAddr]) -> Option<String> {
         if self.ip_allowed(ip, port) {
             return None;
