@@ -173,7 +173,8 @@ pub struct JailOptions {
     pub proc: Option<ProcMode>,
 
     /// Network: `none` (only the jail's own lo), `filtered` (only what --allow-net
-    /// allows, through brig) or `host` [default: none; filtered with --allow-net].
+    /// allows, or all but what --deny-net refuses, through brig) or `host` [default: none;
+    /// filtered with --allow-net or --deny-net].
     #[arg(long, value_name = "MODE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net: Option<NetMode>,
@@ -186,6 +187,14 @@ pub struct JailOptions {
     #[arg(long = "allow-net", value_name = "RULE")]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_net: Vec<String>,
+
+    /// Refuse what RULE names (the --allow-net spelling, without a scheme), unless an
+    /// --allow-net rule names it too, and let everything else out (loopback, private and
+    /// link-local addresses and the host's own stay refused); repeatable; implies --net
+    /// filtered.
+    #[arg(long = "deny-net", value_name = "RULE")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_net: Vec<String>,
 
     /// Resolve NAME to IP for the jail (repeatable); brig connects to IP even when it is
     /// a private or loopback address, since you named it.
@@ -436,6 +445,7 @@ impl JailOptions {
         }
         if matches!(over.net, Some(NetMode::None | NetMode::Host)) {
             self.allow_net.clear();
+            self.deny_net.clear();
             self.add_host.clear();
         }
         JailOptions {
@@ -443,6 +453,7 @@ impl JailOptions {
             proc: over.proc.or(self.proc),
             net: over.net.or(self.net),
             allow_net: append(self.allow_net, over.allow_net),
+            deny_net: append(self.deny_net, over.deny_net),
             add_host: append(self.add_host, over.add_host),
             net_bytes: over.net_bytes.or(self.net_bytes),
             net_connections: over.net_connections.or(self.net_connections),

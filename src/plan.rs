@@ -215,6 +215,7 @@ pub fn with_secrets(mut env: Vec<String>, network: Option<&Policy>) -> Vec<Strin
 fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
     let filtering_options = [
         (!options.allow_net.is_empty(), "--allow-net"),
+        (!options.deny_net.is_empty(), "--deny-net"),
         (!options.add_host.is_empty(), "--add-host"),
         (options.net_bytes.is_some(), "--net-bytes"),
         (options.net_connections.is_some(), "--net-connections"),
@@ -227,13 +228,14 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
     ];
     let net = match options.net {
         Some(net) => net,
-        None if options.allow_net.is_empty() => NetMode::None,
+        None if options.allow_net.is_empty() && options.deny_net.is_empty() => NetMode::None,
         None => NetMode::Filtered,
     };
     if net != NetMode::Filtered {
         if let Some((_, flag)) = filtering_options.iter().find(|(given, _)| *given) {
             let given = match flag {
                 &"--allow-net" => format!("--allow-net {}", options.allow_net[0]),
+                &"--deny-net" => format!("--deny-net {}", options.deny_net[0]),
                 &"--add-host" => format!("--add-host {}", options.add_host[0]),
                 other => other.to_string(),
             };
@@ -249,7 +251,8 @@ fn resolve_network(options: &JailOptions) -> Result<(NetMode, Option<Policy>)> {
         &options.add_host,
         options.net_bytes,
         options.net_connections,
-    )?;
+    )?
+    .deny(&options.deny_net)?;
     policy.secrets = Secrets::plan(&secrets::Asked {
         secret: &options.secret,
         secret_host: &options.secret_host,

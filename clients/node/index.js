@@ -848,13 +848,16 @@ class Sandbox {
   }
 
   /**
-   * Replaces the session's `allow-net` rules, and its `add-host` pins when `addHost` is
-   * given (otherwise they stay: the server's and the session's own); a session created
-   * with `--net filtered` only; an empty list lets nothing out. New connections are
-   * judged by them at once; open ones they refuse are cut. Resolves to how many were cut.
+   * Replaces the session's `allow-net` and `deny-net` rules, and its `add-host` pins when
+   * `addHost` is given (otherwise they stay: the server's and the session's own); a
+   * session created with `--net filtered` only; an empty list lets nothing out, a
+   * `denyNet` list lets out all it does not name (an `allowNet` rule wins over it). New
+   * connections are judged by them at once; open ones they refuse are cut. Resolves to
+   * how many were cut.
    */
-  async setNetwork({ allowNet = [], addHost } = {}) {
+  async setNetwork({ allowNet = [], addHost, denyNet = [] } = {}) {
     const request = { type: "session_network", allow_net: allowNet };
+    if (denyNet.length > 0) request.deny_net = denyNet;
     if (addHost !== undefined) request.add_host = addHost;
     const reply = await this._request(request, "network");
     return reply.cut ?? 0;

@@ -220,6 +220,10 @@ pub enum SessionCommand {
         /// The new rules, replacing all the old ones (repeatable; none: nothing gets out).
         #[arg(long, value_name = "HOST[:PORT]")]
         allow_net: Vec<String>,
+        /// The new deny rules (repeatable; with any, what they do not name goes out
+        /// unless an --allow-net rule names it too).
+        #[arg(long, value_name = "HOST[:PORT]")]
+        deny_net: Vec<String>,
         /// The new pins, replacing the old ones (repeatable).
         #[arg(long, value_name = "NAME:IP")]
         add_host: Vec<String>,
@@ -435,9 +439,10 @@ pub fn run(command: SessionCommand) -> Result<i32> {
         SessionCommand::Net {
             at,
             allow_net,
+            deny_net,
             add_host,
         } => {
-            let cut = at.session().set_network(allow_net, add_host)?;
+            let cut = at.session().set_network(allow_net, deny_net, add_host)?;
             println!("connections cut: {cut}");
             Ok(0)
         }

@@ -24,12 +24,19 @@ pub const RESERVED: &str = "brig-gateway.";
 pub const TENANT_KEY: &str = "brig-gateway.tenant";
 pub const TEMPLATE_KEY: &str = "brig-gateway.template";
 pub const TOKEN_KEY: &str = "brig-gateway.envd-token";
+/// The token a sandbox's ports need (`allowPublicTraffic: false`).
+pub const TRAFFIC_KEY: &str = "brig-gateway.traffic-token";
+/// The `Host` a sandbox's ports' servers see (`maskRequestHost`).
+pub const MASK_KEY: &str = "brig-gateway.mask-host";
 
-/// A sandbox's owner, and its envd access token if it has one.
+/// A sandbox's owner, its envd access token if it has one, its traffic access token and
+/// host mask if it was made with them.
 #[derive(Clone, Debug)]
 pub struct Owner {
     pub tenant: String,
     pub token: Option<String>,
+    pub traffic_token: Option<String>,
+    pub mask_host: Option<String>,
 }
 
 impl Owner {
@@ -40,6 +47,8 @@ impl Owner {
         Some(Owner {
             tenant: metadata[TENANT_KEY].as_str()?.to_string(),
             token: metadata[TOKEN_KEY].as_str().map(str::to_string),
+            traffic_token: metadata[TRAFFIC_KEY].as_str().map(str::to_string),
+            mask_host: metadata[MASK_KEY].as_str().map(str::to_string),
         })
     }
 }
@@ -194,6 +203,8 @@ mod tests {
         let owner = |tenant: &str| Owner {
             tenant: tenant.into(),
             token: None,
+            traffic_token: None,
+            mask_host: None,
         };
         tenants.created("new", owner("alice"));
         tenants.refresh(&[

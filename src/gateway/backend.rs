@@ -78,10 +78,10 @@ pub struct NewSession {
     pub metadata: BTreeMap<String, String>,
     /// Its jail (`create::sandbox_options`).
     pub options: JailOptions,
-    /// Exactly these `allow-net` rules, set once it is made (the server's `add-host`
-    /// pins kept): a create's options add to the server's rules, `session_network`
-    /// replaces them.
-    pub only_rules: Option<Vec<String>>,
+    /// Exactly these `allow-net` and `deny-net` rules, set once it is made (the
+    /// server's `add-host` pins kept): a create's options add to the server's rules,
+    /// `session_network` replaces them.
+    pub only_rules: Option<super::create::Rules>,
     /// The tenant's `--tenant-secrets`.
     pub secrets: Vec<crate::net::secrets::Given>,
 }
@@ -134,7 +134,7 @@ impl Backend {
             ..Create::default()
         })?;
         if let Some(rules) = new.only_rules
-            && let Err(err) = self.set_allow_net(session.id(), rules)
+            && let Err(err) = self.set_rules(session.id(), rules)
         {
             // Nothing has run in it yet: it goes, and the create is refused.
             let _ = session.close();
@@ -143,15 +143,19 @@ impl Backend {
         Ok(session.id().to_string())
     }
 
-    /// Exactly these `allow-net` rules for a filtered session from now on, its pins
-    /// kept; a refusal names `network.allowOut`.
-    pub fn set_allow_net(&self, session: &str, rules: Vec<String>) -> Outcome<()> {
+    /// Exactly these rules for a filtered session from now on, its pins kept; a refusal
+    /// names `network.denyOut` (a deny rule's) or `network.allowOut`.
+    pub fn set_rules(&self, session: &str, rules: super::create::Rules) -> Outcome<()> {
         self.session(session)
-            .set_allow_net(rules)
+            .set_rules(rules.allow, rules.deny)
             .map(drop)
             .map_err(|err| {
                 let mut err = BackendError::from(err);
-                err.message = format!("network.allowOut: {}", err.message);
+                let field = match err.message.contains("--deny-net") {
+                    true => "network.denyOut",
+                    false => "network.allowOut",
+                };
+                err.message = format!("{field}: {}", err.message);
                 err
             })
     }

@@ -118,9 +118,17 @@ pub enum Egress {
     /// Nothing out (`allow_internet_access: false`, or `denyOut` of all traffic with no
     /// `allowOut`).
     Nothing,
-    /// Only these destinations (`denyOut` of all traffic, with an `allowOut` list), as
-    /// brig's `--allow-net` rules.
-    Only(Vec<String>),
+    /// Filtered by exactly these rules: `denyOut` of all traffic, with an `allowOut` list
+    /// (an allow list: `deny` empty), or `denyOut` of some blocks (a deny list, with the
+    /// `allowOut` addresses that win over it).
+    Only(Rules),
+}
+
+/// A filtered sandbox's rules, in brig's spelling (`--allow-net`, `--deny-net`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
 }
 
 /// E2B's `SandboxNetworkConfig`.
@@ -141,13 +149,89 @@ struct Network {
     rules: Option<Value>,
 }
 
-/// E2B's "all traffic", the only `denyOut` entry brig can say exactly.
+/// E2B's "all traffic" (`ALL_TRAFFIC` in its SDKs).
 const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
-/// The network of `allow_internet_access` and `network`, as E2B means them (`allowOut`
-/// wins over `denyOut`; without a `denyOut` everything goes out), or a 400 for what brig's
-/// policy cannot say: it lets out what its rules list, or nothing, so a `denyOut` of some
-/// destinations with everything else allowed is refused rather than ignored.
+/// E2B's words when `allowOut` names a domain without `denyOut` of all traffic.
+const DOMAINS_REQUIRE_BLOCK_ALL: &str = "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all other traffic.";
+
+/// An E2B address entry (`8.8.8.8`, `10.0.0.0/8`, `2001:db8::/32`) as a brig rule
+/// (`10.0.0.0/8`, `[2001:db8::/32]`), or None when it is no address. As E2B, a CIDR's
+/// host bits are dropped (`10.0.0.1/8` is 10.0.0.0/8) and the unspecified address
+/// (`0.0.0.0`, `::`, as a CIDR's base too) is none, `0.0.0.0/0` excepted.
+fn address_rule(entry: &str) -> Option<String> {
+    if let Ok(ip) = entry.parse::<std::net::IpAddr>() {
+        return match ip {
+            _ if ip.is_unspecified() => None,
+            std::net::IpAddr::V6(v6) => Some(format!("[{v6}]")),
+            _ => Some(ip.to_string()),
+        };
+    }
+    let net = entry.parse::<ipnet::IpNet>().ok()?;
+    if net.addr().is_unspecified() && entry != ALL_TRAFFIC {
+        return None;
+    }
+    Some(match net.trunc() {
+        ipnet::IpNet::V6(v6) => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    })
+}
+
+/// Who reaches a sandbox's ports and as what host (`network.allowPublicTraffic`,
+/// `network.maskRequestHost`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ingress {
+    /// `allowPublicTraffic: false`: requests to its ports need its traffic access token.
+    pub private: bool,
+    /// The `Host` its ports' servers see, `${PORT}` standing for the port.
+    pub mask_host: Option<String>,
+}
+
+/// E2B's stand-in for the port in `maskRequestHost`.
+pub const PORT_PLACEHOLDER: &str = "${PORT}";
+
+/// The ingress `network` asks for; a `maskRequestHost` that is no `HOST[:PORT]` (ASCII:
+/// letters, digits, '-', '.', `${PORT}`) is a 400 in E2B's words.
+pub fn ingress(network: Option<&Value>) -> std::result::Result<Ingress, ApiError> {
+    let network: Network = match network {
+        None | Some(Value::Null) => return Ok(Ingress::default()),
+        // A malformed one is egress()'s to refuse, which is asked first.
+        Some(value) => serde_json::from_value(value.clone()).unwrap_or_default(),
+    };
+    let mask_host = match network.mask_request_host {
+        None => None,
+        Some(mask) => {
+            let plain = mask.replace(PORT_PLACEHOLDER, "1");
+            let (host, port) = match plain.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (plain.as_str(), None),
+            };
+            let good_host = !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || b"-.".contains(&byte));
+            let good_port = port.is_none_or(|port| port.parse::<u16>().is_ok_and(|p| p != 0));
+            if !good_host || !good_port {
+                return Err(ApiError::bad_request(format!(
+                    "network.maskRequestHost: mask request host is not valid: {mask}; give HOST[:PORT] in ASCII (letters, digits, '-', '.'; {PORT_PLACEHOLDER} for the port)"
+                )));
+            }
+            Some(mask)
+        }
+    };
+    Ok(Ingress {
+        private: network.allow_public_traffic == Some(false),
+        mask_host,
+    })
+}
+
+/// The network of `allow_internet_access` and `network`, as E2B means them: without a
+/// `denyOut` everything goes out; `denyOut` of all traffic (or `allow_internet_access:
+/// false`) lets out only what `allowOut` lists; `denyOut` of some blocks refuses them and
+/// lets the rest out, `allowOut` winning over it. What E2B refuses is refused with its
+/// status (400): a `denyOut` entry that is no IP or CIDR, an `allowOut` domain without
+/// `denyOut` of all traffic.
 pub fn egress(
     allow_internet_access: Option<bool>,
     network: Option<&Value>,
@@ -165,12 +249,6 @@ pub fn egress(
             "network.{field}: not served by brig gateway (see docs/e2b.md); leave it out"
         ))
     };
-    if network.allow_public_traffic == Some(false) {
-        return Err(not_served("allowPublicTraffic"));
-    }
-    if network.mask_request_host.is_some() {
-        return Err(not_served("maskRequestHost"));
-    }
     if network
         .egress_proxy
         .as_ref()
@@ -186,38 +264,62 @@ pub fn egress(
         return Err(not_served("rules"));
     }
     let deny = network.deny_out.unwrap_or_default();
-    if let Some((index, entry)) = deny
-        .iter()
-        .enumerate()
-        .find(|(_, entry)| entry.as_str() != ALL_TRAFFIC)
-    {
+    let mut deny_rules = Vec::new();
+    for (index, entry) in deny.iter().enumerate() {
+        let rule = address_rule(entry).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "network.denyOut[{index}]: invalid denied CIDR {entry}; give an IP address or a CIDR block (E2B denies no domains; list what may go out in allowOut with {ALL_TRAFFIC:?} denied)"
+            ))
+        })?;
+        deny_rules.push(rule);
+    }
+    let block_all = deny.iter().any(|entry| entry == ALL_TRAFFIC);
+    let allow = network.allow_out.unwrap_or_default();
+    let mut allow_rules = Vec::new();
+    let mut domains = false;
+    for (index, entry) in allow.iter().enumerate() {
+        if let Some(rule) = address_rule(entry) {
+            allow_rules.push(rule);
+            continue;
+        }
+        let looks_like_an_address =
+            entry.contains('/') || entry.parse::<std::net::IpAddr>().is_ok();
+        if looks_like_an_address
+            || entry.is_empty()
+            || entry.len() > 253
+            || !entry
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || b".-*_".contains(&byte))
+        {
+            return Err(ApiError::bad_request(format!(
+                "network.allowOut[{index}]: {entry:?}: invalid allowed address; give a domain (example.com, *.example.com), an IP address or a CIDR block"
+            )));
+        }
+        domains = true;
+        allow_rules.push(entry.clone());
+    }
+    if domains && !block_all {
         return Err(ApiError::bad_request(format!(
-            "network.denyOut[{index}]: {entry:?}: brig lets out what a list allows, or nothing; it cannot deny some destinations and let the rest out: deny {ALL_TRAFFIC:?} and list what may go out in allowOut"
+            "network.allowOut: {DOMAINS_REQUIRE_BLOCK_ALL}"
         )));
     }
-    let deny_all = allow_internet_access == Some(false) || !deny.is_empty();
-    if !deny_all {
+    if block_all || allow_internet_access == Some(false) {
+        return Ok(match allow_rules.is_empty() {
+            true => Egress::Nothing,
+            false => Egress::Only(Rules {
+                allow: allow_rules,
+                deny: Vec::new(),
+            }),
+        });
+    }
+    if deny_rules.is_empty() {
         // E2B: without a denyOut, everything goes out; allowOut adds nothing.
         return Ok(Egress::Template);
     }
-    let allow = network.allow_out.unwrap_or_default();
-    for (index, entry) in allow.iter().enumerate() {
-        if entry.is_empty()
-            || entry.len() > 253
-            || entry.contains("://")
-            || !entry
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || b".-*:/[]_".contains(&byte))
-        {
-            return Err(ApiError::bad_request(format!(
-                "network.allowOut[{index}]: {entry:?}: give a domain (example.com, *.example.com), an IP address or a CIDR block"
-            )));
-        }
-    }
-    Ok(match allow.is_empty() {
-        true => Egress::Nothing,
-        false => Egress::Only(allow),
-    })
+    Ok(Egress::Only(Rules {
+        allow: allow_rules,
+        deny: deny_rules,
+    }))
 }
 
 /// `PUT /sandboxes/{id}/network` (the SDK's `update_network`): a live sandbox's network
@@ -246,7 +348,7 @@ pub async fn update_network(
         None => None,
     };
     let rules = match egress(allow_internet_access, Some(&network))? {
-        Egress::Nothing => Vec::new(),
+        Egress::Nothing => Rules::default(),
         Egress::Only(rules) => rules,
         Egress::Template => {
             return Err(ApiError::bad_request(
@@ -258,7 +360,7 @@ pub async fn update_network(
         super::rest::owned(gateway, &tenant, &id)?;
         gateway
             .backend
-            .set_allow_net(&id, rules)
+            .set_rules(&id, rules)
             .map_err(|err| super::rest::gone_is_not_found(err, &id))
     })
     .await?;
@@ -345,15 +447,21 @@ mod tests {
 
     #[test]
     fn the_network_is_what_e2b_means_or_refused() {
-        let only = |rules: &[&str]| Egress::Only(rules.iter().map(|r| r.to_string()).collect());
+        let texts = |rules: &[&str]| rules.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+        let only = |allow: &[&str], deny: &[&str]| {
+            Egress::Only(Rules {
+                allow: texts(allow),
+                deny: texts(deny),
+            })
+        };
         for (allow_internet, network, expected) in [
             (None, None, Egress::Template),
             (Some(true), Some(json!({})), Egress::Template),
             (Some(false), None, Egress::Nothing),
-            // Without denyOut, E2B lets everything out: allowOut adds nothing.
+            // Without denyOut, E2B lets everything out: allowOut addresses add nothing.
             (
                 None,
-                Some(json!({"allowOut": ["a.test"]})),
+                Some(json!({"allowOut": ["1.2.3.4"]})),
                 Egress::Template,
             ),
             (
@@ -366,12 +474,29 @@ mod tests {
                 Some(
                     json!({"allowOut": ["a.test", "*.b.test", "10.1.2.3", "10.0.0.0/8"], "denyOut": ["0.0.0.0/0"]}),
                 ),
-                only(&["a.test", "*.b.test", "10.1.2.3", "10.0.0.0/8"]),
+                only(&["a.test", "*.b.test", "10.1.2.3", "10.0.0.0/8"], &[]),
             ),
             (
                 Some(false),
-                Some(json!({"allowOut": ["a.test"]})),
-                only(&["a.test"]),
+                Some(json!({"allowOut": ["10.1.2.3"]})),
+                only(&["10.1.2.3"], &[]),
+            ),
+            // Some blocks denied, the rest out; allowOut wins over them.
+            (
+                None,
+                Some(json!({"denyOut": ["8.8.8.8", "10.0.0.1/8", "2001:db8::/32"]})),
+                only(&[], &["8.8.8.8", "10.0.0.0/8", "[2001:db8::/32]"]),
+            ),
+            (
+                None,
+                Some(json!({"allowOut": ["10.1.2.3", "::1"], "denyOut": ["10.0.0.0/8"]})),
+                only(&["10.1.2.3", "[::1]"], &["10.0.0.0/8"]),
+            ),
+            // All traffic among others: an allow list.
+            (
+                None,
+                Some(json!({"allowOut": ["a.test"], "denyOut": ["1.1.1.1", "0.0.0.0/0"]})),
+                only(&["a.test"], &[]),
             ),
         ] {
             assert_eq!(
@@ -380,36 +505,92 @@ mod tests {
                 "{allow_internet:?} {network:?}"
             );
         }
-        for (network, expected) in [
+        for (allow_internet, network, expected) in [
+            // E2B's refusals, with its words.
             (
-                json!({"denyOut": ["8.8.8.8"]}),
-                "network.denyOut[0]: \"8.8.8.8\": brig lets out",
+                None,
+                json!({"denyOut": ["example.com"]}),
+                "network.denyOut[0]: invalid denied CIDR example.com",
             ),
             (
-                json!({"denyOut": ["0.0.0.0/0", "1.1.1.1/32"]}),
-                "network.denyOut[1]",
+                None,
+                json!({"denyOut": ["8.8.8.8", "0.0.0.0"]}),
+                "network.denyOut[1]: invalid denied CIDR 0.0.0.0",
             ),
             (
+                None,
+                json!({"allowOut": ["a.test"], "denyOut": ["8.8.8.8"]}),
+                "network.allowOut: When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out",
+            ),
+            (
+                None,
+                json!({"allowOut": ["a.test"]}),
+                "you must include 'ALL_TRAFFIC'",
+            ),
+            (
+                Some(false),
+                json!({"allowOut": ["a.test"]}),
+                "you must include 'ALL_TRAFFIC'",
+            ),
+            (
+                None,
                 json!({"allowOut": ["a b"], "denyOut": ["0.0.0.0/0"]}),
                 "network.allowOut[0]",
             ),
             (
-                json!({"allowOut": ["tcp://a"], "denyOut": ["0.0.0.0/0"]}),
+                None,
+                json!({"allowOut": ["10.0.0.0/33"], "denyOut": ["0.0.0.0/0"]}),
                 "network.allowOut[0]",
             ),
             (
-                json!({"allowPublicTraffic": false}),
-                "network.allowPublicTraffic: not served",
+                None,
+                json!({"allowOut": ["tcp://a"], "denyOut": ["0.0.0.0/0"]}),
+                "network.allowOut[0]",
             ),
-            (json!({"maskRequestHost": "x"}), "network.maskRequestHost"),
-            (json!({"rules": {"a.test": []}}), "network.rules"),
-            (json!({"allowOut": "a.test"}), "network: invalid type"),
-            (json!({"bogus": 1}), "network: unknown field"),
+            (None, json!({"rules": {"a.test": []}}), "network.rules"),
+            (None, json!({"allowOut": "a.test"}), "network: invalid type"),
+            (None, json!({"bogus": 1}), "network: unknown field"),
         ] {
-            let err = egress(None, Some(&network)).unwrap_err();
+            let err = egress(allow_internet, Some(&network)).unwrap_err();
             assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
             assert!(err.message.contains(expected), "{network}: {}", err.message);
             assert!(!err.message.contains('\n'), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn ingress_is_a_token_and_a_host_mask_or_refused() {
+        assert_eq!(ingress(None).unwrap(), Ingress::default());
+        assert_eq!(
+            ingress(Some(&json!({"allowPublicTraffic": true}))).unwrap(),
+            Ingress::default()
+        );
+        assert_eq!(
+            ingress(Some(
+                &json!({"allowPublicTraffic": false, "maskRequestHost": "app.example:${PORT}"})
+            ))
+            .unwrap(),
+            Ingress {
+                private: true,
+                mask_host: Some("app.example:${PORT}".into()),
+            }
+        );
+        for bad in [
+            "",
+            "a b",
+            "app.example:http",
+            "app.example:0",
+            "ünicode.example",
+            "a/b",
+        ] {
+            let err = ingress(Some(&json!({ "maskRequestHost": bad }))).unwrap_err();
+            assert_eq!(err.status, axum::http::StatusCode::BAD_REQUEST);
+            assert!(
+                err.message
+                    .starts_with("network.maskRequestHost: mask request host is not valid"),
+                "{bad}: {}",
+                err.message
+            );
         }
     }
 
@@ -429,7 +610,11 @@ mod tests {
             (options.net, options.allow_net.len()),
             (Some(NetMode::None), 0)
         );
-        let options = sandbox_options(&template, &Egress::Only(vec!["b.test".into()]), vec![]);
+        let rules = Rules {
+            allow: vec!["b.test".into()],
+            deny: vec![],
+        };
+        let options = sandbox_options(&template, &Egress::Only(rules), vec![]);
         assert_eq!(options.net, Some(NetMode::Filtered));
     }
 }

@@ -164,6 +164,7 @@ fn address_of(session: &Value) -> Value {
             .unwrap_or("base"),
         session["session"].as_str().unwrap_or_default(),
         metadata[super::auth::TOKEN_KEY].as_str(),
+        metadata[super::auth::TRAFFIC_KEY].as_str(),
     )
 }
 
@@ -209,15 +210,11 @@ pub async fn metrics(
     Ok(Json(vec![metric(&stats)]).into_response())
 }
 
-/// `GET /sandboxes/metrics?sandbox_ids=A,B`: the metric now of each of the caller's
-/// sandboxes named (others, and those that ended, left out).
-pub async fn metrics_of_many(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    let tenant = gateway.tenants.caller(&headers)?;
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.as_deref().unwrap_or(""))
+/// The ids a `GET /sandboxes/metrics` asks for (`sandbox_ids`, comma separated, the
+/// parameter given once or more), 1 to [`MAX_METRICS_IDS`] of them; else a 400 naming
+/// the field. A router asks it too, to send each host its own ids (`route.rs`).
+pub fn metrics_ids(query: Option<&str>) -> Result<Vec<String>, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
         .map_err(|err| ApiError::bad_request(format!("the query string: {err}")))?;
     let ids: Vec<String> = pairs
         .into_iter()
@@ -237,6 +234,18 @@ pub async fn metrics_of_many(
             ids.len()
         )));
     }
+    Ok(ids)
+}
+
+/// `GET /sandboxes/metrics?sandbox_ids=A,B`: the metric now of each of the caller's
+/// sandboxes named (others, and those that ended, left out).
+pub async fn metrics_of_many(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = gateway.tenants.caller(&headers)?;
+    let ids = metrics_ids(raw.as_deref())?;
     let sandboxes = blocking(&gateway, move |gateway| {
         let mut found = BTreeMap::new();
         for id in ids {

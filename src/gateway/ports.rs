@@ -15,7 +15,10 @@
 //!
 //! As E2B's by default, a port's traffic needs no token: the sandbox's id in the host
 //! (or the `E2b-Sandbox-Id` header) is what reaches it; `secure`'s envd token guards
-//! envd only (docs/e2b.md, "Other ports").
+//! envd only (docs/e2b.md, "Other ports"). A sandbox made with `allowPublicTraffic:
+//! false` has a traffic access token, which every request to its ports must carry in
+//! `e2b-traffic-access-token` (403 otherwise, E2B's words), and one made with
+//! `maskRequestHost` has its ports' servers see that `Host`.
 
 use super::backend::Failure;
 use super::{Gateway, unreachable};
@@ -44,7 +47,51 @@ const HOP_BY_HOP: [header::HeaderName; 6] = [
 
 /// The gateway's own credentials, never passed to a server in a sandbox: the code there
 /// is not the tenant's to trust with its API key.
-const GATEWAY_ONLY: [&str; 2] = ["x-api-key", "e2b-traffic-access-token"];
+const GATEWAY_ONLY: [&str; 2] = ["x-api-key", TRAFFIC_TOKEN_HEADER];
+
+/// The header a private sandbox's port traffic carries its token in (E2B's).
+pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// Whether a request may reach `owner`'s ports: any may, unless the sandbox was made
+/// with `allowPublicTraffic: false`, whose token it must carry (compared in constant
+/// time). Err: E2B's 403, missing or invalid.
+pub fn admit(
+    owner: &super::auth::Owner,
+    sandbox: &str,
+    headers: &HeaderMap,
+) -> Result<(), super::error::ApiError> {
+    let Some(expected) = &owner.traffic_token else {
+        return Ok(());
+    };
+    let refused = |why: &str| {
+        super::error::ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "sandbox {sandbox:?}: Sandbox is secured with traffic access token. {why}; send the create's trafficAccessToken in it"
+            ),
+        )
+    };
+    let Some(given) = headers.get(TRAFFIC_TOKEN_HEADER) else {
+        return Err(refused(&format!(
+            "Token header '{TRAFFIC_TOKEN_HEADER}' is missing"
+        )));
+    };
+    use subtle::ConstantTimeEq;
+    match bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
+        true => Ok(()),
+        false => Err(refused(&format!(
+            "Provided token in header '{TRAFFIC_TOKEN_HEADER}' is invalid"
+        ))),
+    }
+}
+
+/// The `Host` the server on `port` sees for a sandbox made with `maskRequestHost`
+/// (`${PORT}` replaced by the port).
+pub fn masked_host(owner: &super::auth::Owner, port: u16) -> Option<header::HeaderValue> {
+    let mask = owner.mask_host.as_ref()?;
+    let host = mask.replace(super::create::PORT_PLACEHOLDER, &port.to_string());
+    header::HeaderValue::from_str(&host).ok()
+}
 
 /// A port as the SDK addresses it (`E2b-Sandbox-Port`, or the host's first label): a
 /// TCP port a server can listen on, 1 to 65535.

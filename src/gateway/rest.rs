@@ -3,7 +3,7 @@
 //! (`auth.rs`); errors are E2B's `Error` body (`error.rs`).
 
 use super::Gateway;
-use super::auth::{Owner, RESERVED, TEMPLATE_KEY, TENANT_KEY, TOKEN_KEY};
+use super::auth::{MASK_KEY, Owner, RESERVED, TEMPLATE_KEY, TENANT_KEY, TOKEN_KEY, TRAFFIC_KEY};
 use super::backend::{Backend, NewSession};
 use super::envd::ENVD_VERSION;
 use super::error::ApiError;
@@ -112,6 +112,7 @@ async fn create(
     let request: NewSandbox = body(&bytes)?;
     let template = gateway.templates.get(&request.template_id)?;
     let egress = super::create::egress(request.allow_internet_access, request.network.as_ref())?;
+    let ingress = super::create::ingress(request.network.as_ref())?;
     let not_served = |field: &str, given: bool| {
         if given {
             Err(ApiError::bad_request(format!(
@@ -143,20 +144,32 @@ async fn create(
             "metadata[{key:?}]: keys starting {RESERVED:?} are the gateway's own; rename it"
         )));
     }
-    let token = if request.secure == Some(true) {
-        Some(super::auth::new_token().map_err(|err| {
+    let new_token = || {
+        super::auth::new_token().map_err(|err| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("brig gateway: read /dev/urandom for an access token: {err}"),
             )
-        })?)
-    } else {
-        None
+        })
+    };
+    let token = match request.secure == Some(true) {
+        true => Some(new_token()?),
+        false => None,
+    };
+    let traffic_token = match ingress.private {
+        true => Some(new_token()?),
+        false => None,
     };
     metadata.insert(TENANT_KEY.into(), tenant.clone());
     metadata.insert(TEMPLATE_KEY.into(), request.template_id.clone());
     if let Some(token) = &token {
         metadata.insert(TOKEN_KEY.into(), token.clone());
+    }
+    if let Some(traffic_token) = &traffic_token {
+        metadata.insert(TRAFFIC_KEY.into(), traffic_token.clone());
+    }
+    if let Some(mask) = &ingress.mask_host {
+        metadata.insert(MASK_KEY.into(), mask.clone());
     }
     let mut env = Vec::new();
     for (name, value) in request.env_vars.unwrap_or_default() {
@@ -184,14 +197,27 @@ async fn create(
         Owner {
             tenant,
             token: token.clone(),
+            traffic_token: traffic_token.clone(),
+            mask_host: ingress.mask_host,
         },
     );
-    let sandbox = address(&request.template_id, &id, token.as_deref());
+    let sandbox = address(
+        &request.template_id,
+        &id,
+        token.as_deref(),
+        traffic_token.as_deref(),
+    );
     Ok((StatusCode::CREATED, Json(sandbox)).into_response())
 }
 
-/// E2B's `Sandbox`: how to reach a sandbox (create's and connect's answer).
-pub(super) fn address(template: &str, id: &str, token: Option<&str>) -> Value {
+/// E2B's `Sandbox`: how to reach a sandbox (create's and connect's answer), with the
+/// token its ports need when it was made with `allowPublicTraffic: false`.
+pub(super) fn address(
+    template: &str,
+    id: &str,
+    token: Option<&str>,
+    traffic_token: Option<&str>,
+) -> Value {
     let mut sandbox = json!({
         "templateID": template,
         "alias": template,
@@ -202,6 +228,9 @@ pub(super) fn address(template: &str, id: &str, token: Option<&str>) -> Value {
     });
     if let Some(token) = token {
         sandbox["envdAccessToken"] = token.into();
+    }
+    if let Some(traffic_token) = traffic_token {
+        sandbox["trafficAccessToken"] = traffic_token.into();
     }
     sandbox
 }
@@ -449,6 +478,7 @@ async fn connect(
         metadata[TEMPLATE_KEY].as_str().unwrap_or("base"),
         session["session"].as_str().unwrap_or_default(),
         metadata[TOKEN_KEY].as_str(),
+        metadata[TRAFFIC_KEY].as_str(),
     );
     let status = match resumed {
         true => StatusCode::CREATED,

@@ -14,7 +14,8 @@
 //!   another host); `/healthz`, `/readyz` and `/metrics` are answered here (`health.rs`).
 //! - A router (a gateway without `--server`, [`router`]): creates go to `--create-url`
 //!   or to the `--peers` in turn (the next one on 503 or no answer), lists are asked of
-//!   every peer and merged, everything else goes to the host the id names.
+//!   every peer and merged, the metrics of many sandboxes split by the host each id
+//!   names ([`MANY_METRICS`]), everything else goes to the host the id names.
 //!
 //! A host that does not answer (connection refused, its name gone from DNS, no connection
 //! within [`CONNECT_TIMEOUT`]) is taken as gone with its sandboxes: the SDK's NotFound
@@ -115,6 +116,9 @@ pub enum Addressed {
     Path,
 }
 
+/// The REST API's metrics of many sandboxes, whose ids are in the query, not the path.
+pub const MANY_METRICS: &str = "/sandboxes/metrics";
+
 /// The sandbox a request is for, and where it said so.
 pub fn addressed(uri: &Uri, headers: &HeaderMap) -> Option<(String, Addressed)> {
     if let Some((id, _port)) = super::sandbox_address(headers, uri) {
@@ -126,6 +130,9 @@ pub fn addressed(uri: &Uri, headers: &HeaderMap) -> Option<(String, Addressed)> 
         return Some((id, how));
     }
     let path = uri.path();
+    if path == MANY_METRICS {
+        return None;
+    }
     let rest = path
         .strip_prefix("/sandboxes/")
         .or_else(|| path.strip_prefix("/v2/sandboxes/"))?;
@@ -459,6 +466,18 @@ pub async fn host_layer(
             }
         }
     }
+    if request.method() == Method::GET && request.uri().path() == MANY_METRICS {
+        let answer = many_metrics(
+            &state.peers,
+            &state.client,
+            &state.health,
+            request,
+            Some(next),
+        )
+        .await;
+        state.health.observe(kind, started);
+        return answer;
+    }
     let create = request.method() == Method::POST && request.uri().path() == "/sandboxes";
     if create && state.health.draining() {
         let (_, body) = request.into_parts();
@@ -680,13 +699,16 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
         (None, Method::GET) if path == "/sandboxes" || path == "/v2/sandboxes" => {
             list(&state, request).await
         }
+        (None, Method::GET) if path == MANY_METRICS => {
+            many_metrics(&state.peers, &state.client, &state.health, request, None).await
+        }
         (None, _) => {
             let (parts, body) = request.into_parts();
             super::envd::drain(body).await;
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "{} {}: a brig router serves creates, lists and requests for a sandbox (see docs/kubernetes.md)",
+                    "{} {}: a brig router serves creates, lists, many sandboxes' metrics and requests for a sandbox (see docs/kubernetes.md)",
                     parts.method,
                     parts.uri.path()
                 ),
@@ -760,6 +782,99 @@ async fn create(state: &RouterState, request: Request) -> Response {
         ),
     )
     .into_response()
+}
+
+/// `GET /sandboxes/metrics?sandbox_ids=...` where ids name their hosts: each host is
+/// asked for its own ids (this host's through `local`, the handlers behind the host
+/// layer, with its session ids), concurrently, and the answers' `sandboxes` merged under
+/// the ids as asked. An id no reachable host owns, or a host that does not answer, is
+/// left out (as the one-host answer leaves out another tenant's and ended sandboxes); a
+/// host that refuses (a bad key) is answered as it answered.
+async fn many_metrics(
+    peers: &Peers,
+    client: &PeerClient,
+    health: &Health,
+    request: Request,
+    local: Option<Next>,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    super::envd::drain(body).await;
+    let ids = match super::lifecycle::metrics_ids(parts.uri.query()) {
+        Ok(ids) => ids,
+        Err(err) => return err.into_response(),
+    };
+    // By where each goes: None for this host, else the peer's URL; (as asked, as sent).
+    let mut by_host: BTreeMap<Option<String>, Vec<(String, String)>> = BTreeMap::new();
+    for id in ids {
+        match peers.decide(&id) {
+            Decision::Here { session } if local.is_some() => {
+                by_host.entry(None).or_default().push((id, session))
+            }
+            Decision::Forward { url, .. } => {
+                by_host.entry(Some(url)).or_default().push((id.clone(), id))
+            }
+            _ => {}
+        }
+    }
+    let ask = |ids: &[(String, String)]| {
+        let sent: Vec<&str> = ids.iter().map(|(_, sent)| sent.as_str()).collect();
+        let query =
+            serde_urlencoded::to_string([("sandbox_ids", sent.join(","))]).unwrap_or_default();
+        let mut request = Request::from_parts(parts.clone(), Body::empty());
+        *request.uri_mut() = format!("{MANY_METRICS}?{query}")
+            .parse()
+            .unwrap_or_default();
+        request
+    };
+    let mut asked = Vec::new();
+    let mut here = None;
+    for (host, ids) in &by_host {
+        match host {
+            None => here = Some(ask(ids)),
+            Some(url) => {
+                asked.push(async move { (Some(url), forward(client, url, ask(ids)).await) })
+            }
+        }
+    }
+    let remote = futures_util::future::join_all(asked);
+    let (mut answers, local_answer) = match (here, local) {
+        (Some(request), Some(next)) => {
+            let (answers, answer) = tokio::join!(remote, next.run(request));
+            (answers, Some(answer))
+        }
+        _ => (remote.await, None),
+    };
+    answers.extend(local_answer.map(|answer| (None, Ok(answer))));
+    let mut merged = serde_json::Map::new();
+    for (host, answer) in answers {
+        let Ok(answer) = answer else {
+            health.failed("peer_unreachable");
+            continue;
+        };
+        if answer.status() != StatusCode::OK {
+            return answer;
+        }
+        let (_, body) = answer.into_parts();
+        let said = axum::body::to_bytes(body, MAX_REST_BODY)
+            .await
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let Some(Value::Object(sandboxes)) = said.map(|mut said| said["sandboxes"].take()) else {
+            return ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "a host's metrics were not E2B's SandboxesWithMetrics (or over 16 MiB)",
+            )
+            .into_response();
+        };
+        let ids = &by_host[&host.cloned()];
+        for (sent, metric) in sandboxes {
+            // Under the id as asked (a session id here is this host's public id).
+            if let Some((asked, _)) = ids.iter().find(|(_, id)| *id == sent) {
+                merged.insert(asked.clone(), metric);
+            }
+        }
+    }
+    axum::Json(serde_json::json!({ "sandboxes": merged })).into_response()
 }
 
 /// A list: every peer's, merged. A peer that does not answer has no sandboxes (they went
@@ -1002,6 +1117,14 @@ mod tests {
         );
         let listed = request("/v2/sandboxes?state=running", &[]);
         assert_eq!(addressed(listed.uri(), listed.headers()), None);
+        // Many sandboxes' metrics name them in the query: no one sandbox's request.
+        let many = request(&format!("/sandboxes/metrics?sandbox_ids={public}"), &[]);
+        assert_eq!(addressed(many.uri(), many.headers()), None);
+        let one = request(&format!("/sandboxes/{public}/metrics"), &[]);
+        assert_eq!(
+            addressed(one.uri(), one.headers()),
+            Some((public.clone(), Addressed::Path))
+        );
     }
 
     #[test]

@@ -1,7 +1,13 @@
-//! The egress policy of `--net filtered`: the `--allow-net` rules and `--add-host` pins,
-//! parsed and checked before the jail exists, and the questions the forwarder asks of
-//! them (may this name be resolved, may this name or address be reached on this port, may
-//! brig connect to this address it resolved).
+//! The egress policy of `--net filtered`: the `--allow-net` and `--deny-net` rules and
+//! `--add-host` pins, parsed and checked before the jail exists, and the questions the
+//! forwarder asks of them (may this name be resolved, may this name or address be reached
+//! on this port, may brig connect to this address it resolved).
+//!
+//! Without `--deny-net` the policy is an allow list: only what a rule names goes out. With
+//! it, the policy is E2B's `denyOut`: what a deny rule names is refused unless an
+//! `--allow-net` rule names it too (allow wins), and everything else goes out, except the
+//! ranges brig always refuses (loopback, private, link-local...: [`denied_range`], and the
+//! host's own addresses) unless an IP rule or a pin names them.
 //!
 //! Rules use Deno's `--allow-net` spelling: `HOST[:PORT]`, `*.DOMAIN[:PORT]` (any depth of
 //! subdomain, not the bare domain), `IP[:PORT]`, `CIDR[:PORT]`, IPv6 in brackets; with
@@ -54,6 +60,9 @@ pub struct Pin {
 pub struct Policy {
     #[serde(rename = "allow-net")]
     pub rules: Vec<Rule>,
+    /// `--deny-net`: refused unless an allow rule names it too; with any, the rest goes out.
+    #[serde(rename = "deny-net", skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<Rule>,
     #[serde(rename = "add-host", skip_serializing_if = "Vec::is_empty")]
     pub pins: Vec<Pin>,
     /// `--net-bytes`: total bytes relayed, both ways, before every connection is cut and
@@ -114,6 +123,7 @@ impl Policy {
         }
         Ok(Policy {
             rules,
+            deny: Vec::new(),
             pins,
             max_bytes: net_bytes.map(|size| size.0),
             max_connections: net_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
@@ -121,25 +131,94 @@ impl Policy {
         })
     }
 
-    /// May the jail connect to `name` on `port`?
+    /// The policy with `--deny-net` rules (same spelling as `--allow-net`'s, without a
+    /// scheme): from then on it lets out what they do not name.
+    pub fn deny(mut self, deny_net: &[String]) -> Result<Policy> {
+        self.deny = deny_net
+            .iter()
+            .map(|text| Rule::parse(text, "--deny-net").map_err(Error::input))
+            .collect::<Result<Vec<Rule>>>()?;
+        if let Some(rule) = self.deny.iter().find(|rule| rule.raw || rule.ech) {
+            return Err(Error::input(format!(
+                "--deny-net {}: a deny rule takes no scheme (it refuses every byte to what it names); write HOST[:PORT], IP[:PORT] or CIDR[:PORT]",
+                rule.text
+            )));
+        }
+        Ok(self)
+    }
+
+    /// Does the policy let out what no rule names (it has `--deny-net` rules)?
+    pub fn lets_the_rest_out(&self) -> bool {
+        !self.deny.is_empty()
+    }
+
+    /// May the jail connect to `name` on `port`? An allow rule names it, or the policy
+    /// lets the rest out and no deny rule names it.
     pub fn name_allowed(&self, name: &str, port: u16) -> bool {
+        self.name_listed_on(name, port)
+            || (self.lets_the_rest_out() && self.denying_name(name, port).is_none())
+    }
+
+    /// Does an `--allow-net` rule name `name` on `port`?
+    fn name_listed_on(&self, name: &str, port: u16) -> bool {
         self.rules
             .iter()
             .any(|rule| rule.matches_name(name) && rule.port.is_none_or(|only| only == port))
     }
 
-    /// Does the jail's resolver answer for `name` (some rule names it, on some port, or
-    /// the operator pinned it)? Any other name is NXDOMAIN, and no query leaves the host.
-    pub fn name_listed(&self, name: &str) -> bool {
-        self.pinned(name).is_some() || self.rules.iter().any(|rule| rule.matches_name(name))
+    /// The `--deny-net` rule that names `name` on `port`, if one does.
+    pub fn denying_name(&self, name: &str, port: u16) -> Option<&Rule> {
+        self.deny
+            .iter()
+            .find(|rule| rule.matches_name(name) && rule.port.is_none_or(|only| only == port))
     }
 
-    /// May the jail connect to `ip` on `port` directly (an `IP` or `CIDR` rule)?
+    /// Does the jail's resolver answer for `name` (some rule names it, on some port, the
+    /// operator pinned it, or the policy lets the rest out and no deny rule refuses the
+    /// name on every port)? Any other name is NXDOMAIN, and no query leaves the host.
+    pub fn name_listed(&self, name: &str) -> bool {
+        self.pinned(name).is_some()
+            || self.rules.iter().any(|rule| rule.matches_name(name))
+            || (self.lets_the_rest_out()
+                && !self
+                    .deny
+                    .iter()
+                    .any(|rule| rule.matches_name(name) && rule.port.is_none()))
+    }
+
+    /// May the jail connect to `ip` on `port` because an `IP` or `CIDR` allow rule names
+    /// it (the operator meant it, whatever its range)?
     pub fn ip_allowed(&self, ip: IpAddr, port: u16) -> bool {
         let ip = canonical(ip);
         self.rules
             .iter()
             .any(|rule| rule.matches_ip(ip) && rule.port.is_none_or(|only| only == port))
+    }
+
+    /// Does a `--deny-net` `IP` or `CIDR` rule name `ip` on `port`?
+    fn ip_denied(&self, ip: IpAddr, port: u16) -> bool {
+        let ip = canonical(ip);
+        self.deny
+            .iter()
+            .any(|rule| rule.matches_ip(ip) && rule.port.is_none_or(|only| only == port))
+    }
+
+    /// May the jail connect to `ip` on `port` directly, by address (not through brig's
+    /// resolver)? An IP allow rule names it, or the policy lets the rest out and
+    /// [`Policy::address_refusal`] finds nothing against it. Some: why not.
+    pub fn direct_refusal(&self, ip: IpAddr, port: u16, own: &[IpAddr]) -> Option<String> {
+        if self.ip_allowed(ip, port) {
+            return None;
+        }
+        if !self.lets_the_rest_out() {
+            return Some(
+                denied_range(ip)
+                    .map(|range| format!("{range} address, not on the list"))
+                    .unwrap_or_else(|| "not on the list".into()),
+            );
+        }
+        self.address_refusal(ip, None, port, own)
+            .map(|why| format!("{why} address"))
     }
 
     /// Does a `tcp://` rule allow raw TCP to `name` (or, for a connection to an address,
@@ -171,10 +250,12 @@ impl Policy {
     }
 
     /// Why brig must not connect to `ip`, an address it resolved for `name` (or was given
-    /// directly): a denied range or one of the host's own addresses (`own`), unless an
-    /// `IP`/`CIDR` rule or a pin of `name` names it. Checked after resolution, so an
-    /// allowed name that resolves to 127.0.0.1 or to the host's public address (DNS
-    /// rebinding) is still refused.
+    /// directly): a `--deny-net` rule names it (unless an allow rule names it or `name`:
+    /// allow wins), or it is in a denied range or one of the host's own addresses (`own`),
+    /// unless an `IP`/`CIDR` allow rule or a pin of `name` names it. Checked after
+    /// resolution, so an allowed name that resolves to 127.0.0.1 or to the host's public
+    /// address (DNS rebinding) is still refused, and so is a name that resolves into a
+    /// denied block.
     pub fn address_refusal(
         &self,
         ip: IpAddr,
@@ -182,10 +263,17 @@ impl Policy {
         port: u16,
         own: &[IpAddr],
     ) -> Option<&'static str> {
+        if self.ip_allowed(ip, port) {
+            return None;
+        }
+        let name_listed = name.is_some_and(|name| self.name_listed_on(name, port));
+        if !name_listed && self.ip_denied(ip, port) {
+            return Some("denied (a --deny-net rule names it)");
+        }
         let pinned_here = name
             .and_then(|name| self.pinned(name))
             .is_some_and(|pinned| canonical(pinned) == canonical(ip));
-        if pinned_here || self.ip_allowed(ip, port) {
+        if pinned_here {
             return None;
         }
         denied_range(ip).or_else(|| {
@@ -360,7 +448,14 @@ impl FromStr for Rule {
     type Err = String;
 
     fn from_str(text: &str) -> std::result::Result<Rule, String> {
-        let bad = |why: &str| format!("--allow-net {text}: {why}");
+        Rule::parse(text, "--allow-net")
+    }
+}
+
+impl Rule {
+    /// A rule as `flag` (`--allow-net`, `--deny-net`) gives it; errors name the flag.
+    pub fn parse(text: &str, flag: &str) -> std::result::Result<Rule, String> {
+        let bad = |why: &str| format!("{flag} {text}: {why}");
         let (scheme, rest) = match text.split_once("://") {
             None => (String::new(), text),
             Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
@@ -882,6 +977,91 @@ mod tests {
             "{}",
             err.message()
         );
+    }
+
+    #[test]
+    fn deny_rules_refuse_what_they_name_and_allow_wins() {
+        let policy = policy(
+            &["10.9.0.5", "ok.bad.test", "1.2.3.4:443"],
+            &["pin.test:10.9.0.6"],
+        )
+        .deny(&[
+            "10.9.0.0/16".into(),
+            "*.bad.test".into(),
+            "1.2.3.0/24".into(),
+            "slow.test:80".into(),
+        ])
+        .unwrap();
+        assert!(policy.lets_the_rest_out());
+        // (name, address resolved or connected to, port, allowed?)
+        let cases: [(Option<&str>, &str, u16, bool); 15] = [
+            // Named by no rule: out (public addresses).
+            (Some("example.test"), "93.184.216.34", 443, true),
+            (None, "93.184.216.34", 443, true),
+            // A deny CIDR: refused, by name or by address ...
+            (Some("example.test"), "1.2.3.9", 443, false),
+            (None, "1.2.3.9", 443, false),
+            (None, "::ffff:1.2.3.9", 443, false),
+            // ... unless an allow rule names the address (on its port) ...
+            (None, "1.2.3.4", 443, true),
+            (None, "1.2.3.4", 80, false),
+            // ... or the name (allow wins, as E2B's allowOut over denyOut).
+            (Some("ok.bad.test"), "1.2.3.9", 443, true),
+            // A denied name, on every port; a deny rule with a port, only on it.
+            (Some("x.bad.test"), "93.184.216.34", 443, false),
+            (Some("slow.test"), "93.184.216.34", 80, false),
+            (Some("slow.test"), "93.184.216.34", 443, true),
+            // A pin into a denied block is refused; an allowed IP in it is not.
+            (Some("pin.test"), "10.9.0.6", 443, false),
+            (None, "10.9.0.5", 22, true),
+            // brig's own refusals stay (loopback, private) where no rule names them.
+            (Some("example.test"), "127.0.0.1", 443, false),
+            (None, "192.168.1.1", 443, false),
+        ];
+        for (name, address, port, allowed) in cases {
+            let address = ip(address);
+            let got = match name {
+                Some(name) => {
+                    policy.name_allowed(name, port)
+                        && policy
+                            .address_refusal(address, Some(name), port, &[])
+                            .is_none()
+                }
+                None => policy.direct_refusal(address, port, &[]).is_none(),
+            };
+            assert_eq!(got, allowed, "{name:?} {address} port {port}");
+        }
+        assert!(policy.name_listed("example.test"));
+        assert!(policy.name_listed("slow.test"));
+        assert!(policy.name_listed("ok.bad.test"));
+        assert!(!policy.name_listed("x.bad.test"));
+        // Without deny rules the policy stays an allow list.
+        let only = policy_without_deny();
+        assert!(!only.lets_the_rest_out());
+        assert!(!only.name_allowed("example.test", 443));
+        assert!(only.direct_refusal(ip("93.184.216.34"), 443, &[]).is_some());
+    }
+
+    fn policy_without_deny() -> Policy {
+        policy(&["a.test"], &[])
+    }
+
+    #[test]
+    fn bad_deny_rules_name_the_flag() {
+        for (text, needle) in [
+            ("tcp://db.test:5432", "takes no scheme"),
+            ("ech://x.test", "takes no scheme"),
+            ("10.0.0.1/8", "did you mean 10.0.0.0/8"),
+            ("", "empty rule"),
+        ] {
+            let err = policy(&[], &[]).deny(&[text.into()]).unwrap_err();
+            assert!(
+                err.message().starts_with(&format!("--deny-net {text}:"))
+                    && err.message().contains(needle),
+                "{}",
+                err.message()
+            );
+        }
     }
 
     #[test]

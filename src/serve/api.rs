@@ -894,20 +894,32 @@ impl Session {
 
     /// Replaces a `--net filtered` session's rules and pins; how many open connections
     /// the new rules cut.
-    pub fn set_network(&self, allow_net: Vec<String>, add_host: Vec<String>) -> Result<u64> {
-        self.network(allow_net, Some(add_host))
+    pub fn set_network(
+        &self,
+        allow_net: Vec<String>,
+        deny_net: Vec<String>,
+        add_host: Vec<String>,
+    ) -> Result<u64> {
+        self.network(allow_net, deny_net, Some(add_host))
     }
 
-    /// Replaces a `--net filtered` session's rules, its pins (the server's `--add-host`
-    /// and its own) kept; how many open connections the new rules cut.
-    pub fn set_allow_net(&self, allow_net: Vec<String>) -> Result<u64> {
-        self.network(allow_net, None)
+    /// Replaces a `--net filtered` session's `allow-net` and `deny-net` rules, its pins
+    /// (the server's `--add-host` and its own) kept; how many open connections the new
+    /// rules cut.
+    pub fn set_rules(&self, allow_net: Vec<String>, deny_net: Vec<String>) -> Result<u64> {
+        self.network(allow_net, deny_net, None)
     }
 
-    fn network(&self, allow_net: Vec<String>, add_host: Option<Vec<String>>) -> Result<u64> {
+    fn network(
+        &self,
+        allow_net: Vec<String>,
+        deny_net: Vec<String>,
+        add_host: Option<Vec<String>>,
+    ) -> Result<u64> {
         match self.client.request(&Request::SessionNetwork {
             session: self.id.clone(),
             allow_net,
+            deny_net,
             add_host,
         })? {
             SessionReply::Network { cut, .. } => Ok(cut),

@@ -382,6 +382,46 @@ pub const RULES: &[(&str, Rule)] = &[
         },
     ),
     (
+        "deny-net",
+        Rule::Tighten {
+            looser: |jail, server| {
+                let mine = jail.plan.network.as_ref()?;
+                if server.plan.net == NetMode::Host || !mine.lets_the_rest_out() {
+                    return None;
+                }
+                // A deny list lets out what it does not name: looser than an allow list,
+                // and than a deny list naming something it leaves out.
+                let Some(ours) = server
+                    .plan
+                    .network
+                    .as_ref()
+                    .filter(|ours| ours.lets_the_rest_out())
+                else {
+                    return loosening(
+                        "--deny-net",
+                        &mine.deny[0].text,
+                        "an allow list, which lets out only what it names",
+                        Loosening::AllowNet,
+                    );
+                };
+                let kept = |rule: &crate::net::policy::Rule| {
+                    mine.deny
+                        .iter()
+                        .any(|theirs| theirs.host == rule.host && theirs.port == rule.port)
+                };
+                let dropped = ours.deny.iter().find(|rule| !kept(rule))?;
+                let denied: Vec<&str> = ours.deny.iter().map(|rule| rule.text.as_str()).collect();
+                loosening(
+                    "--deny-net",
+                    &format!("without {}", dropped.text),
+                    &denied.join(", "),
+                    Loosening::AllowNet,
+                )
+            },
+            asked: None,
+        },
+    ),
+    (
         "add-host",
         Rule::Tighten {
             looser: |jail, server| {
@@ -1165,6 +1205,19 @@ mod tests {
                     "allow-net: ['tcp://example.com:443']",
                     "--allow-net tcp://example.com:443",
                     "example.com:443",
+                )
+            },
+            // A deny list lets out what it does not name: looser than an allow list.
+            Case {
+                consent: Some(Loosening::AllowNet),
+                ..case(
+                    "deny-net",
+                    web,
+                    None,
+                    web,
+                    "deny-net: ['1.1.1.1']",
+                    "--deny-net 1.1.1.1",
+                    "an allow list, which lets out only what it names",
                 )
             },
             Case {

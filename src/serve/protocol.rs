@@ -260,12 +260,14 @@ pub enum Request {
         #[serde(default)]
         metadata: std::collections::BTreeMap<String, String>,
     },
-    /// Replaces a `--net filtered` session's `allow-net` rules and `add-host` pins
-    /// (`session_network.rs`); without `add_host`, the pins stay as they are.
+    /// Replaces a `--net filtered` session's `allow-net` and `deny-net` rules and
+    /// `add-host` pins (`session_network.rs`); without `add_host`, the pins stay as they are.
     SessionNetwork {
         session: String,
         #[serde(default)]
         allow_net: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deny_net: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         add_host: Option<Vec<String>>,
     },

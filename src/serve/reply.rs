@@ -145,6 +145,8 @@ pub enum SessionReply {
     Network {
         session: String,
         allow_net: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deny_net: Vec<String>,
         add_host: Vec<String>,
         cut: u64,
     },
@@ -791,6 +793,7 @@ mod tests {
                 SessionReply::Network {
                     session: "ab".into(),
                     allow_net: text(&["pypi.org:443"]),
+                    deny_net: vec![],
                     add_host: vec![],
                     cut: 1,
                 },

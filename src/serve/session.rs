@@ -532,6 +532,7 @@ impl<'p> Session<'p> {
                 }),
             Request::SessionNetwork {
                 allow_net,
+                deny_net,
                 add_host,
                 ..
             } => super::session_network::apply(
@@ -539,6 +540,7 @@ impl<'p> Session<'p> {
                 &self.id,
                 peer,
                 &allow_net,
+                &deny_net,
                 add_host.as_deref(),
                 self.audit_log.as_deref(),
             )

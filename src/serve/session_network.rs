@@ -24,18 +24,31 @@ use std::path::Path;
 
 /// The options a client asks for when it asks for this network: what the server's
 /// policy judges.
-pub fn asked_options(allow_net: &[String], add_host: &[String]) -> JailOptions {
+pub fn asked_options(
+    allow_net: &[String],
+    deny_net: &[String],
+    add_host: &[String],
+) -> JailOptions {
     JailOptions {
         net: Some(NetMode::Filtered),
         allow_net: allow_net.to_vec(),
+        deny_net: deny_net.to_vec(),
         add_host: add_host.to_vec(),
         ..JailOptions::default()
     }
 }
 
-/// The server's check of a new network: `planned` is the server's options overlaid with
-/// [`asked_options`] (with a placeholder command), judged exactly as a session created
-/// with them would be.
+/// The session as the server judges it after the change: the server's options with the
+/// asked network on top, its deny list the asked one alone (the change replaces the
+/// rules: were the server's deny rules appended, one the client dropped would go unseen).
+pub fn planned(defaults: &JailOptions, client: &JailOptions) -> JailOptions {
+    let mut planned = defaults.clone().overlay(client.clone());
+    planned.deny_net = client.deny_net.clone();
+    planned
+}
+
+/// The server's check of a new network: `planned` is [`planned`] (with a placeholder
+/// command), judged exactly as a session created with it would be.
 pub fn check(client: &JailOptions, server: &policy::Server, planned: JailOptions) -> Result<()> {
     policy::check(
         client,
@@ -61,6 +74,8 @@ pub fn fixed(session: &str, net: NetMode) -> Error {
 #[derive(Serialize)]
 struct Rules {
     allow_net: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    deny_net: Vec<String>,
     add_host: Vec<String>,
 }
 
@@ -68,6 +83,7 @@ impl Rules {
     fn of(policy: &Policy) -> Rules {
         Rules {
             allow_net: policy.rules.iter().map(|rule| rule.text.clone()).collect(),
+            deny_net: policy.deny.iter().map(|rule| rule.text.clone()).collect(),
             add_host: policy
                 .pins
                 .iter()
@@ -84,6 +100,7 @@ pub fn apply(
     session: &str,
     peer: Peer,
     allow_net: &[String],
+    deny_net: &[String],
     add_host: Option<&[String]>,
     audit_log: Option<&Path>,
 ) -> Result<super::reply::SessionReply> {
@@ -97,7 +114,8 @@ pub fn apply(
         add_host.unwrap_or(kept_pins.as_slice()),
         old.max_bytes.map(crate::units::Size),
         Some(old.max_connections),
-    )?;
+    )?
+    .deny(deny_net)?;
     // The session's secrets stay (its jail holds their placeholders); a host no longer
     // allowed is refused before anything is decrypted.
     new.secrets = old.secrets.clone();
@@ -113,6 +131,7 @@ pub fn apply(
     let reply = super::reply::SessionReply::Network {
         session: session.into(),
         allow_net: after.allow_net,
+        deny_net: after.deny_net,
         add_host: after.add_host,
         cut: cut as u64,
     };
@@ -182,6 +201,17 @@ mod tests {
         allow_net: &[&str],
         add_host: &[&str],
     ) -> Result<()> {
+        judged_with_deny(server, may, allow_net, &[], add_host)
+    }
+
+    /// [`judged`], with `deny_net` rules asked for too.
+    fn judged_with_deny(
+        server: &str,
+        may: &[Loosening],
+        allow_net: &[&str],
+        deny_net: &[&str],
+        add_host: &[&str],
+    ) -> Result<()> {
         let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let mut defaults: JailOptions = crate::config::parse(server, "test").unwrap();
         defaults.command = vec!["true".into()];
@@ -193,8 +223,8 @@ mod tests {
             bind_under: &[],
             whose: "server",
         };
-        let client = asked_options(&owned(allow_net), &owned(add_host));
-        check(&client, &server, defaults.clone().overlay(client.clone()))
+        let client = asked_options(&owned(allow_net), &owned(deny_net), &owned(add_host));
+        check(&client, &server, planned(&defaults, &client))
     }
 
     /// The rules and pins asked for, the server's consents, and a refusal's words (None:
@@ -253,6 +283,26 @@ mod tests {
                 (expected, got) => panic!("{allow_net:?} {add_host:?}: {got:?}, not {expected:?}"),
             }
         }
+        // A deny list: a server's, kept or added to; an allow list's server, a consent.
+        let deny = |server: &str, deny_net: &[&str], may: &[Loosening]| {
+            judged_with_deny(server, may, &[], deny_net, &[]).map_err(|err| err.to_string())
+        };
+        let open = "net: filtered\ndeny-net: ['10.0.0.0/8']";
+        assert_eq!(deny(open, &["10.0.0.0/8"], &[]), Ok(()));
+        assert_eq!(deny(open, &["10.0.0.0/8", "1.1.1.1"], &[]), Ok(()));
+        let dropped = deny(open, &["1.1.1.1"], &[]).unwrap_err();
+        assert!(
+            dropped.contains("--deny-net without 10.0.0.0/8: this server does not let clients ask for it (its own: 10.0.0.0/8)"),
+            "{dropped}"
+        );
+        let listed = "net: filtered\nallow-net: [web.test:80]";
+        let looser = deny(listed, &["1.1.1.1"], &[]).unwrap_err();
+        assert!(
+            looser.contains("--deny-net 1.1.1.1: this server does not let clients ask for it (its own: an allow list"),
+            "{looser}"
+        );
+        assert_eq!(deny(listed, &["1.1.1.1"], MAY), Ok(()));
+        assert_eq!(deny("net: host", &["1.1.1.1"], &[]), Ok(()));
         // A server without a filtered network: the consent it needs.
         let refused = judged("net: none", &[], &[], &[]).unwrap_err().to_string();
         assert!(refused.contains("--net filtered"), "{refused}");

@@ -27,15 +27,26 @@ impl Servers {
         Servers::start_with_dns("127.0.0.1".parse().unwrap(), 0)
     }
 
+    /// The servers listening on `address` (another loopback address than 127.0.0.1, for
+    /// a test that tells two servers apart by address), the DNS stub on 127.0.0.1.
+    pub fn start_on(address: IpAddr) -> Servers {
+        Servers::start_bound(address, "127.0.0.1".parse().unwrap(), 0)
+    }
+
     /// The servers, with the DNS stub on `address:port` (port 53 for a stub named in a
     /// resolv.conf; needs root).
     pub fn start_with_dns(address: IpAddr, port: u16) -> Servers {
+        Servers::start_bound("127.0.0.1".parse().unwrap(), address, port)
+    }
+
+    fn start_bound(bind: IpAddr, address: IpAddr, port: u16) -> Servers {
         require_program("openssl", "apt install openssl");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/net/servers.py");
         let state = TempDir::new("net-servers");
         let mut child = Command::new(interpreter("python3"))
             .arg(&script)
             .args(["--state", state.str()])
+            .args(["--bind", &bind.to_string()])
             .args([
                 "--dns-address",
                 &address.to_string(),
@@ -160,6 +171,43 @@ impl Drop for Servers {
         if !ended {
             kill(pid, libc::SIGKILL);
             let _ = self.child.wait();
+        }
+    }
+}
+
+/// Two sets of servers told apart by address, 127.0.0.2 and 127.0.0.3 (for a deny rule
+/// naming one's address), with [`TwoByAddress::SERVE_ARGS`] for a `brig serve` whose
+/// sessions reach them by name.
+pub struct TwoByAddress {
+    /// On 127.0.0.2, pinned as `web.test`.
+    pub web: Servers,
+    /// On 127.0.0.3, pinned as `other.test`.
+    pub other: Servers,
+}
+
+impl TwoByAddress {
+    /// `brig serve` options: filtered, `web.test` and `other.test` pinned to the two
+    /// addresses and listed, and clients let to shape their network (a deny list lets
+    /// out more than the list: `--client-may allow-net`).
+    pub const SERVE_ARGS: [&'static str; 12] = [
+        "--net",
+        "filtered",
+        "--add-host",
+        "web.test:127.0.0.2",
+        "--add-host",
+        "other.test:127.0.0.3",
+        "--allow-net",
+        "web.test",
+        "--allow-net",
+        "other.test",
+        "--client-may",
+        "allow-net",
+    ];
+
+    pub fn start() -> TwoByAddress {
+        TwoByAddress {
+            web: Servers::start_on("127.0.0.2".parse().unwrap()),
+            other: Servers::start_on("127.0.0.3".parse().unwrap()),
         }
     }
 }

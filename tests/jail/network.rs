@@ -42,6 +42,8 @@ both_modes!(
     a_name_resolving_to_the_hosts_own_or_a_reserved_address_is_refused,
     bytes_neither_http_nor_tls_on_port_443_need_a_tcp_rule,
     openssl_sni_variants_are_judged,
+    a_deny_rule_refuses_what_it_names_and_lets_the_rest_out,
+    a_deny_list_resolves_other_names_on_the_host_and_checks_their_addresses,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1 by `--add-host`).
@@ -1065,6 +1067,18 @@ fn bad_rules_are_refused_before_anything_starts() {
             &["--allow-net", "https://web.test"],
             &["--allow-net https://web.test", "not a rule scheme"],
         ),
+        (
+            &["--deny-net", "10.0.0.1/8"],
+            &["--deny-net 10.0.0.1/8", "did you mean 10.0.0.0/8"],
+        ),
+        (
+            &["--deny-net", "tcp://db.test:5432"],
+            &["--deny-net tcp://db.test:5432", "takes no scheme"],
+        ),
+        (
+            &["--net", "host", "--deny-net", "10.0.0.0/8"],
+            &["--deny-net 10.0.0.0/8", "--net host"],
+        ),
     ];
     for (flags, needles) in cases {
         let mut args = vec!["run"];
@@ -1092,6 +1106,22 @@ fn check_shows_the_resolved_rules() {
         "- ech://cloudflare-ech.com:443",
         "- api.test:10.1.2.3",
         "max-bytes: 10485760",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    // A deny list is shown beside the allow rules that win over it.
+    let config = dir.file(
+        "deny.yaml",
+        "deny-net: ['10.0.0.0/8', '*.internal.test:443']\nallow-net: [10.1.2.3]\ncommand: [true]\n",
+    );
+    let output = run(Mode::Root, &["check", "--config", config.to_str().unwrap()]);
+    let out = assert_success(&output);
+    for needle in [
+        "net: filtered",
+        "deny-net:",
+        "- 10.0.0.0/8 (any port)",
+        "- \"*.internal.test:443\"",
+        "- 10.1.2.3 (any port)",
     ] {
         assert!(out.contains(needle), "{needle}: {out}");
     }
@@ -1623,5 +1653,145 @@ fn openssl_sni_variants_are_judged(mode: Mode) {
             "-noservername exit=0",
             "-servername web.test exit=0"
         ]
+    );
+}
+
+/// `--deny-net`: what a deny rule names is refused (ECONNREFUSED, by address or by name),
+/// the rest goes out, brig's own refusals (private ranges) stay; an `--allow-net` rule
+/// naming a denied address wins over the deny rule (E2B's allowOut over denyOut).
+fn a_deny_rule_refuses_what_it_names_and_lets_the_rest_out(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    // One listener on every address: 127.0.0.2 stands for the denied server, 127.0.0.3
+    // for another (both the host's loopback, reached through pinned names).
+    let listener = Listener::start();
+    let port = listener.port;
+    let targets: Vec<String> = [
+        format!("denied.test {port}"),
+        format!("open.test {port}"),
+        format!("x.blocked.test {port}"),
+        "10.1.2.3 80".into(),
+    ]
+    .into();
+    let deny_args = |allow: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--add-host",
+            "denied.test:127.0.0.2",
+            "--add-host",
+            "open.test:127.0.0.3",
+            "--add-host",
+            "x.blocked.test:127.0.0.3",
+            "--deny-net",
+            "127.0.0.2/32",
+            "--deny-net",
+            "*.blocked.test",
+        ]
+        .map(String::from)
+        .into();
+        for rule in allow {
+            args.extend(["--allow-net".to_string(), rule.to_string()]);
+        }
+        args
+    };
+    let (done, verdict) = filtered(mode, &deny_args(&[]), &strs_of(&connect_probe(&targets)));
+    assert_eq!(
+        stdout(&done.output).lines().collect::<Vec<_>>(),
+        [
+            format!("denied.test {port} ECONNREFUSED"),
+            format!("open.test {port} ok"),
+            format!("x.blocked.test {port} ECONNREFUSED"),
+            "10.1.2.3 80 ECONNREFUSED".to_string(),
+        ],
+        "{}",
+        describe(&done.output)
+    );
+    // Only open.test's connection reached the listener.
+    assert_eq!(listener.accepted(), 1);
+    assert!(
+        refusal(&verdict, "denied.test", port).contains("--deny-net"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, "x.blocked.test", port).contains("--deny-net *.blocked.test"),
+        "{verdict}"
+    );
+    assert!(
+        refusal(&verdict, "10.1.2.3", 80).contains("private"),
+        "{verdict}"
+    );
+    // Allow wins: the same run with the denied address allowed reaches it.
+    let (done, _) = filtered(
+        mode,
+        &deny_args(&["127.0.0.2"]),
+        &strs_of(&connect_probe(&targets[..1])),
+    );
+    assert_eq!(
+        assert_success(&done.output).trim(),
+        format!("denied.test {port} ok")
+    );
+    assert_eq!(listener.accepted(), 2);
+}
+
+/// With a deny list, a name no rule names is resolved on the host (here by the test's DNS
+/// stub) and reached; one that resolves into a denied block is refused after the lookup
+/// (ECONNREFUSED: the address is judged, not only the name); a denied name is NXDOMAIN
+/// from brig itself, and the host's resolver never hears of it.
+fn a_deny_list_resolves_other_names_on_the_host_and_checks_their_addresses(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let stub = stub_address(4, mode);
+    let servers = Servers::start_with_dns(IpAddr::V4(stub), 53);
+    let http = servers.http;
+    // The stub answers 127.0.0.1 (10.9.0.5 for a name starting 10-9-0-5).
+    let probe = format!(
+        "import socket, urllib.request, urllib.error\n\
+         def get(name):\n\
+         \x20   try: return urllib.request.urlopen(f'http://{{name}}:{http}/hello', timeout=10).read().decode().strip()\n\
+         \x20   except urllib.error.URLError as e: return type(e.reason).__name__\n\
+         print('anything.test', get('anything.test'))\n\
+         print('10-9-0-5.denied.test', get('10-9-0-5.denied.test'))\n\
+         try: socket.getaddrinfo('x.blocked.test', 80); print('x.blocked.test resolved')\n\
+         except socket.gaierror as e: print('x.blocked.test', e.args[0] == socket.EAI_NONAME)\n"
+    );
+    let args: Vec<String> = vec![
+        "--deny-net".into(),
+        "10.9.0.0/16".into(),
+        "--deny-net".into(),
+        "*.blocked.test".into(),
+        // The stub's 127.0.0.1 is the host's loopback, which brig reaches only when an
+        // IP rule names it.
+        "--allow-net".into(),
+        format!("127.0.0.1:{http}"),
+        "--".into(),
+        python(),
+        "-c".into(),
+        probe,
+    ];
+    let (output, verdict) = with_host_resolver(mode, stub, &args);
+    assert_eq!(
+        assert_success(&output).lines().collect::<Vec<_>>(),
+        [
+            "anything.test hello",
+            "10-9-0-5.denied.test ConnectionRefusedError",
+            "x.blocked.test True",
+        ],
+        "{}",
+        describe(&output)
+    );
+    let asked = servers.dns_queries();
+    assert!(
+        asked.iter().any(|name| name == "anything.test")
+            && asked.iter().any(|name| name == "10-9-0-5.denied.test"),
+        "names no rule names are resolved on the host: {asked:?}"
+    );
+    assert!(
+        asked.iter().all(|name| !name.contains("blocked")),
+        "a denied name reached the host's resolver: {asked:?}"
+    );
+    assert!(
+        refusal(&verdict, "10-9-0-5.denied.test", http).contains("--deny-net"),
+        "{verdict}"
     );
 }

@@ -7,15 +7,19 @@
 //!   ones; a bad file stopping the gateway at start with one line;
 //! - the network: `network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}` lets curl in
 //!   the sandbox reach the listed local server and not another the server itself allows;
-//!   `allow_internet_access=False` reaches neither; a `deny_out` brig cannot say exactly
-//!   is refused (400), not ignored; `update_network` locks a live sandbox and opens it
-//!   to one name, and another tenant's is not found;
+//!   `allow_internet_access=False` reaches neither; what E2B refuses (a domain in
+//!   `deny_out`, an `allow_out` domain without `deny_out` of all traffic) and a deny list
+//!   on a server with an allow list are refused (400), not ignored; `update_network`
+//!   locks a live sandbox and opens it to one name, and another tenant's is not found;
+//! - `deny_out` of one local server's address (on a server whose operator lets clients
+//!   shape their network): that server refused (curl 7), another answers; with the
+//!   address in `allow_out` too, it answers (allow wins); `update_network` to a deny list;
 //! - E2B's user: `brig run --user` names the jail's user and home, a bad name refused.
 
 use crate::common;
 use crate::gateway::{Gateway, KEY_A, KEY_B};
 
-use common::net::{Servers, require_tun};
+use common::net::{Servers, TwoByAddress, require_tun};
 use common::serve::Server;
 use common::*;
 
@@ -23,6 +27,7 @@ both_modes!(
     e2b_templates_make_their_own_sandboxes,
     e2b_a_bad_templates_file_stops_the_gateway,
     e2b_network_allow_list_reaches_only_what_it_lists,
+    e2b_deny_out_refuses_what_it_lists_and_lets_the_rest_out,
     a_jail_user_names_its_home,
 );
 
@@ -152,7 +157,8 @@ open_one.update_network({"allow_out": ["other.test"], "deny_out": [ALL_TRAFFIC]}
 assert (fetch(open_one, "web.test"), fetch(open_one, "other.test")) == ("curl exit 7", "hello\n")
 for update, expected in (
     ({}, "network: letting everything out again is not served on a live sandbox"),
-    ({"deny_out": ["8.8.8.8"]}, "network.denyOut[0]"),
+    # A deny list lets the rest out: looser than this server's allow list.
+    ({"deny_out": ["8.8.8.8"]}, "network.denyOut: --deny-net 8.8.8.8: this server does not let clients ask for it"),
     ({"allow_out": ["nowhere.test"], "deny_out": [ALL_TRAFFIC]}, "network.allowOut: --allow-net nowhere.test"),
 ):
     try:
@@ -178,7 +184,9 @@ for host in ("web.test", "other.test"):
 
 # What brig cannot say exactly is refused, not ignored.
 for network, expected in (
-    ({"deny_out": ["8.8.8.8"]}, 'network.denyOut[0]: "8.8.8.8": brig lets out what a list allows, or nothing'),
+    ({"deny_out": ["8.8.8.8"]}, "network.denyOut: --deny-net 8.8.8.8: this server does not let clients ask for it"),
+    ({"deny_out": ["example.com"]}, "network.denyOut[0]: invalid denied CIDR example.com"),
+    ({"allow_out": ["web.test"]}, "you must include 'ALL_TRAFFIC' in deny out"),
     ({"allow_out": ["a b"], "deny_out": [ALL_TRAFFIC]}, "network.allowOut[0]"),
     ({"allow_out": ["nowhere.test"], "deny_out": [ALL_TRAFFIC]}, "network.allowOut: --allow-net nowhere.test"),
 ):
@@ -229,6 +237,73 @@ fn e2b_network_allow_list_reaches_only_what_it_lists(mode: Mode) {
         servers.http.to_string()
     );
     crate::gateway::assert_passed(gateway.sdk(KEY_A, &script));
+}
+
+const DENY_TOUR: &str = r#"
+import sys
+from e2b import Sandbox, SandboxException, CommandExitException
+denied_port, other_port = sys.argv[2], sys.argv[3]
+def fetch(sbx, host, port):
+    try:
+        return sbx.commands.run(f"curl -sS --max-time 20 http://{host}:{port}/hello").stdout
+    except CommandExitException as err:
+        return f"curl exit {err.exit_code}"
+
+# denyOut of web.test's address (127.0.0.2): refused at connect (curl: 7, ECONNREFUSED
+# from brig's relay); other.test (127.0.0.3) answers: the rest goes out.
+denied = Sandbox.create(network={"deny_out": ["127.0.0.2/32"]})
+assert fetch(denied, "web.test", denied_port) == "curl exit 7"
+assert fetch(denied, "other.test", other_port) == "hello\n"
+# allowOut wins over denyOut.
+allowed = Sandbox.create(network={"allow_out": ["127.0.0.2"], "deny_out": ["127.0.0.2/32"]})
+assert fetch(allowed, "web.test", denied_port) == "hello\n"
+# A live sandbox given a deny list (update_network).
+live = Sandbox.create()
+assert (fetch(live, "web.test", denied_port), fetch(live, "other.test", other_port)) == ("hello\n", "hello\n")
+live.update_network({"deny_out": ["127.0.0.3"]})
+assert (fetch(live, "web.test", denied_port), fetch(live, "other.test", other_port)) == ("hello\n", "curl exit 7")
+for network, expected in (
+    ({"deny_out": ["web.test"]}, "network.denyOut[0]: invalid denied CIDR web.test"),
+    ({"allow_out": ["web.test"], "deny_out": ["127.0.0.2"]}, "you must include 'ALL_TRAFFIC' in deny out"),
+):
+    try:
+        Sandbox.create(network=network)
+        raise SystemExit(f"{network} made a sandbox")
+    except SandboxException as err:
+        assert expected in str(err), (network, err)
+for sbx in (denied, allowed, live):
+    sbx.kill()
+assert Sandbox.list().next_items() == [], "the refused creates left sandboxes"
+print("PASS")
+"#;
+
+/// Two local servers told apart by address (127.0.0.2 and 127.0.0.3, pinned as web.test
+/// and other.test), on a server that lets clients shape their network (a deny list lets
+/// out more than its allow list).
+fn e2b_deny_out_refuses_what_it_lists_and_lets_the_rest_out(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    let TwoByAddress { web: denied, other } = TwoByAddress::start();
+    let server = Server::start(mode, &TwoByAddress::SERVE_ARGS);
+    let gateway = Gateway::start(mode, &server);
+    let script = format!(
+        "import sys\nsys.argv[2:] = [{:?}, {:?}]\n{DENY_TOUR}",
+        denied.http.to_string(),
+        other.http.to_string()
+    );
+    crate::gateway::assert_passed(gateway.sdk(KEY_A, &script));
+    // What reached each server: the denied one, only the sandboxes allowed to it (the
+    // allowOut one's request, the live one's two); the other, all but the last.
+    let hellos = |servers: &Servers| {
+        servers
+            .log()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| entry["server"] == "http" && entry["path"] == "/hello")
+            .count()
+    };
+    assert_eq!((hellos(&denied), hellos(&other)), (3, 2));
 }
 
 fn a_jail_user_names_its_home(mode: Mode) {

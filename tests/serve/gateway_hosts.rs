@@ -24,7 +24,7 @@
 //! Each Python program asserts as it goes and prints `PASS` (after its own lines) last.
 
 use crate::common;
-use crate::gateway::{KEY_A, assert_passed, spawn_gateway};
+use crate::gateway::{KEY_A, KEY_B, assert_passed, spawn_gateway};
 
 use common::e2b::{PYTHON_GET, PYTHON_METRICS};
 use common::serve::Server;
@@ -108,12 +108,12 @@ def via(url):
     os.environ["E2B_SANDBOX_URL"] = url
 "#;
 
-/// argv: router A, router B, h0's gateway, h0, h1, h2's URLs. Creates six sandboxes
-/// through A, uses each through B (one through h0's gateway instead, when not h0's),
-/// prints their ids as JSON.
+/// argv: router A, router B, h0's gateway, h0, h1, h2's URLs, another tenant's key.
+/// Creates six sandboxes through A, uses each through B (one through h0's gateway
+/// instead, when not h0's), asks their metrics at once, prints their ids as JSON.
 const SPREAD: &str = r#"
 router_a, router_b, host0 = sys.argv[1:4]
-for url in sys.argv[1:]:
+for url in sys.argv[1:6]:
     assert get(url + "/healthz")[0] == 200, url
     status, body = get(url + "/readyz")
     assert status == 200 and json.loads(body)["ready"] is True, (url, body)
@@ -136,6 +136,22 @@ for number, sandbox_id in enumerate(ids):
     via(router_b)
 listed = {sandbox.sandbox_id for sandbox in Sandbox.list().next_items()}
 assert set(ids) <= listed, (ids, listed)
+# The metrics of many sandboxes (E2B's GET /sandboxes/metrics): each host asked for its
+# own ids, merged under the ids as asked; an id no host owns left out; through a router
+# and through a host's gateway (its own ids and its peers'); another tenant gets none.
+def many_metrics(url, key, asked):
+    request = urllib.request.Request(f"{url}/sandboxes/metrics?sandbox_ids={','.join(asked)}",
+                                     headers={"X-API-Key": key})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read())["sandboxes"]
+nobody = ["h1-" + "0" * 32, "0" * 32, "h9-" + "1" * 32]
+for url in (router_b, host0):
+    metrics = many_metrics(url, os.environ["E2B_API_KEY"], ids + nobody)
+    assert sorted(metrics) == sorted(ids), (url, sorted(metrics), ids)
+    assert all(m["cpuCount"] >= 1 and "memUsed" in m and "diskTotal" in m for m in metrics.values()), metrics
+    assert many_metrics(url, sys.argv[6], ids) == {}, url
+status, body = get(router_b + "/sandboxes/metrics")
+assert status in (400, 401), (status, body)
 print(json.dumps(ids))
 print("PASS")
 "#;
@@ -275,7 +291,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
         return;
     };
     let keys_dir = TempDir::new("hosts-keys");
-    let keys = keys_dir.file("keys", &format!("{KEY_A} alice\n"));
+    let keys = keys_dir.file("keys", &format!("{KEY_A} alice\n{KEY_B} bob\n"));
     // h1 and h2 first: h0 knows them (it forwards to them), they need not know it.
     let host2 = start_host(mode, "h2", None, &keys);
     let host1 = start_host(mode, "h1", None, &keys);
@@ -303,6 +319,7 @@ fn sandboxes_are_routed_across_hosts_by_id(mode: Mode) {
             &host_url(0),
             &host_url(1),
             &host_url(2),
+            KEY_B,
         ],
     );
     assert_passed(Some(spread.clone()));

@@ -21,6 +21,12 @@
 //!   session on the host's network, whose loopback is the host's (a listener of the
 //!   host's is not reached).
 //!
+//! - `allowPublicTraffic: false`: the create's (and connect's) `trafficAccessToken`
+//!   required in `e2b-traffic-access-token` on the sandbox's ports, by both forms, HTTP
+//!   and WebSocket (403 missing, 403 wrong, served with it, never passed to the jail's
+//!   server), and `maskRequestHost` the `Host` that server sees; a public sandbox gets
+//!   no token.
+//!
 //! Each Python program asserts as it goes and prints `PASS` at its end.
 
 use crate::common;
@@ -40,6 +46,7 @@ both_modes!(
     session_dial_reaches_a_filtered_jail_and_ipv6_loopback,
     node_client_dials_a_server_in_the_jail,
     e2b_node_sdk_get_host_reaches_a_server_in_the_jail,
+    e2b_private_traffic_needs_its_token_and_a_mask_is_the_host_seen,
 );
 
 /// E2B's SDK (as the other gateway tests pin it) and a WebSocket client.
@@ -75,6 +82,21 @@ def until_served(attempt):
 
 class NotYet(Exception):
     pass
+
+def start_one_shot(sbx):
+    """A one-shot server on port 8003 of `sbx` that writes down the head of the request it
+    is sent (head.txt in the workspace) and answers `ok`."""
+    sbx.files.write("one_shot.py", (
+        "import socket\n"
+        "listener = socket.create_server(('127.0.0.1', 8003))\n"
+        "connection, _ = listener.accept()\n"
+        "head = b''\n"
+        "while b'\\r\\n\\r\\n' not in head:\n"
+        "    head += connection.recv(4096)\n"
+        "open('head.txt', 'wb').write(head)\n"
+        "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
+    ))
+    sbx.commands.run("exec python3 one_shot.py", background=True)
 "#;
 
 const HTTP: &str = r#"
@@ -111,18 +133,7 @@ assert status == 404, status
 
 # What the server in the jail is sent: the request's own headers and its Host, never the
 # tenant's API key (a one-shot server there writes down the request's head).
-one_shot = (
-    "import socket\n"
-    "listener = socket.create_server(('127.0.0.1', 8003))\n"
-    "connection, _ = listener.accept()\n"
-    "head = b''\n"
-    "while b'\\r\\n\\r\\n' not in head:\n"
-    "    head += connection.recv(4096)\n"
-    "open('head.txt', 'wb').write(head)\n"
-    "connection.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok')\n"
-)
-sbx.files.write("one_shot.py", one_shot)
-sbx.commands.run("exec python3 one_shot.py", background=True)
+start_one_shot(sbx)
 sent = {"Host": sbx.get_host(8003), "X-API-Key": "e2b_secret", "X-Mine": "kept"}
 def head_served():
     status, _, body = fetch("/asked?x=1", sent)
@@ -588,4 +599,102 @@ function get(host) {
 
 fn e2b_node_sdk_get_host_reaches_a_server_in_the_jail(mode: Mode) {
     crate::gateway_node::node_sdk_script_passes(mode, NODE_SDK_GET_HOST);
+}
+
+const PRIVATE: &str = r#"
+import socket, urllib.parse
+from e2b import Sandbox
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+TOKEN_HEADER = "e2b-traffic-access-token"
+sbx = Sandbox.create(allow_internet_access=False, network={
+    "allow_public_traffic": False, "mask_request_host": "app.example:${PORT}"})
+token = sbx.traffic_access_token
+assert isinstance(token, str) and len(token) == 32, token
+assert Sandbox.connect(sbx.sandbox_id).traffic_access_token == token
+sbx.files.write("site/hello.txt", "hello\n")
+sbx.commands.run("cd site && exec python3 -m http.server 8000 --bind 127.0.0.1", background=True)
+
+host_form = {"Host": sbx.get_host(8000)}
+header_form = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}
+# Without the token, or with another: 403 in E2B's words, before the jail is asked.
+for form in (host_form, header_form):
+    status, _, body = fetch("/hello.txt", form)
+    assert status == 403 and b"Token header 'e2b-traffic-access-token' is missing" in body, (status, body)
+    status, _, body = fetch("/hello.txt", {**form, TOKEN_HEADER: "0" * 32})
+    assert status == 403 and b"Provided token in header 'e2b-traffic-access-token' is invalid" in body, (status, body)
+# With it: the jail's server answers, by both forms.
+def served():
+    status, _, body = fetch("/hello.txt", {**host_form, TOKEN_HEADER: token})
+    if status == 502 and b"connection refused" in body:
+        raise NotYet()
+    return status, body
+assert until_served(served) == (200, b"hello\n")
+status, _, body = fetch("/hello.txt", {**header_form, TOKEN_HEADER: token})
+assert (status, body) == (200, b"hello\n"), (status, body)
+# envd is not a port of the sandbox's program: no traffic token asked.
+assert sbx.commands.run("echo envd").stdout == "envd\n"
+
+# The Host the jail's server sees is the mask, the port in it; the token is not passed.
+start_one_shot(sbx)
+def head_served():
+    status, _, body = fetch("/asked", {"Host": sbx.get_host(8003), TOKEN_HEADER: token})
+    if status == 502 and b"connection refused" in body:
+        raise NotYet()
+    return status, body
+assert until_served(head_served) == (200, b"ok")
+head = sbx.files.read("head.txt").lower()
+assert "host: app.example:8003\r\n" in head, head
+assert token not in head and TOKEN_HEADER not in head, head
+
+# A WebSocket's handshake: refused without the token, relayed with it.
+sbx.files.write("echo.py", sys.argv[2])
+sbx.commands.run("exec python3 echo.py 8765", background=True)
+address = urllib.parse.urlsplit(gateway).netloc
+gateway_host, gateway_port = address.rsplit(":", 1)
+# Both forms: the gateway's address with the sandbox in headers; the host form
+# ws://{get_host(8765)}/ over a connection to the gateway.
+forms = [
+    (f"ws://{address}/", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8765"}),
+    (f"ws://{sbx.get_host(8765)}/", {}),
+]
+def ws(uri, headers):
+    return connect(uri, additional_headers=headers,
+                   sock=socket.create_connection((gateway_host, int(gateway_port))))
+for uri, headers in forms:
+    try:
+        ws(uri, headers)
+        raise SystemExit(f"a WebSocket to {uri} without the traffic token opened")
+    except InvalidStatus as err:
+        assert err.response.status_code == 403, err
+    def opened():
+        try:
+            return ws(uri, {**headers, TOKEN_HEADER: token})
+        except InvalidStatus as err:
+            if err.response.status_code == 502:
+                raise NotYet()
+            raise
+    with until_served(opened) as websocket:
+        websocket.send("private hello")
+        assert websocket.recv() == "private hello"
+
+# The default is public: no token given, none needed.
+public = Sandbox.create(allow_internet_access=False)
+assert public.traffic_access_token is None
+for bad, expected in (({"mask_request_host": "a b"}, "mask request host is not valid"),):
+    try:
+        Sandbox.create(network=bad)
+        raise SystemExit(f"{bad} made a sandbox")
+    except Exception as err:
+        assert expected in str(err), err
+sbx.kill()
+public.kill()
+print("PASS")
+"#;
+
+fn e2b_private_traffic_needs_its_token_and_a_mask_is_the_host_seen(mode: Mode) {
+    sdk_script_passes(
+        mode,
+        &format!("sys.argv[2:] = [{ECHO_SERVER:?}]\n{PRIVATE}"),
+    );
 }

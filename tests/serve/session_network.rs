@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::net::{Servers, require_tun};
+use common::net::{Servers, TwoByAddress, require_tun};
 use common::serve::{Server, ask, client_copy, create_session, exchange, run_node_client};
 use common::*;
 use serde_json::{Value, json};
@@ -25,6 +25,7 @@ both_modes!(
     the_command_line_lists_sets_the_network_and_the_timeout,
     the_python_client_sets_the_network_and_the_timeout_and_lists,
     the_node_client_sets_the_network_and_the_timeout_and_lists,
+    a_deny_list_refuses_what_it_names_by_protocol_cli_and_clients,
 );
 
 /// The name the tests give the servers (pinned to 127.0.0.1).
@@ -219,14 +220,10 @@ fn a_network_change_without_add_host_keeps_the_pins(mode: Mode) {
         connect_code(http),
         connect_code(http)
     );
-    let client = client_copy("python");
-    let mut command = command_as(
-        mode,
-        interpreter("python3"),
-        &["-c", &python, server.socket()],
+    assert_lines(
+        &python_client(mode, &python, &server),
+        &["ok", "ECONNREFUSED"],
     );
-    command.env("PYTHONPATH", client.path().join("python"));
-    assert_lines(&output_of(command), &["ok", "ECONNREFUSED"]);
     if require_program("node", "apt install nodejs") {
         let node = format!(
             "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ allowNet: [{http_rule:?}] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.setNetwork({{ allowNet: [{http_rule:?}], addHost: [] }});\n  console.log((await sb.runCode({:?})).stdout.trim());\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n",
@@ -603,6 +600,19 @@ fn filtered_server(mode: Mode) -> Server {
     )
 }
 
+/// What `script` prints, run by Python with the Python client, `server`'s socket its
+/// `sys.argv[1]`.
+fn python_client(mode: Mode, script: &str, server: &Server) -> std::process::Output {
+    let client = client_copy("python");
+    let mut command = command_as(
+        mode,
+        interpreter("python3"),
+        &["-c", script, server.socket()],
+    );
+    command.env("PYTHONPATH", client.path().join("python"));
+    output_of(command)
+}
+
 /// The lines a client script prints, against `expected`.
 fn assert_lines(output: &std::process::Output, expected: &[&str]) {
     let out = assert_success(output);
@@ -704,4 +714,92 @@ fn the_node_client_sets_the_network_and_the_timeout_and_lists(mode: Mode) {
             r#"["bad_input",true]"#,
         ],
     );
+}
+
+/// `deny_net`: a session given a deny list reaches what it does not name and not what it
+/// does (ECONNREFUSED), through the protocol, `brig session net --deny-net` and both
+/// clients; a server with an allow list and no consent refuses one; a bad rule is one
+/// line naming `--deny-net`.
+fn a_deny_list_refuses_what_it_names_by_protocol_cli_and_clients(mode: Mode) {
+    if !require_tun(mode) {
+        return;
+    }
+    // Two servers told apart by address, pinned as web.test and other.test.
+    let TwoByAddress { web, other } = TwoByAddress::start();
+    let server = Server::start(
+        mode,
+        &[&["--pool", "0"][..], &TwoByAddress::SERVE_ARGS].concat(),
+    );
+    let probe = format!(
+        "{}{}",
+        connect_to(WEB, web.http),
+        connect_to(OTHER, other.http)
+    );
+    let id = create_session(&server, json!({}));
+    assert_eq!(cell(&server, &id, &probe), "ok\nok\n");
+    let denied = ask(
+        &server,
+        json!({"type": "session_network", "session": id, "allow_net": [], "deny_net": ["127.0.0.2"]}),
+    );
+    assert_eq!(denied["deny_net"], json!(["127.0.0.2"]), "{denied}");
+    assert_eq!(cell(&server, &id, &probe), "ECONNREFUSED\nok\n");
+    let bad = ask(
+        &server,
+        json!({"type": "session_network", "session": id, "deny_net": ["tcp://web.test:80"]}),
+    );
+    assert_error(&bad, &["--deny-net tcp://web.test:80", "takes no scheme"]);
+    close(&server, &id);
+    // The command line (its own session: the CLI runs as the mode's user; `net`
+    // replaces the pins too).
+    let session = |args: &[&str]| {
+        let mut all = vec!["session", args[0], "--server", server.socket()];
+        all.extend_from_slice(&args[1..]);
+        run(mode, &all)
+    };
+    let id = assert_success(&session(&["create"])).trim().to_string();
+    let cut = session(&[
+        "net",
+        "--session",
+        &id,
+        "--deny-net",
+        "127.0.0.3",
+        "--add-host",
+        "web.test:127.0.0.2",
+        "--add-host",
+        "other.test:127.0.0.3",
+    ]);
+    assert_eq!(assert_success(&cut), "connections cut: 0\n");
+    assert_eq!(cell(&server, &id, &probe), "ok\nECONNREFUSED\n");
+    assert_success(&session(&["close", "--session", &id]));
+
+    // The clients.
+    let python = format!(
+        "import sys\nfrom brig_client import Sandbox\nwith Sandbox(socket=sys.argv[1]) as sb:\n    sb.set_network(deny_net=['127.0.0.2'])\n    print(sb.run_code({probe:?}).stdout.strip().replace('\\n', ' '))\n"
+    );
+    assert_lines(&python_client(mode, &python, &server), &["ECONNREFUSED ok"]);
+    if require_program("node", "apt install nodejs") {
+        let node = format!(
+            "const brig = require(process.argv[1]);\n(async () => {{\n  const sb = await brig.Sandbox.create({{ socket: process.argv[2] }});\n  await sb.setNetwork({{ denyNet: ['127.0.0.3'] }});\n  console.log((await sb.runCode({probe:?})).stdout.trim().replace('\\n', ' '));\n  await sb.close();\n}})().catch((error) => {{ console.error(error); process.exit(1); }});\n"
+        );
+        assert_lines(
+            &run_node_client(mode, &node, server.socket()),
+            &["ok ECONNREFUSED"],
+        );
+    }
+
+    // A server with an allow list, no consent: a deny list lets out more.
+    let strict = filtered_server(mode);
+    let id = create_session(&strict, json!({}));
+    let refused = ask(
+        &strict,
+        json!({"type": "session_network", "session": id, "deny_net": ["1.1.1.1"]}),
+    );
+    assert_error(
+        &refused,
+        &[
+            "--deny-net 1.1.1.1: this server does not let clients ask for it",
+            "--client-may allow-net",
+        ],
+    );
+    close(&strict, &id);
 }

@@ -1032,12 +1032,17 @@ class Sandbox:
         )
 
     def set_network(self, allow_net: Sequence[str] = (),
-                    add_host: Optional[Sequence[str]] = None) -> int:
-        """Replaces the session's `allow-net` rules, and its `add-host` pins when `add_host`
-        is given (otherwise they stay: the server's and the session's own); a session
-        created with `--net filtered` only; an empty list lets nothing out. New connections
-        are judged by them at once; open ones they refuse are cut. How many were cut."""
+                    add_host: Optional[Sequence[str]] = None,
+                    deny_net: Sequence[str] = ()) -> int:
+        """Replaces the session's `allow-net` and `deny-net` rules, and its `add-host` pins
+        when `add_host` is given (otherwise they stay: the server's and the session's own);
+        a session created with `--net filtered` only; an empty list lets nothing out, a
+        `deny_net` list lets out all it does not name (an `allow_net` rule wins over it).
+        New connections are judged by them at once; open ones they refuse are cut. How
+        many were cut."""
         request: Dict[str, Any] = {"type": "session_network", "allow_net": list(allow_net)}
+        if deny_net:
+            request["deny_net"] = list(deny_net)
         if add_host is not None:
             request["add_host"] = list(add_host)
         reply = self._request(request, "network")

@@ -4,7 +4,7 @@
 //! and the fuzz targets call them directly.
 
 use super::super::inspect::{Claim, Expect};
-use super::super::policy::{self, Policy};
+use super::super::policy::Policy;
 use super::super::{RESOLVER, SYNTHETIC_NET, SYNTHETIC_PREFIX};
 use smoltcp::wire::{IpEndpoint, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket};
 use std::collections::HashMap;
@@ -98,8 +98,9 @@ pub enum Opening {
     Connect(IpAddr),
 }
 
-/// Decides a connection from the jail to `target`.
-pub fn open(policy: &Policy, names: &Names, target: IpEndpoint) -> Opening {
+/// Decides a connection from the jail to `target` (`own`: the host's addresses, refused
+/// to a policy that lets the rest out unless a rule names them).
+pub fn open(policy: &Policy, names: &Names, target: IpEndpoint, own: &[IpAddr]) -> Opening {
     let address = IpAddr::from(target.addr);
     let port = target.port;
     match address {
@@ -111,15 +112,15 @@ pub fn open(policy: &Policy, names: &Names, target: IpEndpoint) -> Opening {
             Some(name) if policy.name_allowed(name, port) => Opening::Resolve(name.to_string()),
             Some(name) => Opening::Refuse {
                 name: Some(name.to_string()),
-                reason: format!("port {port} is not allowed for {name}"),
+                reason: match policy.denying_name(name, port) {
+                    Some(rule) => format!("{name} is denied (--deny-net {})", rule.text),
+                    None => format!("port {port} is not allowed for {name}"),
+                },
             },
         },
-        _ if policy.ip_allowed(address, port) => Opening::Connect(address),
-        _ => Opening::Refuse {
-            name: None,
-            reason: policy::denied_range(address)
-                .map(|range| format!("{range} address, not on the list"))
-                .unwrap_or_else(|| "not on the list".into()),
+        _ => match policy.direct_refusal(address, port, own) {
+            None => Opening::Connect(address),
+            Some(reason) => Opening::Refuse { name: None, reason },
         },
     }
 }
@@ -138,8 +139,13 @@ pub fn still_allowed(
 ) -> Result<(), String> {
     let Some(name) = name else {
         return match address {
-            Some(address) if policy.ip_allowed(address, port) => Ok(()),
-            Some(address) => Err(format!("{address} port {port} is not on the list")),
+            Some(address) => match policy.direct_refusal(address, port, own) {
+                None => Ok(()),
+                Some(_) if !policy.lets_the_rest_out() => {
+                    Err(format!("{address} port {port} is not on the list"))
+                }
+                Some(reason) => Err(format!("{address} port {port}: {reason}")),
+            },
             None => Err("not on the list".into()),
         };
     };

@@ -191,7 +191,7 @@ impl<U: Upstream> Relay<U> {
     /// A new connection from the jail: refuse it at once, or hold its SYN while brig
     /// resolves and connects.
     fn open(&mut self, syn: Vec<u8>, jail: IpEndpoint, target: IpEndpoint) {
-        let opening = match decide::open(&self.policy, &self.names, target) {
+        let opening = match decide::open(&self.policy, &self.names, target, &self.host_addresses) {
             refused @ Opening::Refuse { .. } => refused,
             allowed => match self.over_limit() {
                 Some(reason) => Opening::Refuse {

@@ -408,8 +408,95 @@ fn new_connections_are_judged_by_the_policy_alone() {
         ),
     ];
     for (target, expected) in cases {
-        assert_eq!(decide::open(&policy, &names, target), expected, "{target}");
+        assert_eq!(
+            decide::open(&policy, &names, target, &[]),
+            expected,
+            "{target}"
+        );
     }
+}
+
+#[test]
+fn a_deny_list_lets_the_rest_out_and_allow_wins() {
+    // E2B's denyOut: 93.184.216.0/24 and one name refused, 93.184.216.34 allowed back.
+    let policy = Policy::plan(
+        &["93.184.216.34".to_string(), "ok.blocked.test".to_string()],
+        &["pinned.test:10.0.0.7".to_string()],
+        None,
+        None,
+    )
+    .unwrap()
+    .deny(&["93.184.216.0/24".into(), "*.blocked.test".into()])
+    .unwrap();
+    let mut names = Names::new(&policy);
+    let public = names.address_for("public.test").unwrap();
+    let blocked = names.address_for("x.blocked.test").unwrap();
+    let to = |address: IpAddr, port| IpEndpoint::new(address.into(), port);
+    let own = [IpAddr::from([151, 101, 0, 9])];
+    let refuse = |name: Option<&str>, reason: &str| Opening::Refuse {
+        name: name.map(String::from),
+        reason: reason.into(),
+    };
+    let cases = [
+        // Not named by any rule: goes out, by address or by name.
+        (
+            to(IpAddr::from([1, 1, 1, 1]), 443),
+            Opening::Connect(IpAddr::from([1, 1, 1, 1])),
+        ),
+        (
+            to(public.into(), 443),
+            Opening::Resolve("public.test".into()),
+        ),
+        // Denied, unless an allow rule names it too.
+        (
+            to(IpAddr::from([93, 184, 216, 1]), 443),
+            refuse(None, "denied (a --deny-net rule names it) address"),
+        ),
+        (
+            to(IpAddr::from([93, 184, 216, 34]), 443),
+            Opening::Connect(IpAddr::from([93, 184, 216, 34])),
+        ),
+        (
+            to(blocked.into(), 443),
+            refuse(
+                Some("x.blocked.test"),
+                "x.blocked.test is denied (--deny-net *.blocked.test)",
+            ),
+        ),
+        // brig's own refusals stay: loopback, private, the host's addresses.
+        (
+            to(IpAddr::from([127, 0, 0, 1]), 80),
+            refuse(None, "loopback address"),
+        ),
+        (
+            to(IpAddr::from([10, 0, 0, 7]), 80),
+            refuse(None, "private (RFC 1918) address"),
+        ),
+        (
+            to(own[0], 80),
+            refuse(
+                None,
+                "host-own (an address of one of this host's interfaces) address",
+            ),
+        ),
+    ];
+    for (target, expected) in cases {
+        assert_eq!(
+            decide::open(&policy, &names, target, &own),
+            expected,
+            "{target}"
+        );
+    }
+    // A flow held under it is judged the same way when the policy is replaced.
+    let still = |name: Option<&str>, address: &str| {
+        decide::still_allowed(&policy, name, None, address.parse().ok(), 443, &own)
+    };
+    assert_eq!(still(None, "1.1.1.1"), Ok(()));
+    assert!(still(None, "93.184.216.1").is_err());
+    assert_eq!(still(Some("public.test"), "1.1.1.1"), Ok(()));
+    assert!(still(Some("public.test"), "93.184.216.1").is_err());
+    assert!(still(Some("x.blocked.test"), "1.1.1.1").is_err());
+    assert_eq!(still(Some("pinned.test"), "10.0.0.7"), Ok(()));
 }
 
 // ---- the relay, driven with packets ----

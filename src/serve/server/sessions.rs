@@ -273,12 +273,16 @@ impl Server {
             }
             Request::SessionNetwork {
                 allow_net,
+                deny_net,
                 add_host,
                 ..
             } => {
-                let client =
-                    session_network::asked_options(allow_net, add_host.as_deref().unwrap_or(&[]));
-                let planned = with_placeholder(self.defaults.clone().overlay(client.clone()));
+                let client = session_network::asked_options(
+                    allow_net,
+                    deny_net,
+                    add_host.as_deref().unwrap_or(&[]),
+                );
+                let planned = with_placeholder(session_network::planned(&self.defaults, &client));
                 session_network::check(&client, &self.policy(), planned)
             }
             Request::SessionSetTimeout { timeout, .. } => {
