@@ -504,6 +504,7 @@ fn create(args: CreateArgs) -> Result<i32> {
         workspace_size: args.workspace_size,
         metadata: labels(&args.metadata)?,
         secrets,
+        root: false,
     };
     let session = Client::new(&args.server).create(&create)?;
     println!("{}", session.id());

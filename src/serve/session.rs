@@ -653,8 +653,16 @@ impl<'p> Session<'p> {
         argv: Vec<String>,
         env: Vec<String>,
         chdir: Option<PathBuf>,
+        as_root: bool,
     ) -> Result<Program> {
         let mut options = self.options.clone();
+        // Root's: the user's home is the user's alone (0700, and root has no
+        // CAP_DAC_OVERRIDE): root starts in /tmp, its HOME, unless the request says.
+        if as_root {
+            options
+                .env
+                .extend([ROOT_HOME, "USER=root", "LOGNAME=root"].map(String::from));
+        }
         options.env.extend(env);
         let env = crate::plan::with_secrets(
             crate::environment::resolve(&options, &self.plan().identity)?,
@@ -662,11 +670,37 @@ impl<'p> Session<'p> {
         );
         let chdir = match chdir {
             Some(dir) => crate::mount::jail_path("chdir", &dir.to_string_lossy())?,
+            None if as_root => PathBuf::from(&ROOT_HOME["HOME=".len()..]),
             None => self.plan().chdir.clone(),
         };
-        let program = Program { argv, env, chdir };
+        let program = Program {
+            argv,
+            env,
+            chdir,
+            as_root,
+        };
         program.check()?;
         Ok(program)
+    }
+
+    /// Whether a command's `user` is root (uid 0 inside, no capabilities: a session
+    /// created with `root`); the jail's user by name or left out is not. Anyone else is
+    /// refused: the jail maps no one else.
+    fn runs_as_root(&self, user: Option<&str>) -> Result<bool> {
+        let identity = &self.plan().identity;
+        match user {
+            None => Ok(false),
+            Some("root") if identity.root => Ok(true),
+            Some("root") => Err(Error::input(
+                "user \"root\": this session was created without root, so its jail maps no uid 0; create the session with \"root\": true (a root brig serve with per-jail host uids), or leave the user out",
+            )),
+            Some(name) if name == identity.user => Ok(false),
+            Some(other) => Err(Error::input(format!(
+                "user {other:?}: the session's jail has no such user; give {:?}{} or leave the user out",
+                identity.user,
+                if identity.root { " or \"root\"" } else { "" }
+            ))),
+        }
     }
 
     fn oom_kills(&self) -> u64 {
@@ -775,7 +809,7 @@ impl<'p> Session<'p> {
                 "brig-session-bash".into(),
             ],
         };
-        let program = self.program(argv, Vec::new(), cwd)?;
+        let program = self.program(argv, Vec::new(), cwd, false)?;
         let (ours, theirs) = UnixStream::pair()
             .and_then(|(ours, theirs)| {
                 kernel::pass_credentials(&ours)?;
@@ -868,6 +902,8 @@ struct CommandExec {
     chdir: Option<PathBuf>,
     time_limit: Option<Span>,
     output_limit: Option<crate::units::Size>,
+    /// `root`, the jail's user's name, or None (the jail's user).
+    user: Option<String>,
 }
 
 impl Interpreter {
@@ -981,8 +1017,19 @@ fn error_reply(err: &Error) -> SessionReply {
 
 /// Checks a request for a session before the server hands it on: the paths and sizes a
 /// client could get wrong are its one-line errors here (the runner checks them again).
+/// A root command's HOME and default directory: writable by anyone (sticky), where the
+/// user's home is not root's to enter.
+const ROOT_HOME: &str = "HOME=/tmp";
+
 pub fn check_request(request: &Request) -> Result<()> {
     match request {
+        Request::SessionExec {
+            code: Some(_),
+            user: Some(_),
+            ..
+        } => Err(Error::input(
+            "user: only a command takes one; a code cell runs in the session's interpreter, as the jail's user; leave the user out",
+        )),
         Request::SessionPut { data, .. }
             if data.len() as u64 > workspace::MAX_CHUNK * 4 / 3 + 4 =>
         {

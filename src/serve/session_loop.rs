@@ -610,6 +610,7 @@ impl<'p> Session<'p> {
                 background,
                 tag,
                 pty,
+                user,
                 ..
             }) if !command.is_empty() || pty.is_some() => {
                 let exec = CommandExec {
@@ -619,6 +620,7 @@ impl<'p> Session<'p> {
                     chdir,
                     time_limit,
                     output_limit,
+                    user,
                 };
                 let form = Form {
                     stream,
@@ -888,7 +890,8 @@ impl<'p> Session<'p> {
         }
         self.check_room(form)?;
         let asked_env = exec.env.clone();
-        let program = self.program(exec.command, exec.env, exec.chdir)?;
+        let as_root = self.runs_as_root(exec.user.as_deref())?;
+        let program = self.program(exec.command, exec.env, exec.chdir, as_root)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         // The one collector makes the output pipes (the jail's ends blocking, its own
         // not); it keeps the output for the reply of a foreground exec that does not

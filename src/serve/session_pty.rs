@@ -85,7 +85,8 @@ impl<'p> Session<'p> {
             env.insert(0, TERM.to_string());
         }
         let asked_env = env.clone();
-        let program = self.program(command, env, exec.chdir)?;
+        let as_root = self.runs_as_root(exec.user.as_deref())?;
+        let program = self.program(command, env, exec.chdir, as_root)?;
         // As a background process: the limits its request asks for, and no others.
         let (time_limit, output_limit) = self.limits(exec.time_limit, exec.output_limit)?;
         let time_limit = time_limit.filter(|_| exec.time_limit.is_some());

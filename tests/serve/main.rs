@@ -30,6 +30,7 @@ mod session_network;
 mod session_processes;
 mod session_pty;
 mod session_rich;
+mod session_root;
 mod session_scheduling;
 mod session_secrets;
 mod session_watch;
