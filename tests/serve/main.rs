@@ -19,6 +19,7 @@ mod gateway_interpreter;
 mod gateway_lifecycle;
 mod gateway_node;
 mod gateway_ports;
+mod gateway_root;
 mod gateway_stream_input;
 mod server;
 mod session_cells;
