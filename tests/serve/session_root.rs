@@ -12,7 +12,7 @@ use crate::common;
 
 use common::memory::descendants;
 use common::serve::{Server, ask, close_session, create_session};
-use common::session::assert_bad_input;
+use common::session::{assert_bad_input, assert_output_lines, client_script};
 use common::*;
 use serde_json::{Value, json};
 
@@ -21,6 +21,7 @@ both_modes!(
     the_user_cannot_become_root_nor_reach_the_spawner,
     root_maps_a_second_host_uid_released_with_the_session,
     sessions_without_root_map_one_id_as_before,
+    the_python_and_node_clients_ask_for_root,
 );
 
 /// A command's reply in session `id`, as `user` (None: the jail's user).
@@ -401,5 +402,51 @@ fn sessions_without_root_map_one_id_as_before(mode: Mode) {
                 .contains("--host-uid-range"),
             "{reply}"
         );
+    }
+}
+
+const PYTHON_CLIENT: &str = r#"
+import sys, brig_client
+try:
+    sb = brig_client.Sandbox(sys.argv[1], root=True)
+except brig_client.BrigError as err:
+    print("refused:", "rootless" in str(err))
+    raise SystemExit
+print(sb.commands.run("id -u", user="root").stdout.strip(), sb.commands.run("id -u").stdout.strip())
+sb.close()
+"#;
+
+const NODE_CLIENT: &str = r#"
+const [module, socket] = process.argv.slice(1);
+const { Sandbox } = require(module);
+(async () => {
+  let sb;
+  try {
+    sb = await Sandbox.create({ socket, root: true });
+  } catch (err) {
+    console.log("refused:", String(err.message).includes("rootless"));
+    return;
+  }
+  const root = await sb.commands.run("id -u", { user: "root" });
+  const user = await sb.commands.run("id -u");
+  console.log(root.stdout.trim(), user.stdout.trim());
+  await sb.close();
+})().catch((err) => { console.error(err); process.exit(1); });
+"#;
+
+fn the_python_and_node_clients_ask_for_root(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let expected = match mode {
+        Mode::Root => "0 1000",
+        Mode::Rootless => "refused: True",
+    };
+    if require_program("python3", "apt install python3") {
+        let output = client_script(mode, "python", PYTHON_CLIENT, &server);
+        assert_output_lines(&output, &[expected]);
+    }
+    if require_program("node", "apt install nodejs") {
+        let output = client_script(mode, "node", NODE_CLIENT, &server);
+        let expected = expected.replace("True", "true");
+        assert_output_lines(&output, &[expected.as_str()]);
     }
 }
