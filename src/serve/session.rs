@@ -734,8 +734,13 @@ impl<'p> Session<'p> {
         };
         let cgroup = (self.jail.cgroup_version(), usage);
         let time_limit = end.limit.map(Span);
-        let mut report =
-            RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
+        // Root's command ran as the jail's second host ids: its verdict says those.
+        let host_ids = match ran {
+            Ran::Command { as_root: true, .. } => self.jail.root_host_ids(),
+            _ => None,
+        };
+        let host_ids = host_ids.unwrap_or_else(|| self.jail.host_ids());
+        let mut report = RunReport::new(end.outcome, time_limit, spent, cgroup, host_ids);
         // The session's cgroup is shared by every exec running at once: an OOM kill
         // during this one may have taken another's process. This exec ran out of memory
         // when its own program died of a SIGKILL brig did not send while the kernel
@@ -772,7 +777,7 @@ impl<'p> Session<'p> {
             },
             pid: match ran {
                 Ran::Cell(_) => None,
-                Ran::Command { pid } => Some(pid),
+                Ran::Command { pid, .. } => Some(pid),
             },
         });
         if let Some(path) = &self.audit_log
@@ -873,9 +878,11 @@ impl<'p> Session<'p> {
 /// What an exec ran, as its verdict names it.
 enum Ran<'t> {
     Cell(&'t context::Target),
-    /// A command, with its pid in the jail (None when the jail never said it).
+    /// A command, with its pid in the jail (None when the jail never said it), and
+    /// whether it ran as root.
     Command {
         pid: Option<u32>,
+        as_root: bool,
     },
 }
 

@@ -465,7 +465,10 @@ impl<'p> Session<'p> {
                 peer: process.peer,
                 argv: &process.argv,
             };
-            let ran = Ran::Command { pid: process.pid };
+            let ran = Ran::Command {
+                pid: process.pid,
+                as_root: process.as_root,
+            };
             let verdict = self.verdict(exec_end, &process.captured, served, ran);
             if let Some(mut foreground) = process.foreground.take() {
                 let captured = &mut process.captured;
@@ -923,6 +926,7 @@ impl<'p> Session<'p> {
         // A foreground command's stdin closes after the request's; a background
         // process's stays open for session_stdin.
         let mut watched = Watched::new(id, watch, output, stdin_write, stdin);
+        watched.as_root = as_root;
         watched.feed_stdin();
         Ok((id, watched))
     }

@@ -121,6 +121,7 @@ impl<'p> Session<'p> {
         output.without(1);
         let stdin = exec.stdin.unwrap_or_default().into_bytes();
         let mut watched = Watched::new(id, watch, output, input, stdin);
+        watched.as_root = as_root;
         watched.pty = Some(size);
         watched.terminal = Some(master);
         watched.feed_stdin();

@@ -320,6 +320,14 @@ fn root_maps_a_second_host_uid_released_with_the_session(mode: Mode) {
             "a per-jail host uid, never host root: {host}"
         );
     }
+    // Each command's verdict names the host ids it ran as.
+    for (user, host) in [(Some("root"), root_host), (None, user_host)] {
+        let reply = exec_as(&server, &id, user, "true");
+        let identity = &reply["verdict"]["protections"]["host_identity"];
+        assert_eq!(identity["uid"], host, "{reply}");
+        assert_eq!(identity["gid"], host, "{reply}");
+        assert_eq!(identity["mode"], "per-jail", "{reply}");
+    }
     // On the host, root's processes are the second uid, the user's the first.
     for user in [Some("root"), None] {
         let mut request = json!({"type": "session_exec", "session": id, "command": ["sleep", "1000"], "background": true});
