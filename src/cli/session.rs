@@ -283,6 +283,11 @@ pub struct CreateArgs {
     /// Read the session's options from a YAML file (as `brig run --config`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Map uid 0 into the session's jail too (a second host uid of its own), so that
+    /// `brig session exec --user root` runs as root inside, without capabilities. Only
+    /// with a root server using per-jail host uids.
+    #[arg(long)]
+    pub root: bool,
     /// The session's jail, as for `brig run` (memory, pids and cpus hold for the whole
     /// session).
     #[command(flatten)]
@@ -318,6 +323,10 @@ pub struct ExecArgs {
     /// Set a variable for the command (repeatable).
     #[arg(long, value_name = "K=V")]
     pub env: Vec<String>,
+    /// Run the command as `root` (uid 0 inside the jail, without capabilities; a session
+    /// created with --root) or as the jail's user (its name) [default: the jail's user].
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The command's working directory in the jail.
     #[arg(long, value_name = "DIR")]
     pub chdir: Option<PathBuf>,
@@ -504,7 +513,7 @@ fn create(args: CreateArgs) -> Result<i32> {
         workspace_size: args.workspace_size,
         metadata: labels(&args.metadata)?,
         secrets,
-        root: false,
+        root: args.root,
     };
     let session = Client::new(&args.server).create(&create)?;
     println!("{}", session.id());
@@ -581,6 +590,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
                 code: Some(code),
                 language: args.language.map(language_of),
                 context: args.context.clone(),
+                user: args.user.clone(),
                 ..Exec::default()
             }
         }
@@ -596,6 +606,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
                 env: args.env.clone(),
                 chdir: args.chdir.clone(),
                 stdin,
+                user: args.user.clone(),
                 ..Exec::default()
             }
         }

@@ -12,7 +12,7 @@ use crate::common;
 
 use common::memory::descendants;
 use common::serve::{Server, ask, close_session, create_session};
-use common::session::{assert_bad_input, assert_output_lines, client_script};
+use common::session::{assert_bad_input, assert_output_lines, client_script, session_cli};
 use common::*;
 use serde_json::{Value, json};
 
@@ -22,6 +22,7 @@ both_modes!(
     root_maps_a_second_host_uid_released_with_the_session,
     sessions_without_root_map_one_id_as_before,
     the_python_and_node_clients_ask_for_root,
+    the_command_line_asks_for_root,
 );
 
 /// A command's reply in session `id`, as `user` (None: the jail's user).
@@ -457,4 +458,44 @@ fn the_python_and_node_clients_ask_for_root(mode: Mode) {
         let expected = expected.replace("True", "true");
         assert_output_lines(&output, &[expected.as_str()]);
     }
+}
+
+fn the_command_line_asks_for_root(mode: Mode) {
+    let server = Server::start(mode, &["--pool", "0"]);
+    let created = run(
+        mode,
+        &["session", "create", "--server", server.socket(), "--root"],
+    );
+    if mode == Mode::Rootless {
+        assert_eq!(code(&created), 125, "{}", describe(&created));
+        let stderr = String::from_utf8_lossy(&created.stderr);
+        assert!(
+            stderr.contains("root: a rootless brig serve maps one id"),
+            "{stderr}"
+        );
+        return;
+    }
+    let id = assert_success(&created).trim().to_string();
+    let as_root = session_cli(
+        mode,
+        &server,
+        &id,
+        &["exec", "--user", "root", "--", "id", "-u"],
+    );
+    assert_eq!(assert_success(&as_root), "0\n");
+    let as_user = session_cli(mode, &server, &id, &["exec", "--", "id", "-u"]);
+    assert_eq!(assert_success(&as_user), "1000\n");
+    let nobody = session_cli(
+        mode,
+        &server,
+        &id,
+        &["exec", "--user", "bob", "--", "id", "-u"],
+    );
+    assert_eq!(code(&nobody), 125, "{}", describe(&nobody));
+    assert!(
+        String::from_utf8_lossy(&nobody.stderr).contains("user \"bob\""),
+        "{}",
+        describe(&nobody)
+    );
+    assert_success(&session_cli(mode, &server, &id, &["close"]));
 }
