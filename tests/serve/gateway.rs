@@ -158,7 +158,7 @@ fn sdk_program_passes(mode: Mode, script: &str) {
 }
 
 /// `script` with `sys.argv[2:]` set to `args`.
-fn with_args(script: &str, args: &[&str]) -> String {
+pub(crate) fn with_args(script: &str, args: &[&str]) -> String {
     format!("import sys\nsys.argv[2:] = {args:?}\n{script}")
 }
 

@@ -9,7 +9,7 @@
 
 use crate::common;
 
-use super::gateway::{Gateway, KEY_A, assert_passed};
+use super::gateway::{Gateway, KEY_A, assert_passed, with_args};
 use common::serve::Server;
 use common::*;
 
@@ -114,6 +114,5 @@ fn e2b_user_root_is_uid_0_inside_without_capabilities(mode: Mode) {
         Mode::Root => "root",
         Mode::Rootless => "rootless",
     };
-    let script = format!("import sys\nsys.argv[2:] = [{mode_name:?}]\n{ROOT}");
-    assert_passed(gateway.sdk(KEY_A, &script));
+    assert_passed(gateway.sdk(KEY_A, &with_args(ROOT, &[mode_name])));
 }
