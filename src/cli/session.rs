@@ -34,7 +34,7 @@ pub enum SessionCommand {
     #[command(mut_arg("command", |arg| arg.hide(true)))]
     Create(Box<CreateArgs>),
     /// Run a command (`-- ARGV...`) or a code cell (`--code FILE|-`) in a session.
-    Exec(ExecArgs),
+    Exec(Box<ExecArgs>),
     /// Write a local file (or - for stdin) into the session's workspace, streamed (any
     /// size up to the workspace).
     Put {
@@ -378,7 +378,7 @@ impl At {
 pub fn run(command: SessionCommand) -> Result<i32> {
     match command {
         SessionCommand::Create(args) => create(*args),
-        SessionCommand::Exec(args) => exec(args),
+        SessionCommand::Exec(args) => exec(*args),
         SessionCommand::Put { at, local, remote } => files::put(&at, &local, &remote),
         SessionCommand::Get { at, remote, local } => files::get(&at, &remote, local.as_deref()),
         SessionCommand::Stat { at, path } => files::stat(&at, &path),
