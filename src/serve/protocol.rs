@@ -73,7 +73,7 @@ pub enum Request {
         /// The jail maps uid/gid 0 too (to host ids of its own), so that a command may run
         /// as root inside (`session_exec`'s `user`), without capabilities. Root servers
         /// with per-jail host uids only.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[serde(default)]
         root: bool,
     },
     /// Runs a command (`command`) or a code cell (`code`) in the session.
@@ -115,7 +115,7 @@ pub enum Request {
         /// Who a command runs as: `root` (uid 0 inside, no capabilities; the session
         /// must have been created with `root`) or the jail's user (its name, or left
         /// out).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default)]
         user: Option<String>,
     },
     /// The session's processes (`session_processes.rs`).

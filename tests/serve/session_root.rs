@@ -359,6 +359,15 @@ fn root_maps_a_second_host_uid_released_with_the_session(mode: Mode) {
 
 fn sessions_without_root_map_one_id_as_before(mode: Mode) {
     let server = Server::start(mode, &["--pool", "0"]);
+    // The fields' defaults may be given as well.
+    let id = create_session(&server, json!({"root": false}));
+    assert_eq!(run_as(&server, &id, None, "id -u"), "1000\n");
+    let reply = ask(
+        &server,
+        json!({"type": "session_exec", "session": id, "command": ["id", "-u"], "user": null}),
+    );
+    assert_eq!(reply["stdout"], "1000\n", "{reply}");
+    close_session(&server, &id);
     let id = create_session(&server, json!({}));
     let map = run_as(
         &server,
