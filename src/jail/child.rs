@@ -26,8 +26,9 @@ pub(super) enum Shape {
 
 /// Entry point in the cloned child; never returns. A session's init ([`Shape::Session`])
 /// runs programs one after another instead of one. `host_locks`: the locks of its per-jail
-/// host uids (the user's; a root session's root's too), which init keeps open (close-on-exec, out of every program's reach) so that the
-/// uid stays taken until the last process of the jail is gone, even if brig is not.
+/// host uids (the user's; a root session's root's too), which init keeps open
+/// (close-on-exec, out of every program's reach) so that the uids stay taken until the
+/// last process of the jail is gone, even if brig is not.
 pub fn run(
     plan: &Plan,
     channel: ChildEnd,
