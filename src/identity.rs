@@ -41,6 +41,11 @@ pub struct Identity {
     /// Why a weaker mode applies than asked for (the default range unmapped here).
     #[serde(skip)]
     pub warning: Option<String>,
+    /// A session's `root`: the jail maps uid and gid 0 too, each to a second per-jail
+    /// host id, so that a program asked to run as root runs as 0 inside, without any
+    /// capability (see [`allow_root`]). Off everywhere else.
+    #[serde(skip)]
+    pub root: bool,
 }
 
 /// Which host ids a jail maps to, and who creates its user namespace (the kernel charges
@@ -382,7 +387,41 @@ pub fn resolve(options: &JailOptions) -> Result<Identity> {
         host,
         rootless,
         warning,
+        root: false,
     })
+}
+
+/// Lets the jail's programs run as root inside (a session's `root`): uid and gid 0 are
+/// mapped too, to a second host uid/gid leased for the jail alone. Refused where that
+/// cannot be: rootless (an unprivileged user may map its own id only), and with host ids
+/// shared by every jail (`--host-uid-range off`, `--host-uid`), where inside root would
+/// have no host id of its own. The jail's user must not be 0 itself.
+pub fn allow_root(identity: &mut Identity) -> Result<()> {
+    can_map_root(identity)?;
+    identity.root = true;
+    Ok(())
+}
+
+/// Whether a jail of `identity` could map root too ([`allow_root`]), else why not.
+pub fn can_map_root(identity: &Identity) -> Result<()> {
+    if identity.rootless {
+        return Err(Error::input(
+            "root: a rootless brig serve maps one id into a jail (its own), so there is no second id for root inside; run brig serve as root (with its per-jail host uids) or leave root out",
+        ));
+    }
+    if !matches!(identity.host, HostIds::PerJail { .. }) {
+        return Err(Error::input(format!(
+            "root: brig serve maps every jail to one shared host id ({} mode: --host-uid-range off or --host-uid/--host-gid), so root inside would have no host id of its own; serve with a --host-uid-range (the default) or leave root out",
+            identity.host.mode()
+        )));
+    }
+    if identity.uid == 0 || identity.gid == 0 {
+        return Err(Error::input(format!(
+            "root: the jail's user is uid {} gid {}, where root needs 0 free for itself; give the user another --uid/--gid (e.g. 1000) or leave root out",
+            identity.uid, identity.gid
+        )));
+    }
+    Ok(())
 }
 
 /// While it lives, brig's effective uid and gid are a jail's per-jail host ids, so that
@@ -460,13 +499,29 @@ pub fn drop_supplementary_groups(identity: &Identity) -> Result<()> {
     setgroups(&[]).context(|| "drop brig's supplementary groups".into())
 }
 
-/// Maps exactly one uid and one gid into the child's user namespace, and denies setgroups.
-pub fn write_id_maps(child: Pid, identity: &Identity, host: &Lease) -> Result<()> {
+/// Maps exactly one uid and one gid into the child's user namespace, and denies setgroups;
+/// with `root` (a session's root, [`allow_root`]) also 0 to root's own host ids.
+pub fn write_id_maps(
+    child: Pid,
+    identity: &Identity,
+    host: &Lease,
+    root: Option<&Lease>,
+) -> Result<()> {
     let proc_dir = format!("/proc/{child}");
+    let (root_uid, root_gid) = match root {
+        Some(root) => (format!("0 {} 1\n", root.uid), format!("0 {} 1\n", root.gid)),
+        None => (String::new(), String::new()),
+    };
     let files = [
         ("setgroups", "deny\n".to_string()),
-        ("uid_map", format!("{} {} 1\n", identity.uid, host.uid)),
-        ("gid_map", format!("{} {} 1\n", identity.gid, host.gid)),
+        (
+            "uid_map",
+            format!("{root_uid}{} {} 1\n", identity.uid, host.uid),
+        ),
+        (
+            "gid_map",
+            format!("{root_gid}{} {} 1\n", identity.gid, host.gid),
+        ),
     ];
     for (name, contents) in files {
         let path = format!("{proc_dir}/{name}");
@@ -525,6 +580,36 @@ pub fn become_jail_user(identity: &Identity) -> Result<()> {
     let uid = Uid::from_raw(identity.uid);
     setresgid(gid, gid, gid).context(|| format!("setresgid to {gid}"))?;
     setresuid(uid, uid, uid).context(|| format!("setresuid to {uid}"))
+}
+
+/// A root session's init keeps uid and gid 0 as its *real* ids (effective and saved stay
+/// the user's), so that it may later give a program either identity with no capability
+/// (an unprivileged setresuid may set each id to any of the current three), and may
+/// signal programs of both: kill(2) asks that the sender's real or effective uid be the
+/// target's real or saved one. Its effective ids stay the user's, so the user's
+/// processes may signal it as before; ptrace of it stays denied (every id must match,
+/// and it is undumpable). First, while init still holds CAP_SETPCAP, the securebits
+/// that lock uid 0's special treatment away for every descendant: an execve as 0 gains
+/// no capability even were the bounding set not empty.
+pub fn keep_root_for_programs(identity: &Identity) -> Result<()> {
+    crate::sys::lock_out_root_privileges().context(|| {
+        "set SECBIT_NOROOT and its lock (the jail's root gains nothing by exec)".into()
+    })?;
+    let (uid, gid) = (identity.uid, identity.gid);
+    crate::sys::set_task_ids((0, uid, uid), (0, gid, gid))
+        .context(|| format!("keep 0 as the real uid and gid of the jail's init (user {uid})"))
+}
+
+/// A root session's program becomes who it was asked to run as, all three ids: 0 (root
+/// inside, no capability) or the jail's user. Done first thing in every process init
+/// starts, so none of them keeps init's real 0.
+pub fn become_program_user(identity: &Identity, as_root: bool) -> Result<()> {
+    let (uid, gid) = match as_root {
+        true => (0, 0),
+        false => (identity.uid, identity.gid),
+    };
+    crate::sys::set_task_ids((uid, uid, uid), (gid, gid, gid))
+        .context(|| format!("become uid {uid} gid {gid} in the jail"))
 }
 
 #[cfg(test)]

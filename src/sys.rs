@@ -550,6 +550,37 @@ pub fn drop_bounding_set() -> Result<(), Errno> {
     Ok(())
 }
 
+/// setresuid(2) and setresgid(2) as the raw system calls: they change the calling task's
+/// ids only. glibc's wrappers broadcast the change to every thread they know of, and a
+/// [`spawn_sharing_memory`] child runs on its parent's thread descriptor: the broadcast
+/// would signal the parent (init) instead of changing the child alone.
+pub fn set_task_ids(uids: (u32, u32, u32), gids: (u32, u32, u32)) -> Result<(), Errno> {
+    // SAFETY: setresgid and setresuid take three ids each and touch no memory.
+    Errno::result(unsafe { libc::syscall(libc::SYS_setresgid, gids.0, gids.1, gids.2) })?;
+    // SAFETY: as above.
+    Errno::result(unsafe { libc::syscall(libc::SYS_setresuid, uids.0, uids.1, uids.2) }).map(drop)
+}
+
+/// The securebits that take uid 0's special treatment away, locked (capabilities(7)):
+/// SECBIT_NOROOT (an execve by uid 0 gains no capability), SECBIT_NO_CAP_AMBIENT_RAISE
+/// (no ambient capability can be raised), each with its _LOCKED bit, and
+/// SECBIT_KEEP_CAPS_LOCKED (KEEP_CAPS stays off). Needs CAP_SETPCAP; inherited by every
+/// descendant, across fork and execve, and never to be unset.
+pub fn lock_out_root_privileges() -> Result<(), Errno> {
+    const NOROOT: libc::c_ulong = 1 << 0;
+    const NOROOT_LOCKED: libc::c_ulong = 1 << 1;
+    const KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
+    const NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
+    const NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
+    let bits = NOROOT
+        | NOROOT_LOCKED
+        | KEEP_CAPS_LOCKED
+        | NO_CAP_AMBIENT_RAISE
+        | NO_CAP_AMBIENT_RAISE_LOCKED;
+    // SAFETY: PR_SET_SECUREBITS takes a bit mask only.
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits) }).map(drop)
+}
+
 /// SIGPIPE ignored, as Rust's runtime sets it up: writing to a closed pipe fails with
 /// EPIPE instead of killing brig. The program gets the default back (see
 /// `reset_signal_dispositions`).

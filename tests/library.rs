@@ -58,6 +58,7 @@ fn program_given_after_assembly() -> Result<(), String> {
         ],
         env: vec!["PATH=/usr/bin:/bin".into(), "GREETING=hello".into()],
         chdir: PathBuf::from("/tmp"),
+        as_root: false,
     };
     let report = jail.run(&program).map_err(|err| format!("run: {err}"))?;
     let status = report.outcome.exit_status().code();
@@ -110,16 +111,19 @@ fn bad_program_is_refused() -> Result<(), String> {
             argv: vec![],
             env: vec![],
             chdir: PathBuf::from("/"),
+            as_root: false,
         },
         Program {
             argv: vec!["echo".into(), "a\0b".into()],
             env: vec![],
             chdir: PathBuf::from("/"),
+            as_root: false,
         },
         Program {
             argv: vec!["true".into()],
             env: vec![],
             chdir: PathBuf::from("relative"),
+            as_root: false,
         },
     ];
     for program in bad {
@@ -209,6 +213,7 @@ fn program_gets_the_given_streams() -> Result<(), String> {
         ],
         env: vec!["PATH=/usr/bin:/bin".into()],
         chdir: PathBuf::from("/"),
+        as_root: false,
     };
     std::fs::File::from(in_write)
         .write_all(b"hello\n")

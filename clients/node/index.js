@@ -609,8 +609,10 @@ class Commands {
    * {exitCode, stdout, stderr, verdict}, `exitCode` as `brig run` would exit. With
    * `onStdout`/`onStderr` the output is streamed to them as it is produced. With
    * `background: true` (and an optional `tag`) it resolves at once to a CommandHandle.
+   * `user: "root"` runs it as uid 0 inside the jail, without capabilities (a sandbox
+   * created with `root: true`).
    */
-  async run(cmd, { stdin, timeout, env, cwd, outputLimit, onStdout, onStderr, background, tag } = {}) {
+  async run(cmd, { stdin, timeout, env, cwd, outputLimit, onStdout, onStderr, background, tag, user } = {}) {
     const command = typeof cmd === "string" ? ["/bin/sh", "-c", cmd] : cmd.map(String);
     const body = {
       type: "session_exec",
@@ -620,6 +622,7 @@ class Commands {
       chdir: cwd,
       time_limit: duration(timeout),
       output_limit: outputLimit,
+      user,
     };
     if (background) {
       const reply = await this._sandbox._request({ ...body, background: true, tag }, "process");
@@ -785,9 +788,11 @@ class Sandbox {
    * Creates a session; `options` are `brig run`'s by their YAML names. `secrets`: keys the
    * sandbox may use without seeing them, each `{name, value | env, hosts}` (`env` is read
    * here, from process.env); inside, the variable `name` holds a placeholder brig replaces
-   * with the value in HTTPS requests to `hosts` only.
+   * with the value in HTTPS requests to `hosts` only. `root: true` maps uid 0 into the
+   * jail too, for `commands.run(cmd, {user: "root"})` (root inside, without capabilities;
+   * a root server with per-jail host uids only).
    */
-  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, metadata, secrets, timeoutMs } = {}) {
+  static async create({ socket, options = {}, sessionTimeout, idleTimeout, workspaceSize, metadata, secrets, root, timeoutMs } = {}) {
     const reply = await request(socketOf({ socket }), {
       type: "session_create",
       options,
@@ -796,6 +801,7 @@ class Sandbox {
       workspace_size: workspaceSize,
       metadata,
       secrets: secrets && secrets.map(wireSecret),
+      root: root ? true : undefined,
     }, "session", timeoutMs);
     return new Sandbox(reply.session, { socket, timeoutMs, workspace: reply.workspace });
   }

@@ -34,7 +34,7 @@ pub enum SessionCommand {
     #[command(mut_arg("command", |arg| arg.hide(true)))]
     Create(Box<CreateArgs>),
     /// Run a command (`-- ARGV...`) or a code cell (`--code FILE|-`) in a session.
-    Exec(ExecArgs),
+    Exec(Box<ExecArgs>),
     /// Write a local file (or - for stdin) into the session's workspace, streamed (any
     /// size up to the workspace).
     Put {
@@ -287,6 +287,11 @@ pub struct CreateArgs {
     /// Read the session's options from a YAML file (as `brig run --config`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Map uid 0 into the session's jail too (a second host uid of its own), so that
+    /// `brig session exec --user root` runs as root inside, without capabilities. Only
+    /// with a root server using per-jail host uids.
+    #[arg(long)]
+    pub root: bool,
     /// The session's jail, as for `brig run` (memory, pids and cpus hold for the whole
     /// session).
     #[command(flatten)]
@@ -322,6 +327,10 @@ pub struct ExecArgs {
     /// Set a variable for the command (repeatable).
     #[arg(long, value_name = "K=V")]
     pub env: Vec<String>,
+    /// Run the command as `root` (uid 0 inside the jail, without capabilities; a session
+    /// created with --root) or as the jail's user (its name) [default: the jail's user].
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The command's working directory in the jail.
     #[arg(long, value_name = "DIR")]
     pub chdir: Option<PathBuf>,
@@ -373,7 +382,7 @@ impl At {
 pub fn run(command: SessionCommand) -> Result<i32> {
     match command {
         SessionCommand::Create(args) => create(*args),
-        SessionCommand::Exec(args) => exec(args),
+        SessionCommand::Exec(args) => exec(*args),
         SessionCommand::Put { at, local, remote } => files::put(&at, &local, &remote),
         SessionCommand::Get { at, remote, local } => files::get(&at, &remote, local.as_deref()),
         SessionCommand::Stat { at, path } => files::stat(&at, &path),
@@ -509,6 +518,7 @@ fn create(args: CreateArgs) -> Result<i32> {
         workspace_size: args.workspace_size,
         metadata: labels(&args.metadata)?,
         secrets,
+        root: args.root,
     };
     let session = Client::new(&args.server).create(&create)?;
     println!("{}", session.id());
@@ -585,6 +595,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
                 code: Some(code),
                 language: args.language.map(language_of),
                 context: args.context.clone(),
+                user: args.user.clone(),
                 ..Exec::default()
             }
         }
@@ -600,6 +611,7 @@ fn exec(args: ExecArgs) -> Result<i32> {
                 env: args.env.clone(),
                 chdir: args.chdir.clone(),
                 stdin,
+                user: args.user.clone(),
                 ..Exec::default()
             }
         }

@@ -93,6 +93,8 @@ pub struct Start {
     pub chdir: Option<PathBuf>,
     pub tag: Option<String>,
     pub pty: Option<PtySize>,
+    /// As root inside (`user="root"`; the sandbox maps it, [`Backend::maps_root`]).
+    pub as_root: bool,
 }
 
 /// Which process a request is for.
@@ -102,12 +104,29 @@ pub type Selector = ProcessRef;
 #[derive(Clone, Debug)]
 pub struct Backend {
     client: Client,
+    /// Whether the server maps root into its sessions (its status' `session_root`),
+    /// asked once it answers.
+    root: std::sync::Arc<std::sync::OnceLock<bool>>,
 }
 
 impl Backend {
     pub fn new(socket: PathBuf) -> Backend {
         Backend {
             client: Client::new(socket),
+            root: Default::default(),
+        }
+    }
+
+    /// Whether sandboxes are created with `root` (uid 0 inside for `user="root"`): the
+    /// server runs as root with per-jail host uids. A server that does not answer yet
+    /// is asked again next time.
+    pub fn maps_root(&self) -> bool {
+        if let Some(root) = self.root.get() {
+            return *root;
+        }
+        match self.client.status() {
+            Ok(status) => *self.root.get_or_init(|| status.session_root),
+            Err(_) => false,
         }
     }
 
@@ -131,6 +150,7 @@ impl Backend {
             session_timeout: Some(Span(new.timeout)),
             metadata: new.metadata,
             secrets: new.secrets,
+            root: self.maps_root(),
             ..Create::default()
         })?;
         if let Some(rules) = new.only_rules
@@ -216,6 +236,7 @@ impl Backend {
             env: start.env,
             chdir: start.chdir,
             tag: start.tag,
+            user: start.as_root.then(|| "root".to_string()),
             ..Exec::command(start.argv)
         };
         let session = self.session(session);

@@ -115,10 +115,14 @@ pub async fn serve(
     };
     let answer = match (service, procedure, shape) {
         ("process.Process", "Start", Shape::Stream) => {
-            return match user_of(&headers)
+            let as_root = match user_of(&headers) {
+                Ok(as_root) => as_root,
+                Err(err) => return fail(shape, codec, err),
+            };
+            return match root_is_mapped(&call.gateway, as_root)
                 .and_then(|()| connect::decode::<pb::StartRequest>(codec, shape, &body))
             {
-                Ok(request) => call.start(request),
+                Ok(request) => call.start(request, as_root),
                 Err(err) => fail(shape, codec, err),
             };
         }
@@ -167,6 +171,10 @@ pub async fn serve(
                 "unary"
             }
         ))),
+        // Files are the workspace's, the user's: never done as root (`AS_ROOT_REFUSED`).
+        ("filesystem.Filesystem", _, _) if matches!(user_of(&headers), Ok(true)) => {
+            Err(ConnectError::invalid(super::files::AS_ROOT_REFUSED))
+        }
         ("filesystem.Filesystem", _, Shape::Unary) => {
             super::files::procedure(call.gateway, call.sandbox, codec, procedure, &body).await
         }
@@ -271,15 +279,15 @@ fn fail(shape: Shape, codec: Codec, err: ConnectError) -> Response {
     }
 }
 
-/// The user a process is to run as (envd's `Authorization: Basic base64(USER:)`): only
-/// E2B's default user is served, which every command runs as; `root` and others are
-/// refused rather than run as someone else. The jail's user namespace maps one id, its
-/// user's: a process in it cannot become uid 0 (0 is not mapped: setuid fails with
-/// EINVAL), whatever its capabilities, which it has none of anyway.
-fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
+/// Whether a process is to run as root (envd's `Authorization: Basic base64(USER:)`):
+/// E2B's default user `user`, or `root`: uid 0 *inside* the jail's user namespace, which
+/// a root brig serve maps to a host uid of the sandbox's own, with no capability (no
+/// mount, chown, reading others' files; `sudo` gives nothing more). Anyone else is
+/// refused rather than run as someone else.
+fn user_of(headers: &HeaderMap) -> Result<bool, ConnectError> {
     use base64::Engine;
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Ok(());
+        return Ok(false);
     };
     let user = value
         .to_str()
@@ -298,11 +306,23 @@ fn user_of(headers: &HeaderMap) -> Result<(), ConnectError> {
             )
         })?;
     match user.as_str() {
-        "" | "user" => Ok(()),
+        "" | "user" => Ok(false),
+        "root" => Ok(true),
         other => Err(ConnectError::invalid(format!(
-            "user {other:?}: a sandbox's jail maps one user id, its user `user`'s, so there is no root or other user to run as (and no capabilities, no sudo); leave the user out"
+            "user {other:?}: a sandbox has two users, `user` and `root` (uid 0 inside, without capabilities); give one of them or leave the user out"
         ))),
     }
+}
+
+/// Root is served where the server maps it (its sandboxes are created with `root`); else
+/// the one-line reason, as the SDK's InvalidArgument.
+fn root_is_mapped(gateway: &Gateway, as_root: bool) -> Result<(), ConnectError> {
+    if as_root && !gateway.backend.maps_root() {
+        return Err(ConnectError::invalid(
+            "user \"root\": this brig serve runs rootless (or with one host id shared by all jails), so a sandbox's jail maps one id, its user's, and there is no root inside; run brig serve as root (per-jail host uids) for root, or leave the user out",
+        ));
+    }
+    Ok(())
 }
 
 /// The keepalive period a stream's client asked for, within 1 s to 5 min.
@@ -339,8 +359,8 @@ impl Call {
             .map_err(ConnectError::from)
     }
 
-    fn start(self, request: pb::StartRequest) -> Response {
-        let start = match command_of(&request) {
+    fn start(self, request: pb::StartRequest, as_root: bool) -> Response {
+        let start = match command_of(&request, as_root) {
             Ok(start) => start,
             Err(err) => return fail(Shape::Stream, self.codec, err),
         };
@@ -514,7 +534,7 @@ impl Call {
 }
 
 /// What `Start` asks to run.
-fn command_of(request: &pb::StartRequest) -> Result<Start, ConnectError> {
+fn command_of(request: &pb::StartRequest, as_root: bool) -> Result<Start, ConnectError> {
     let config = request
         .process
         .as_ref()
@@ -542,6 +562,7 @@ fn command_of(request: &pb::StartRequest) -> Result<Start, ConnectError> {
             .map(Into::into),
         tag: request.tag.clone(),
         pty: pty_size(request.pty.as_ref())?,
+        as_root,
     })
 }
 

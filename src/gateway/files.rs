@@ -306,6 +306,11 @@ pub async fn transfer(
     answer.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// Why files are not read or written as root: they are the workspace's, which root inside
+/// (without CAP_DAC_OVERRIDE) cannot enter; done as the user instead, they would be
+/// someone else's than asked.
+pub const AS_ROOT_REFUSED: &str = "user \"root\": a sandbox's files are its workspace's, /home/user, the user's alone (mode 0700), which root inside cannot enter (it has no capability, no CAP_DAC_OVERRIDE); leave the user out, or write elsewhere (/tmp) with a command run as root";
+
 /// The query's `path` (and a `username` other than E2B's default is refused).
 fn query_path(query: Option<&str>) -> Result<Option<String>, ApiError> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.unwrap_or(""))
@@ -314,6 +319,9 @@ fn query_path(query: Option<&str>) -> Result<Option<String>, ApiError> {
     for (name, value) in pairs {
         match name.as_str() {
             "path" => path = Some(value),
+            "username" if value == "root" => {
+                return Err(ApiError::bad_request(AS_ROOT_REFUSED));
+            }
             "username" if value != "user" => {
                 return Err(ApiError::bad_request(format!(
                     "username {value:?}: brig gateway reads and writes files as the sandbox's own user only; leave it out"

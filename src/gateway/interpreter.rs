@@ -520,6 +520,7 @@ impl Call {
                     background: false,
                     tag: None,
                     pty: None,
+                    user: None,
                 };
                 if stream {
                     backend.stream(&request).map(Some)

@@ -484,12 +484,14 @@ fn write_all(fd: &impl AsFd, mut bytes: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
-/// argc and envc (u32 each), then chdir, the arguments and the environment, each ended
-/// by a NUL byte (the plan refused strings with one).
+/// argc and envc (u32 each), whether it runs as root (u32, 0 or 1), then chdir, the
+/// arguments and the environment, each ended by a NUL byte (the plan refused strings
+/// with one).
 fn encode_program(program: &Program) -> Vec<u8> {
     let mut payload = Vec::new();
     payload.extend_from_slice(&(program.argv.len() as u32).to_le_bytes());
     payload.extend_from_slice(&(program.env.len() as u32).to_le_bytes());
+    payload.extend_from_slice(&u32::from(program.as_root).to_le_bytes());
     let chdir = program.chdir.to_string_lossy();
     for text in std::iter::once(chdir.as_ref())
         .chain(program.argv.iter().map(String::as_str))
@@ -504,8 +506,13 @@ fn encode_program(program: &Program) -> Vec<u8> {
 fn decode_program(payload: &[u8]) -> Option<Program> {
     let argc = u32::from_le_bytes(payload.get(0..4)?.try_into().ok()?) as usize;
     let envc = u32::from_le_bytes(payload.get(4..8)?.try_into().ok()?) as usize;
+    let as_root = match u32::from_le_bytes(payload.get(8..12)?.try_into().ok()?) {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
     // Every string ends with its NUL: exactly 1 + argc + envc of them.
-    let texts: Vec<String> = payload[8..]
+    let texts: Vec<String> = payload[12..]
         .strip_suffix(&[0])?
         .split(|byte| *byte == 0)
         .map(|text| String::from_utf8_lossy(text).into_owned())
@@ -517,7 +524,12 @@ fn decode_program(payload: &[u8]) -> Option<Program> {
     let chdir = PathBuf::from(texts.next()?);
     let argv = texts.by_ref().take(argc).collect();
     let env = texts.collect();
-    Some(Program { argv, env, chdir })
+    Some(Program {
+        argv,
+        env,
+        chdir,
+        as_root,
+    })
 }
 
 /// One frame: tag, u32 length, payload. Each frame is written with a single write(2) of
@@ -732,6 +744,7 @@ mod tests {
             ],
             env: vec!["PATH=/usr/bin".into(), "EMPTY=".into()],
             chdir: PathBuf::from("/home/sandbox"),
+            as_root: true,
         };
         assert_eq!(decode_program(&encode_program(&program)), Some(program));
         assert_eq!(decode_program(b"\x01\0\0\0\0\0\0\0/\0"), None);
@@ -759,6 +772,7 @@ mod tests {
                 argv: vec!["ls".into()],
                 env: vec![],
                 chdir: "/".into(),
+                as_root: false,
             },
         };
         parent.send_command(&spawn, &[pipe_read.as_fd()]).unwrap();

@@ -25,16 +25,17 @@ pub(super) enum Shape {
 }
 
 /// Entry point in the cloned child; never returns. A session's init ([`Shape::Session`])
-/// runs programs one after another instead of one. `host_lock`: the lock of a per-jail host
-/// uid, which init keeps open (close-on-exec, out of every program's reach) so that the
-/// uid stays taken until the last process of the jail is gone, even if brig is not.
+/// runs programs one after another instead of one. `host_locks`: the locks of its per-jail
+/// host uids (the user's; a root session's root's too), which init keeps open
+/// (close-on-exec, out of every program's reach) so that the uids stay taken until the
+/// last process of the jail is gone, even if brig is not.
 pub fn run(
     plan: &Plan,
     channel: ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
     shape: Shape,
-    host_lock: Option<std::os::fd::RawFd>,
+    host_locks: Vec<std::os::fd::RawFd>,
 ) -> ! {
     // This process starts as a copy of the supervisor: the secrets' values go first (the
     // supervisor keeps its own, scrubbed of every other copy before the clone; nothing
@@ -42,7 +43,7 @@ pub fn run(
     if let Some(secrets) = plan.secrets() {
         secrets.forget();
     }
-    if let Err(err) = assemble_jail(plan, &channel, output, cgroup, host_lock) {
+    if let Err(err) = assemble_jail(plan, &channel, output, cgroup, host_locks) {
         channel.send_error(&err);
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }
@@ -103,7 +104,7 @@ fn assemble_jail(
     channel: &ChildEnd,
     output: Option<JailEnds>,
     cgroup: Option<&cgroup::Entry>,
-    host_lock: Option<std::os::fd::RawFd>,
+    host_locks: Vec<std::os::fd::RawFd>,
 ) -> Result<()> {
     // Die with brig. Then wait until brig has written the id maps: until then this
     // process has no identity in its user namespace.
@@ -159,7 +160,7 @@ fn assemble_jail(
             .at(Stage::Descriptors)?;
     }
     let mut keep = channel.raw_fds();
-    keep.extend(host_lock);
+    keep.extend(host_locks);
     fds::close_inherited(&keep).at(Stage::Descriptors)?;
     // Namespaces: a new session without a controlling terminal, the hostname, lo.
     nix::unistd::setsid()

@@ -113,7 +113,13 @@ fn reap(program: Pid, channel: &ChildEnd) {
 /// A session's init: runs the programs brig sends, one [`Message::Ended`] for each, until
 /// brig closes the channel; then everything in the jail dies with init.
 pub fn run_session(plan: &Plan, channel: &ChildEnd) -> ! {
-    if let Err(err) = harden() {
+    // A root session: before the capabilities go, lock root's privileges away and keep
+    // 0 as init's real ids, for the programs asked to run as root.
+    let kept = match plan.identity.root {
+        true => crate::identity::keep_root_for_programs(&plan.identity),
+        false => Ok(()),
+    };
+    if let Err(err) = kept.and_then(|()| harden()) {
         channel.send_error(&err.at(Stage::Init));
         sys::exit_now(ExitStatus::BRIG_FAILED);
     }

@@ -22,6 +22,10 @@ pub struct Program {
     pub argv: Vec<String>,
     pub env: Vec<String>,
     pub chdir: PathBuf,
+    /// Runs as uid/gid 0 of the jail, without capabilities: a root session's only
+    /// (`Identity::root`); otherwise as the jail's user.
+    #[serde(default)]
+    pub as_root: bool,
 }
 
 impl Program {
@@ -58,6 +62,7 @@ impl Program {
             argv: plan.command.clone(),
             env: plan.env.clone(),
             chdir: plan.chdir.clone(),
+            as_root: false,
         }
     }
 }
@@ -86,6 +91,20 @@ pub fn become_program(
         }
         sys::exit_now(ExitStatus::BRIG_FAILED);
     };
+    // A root session's init has real ids 0: every program takes the identity it was
+    // asked for, all three ids, before anything else (see `identity::keep_root_for_programs`).
+    if plan.identity.root
+        && let Err(err) = crate::identity::become_program_user(&plan.identity, program.as_root)
+            .at(Stage::Identity)
+    {
+        fail(err);
+    }
+    if program.as_root && !plan.identity.root {
+        fail(
+            Error::input("a program as root in a jail without root (a session's `root`)")
+                .at(Stage::Identity),
+        );
+    }
     // A program on a terminal leads a session of its own (and so a process group), the
     // terminal its controlling one (given below with its stdio): its line discipline's
     // Ctrl-C and SIGWINCH reach its foreground group.

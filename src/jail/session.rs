@@ -101,6 +101,11 @@ impl<'p> SessionJail<'p> {
         self.jail.host_ids()
     }
 
+    /// A root session's: the host uid and gid the jail's 0 maps to.
+    pub fn root_host_ids(&self) -> Option<(u32, u32)> {
+        self.jail.root_host_ids()
+    }
+
     /// The workspace (the jail's home directory), opened inside the jail: paths are
     /// resolved beneath it.
     pub fn workspace(&self) -> BorrowedFd<'_> {

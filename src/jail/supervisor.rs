@@ -56,6 +56,9 @@ pub struct Jail<'p> {
     /// The jail's host ids. Declared after `cgroup`: a per-jail uid's lock is released
     /// only once nothing of the jail is left.
     host: identity::Lease,
+    /// A root session's second lease: the host uid/gid the jail's uid and gid 0 map to
+    /// (`Identity::root`), released with the jail as the first one is.
+    root_host: Option<identity::Lease>,
 }
 
 impl<'p> Jail<'p> {
@@ -103,6 +106,11 @@ impl<'p> Jail<'p> {
         identity::drop_supplementary_groups(&plan.identity).at(Stage::Identity)?;
         // The jail's host ids: with a per-jail range, a uid no other jail holds.
         let host = plan.identity.host.lease().at(Stage::Identity)?;
+        // A root session's inside 0: a second per-jail uid, never the user's own.
+        let root_host = match plan.identity.root {
+            true => Some(plan.identity.host.lease().at(Stage::Identity)?),
+            false => None,
+        };
         // The kernel's seccomp records name the call that killed the program or, in log
         // mode, the calls the profile would deny.
         let audit = match plan.seccomp.mode {
@@ -138,6 +146,11 @@ impl<'p> Jail<'p> {
             true => Some(identity::AsNamespaceCreator::switch(&host).at(Stage::Namespaces)?),
             false => None,
         };
+        let host_locks: Vec<_> = host
+            .lock_fd()
+            .into_iter()
+            .chain(root_host.as_ref().and_then(identity::Lease::lock_fd))
+            .collect();
         let cloned = sys::clone_process(plan.namespaces.clone_flags(), cgroup_fd).map_err(|errno| {
             let err = Error::os("create the jail's namespaces (clone3)", errno);
             // Inside a container its settings are the cause (named by the caller).
@@ -155,7 +168,7 @@ impl<'p> Jail<'p> {
                 jail_output,
                 cgroup.as_ref().and_then(JailCgroup::entry),
                 shape,
-                host.lock_fd(),
+                host_locks,
             ),
             Cloned::Parent {
                 pid,
@@ -180,8 +193,10 @@ impl<'p> Jail<'p> {
             cgroup,
             reaped: false,
             host,
+            root_host,
         };
-        let mapped = identity::write_id_maps(pid, &plan.identity, &jail.host);
+        let mapped =
+            identity::write_id_maps(pid, &plan.identity, &jail.host, jail.root_host.as_ref());
         drop(creator);
         mapped.at(Stage::IdMaps)?;
         if let Some(cgroup) = &jail.cgroup
@@ -222,6 +237,11 @@ impl<'p> Jail<'p> {
     /// The host uid and gid the jail's user maps to (its own, with a per-jail range).
     pub fn host_ids(&self) -> (u32, u32) {
         (self.host.uid, self.host.gid)
+    }
+
+    /// A root session's: the host uid and gid the jail's 0 maps to.
+    pub fn root_host_ids(&self) -> Option<(u32, u32)> {
+        self.root_host.as_ref().map(|root| (root.uid, root.gid))
     }
 
     pub(super) fn plan(&self) -> &'p Plan {

@@ -55,6 +55,8 @@ pub struct Create {
     /// Secrets the jail may use without seeing them: each value goes to the server (over
     /// its socket) and from there only into requests to its hosts.
     pub secrets: Vec<crate::net::secrets::Given>,
+    /// uid/gid 0 mapped too, for commands run as root (`Exec::user`).
+    pub root: bool,
 }
 
 /// A command or a code cell to run in a session: [`Exec::command`] or [`Exec::code`],
@@ -74,6 +76,8 @@ pub struct Exec {
     pub output_limit: Option<Size>,
     /// A background process's or terminal's name, usable instead of its pid.
     pub tag: Option<String>,
+    /// A command's user: `root` (a session created with `root`), else the jail's.
+    pub user: Option<String>,
 }
 
 impl Exec {
@@ -157,6 +161,7 @@ impl Client {
             workspace_size: create.workspace_size,
             metadata: create.metadata.clone(),
             secrets: create.secrets.clone(),
+            root: create.root,
         };
         match self.request(&request)? {
             SessionReply::Session { session, .. } => Ok(self.session(session)),
@@ -414,6 +419,7 @@ impl Session {
             background,
             tag: exec.tag.clone(),
             pty,
+            user: exec.user.clone(),
         }
     }
 

@@ -70,6 +70,11 @@ pub enum Request {
         /// `{name, value, hosts}`; the value is never logged, echoed or listed.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         secrets: Vec<crate::net::secrets::Given>,
+        /// The jail maps uid/gid 0 too (to host ids of its own), so that a command may run
+        /// as root inside (`session_exec`'s `user`), without capabilities. Root servers
+        /// with per-jail host uids only.
+        #[serde(default)]
+        root: bool,
     },
     /// Runs a command (`command`) or a code cell (`code`) in the session.
     SessionExec {
@@ -107,6 +112,11 @@ pub enum Request {
         /// process; without a command, the jail's shell).
         #[serde(default)]
         pty: Option<PtySize>,
+        /// Who a command runs as: `root` (uid 0 inside, no capabilities; the session
+        /// must have been created with `root`) or the jail's user (its name, or left
+        /// out).
+        #[serde(default)]
+        user: Option<String>,
     },
     /// The session's processes (`session_processes.rs`).
     SessionPs {
@@ -449,6 +459,9 @@ pub struct Status {
     /// (versioned apart: `metrics.rs`).
     #[serde(default)]
     pub metrics: super::metrics::ServerMetrics,
+    /// Sessions may be created with `root` here (a root server with per-jail host uids).
+    #[serde(default)]
+    pub session_root: bool,
 }
 
 impl Reply {

@@ -681,8 +681,16 @@ impl<'p> Session<'p> {
         argv: Vec<String>,
         env: Vec<String>,
         chdir: Option<PathBuf>,
+        as_root: bool,
     ) -> Result<Program> {
         let mut options = self.options.clone();
+        // Root's: the user's home is the user's alone (0700, and root has no
+        // CAP_DAC_OVERRIDE): root starts in /tmp, its HOME, unless the request says.
+        if as_root {
+            options
+                .env
+                .extend([ROOT_HOME, "USER=root", "LOGNAME=root"].map(String::from));
+        }
         options.env.extend(env);
         let env = crate::plan::with_secrets(
             crate::environment::resolve(&options, &self.plan().identity)?,
@@ -690,11 +698,37 @@ impl<'p> Session<'p> {
         );
         let chdir = match chdir {
             Some(dir) => crate::mount::jail_path("chdir", &dir.to_string_lossy())?,
+            None if as_root => PathBuf::from(&ROOT_HOME["HOME=".len()..]),
             None => self.plan().chdir.clone(),
         };
-        let program = Program { argv, env, chdir };
+        let program = Program {
+            argv,
+            env,
+            chdir,
+            as_root,
+        };
         program.check()?;
         Ok(program)
+    }
+
+    /// Whether a command's `user` is root (uid 0 inside, no capabilities: a session
+    /// created with `root`); the jail's user by name or left out is not. Anyone else is
+    /// refused: the jail maps no one else.
+    fn runs_as_root(&self, user: Option<&str>) -> Result<bool> {
+        let identity = &self.plan().identity;
+        match user {
+            None => Ok(false),
+            Some("root") if identity.root => Ok(true),
+            Some("root") => Err(Error::input(
+                "user \"root\": this session was created without root, so its jail maps no uid 0; create the session with \"root\": true (a root brig serve with per-jail host uids), or leave the user out",
+            )),
+            Some(name) if name == identity.user => Ok(false),
+            Some(other) => Err(Error::input(format!(
+                "user {other:?}: the session's jail has no such user; give {:?}{} or leave the user out",
+                identity.user,
+                if identity.root { " or \"root\"" } else { "" }
+            ))),
+        }
     }
 
     fn oom_kills(&self) -> u64 {
@@ -729,8 +763,13 @@ impl<'p> Session<'p> {
         };
         let cgroup = (self.jail.cgroup_version(), usage);
         let time_limit = end.limit.map(Span);
-        let mut report =
-            RunReport::new(end.outcome, time_limit, spent, cgroup, self.jail.host_ids());
+        // Root's command ran as the jail's second host ids: its verdict says those.
+        let host_ids = match ran {
+            Ran::Command { as_root: true, .. } => self.jail.root_host_ids(),
+            _ => None,
+        };
+        let host_ids = host_ids.unwrap_or_else(|| self.jail.host_ids());
+        let mut report = RunReport::new(end.outcome, time_limit, spent, cgroup, host_ids);
         // The session's cgroup is shared by every exec running at once: an OOM kill
         // during this one may have taken another's process. This exec ran out of memory
         // when its own program died of a SIGKILL brig did not send while the kernel
@@ -767,7 +806,7 @@ impl<'p> Session<'p> {
             },
             pid: match ran {
                 Ran::Cell(_) => None,
-                Ran::Command { pid } => Some(pid),
+                Ran::Command { pid, .. } => Some(pid),
             },
         });
         if let Some(path) = &self.audit_log
@@ -804,7 +843,7 @@ impl<'p> Session<'p> {
                 "brig-session-bash".into(),
             ],
         };
-        let program = self.program(argv, Vec::new(), cwd)?;
+        let program = self.program(argv, Vec::new(), cwd, false)?;
         let (ours, theirs) = UnixStream::pair()
             .and_then(|(ours, theirs)| {
                 kernel::pass_credentials(&ours)?;
@@ -868,9 +907,11 @@ impl<'p> Session<'p> {
 /// What an exec ran, as its verdict names it.
 enum Ran<'t> {
     Cell(&'t context::Target),
-    /// A command, with its pid in the jail (None when the jail never said it).
+    /// A command, with its pid in the jail (None when the jail never said it), and
+    /// whether it ran as root.
     Command {
         pid: Option<u32>,
+        as_root: bool,
     },
 }
 
@@ -897,6 +938,8 @@ struct CommandExec {
     chdir: Option<PathBuf>,
     time_limit: Option<Span>,
     output_limit: Option<crate::units::Size>,
+    /// `root`, the jail's user's name, or None (the jail's user).
+    user: Option<String>,
 }
 
 impl Interpreter {
@@ -1010,8 +1053,19 @@ fn error_reply(err: &Error) -> SessionReply {
 
 /// Checks a request for a session before the server hands it on: the paths and sizes a
 /// client could get wrong are its one-line errors here (the runner checks them again).
+/// A root command's HOME and default directory: writable by anyone (sticky), where the
+/// user's home is not root's to enter.
+const ROOT_HOME: &str = "HOME=/tmp";
+
 pub fn check_request(request: &Request) -> Result<()> {
     match request {
+        Request::SessionExec {
+            code: Some(_),
+            user: Some(_),
+            ..
+        } => Err(Error::input(
+            "user: only a command takes one; a code cell runs in the session's interpreter, as the jail's user; leave the user out",
+        )),
         Request::SessionPut { data, .. }
             if data.len() as u64 > workspace::MAX_CHUNK * 4 / 3 + 4 =>
         {

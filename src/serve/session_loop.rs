@@ -465,7 +465,10 @@ impl<'p> Session<'p> {
                 peer: process.peer,
                 argv: &process.argv,
             };
-            let ran = Ran::Command { pid: process.pid };
+            let ran = Ran::Command {
+                pid: process.pid,
+                as_root: process.as_root,
+            };
             let verdict = self.verdict(exec_end, &process.captured, served, ran);
             if let Some(mut foreground) = process.foreground.take() {
                 let captured = &mut process.captured;
@@ -610,6 +613,7 @@ impl<'p> Session<'p> {
                 background,
                 tag,
                 pty,
+                user,
                 ..
             }) if !command.is_empty() || pty.is_some() => {
                 let exec = CommandExec {
@@ -619,6 +623,7 @@ impl<'p> Session<'p> {
                     chdir,
                     time_limit,
                     output_limit,
+                    user,
                 };
                 let form = Form {
                     stream,
@@ -888,7 +893,8 @@ impl<'p> Session<'p> {
         }
         self.check_room(form)?;
         let asked_env = exec.env.clone();
-        let program = self.program(exec.command, exec.env, exec.chdir)?;
+        let as_root = self.runs_as_root(exec.user.as_deref())?;
+        let program = self.program(exec.command, exec.env, exec.chdir, as_root)?;
         let (stdin_read, stdin_write) = pipe("the session")?;
         // The one collector makes the output pipes (the jail's ends blocking, its own
         // not); it keeps the output for the reply of a foreground exec that does not
@@ -920,6 +926,7 @@ impl<'p> Session<'p> {
         // A foreground command's stdin closes after the request's; a background
         // process's stays open for session_stdin.
         let mut watched = Watched::new(id, watch, output, stdin_write, stdin);
+        watched.as_root = as_root;
         watched.feed_stdin();
         Ok((id, watched))
     }

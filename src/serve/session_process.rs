@@ -334,6 +334,8 @@ pub struct Watched {
     /// runner holds it) while it runs; its output is read from the master, as pipe 0.
     pub pty: Option<PtySize>,
     pub terminal: Option<OwnedFd>,
+    /// Runs as root inside (`session_exec`'s `user`): its verdict names root's host ids.
+    pub as_root: bool,
 }
 
 /// How a program is to be watched.
@@ -393,6 +395,7 @@ impl Watched {
             ended: None,
             verdict: None,
             oom_before: watch.oom_before,
+            as_root: false,
             foreground: None,
             listeners: Vec::new(),
             pty: None,

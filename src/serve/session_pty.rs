@@ -85,7 +85,8 @@ impl<'p> Session<'p> {
             env.insert(0, TERM.to_string());
         }
         let asked_env = env.clone();
-        let program = self.program(command, env, exec.chdir)?;
+        let as_root = self.runs_as_root(exec.user.as_deref())?;
+        let program = self.program(command, env, exec.chdir, as_root)?;
         // As a background process: the limits its request asks for, and no others.
         let (time_limit, output_limit) = self.limits(exec.time_limit, exec.output_limit)?;
         let time_limit = time_limit.filter(|_| exec.time_limit.is_some());
@@ -120,6 +121,7 @@ impl<'p> Session<'p> {
         output.without(1);
         let stdin = exec.stdin.unwrap_or_default().into_bytes();
         let mut watched = Watched::new(id, watch, output, input, stdin);
+        watched.as_root = as_root;
         watched.pty = Some(size);
         watched.terminal = Some(master);
         watched.feed_stdin();

@@ -70,6 +70,7 @@ impl Warm {
             argv,
             env: plan.env.clone(),
             chdir: plan.chdir.clone(),
+            as_root: false,
         }
     }
 

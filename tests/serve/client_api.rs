@@ -99,6 +99,7 @@ fn commands_cells_and_contexts_come_back_typed(mode: Mode) {
         background: false,
         tag: None,
         pty: None,
+        user: None,
     };
     let kinds: Vec<String> = client(&server)
         .open(&request)

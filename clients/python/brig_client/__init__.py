@@ -745,14 +745,19 @@ class Commands:
         on_stderr: OutputCallback = None,
         background: bool = False,
         tag: Optional[str] = None,
+        user: Optional[str] = None,
     ) -> Any:
         """Runs `cmd`, an argv list or a shell command line (run with /bin/sh -c).
         `env` is a dict or a list of "K=V"; `timeout` a duration ("5s") or seconds.
         With `on_stdout`/`on_stderr` the output is streamed to them as it is produced.
         With `background=True` (and an optional `tag`) it returns a CommandHandle at
-        once; the process lives until it ends, is killed, or the session ends."""
+        once; the process lives until it ends, is killed, or the session ends.
+        `user="root"` runs it as uid 0 inside the jail, without capabilities (a sandbox
+        made with `root=True`)."""
         argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(arg) for arg in cmd]
         request: Dict[str, Any] = {"type": "session_exec", "command": argv}
+        if user is not None:
+            request["user"] = user
         if stdin is not None:
             request["stdin"] = stdin
         _program_fields(request, env, cwd, timeout)
@@ -944,6 +949,8 @@ class Sandbox:
     brig replaces with the value in HTTPS requests to those hosts only (the session's
     `allow_net` must allow them).
     Durations are strings ("1h", "10m") or seconds; `workspace_size` is a size ("256M").
+    `root=True` maps uid 0 into the jail too, for `commands.run(..., user="root")`: root
+    inside, without capabilities (a root server with per-jail host uids only).
     The socket defaults to `$BRIG_SERVER`, else /run/brig/brig.sock. Failures of the
     server (an unknown or closed session, a refused option or path) raise BrigError.
     """
@@ -959,6 +966,7 @@ class Sandbox:
         metadata: Optional[Dict[str, str]] = None,
         timeout: Optional[float] = None,
         secrets: Optional[Sequence[Dict[str, Any]]] = None,
+        root: bool = False,
         _session: Optional[str] = None,
     ):
         self._client = Client(socket, timeout) if socket else Client(timeout=timeout)
@@ -975,7 +983,8 @@ class Sandbox:
                            ("idle_timeout", _duration(idle_timeout)),
                            ("workspace_size", workspace_size),
                            ("metadata", dict(metadata) if metadata else None),
-                           ("secrets", _secrets(secrets) if secrets else None)):
+                           ("secrets", _secrets(secrets) if secrets else None),
+                           ("root", True if root else None)):
             if value is not None:
                 request[key] = value
         reply = _request(self._client, request, "session")

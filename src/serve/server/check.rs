@@ -140,6 +140,7 @@ impl Server {
                 self.pool_plan.network.as_ref(),
             ),
             chdir,
+            as_root: false,
         };
         program.check()?;
         Ok(program)

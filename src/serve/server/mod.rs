@@ -159,6 +159,7 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
             max_jails: args.max_jails,
             max_sessions: args.max_sessions,
             session_pool: args.session_pool,
+            session_root: crate::identity::can_map_root(&session_plan.identity).is_ok(),
             ..Status::default()
         },
         args,
@@ -459,6 +460,7 @@ impl Server {
                 workspace_size,
                 metadata,
                 secrets,
+                root,
             } => {
                 let asked = SessionAsk {
                     options: *options,
@@ -467,6 +469,7 @@ impl Server {
                     workspace_size,
                     metadata,
                     secrets,
+                    root,
                 };
                 if let Err(err) = self.create_session(&stream, asked, incoming.peer) {
                     self.status.refused += 1;

@@ -527,6 +527,7 @@ mod tests {
             argv: argv.split_whitespace().map(String::from).collect(),
             env: env.split_whitespace().map(String::from).collect(),
             chdir: "/".into(),
+            as_root: false,
         }
     }
 

@@ -58,6 +58,7 @@ impl Server {
             workspace_size,
             metadata,
             secrets,
+            root,
         } = asked;
         session_meta::check_metadata(&metadata)?;
         let of_uid = self
@@ -97,7 +98,8 @@ impl Server {
         client.report_fd = None;
         client.audit_log = None;
         // A session with secrets gets a jail built for it: its own CA and placeholders.
-        let pooled = has_pool_shape(&client, workspace_size) && secrets.is_empty();
+        // So does a root session: its jail maps a second id.
+        let pooled = has_pool_shape(&client, workspace_size) && secrets.is_empty() && !root;
         client.home_size = workspace_size.or(client.home_size);
         // A session's workspace_size is its jail's --home-size.
         let origins: policy::Origins = workspace_size
@@ -155,6 +157,9 @@ impl Server {
                     Some(plan) => plan,
                     None => Plan::resolve(with_placeholder(options.clone()))?,
                 };
+                if root {
+                    crate::identity::allow_root(&mut plan.identity)?;
+                }
                 plan.limits.cgroup.oom_kills_one = true;
                 plan.limits.cgroup.pausable = true;
                 opening.limits = session_meta::Limits::of(&plan, idle_timeout);
@@ -388,6 +393,8 @@ pub(super) struct SessionAsk {
     pub(super) metadata: session_meta::Metadata,
     /// Given with their values: into the jail's plan, nowhere else.
     pub(super) secrets: Vec<crate::net::secrets::Given>,
+    /// Inside root for its commands (`identity::allow_root`): a jail built for it.
+    pub(super) root: bool,
 }
 
 impl SessionEntry {
