@@ -39,7 +39,7 @@ both_modes!(
 /// The code-interpreter SDK and the base SDK it runs on, pinned.
 const SDK: [&str; 2] = ["e2b-code-interpreter==2.9.1", "e2b==2.45.1"];
 
-fn sdk_python() -> Option<&'static Path> {
+pub(crate) fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
     pinned_python(&PYTHON, &SDK)
 }

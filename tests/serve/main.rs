@@ -20,6 +20,7 @@ mod gateway_lifecycle;
 mod gateway_node;
 mod gateway_ports;
 mod gateway_stream_input;
+mod gateway_templates;
 mod server;
 mod session_cells;
 mod session_engine;
