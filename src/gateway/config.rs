@@ -73,7 +73,7 @@ pub struct GatewayArgs {
     pub templates: Option<PathBuf>,
 
     /// Make the built-in templates hermetic: `base` runs in the root DIR/base and
-    /// `code-interpreter-v1` in DIR/code-interpreter-v1, each where it is there (built by
+    /// `code-interpreter-v1` in DIR/code-interpreter-v1, each if that root is there (built by
     /// `brig rootfs build e2b-base DIR/base` and `brig rootfs build e2b-code-interpreter
     /// DIR/code-interpreter-v1`), seeing nothing of the host's /usr. The server must let
     /// clients bind there (`brig serve --allow-bind-under DIR`). A template of --templates
