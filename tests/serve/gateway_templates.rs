@@ -6,9 +6,10 @@
 //!   `code-interpreter-v1` in `DIR/base`, `DIR/code-interpreter-v1`) and by a template of
 //!   `--templates FILE` naming a root (`rootfs:`), in front of a `brig serve
 //!   --allow-bind-under DIR`, driven by E2B's code-interpreter SDK (pinned, unmodified):
-//!   git, curl, node and python3 run; `run_code` with numpy and pandas, a matplotlib chart
-//!   as PNG, javascript and bash cells; and the jail sees exactly its root's /usr/bin, not
-//!   the host's: the host's perl is `command not found` (127), `base` has no numpy;
+//!   git, curl, node and python3 run, files and a terminal work; `run_code` with numpy
+//!   and pandas, a matplotlib chart as PNG, javascript and bash cells; and the jail sees
+//!   exactly its root's /usr/bin, not the host's: the host's perl is `command not found`
+//!   (127), `base` has no numpy;
 //! - a plain `brig session` in the code interpreter's root: cells in python (numpy,
 //!   pandas), node and bash with `--user user` (the root's user), and without it one
 //!   line naming the option (the root has /home/user, not the default /home/sandbox).
@@ -113,6 +114,22 @@ assert run(base, "git init -q repo && cd repo && echo x > f && git add f && git 
 base.commands.run("cd repo && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
 assert run(base, "until curl -s -o /dev/null http://127.0.0.1:8000/; do sleep 0.05; done; curl -sS http://127.0.0.1:8000/f") == "x\n"
 assert run(base, "python3 -c 'import ssl; print(ssl.create_default_context().cert_store_stats()[\"x509_ca\"] > 0)'") == "True\n"
+
+# Files in the workspace, and a terminal (bash on a pty, from the root).
+base.files.write("/home/user/note.txt", "from files\n")
+assert run(base, "cat note.txt") == "from files\n"
+assert base.files.read("/home/user/repo/f") == "x\n"
+from e2b.sandbox.commands.command_handle import PtySize
+terminal = base.pty.create(PtySize(rows=24, cols=80))
+base.pty.send_stdin(terminal.pid, b"stty size; echo marker-$((6*7)); exit 5\n")
+seen = []
+try:
+    terminal.wait(on_pty=seen.append)
+    raise SystemExit("a terminal's exit status 5 raised nothing")
+except CommandExitException as err:
+    assert err.exit_code == 5, err
+screen = b"".join(seen).decode(errors="replace")
+assert "24 80\r\nmarker-42\r\n" in screen, screen
 
 # Hermetic: the jail's /usr/bin is its root's, and the host's perl is not there.
 assert sorted(run(base, "ls /usr/bin").split()) == base_bin, run(base, "ls /usr/bin")
