@@ -9,7 +9,9 @@
 //!   git, curl, node and python3 run, files and a terminal work; `run_code` with numpy
 //!   and pandas, a matplotlib chart as PNG, javascript and bash cells; and the jail sees
 //!   exactly its root's /usr/bin, not the host's: the host's perl is `command not found`
-//!   (127), `base` has no numpy;
+//!   (127), `base` has no numpy; a server that lets clients name no root refuses the
+//!   template's (the SDK's error naming `--allow-bind-under`), and a `--template-roots`
+//!   holding no root stops the gateway at start (125, one line naming the builds);
 //! - a plain `brig session` in the code interpreter's root: cells in python (numpy,
 //!   pandas), node and bash with `--user user` (the root's user), and without it one
 //!   line naming the option (the root has /home/user, not the default /home/sandbox).
@@ -26,6 +28,7 @@ use std::sync::OnceLock;
 
 both_modes!(
     e2b_templates_run_in_hermetic_roots,
+    a_template_root_must_be_one_the_server_allows,
     a_session_runs_in_a_hermetic_root,
 );
 
@@ -191,6 +194,57 @@ fn e2b_templates_run_in_hermetic_roots(mode: Mode) {
         listing("code-interpreter-v1")
     );
     assert_passed(Some(gateway.sdk_of(python, KEY_A, &script)));
+}
+
+const REFUSED: &str = r#"
+from e2b_code_interpreter import Sandbox
+from e2b import SandboxException
+try:
+    Sandbox.create(template="base")
+    raise SystemExit("a root the server does not allow was used")
+except SandboxException as err:
+    assert "outside what this server lets clients bind" in str(err) and "--allow-bind-under" in str(err), err
+print("PASS")
+"#;
+
+/// A server that lets clients name no root refuses the template's (the SDK's error, one
+/// line naming the server's option), and a `--template-roots` without a root of a
+/// built-in template stops the gateway at start naming the builds.
+fn a_template_root_must_be_one_the_server_allows(mode: Mode) {
+    if !host_has_the_templates_tools() {
+        return;
+    }
+    let Some(python) = sdk_python() else { return };
+    let roots = template_roots().to_str().unwrap();
+    let server = Server::start(mode, &[]);
+    let gateway = Gateway::start_with(mode, &server, &["--template-roots", roots]);
+    assert_passed(Some(gateway.sdk_of(python, KEY_A, REFUSED)));
+
+    let empty = TempDir::new("e2b-no-roots");
+    let keys = empty.file("keys", &format!("{KEY_A} alice\n"));
+    let output = run(
+        mode,
+        &[
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--server",
+            server.socket(),
+            "--api-keys",
+            keys.to_str().unwrap(),
+            "--template-roots",
+            empty.str(),
+        ],
+    );
+    assert_one_line_error(
+        &output,
+        &[
+            "--template-roots",
+            "holds no root of a built-in template",
+            "brig rootfs build e2b-base",
+            "brig rootfs build e2b-code-interpreter",
+        ],
+    );
 }
 
 fn a_session_runs_in_a_hermetic_root(mode: Mode) {
