@@ -117,6 +117,13 @@ assert run(base, "git init -q repo && cd repo && echo x > f && git add f && git 
 base.commands.run("cd repo && python3 -m http.server 8000 --bind 127.0.0.1", background=True)
 assert run(base, "until curl -s -o /dev/null http://127.0.0.1:8000/; do sleep 0.05; done; curl -sS http://127.0.0.1:8000/f") == "x\n"
 assert run(base, "python3 -c 'import ssl; print(ssl.create_default_context().cert_store_stats()[\"x509_ca\"] > 0)'") == "True\n"
+# git's https helper is there: a remote nobody serves is a connection refused (not
+# "'remote-https' is not a git command").
+try:
+    base.commands.run("git ls-remote https://127.0.0.1:9/x.git")
+    raise SystemExit("git reached a server on port 9")
+except CommandExitException as err:
+    assert err.exit_code == 128 and "Failed to connect to 127.0.0.1 port 9" in err.stderr, err
 
 # Files in the workspace, and a terminal (bash on a pty, from the root).
 base.files.write("/home/user/note.txt", "from files\n")
