@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// E2B's user, whose home is the sandbox's workspace and every command's working directory.
@@ -75,13 +75,17 @@ impl Templates {
 
     /// `--template-roots DIR`: the built-in templates whose root `DIR/NAME` is there (built
     /// by `brig rootfs build`), at least one of them.
-    fn roots_in(dir: &Path) -> Result<Vec<(&'static str, std::path::PathBuf)>> {
-        let dir = std::fs::canonicalize(dir).map_err(|err| {
-            Error::input(format!(
-                "--template-roots {}: {err}; give the directory holding the roots `base` and `code-interpreter-v1`",
-                dir.display()
-            ))
-        })?;
+    fn roots_in(dir: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
+        // Absolute but not resolved: the server compares a root with its
+        // `--allow-bind-under` directories as written.
+        let dir = std::path::absolute(dir)
+            .and_then(|dir| std::fs::metadata(&dir).map(|_| dir))
+            .map_err(|err| {
+                Error::input(format!(
+                    "--template-roots {}: {err}; give the directory holding the roots `base` and `code-interpreter-v1`",
+                    dir.display()
+                ))
+            })?;
         let found: Vec<_> = BUILT_IN
             .iter()
             .map(|name| (*name, dir.join(name)))
@@ -407,10 +411,9 @@ mod tests {
         );
         std::fs::write(root.join(".brig-rootfs-digest"), "sha256:0\n").unwrap();
         let templates = Templates::load(None, Some(&dir)).unwrap();
-        let canonical = std::fs::canonicalize(&root).unwrap();
         assert_eq!(
             templates.get("code-interpreter-v1").unwrap().rootfs,
-            Some(canonical)
+            Some(root.clone())
         );
         // `base` has no root there: the server's default session, as without the flag.
         assert_eq!(templates.get("base").unwrap().rootfs, None);
