@@ -85,10 +85,12 @@ pub enum CompletionShell {
 
 #[derive(Subcommand, Debug)]
 pub enum RootfsCommand {
-    /// Build a root filesystem from a manifest (a YAML file, or python, node or shell for the
-    /// shipped ones) into a new directory OUT, with its digest in OUT/.brig-rootfs-digest.
+    /// Build a root filesystem from a manifest (a YAML file, or python, node, shell,
+    /// e2b-base or e2b-code-interpreter for the shipped ones) into a new directory OUT,
+    /// with its digest in OUT/.brig-rootfs-digest.
     Build {
-        /// The manifest: a path, or the name of a shipped one (python, node, shell).
+        /// The manifest: a path, or the name of a shipped one (python, node, shell, e2b-base,
+        /// e2b-code-interpreter: E2B's templates `base` and `code-interpreter-v1`).
         #[arg(value_name = "MANIFEST")]
         manifest: String,
         /// The directory to create.
@@ -109,7 +111,7 @@ pub enum RootfsCommand {
     },
     /// Print a shipped manifest, a starting point for your own.
     Show {
-        /// python, node or shell.
+        /// python, node, shell, e2b-base or e2b-code-interpreter.
         #[arg(value_name = "NAME")]
         name: String,
     },

@@ -112,6 +112,10 @@ pub struct Image {
     excludes: Vec<Glob>,
     /// ELF objects already followed to their libraries.
     scanned: BTreeSet<PathBuf>,
+    /// While a library is added: the directory it was found in, its `$ORIGIN` as glibc's
+    /// loader computes it (the path it opened, symlinks not resolved; a program's is its
+    /// resolved path, from /proc/self/exe).
+    library_origin: Option<PathBuf>,
     /// Things left out that a reader should know about.
     pub notes: Vec<String>,
 }
@@ -130,6 +134,7 @@ impl Image {
             sources,
             excludes,
             scanned: BTreeSet::new(),
+            library_origin: None,
             notes: Vec::new(),
         }
     }
@@ -407,6 +412,10 @@ impl Image {
         real: &Path,
         need: Need,
     ) -> Result<(), Error> {
+        let origin = self
+            .library_origin
+            .take()
+            .unwrap_or_else(|| path.parent().unwrap_or(Path::new("/")).to_path_buf());
         if !self.scanned.insert(real.to_path_buf()) {
             return Ok(());
         }
@@ -440,11 +449,16 @@ impl Image {
             self.add_path(Path::new(interp), Need::Required)
                 .map_err(|err| err.within(&format!("{}: its loader", path.display())))?;
         }
-        let origin = path.parent().unwrap_or(Path::new("/")).to_path_buf();
         for name in &elf.needed {
             match self.find_library(source, name, &elf, &origin) {
                 Some(library) => {
-                    self.add_path(&library, need)?;
+                    // A library reached through a symlink (Debian's alternatives:
+                    // libblas.so.3 -> .../openblas-pthread/libblas.so.3) looks for its
+                    // $ORIGIN libraries beside the link, where the root needs them too.
+                    self.library_origin = library.parent().map(Path::to_path_buf);
+                    let added = self.add_path(&library, need);
+                    self.library_origin = None;
+                    added?;
                 }
                 None if need == Need::Required => {
                     return Err(Error::new(format!(

@@ -9,6 +9,11 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ("python", include_str!("../manifests/python.yaml")),
     ("node", include_str!("../manifests/node.yaml")),
     ("shell", include_str!("../manifests/shell.yaml")),
+    ("e2b-base", include_str!("../manifests/e2b-base.yaml")),
+    (
+        "e2b-code-interpreter",
+        include_str!("../manifests/e2b-code-interpreter.yaml"),
+    ),
 ];
 
 #[derive(Debug, Default, Deserialize)]

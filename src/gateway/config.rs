@@ -101,10 +101,20 @@ pub struct GatewayArgs {
     /// E2B templates, a YAML mapping: each template's name to the options of its
     /// sandboxes (brig-config(5)'s keys: `profile`, `rootfs`, `memory`, `env`, `net`,
     /// `allow-net`, ...), on top of the server's defaults and held to its policy. Built
-    /// in: `base` and `code-interpreter-v1` (the server's default session), which the
-    /// file may redefine. An unknown templateID is refused (400) naming the known ones.
+    /// in: `base` and `code-interpreter-v1` (the server's default session, or the roots
+    /// of --template-roots), which the file may redefine. An unknown templateID is
+    /// refused (400) naming the known ones.
     #[arg(long, value_name = "FILE")]
     pub templates: Option<PathBuf>,
+
+    /// Make the built-in templates hermetic: `base` runs in the root DIR/base and
+    /// `code-interpreter-v1` in DIR/code-interpreter-v1, each if that root is there
+    /// (built by `brig rootfs build e2b-base DIR/base` and `brig rootfs build
+    /// e2b-code-interpreter DIR/code-interpreter-v1`), seeing nothing of the host's /usr.
+    /// The server must let clients bind there (`brig serve --allow-bind-under DIR`). A
+    /// template of --templates of the same name wins.
+    #[arg(long, value_name = "DIR")]
+    pub template_roots: Option<PathBuf>,
 
     /// Serve TLS (HTTP/1.1 and HTTP/2 by ALPN) with this certificate chain (PEM, the
     /// server's first; for the code-interpreter SDK's host form, one for `*.DOMAIN`).

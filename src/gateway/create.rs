@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// E2B's user, whose home is the sandbox's workspace and every command's working directory.
@@ -21,8 +21,16 @@ pub const E2B_USER: &str = "user";
 
 /// The templates every gateway serves unless `--templates` says otherwise: both the
 /// server's default session (its jail sees the host's /usr: a shell, python3, node, git,
-/// curl; numpy, pandas and matplotlib where the host has them).
+/// curl; numpy, pandas and matplotlib where the host has them), or, with
+/// `--template-roots DIR`, the hermetic root `DIR/NAME` of each.
 pub const BUILT_IN: [&str; 2] = ["base", "code-interpreter-v1"];
+
+/// The shipped rootfs manifest (`brig rootfs build MANIFEST DIR/NAME`) of each built-in
+/// template, for `--template-roots`.
+pub const BUILT_IN_MANIFESTS: [(&str, &str); 2] = [
+    ("base", "e2b-base"),
+    ("code-interpreter-v1", "e2b-code-interpreter"),
+];
 
 /// The templates, by name: the options of each one's sessions (brig-config(5)'s keys, a
 /// `profile` expanded here), on top of the server's defaults.
@@ -43,20 +51,83 @@ impl Default for Templates {
 }
 
 impl Templates {
-    /// The built-in templates, with those of `path` (a YAML mapping: template name to a
-    /// brig config's keys) added or in their place.
-    pub fn read(path: &Path) -> Result<Templates> {
+    /// The gateway's templates: the built-in ones (hermetic in `roots`' roots, when
+    /// given), with those of `templates` added or in their place.
+    pub fn load(templates: Option<&Path>, roots: Option<&Path>) -> Result<Templates> {
+        let mut built_in = Templates::default();
+        if let Some(roots) = roots {
+            for (name, root) in Templates::roots_in(roots)? {
+                built_in.by_name.insert(
+                    name.to_string(),
+                    JailOptions {
+                        rootfs: Some(root),
+                        ..JailOptions::default()
+                    },
+                );
+            }
+        }
+        match templates {
+            // A template of the file is the operator's word for its name.
+            Some(path) => Templates::read_over(built_in, path),
+            None => Ok(built_in),
+        }
+    }
+
+    /// `--template-roots DIR`: the built-in templates whose root `DIR/NAME` is there (built
+    /// by `brig rootfs build`), at least one of them.
+    fn roots_in(dir: &Path) -> Result<Vec<(&'static str, PathBuf)>> {
+        // Absolute but not resolved: the server compares a root with its
+        // `--allow-bind-under` directories as written.
+        let dir = std::path::absolute(dir)
+            .and_then(|dir| std::fs::metadata(&dir).map(|_| dir))
+            .map_err(|err| {
+                Error::input(format!(
+                    "--template-roots {}: {err}; give the directory holding the roots `base` and `code-interpreter-v1`",
+                    dir.display()
+                ))
+            })?;
+        let found: Vec<_> = BUILT_IN
+            .iter()
+            .map(|name| (*name, dir.join(name)))
+            .filter(|(_, root)| root.join(".brig-rootfs-digest").is_file())
+            .collect();
+        if found.is_empty() {
+            let builds: Vec<String> = BUILT_IN_MANIFESTS
+                .iter()
+                .map(|(name, manifest)| {
+                    format!(
+                        "`brig rootfs build {manifest} {}`",
+                        dir.join(name).display()
+                    )
+                })
+                .collect();
+            return Err(Error::input(format!(
+                "--template-roots {}: holds no root of a built-in template; build them with {}",
+                dir.display(),
+                builds.join(" and ")
+            )));
+        }
+        Ok(found)
+    }
+
+    /// `templates`, with those of `path` (a YAML mapping: template name to a brig
+    /// config's keys) added or in their place.
+    fn read_over(templates: Templates, path: &Path) -> Result<Templates> {
         let text = std::fs::read_to_string(path).map_err(|err| {
             Error::input(format!(
                 "--templates {}: cannot read it: {err}; give a YAML file of `NAME: {{brig config keys}}`",
                 path.display()
             ))
         })?;
-        Templates::parse(&text, &format!("--templates {}", path.display()))
+        Templates::parse_over(templates, &text, &format!("--templates {}", path.display()))
     }
 
-    pub fn parse(text: &str, origin: &str) -> Result<Templates> {
-        let mut templates = Templates::default();
+    #[cfg(test)]
+    fn parse(text: &str, origin: &str) -> Result<Templates> {
+        Templates::parse_over(Templates::default(), text, origin)
+    }
+
+    fn parse_over(mut templates: Templates, text: &str, origin: &str) -> Result<Templates> {
         if text.trim().is_empty() {
             return Ok(templates);
         }
@@ -425,6 +496,40 @@ mod tests {
             python.time_limit,
             crate::config::load_profile("python").unwrap().time_limit
         );
+    }
+
+    #[test]
+    fn template_roots_make_the_built_in_templates_hermetic() {
+        let dir = std::env::temp_dir().join(format!("brig-template-roots-{}", std::process::id()));
+        let root = dir.join("code-interpreter-v1");
+        std::fs::create_dir_all(&root).unwrap();
+        // Not a root brig built: no built-in template's root is there.
+        let err = Templates::load(None, Some(&dir)).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "holds no root of a built-in template; build them with `brig rootfs build e2b-base"
+            ) && !err.contains('\n'),
+            "{err}"
+        );
+        std::fs::write(root.join(".brig-rootfs-digest"), "sha256:0\n").unwrap();
+        let templates = Templates::load(None, Some(&dir)).unwrap();
+        assert_eq!(
+            templates.get("code-interpreter-v1").unwrap().rootfs,
+            Some(root.clone())
+        );
+        // `base` has no root there: the server's default session, as without the flag.
+        assert_eq!(templates.get("base").unwrap().rootfs, None);
+        // A template of --templates of the same name is the operator's word.
+        let file = dir.join("templates.yaml");
+        std::fs::write(&file, "code-interpreter-v1:\n  memory: 64M\n").unwrap();
+        let templates = Templates::load(Some(&file), Some(&dir)).unwrap();
+        assert_eq!(templates.get("code-interpreter-v1").unwrap().rootfs, None);
+        let missing = Templates::load(None, Some(&dir.join("absent"))).unwrap_err();
+        assert!(
+            missing.to_string().starts_with("--template-roots "),
+            "{missing}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

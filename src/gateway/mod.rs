@@ -87,10 +87,8 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
     )
     .map_err(Error::input)?;
     let keys = args.api_keys.as_deref().map(ApiKeys::read).transpose()?;
-    let templates = match &args.templates {
-        Some(path) => create::Templates::read(path)?,
-        None => create::Templates::default(),
-    };
+    let templates =
+        create::Templates::load(args.templates.as_deref(), args.template_roots.as_deref())?;
     let tenant_secrets = secrets::TenantSecrets::read(args.tenant_secrets.as_deref())?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),

@@ -242,11 +242,36 @@ fn check_mount_points(rootfs: &Path, identity: &Identity) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
+    if let [only] = missing.as_slice()
+        && Path::new(only) == identity.home
+        && let Some(user) = only_home(rootfs)
+    {
+        // A root built for another user (E2B's roots are `user`'s): name the option that
+        // fits it rather than a rebuild.
+        return Err(Error::input(format!(
+            "--rootfs {}: the root has no {only}, the home of the jail's user {:?}; it has /home/{user}: give --user {user} (a session's `user`), or build it for that user (`etc: {{user: NAME, home: /home/NAME}}`)",
+            rootfs.display(),
+            identity.user
+        )));
+    }
     Err(Error::input(format!(
         "--rootfs {}: the root lacks {}, where brig mounts the jail's fresh /proc, /dev, /tmp and home; build it with `brig rootfs build`, or create those directories in it",
         rootfs.display(),
         missing.join(", ")
     )))
+}
+
+/// The user of a root whose /home holds exactly one directory.
+fn only_home(rootfs: &Path) -> Option<String> {
+    let mut homes = std::fs::read_dir(rootfs.join("home"))
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()));
+    let home = homes.next()?;
+    if homes.next().is_some() {
+        return None;
+    }
+    home.file_name().into_string().ok()
 }
 
 /// Under `--net filtered` brig lays the jail's resolv.conf and hosts over the root's /etc:

@@ -23,6 +23,7 @@ mod gateway_node;
 mod gateway_ports;
 mod gateway_root;
 mod gateway_stream_input;
+mod gateway_templates;
 mod gateway_tenant;
 mod server;
 mod session_cells;
