@@ -18,16 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-200}
-source bench/build-release.sh
-source bench/harness.sh
-source bench/nginx.sh
 source bench/topology.sh
-build_release
-brig=$(release_binary brig)
-venv=target/bench-venv-e2b-2.45.1
-pinned_venv "$venv" e2b==2.45.1
-bench_workdir brig-ingress-bench
-make_certificate
+topology_start brig-ingress-bench
 start_host h0
 service_port=$(free_port)
 start_router r0 "http://127.0.0.1:$service_port" h0

@@ -20,16 +20,8 @@ cd "$(dirname "$0")/.."
 clients=${1:-8}
 per_client=${2:-25}
 rounds=${3:-6}
-source bench/build-release.sh
-source bench/harness.sh
-source bench/nginx.sh
 source bench/topology.sh
-build_release
-brig=$(release_binary brig)
-venv=target/bench-venv-e2b-2.45.1
-pinned_venv "$venv" e2b==2.45.1
-bench_workdir brig-scale-bench
-make_certificate
+topology_start brig-scale-bench
 stacks=()
 # add_stack NAME HOST...: the hosts, their Service, two routers, the ingress; appends the
 # stack's description for scale.py to $stacks.

@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # deploy/kubernetes/'s layout on loopback, for bench/ingress.sh and bench/scale.sh,
-# sourced after bench/harness.sh (its $work and $pids) with $brig set: brig hosts (a
+# sourced (from the repository's root), then `topology_start NAME`: brig hosts (a
 # `brig serve` and a `brig gateway --host-id` beside it: hosts.yaml's pod), routers
 # (`brig gateway` without a server: gateway.yaml) and Debian's nginx as the ingress
 # (ingress.yaml's settings) and as the hosts' Service for creates (brig-hosts-any).
 # Every process is added to $pids (killed at exit); every file is under $work.
 set -euo pipefail
+source bench/build-release.sh
+source bench/harness.sh
+source bench/nginx.sh
+
+# topology_start NAME: the release build ($brig), E2B's Python SDK pinned in a venv
+# ($venv), a work directory /tmp/NAME.XXXXXX ($work: bench/harness.sh's, removed at exit
+# with the processes in $pids) and the ingress's certificate.
+topology_start() {
+    build_release
+    brig=$(release_binary brig)
+    venv=target/bench-venv-e2b-2.45.1
+    pinned_venv "$venv" e2b==2.45.1
+    bench_workdir "$1"
+    make_certificate
+}
 
 # hosts.yaml's and config.yaml's sizes: BRIG_SESSION_POOL and BRIG_MAX_SESSIONS.
 session_pool=${BRIG_SESSION_POOL:-4}
