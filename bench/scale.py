@@ -21,6 +21,7 @@ PER_CLIENT, ROUNDS, the session pool, nginx's pid, then one argument per stack:
 NAME|INGRESS_URL|HOST_URL,...|SERVE_PID,...|HOST_GATEWAY_PID,...|ROUTER_PID,...
 """
 
+import math
 import multiprocessing
 import os
 import statistics
@@ -155,7 +156,7 @@ def settle(stacks, pool):
 def quantile(samples, fraction):
     """The nearest-rank quantile (as bench/e2b_speed.py's p95 and p99)."""
     ordered = sorted(samples)
-    return ordered[max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))]
+    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
 def run_round(stack, clients, inboxes, barrier, outbox, per_client):
