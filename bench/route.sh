@@ -32,5 +32,5 @@ for _ in $(seq 100); do
     grep -q listening "$work/host.log" && grep -q listening "$work/router.log" && break
     sleep 0.05
 done
-env -i PATH=/usr/bin:/bin E2B_API_KEY=$key "$venv/bin/python" bench/route.py \
-    "http://127.0.0.1:$host_port" "http://127.0.0.1:$router_port" "$rounds"
+env -i PATH=/usr/bin:/bin E2B_API_KEY=$key "$venv/bin/python" bench/route.py "$rounds" \
+    direct="http://127.0.0.1:$host_port" routed="http://127.0.0.1:$router_port"
