@@ -457,7 +457,10 @@ fn enable_controllers(parent: &Path, controllers: &[&str]) -> Result<()> {
 /// A jail's cgroup is emptied and removed as brig does for its own jails: what is left
 /// inside is killed, and rmdir waits for the last processes to finish exiting (a jail
 /// whose brig was just SIGKILLed is still being torn down).
-pub fn remove_stale_jails(version: Version, parent: &Path) {
+/// `owners` remembers which brig processes were found alive or gone: a jail has a cgroup
+/// under each of its parents (three with cgroup v1), and each owner's /proc status (the
+/// sweep's cost, once per live jail) is read once for all of them.
+pub fn remove_stale_jails(version: Version, parent: &Path, owners: &mut Owners) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
@@ -471,7 +474,7 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
         let Some(pid) = owner.and_then(|pid| pid.parse::<u32>().ok()) else {
             continue;
         };
-        if !alive(pid) {
+        if !owners.alive(pid) {
             if name.starts_with("jail-") {
                 kill_all(version, &entry.path());
                 remove(&entry.path());
@@ -480,6 +483,20 @@ pub fn remove_stale_jails(version: Version, parent: &Path) {
                 let _ = fs::remove_dir(entry.path());
             }
         }
+    }
+}
+
+/// What [`remove_stale_jails`] learnt of the jails' owners, for the next parent.
+#[derive(Default)]
+pub struct Owners(std::collections::HashMap<u32, bool>);
+
+impl Owners {
+    /// Whether brig process `pid` lives on ([`alive`]); this process does.
+    fn alive(&mut self, pid: u32) -> bool {
+        if pid == std::process::id() {
+            return true;
+        }
+        *self.0.entry(pid).or_insert_with(|| alive(pid))
     }
 }
 
@@ -630,7 +647,7 @@ mod tests {
         }
         assert!(alive(std::process::id()));
         assert!(!alive(gone.id()));
-        remove_stale_jails(Version::V1, &fixture.0);
+        remove_stale_jails(Version::V1, &fixture.0, &mut Owners::default());
         assert!(fixture.path(&live).exists());
         assert!(!fixture.path(&dead).exists());
         assert!(fixture.path("something-else").exists());

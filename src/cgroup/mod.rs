@@ -292,8 +292,9 @@ impl Placement {
     /// inside first. `brig serve` does this before it listens, so that the jails of a
     /// server that was killed are gone before the next one serves, and again as it exits.
     pub fn remove_leftover_jails(&self) {
+        let mut owners = hierarchy::Owners::default();
         for parent in &self.parents {
-            hierarchy::remove_stale_jails(self.version, parent);
+            hierarchy::remove_stale_jails(self.version, parent, &mut owners);
         }
     }
 
@@ -436,6 +437,7 @@ impl JailCgroup {
             .parents
             .iter()
             .filter(|parent| limits.pausable || placement.freezer_parent.as_ref() != Some(*parent));
+        let mut owners = hierarchy::Owners::default();
         for parent in parents {
             let dir = parent.join(&name);
             // The last jail to leave a `brig` subtree removes it; a concurrent brig may do
@@ -448,7 +450,7 @@ impl JailCgroup {
                     &placement.parent_kind,
                     &placement.controllers,
                 )?;
-                hierarchy::remove_stale_jails(placement.version, parent);
+                hierarchy::remove_stale_jails(placement.version, parent, &mut owners);
                 match fs::create_dir(&dir) {
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound && attempts < 3 => {
                         attempts += 1
