@@ -943,7 +943,7 @@ fn the_example_api_keys_are_refused() {
         .expect("run brig gateway");
     assert_eq!(output.status.code(), Some(125), "{}", describe(&output));
     assert!(
-        stderr(&output).contains("api-keys:2: 3 words"),
+        stderr(&output).contains("api-keys:2: \"replace-this-line\": not a setting"),
         "{}",
         describe(&output)
     );
