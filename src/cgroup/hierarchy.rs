@@ -491,13 +491,31 @@ pub fn remove_stale_jails(version: Version, parent: &Path, owners: &mut Owners) 
 pub struct Owners(std::collections::HashMap<u32, bool>);
 
 impl Owners {
-    /// Whether brig process `pid` lives on ([`alive`]); this process does.
+    /// Whether brig process `pid` lives on ([`alive`]); this process does, and so do
+    /// the ones [`owners_known_alive`] named (not read: they may have died since, and
+    /// then their jails wait for a sweep that does not know them).
     fn alive(&mut self, pid: u32) -> bool {
-        if pid == std::process::id() {
+        if pid == std::process::id() || KNOWN_ALIVE.get().is_some_and(|known| known.contains(&pid))
+        {
             return true;
         }
         *self.0.entry(pid).or_insert_with(|| alive(pid))
     }
+}
+
+/// Owners this process knows to be alive without reading /proc: see [`owners_known_alive`].
+static KNOWN_ALIVE: std::sync::OnceLock<std::collections::HashSet<u32>> =
+    std::sync::OnceLock::new();
+
+/// Tells this process's sweeps that brig processes `pids` live: a server's runner, just
+/// forked, names its sibling runners (every one not yet reaped), so that its jail build
+/// reads the /proc status of no live sibling. Each sibling's jail was one such status
+/// read for every create, the sweep's whole cost on a host holding many sandboxes. A
+/// sibling that dies (a SIGKILLed runner leaves its jail's cgroup) is swept by the next
+/// runner forked after the server reaped it, and by the server's sweeps at start and
+/// exit. Set once; later calls are ignored.
+pub fn owners_known_alive(pids: impl IntoIterator<Item = u32>) {
+    let _ = KNOWN_ALIVE.set(pids.into_iter().collect());
 }
 
 /// Whether brig process `pid` lives on: not gone, not a zombie, and not dying (a SIGKILL
@@ -653,6 +671,27 @@ mod tests {
         assert!(fixture.path("something-else").exists());
         gone.wait().unwrap();
         assert!(!alive(gone.id()));
+    }
+
+    /// A sibling a server's runner was told of is not read, so its jail stays even when
+    /// it has died since: left to a later sweep (the only test that sets the list: it is
+    /// the process's, once).
+    #[test]
+    fn owners_known_alive_are_not_read() {
+        let fixture = Fixture::new("known-alive");
+        let mut told = zombie();
+        let mut other = zombie();
+        let kept = format!("jail-{}-1", told.id());
+        let removed = format!("jail-{}-2", other.id());
+        for name in [kept.as_str(), removed.as_str()] {
+            fs::create_dir_all(fixture.path(name)).unwrap();
+        }
+        owners_known_alive([told.id()]);
+        remove_stale_jails(Version::V1, &fixture.0, &mut Owners::default());
+        assert!(fixture.path(&kept).exists());
+        assert!(!fixture.path(&removed).exists());
+        told.wait().unwrap();
+        other.wait().unwrap();
     }
 
     fn pure_v2(name: &str) -> (Fixture, String) {

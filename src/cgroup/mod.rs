@@ -11,6 +11,8 @@
 
 pub mod freeze;
 mod hierarchy;
+
+pub use hierarchy::owners_known_alive;
 mod v1;
 mod v2;
 

@@ -360,6 +360,14 @@ impl Server {
                 }
                 let _ = crate::fds::close_inherited(&keep);
                 let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+                // Its siblings live (none is reaped yet): its jail build's sweep for
+                // stale jails need not read their /proc status.
+                crate::cgroup::owners_known_alive(
+                    self.runners
+                        .iter()
+                        .map(|runner| runner.pid.as_raw() as u32)
+                        .chain([server.as_raw() as u32]),
+                );
                 let audit_log = self.defaults.audit_log.clone();
                 let prepared = runner::Prepared {
                     pool_plan: &self.pool_plan,
