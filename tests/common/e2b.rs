@@ -5,18 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The SDKs, and the text parser of Prometheus' Python client (`/metrics`), pinned.
-pub const SDK_AND_METRICS_PARSER: [&str; 3] = [
+/// E2B's SDKs (`e2b` at the commit the .proto files come from, proto/e2b-envd/README.md;
+/// the code interpreter's on it), the text parser of Prometheus' Python client
+/// (`/metrics`) and a WebSocket client (a sandbox's ports), pinned: one venv for every
+/// test that drives the gateway from Python.
+pub const SDK_AND_CLIENTS: [&str; 4] = [
     "e2b-code-interpreter==2.9.1",
     "e2b==2.45.1",
     "prometheus-client==0.21.1",
+    "websockets==15.0.1",
 ];
 
-/// The venv's python with [`SDK_AND_METRICS_PARSER`] (made once, kept under the target
-/// directory; `require`d).
+/// The venv's python with [`SDK_AND_CLIENTS`] (made once, by one test while the others
+/// wait, kept under the target directory; `require`d).
 pub fn sdk_python() -> Option<&'static Path> {
     static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    super::pinned_python(&PYTHON, &SDK_AND_METRICS_PARSER, "E2B's SDK")
+    super::pinned_python(&PYTHON, &SDK_AND_CLIENTS, "E2B's SDK")
 }
 
 /// Python for the scripts' preludes: `get(url)`, a plain HTTP GET answering (status, body)

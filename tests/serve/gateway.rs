@@ -14,9 +14,8 @@ use crate::common;
 use common::serve::Server;
 use common::*;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 both_modes!(
     e2b_sdk_runs_commands,
@@ -30,27 +29,10 @@ both_modes!(
     gateway_refuses_a_bad_key_file,
 );
 
-/// The SDK version the tests install (E2B's repository at the commit the .proto files
-/// come from, proto/e2b-envd/README.md).
-const E2B_SDK: &str = "e2b==2.45.1";
-
 pub(crate) const KEY_A: &str = "e2b_00000000000000000000000000000000000000a1";
 pub(crate) const KEY_B: &str = "e2b_00000000000000000000000000000000000000b2";
 
-/// The venv's python with the pinned SDK, installed at the first call (by one test; the
-/// others wait), in a directory named after the version, kept between runs.
-pub(crate) fn sdk_python() -> Option<&'static Path> {
-    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    pinned_python(&PYTHON, &[E2B_SDK])
-}
-
-/// A venv's python with `packages` (pinned) from PyPI (tests/common's, kept between runs).
-pub(crate) fn pinned_python(
-    cell: &'static OnceLock<Option<PathBuf>>,
-    packages: &[&str],
-) -> Option<&'static Path> {
-    common::pinned_python(cell, packages, "E2B's SDK")
-}
+pub(crate) use common::e2b::sdk_python;
 
 /// A `brig gateway` started by the test in front of `server`, stopped (SIGTERM, then
 /// waited for: exit 0) when dropped.

@@ -22,27 +22,19 @@
 //! Each Python program asserts as it goes and prints `PASS` at its end.
 
 use crate::common;
-use crate::gateway::{Gateway, KEY_A, assert_passed, pinned_python};
+pub(crate) use crate::gateway::sdk_python;
+use crate::gateway::{Gateway, KEY_A, assert_passed};
 
 use common::serve::Server;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 both_modes!(
     e2b_interpreter_runs_code_in_contexts,
     e2b_interpreter_over_tls_by_host_name,
     gateway_refuses_bad_tls_files,
 );
-
-/// The code-interpreter SDK and the base SDK it runs on, pinned.
-const SDK: [&str; 2] = ["e2b-code-interpreter==2.9.1", "e2b==2.45.1"];
-
-pub(crate) fn sdk_python() -> Option<&'static Path> {
-    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    pinned_python(&PYTHON, &SDK)
-}
 
 fn has_matplotlib() -> bool {
     require(

@@ -12,22 +12,15 @@
 //! another sandbox's counter, running beside it, advanced by 50.
 
 use crate::common;
-use crate::gateway::{Gateway, KEY_A, KEY_B, assert_passed, pinned_python};
+use crate::gateway::{Gateway, KEY_A, KEY_B, assert_passed, sdk_python};
 
 use common::serve::Server;
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 both_modes!(
     e2b_sdk_pauses_and_resumes_sandboxes,
     e2b_sdk_reads_metrics_logs_and_envs,
 );
-
-fn sdk_python() -> Option<&'static Path> {
-    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    pinned_python(&PYTHON, &["e2b==2.45.1"])
-}
 
 /// A counter in the workspace, written by a background loop: `counter` grows by one
 /// every 10 ms while the sandbox runs.

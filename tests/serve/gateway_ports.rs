@@ -30,13 +30,11 @@
 //! Each Python program asserts as it goes and prints `PASS` at its end.
 
 use crate::common;
-use crate::gateway::{Gateway, KEY_A, assert_passed, pinned_python};
+use crate::gateway::{Gateway, KEY_A, assert_passed, sdk_python};
 
 use common::net::require_tun;
 use common::serve::{Server, client_copy};
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 both_modes!(
     e2b_get_host_serves_http_from_the_jail,
@@ -48,14 +46,6 @@ both_modes!(
     e2b_node_sdk_get_host_reaches_a_server_in_the_jail,
     e2b_private_traffic_needs_its_token_and_a_mask_is_the_host_seen,
 );
-
-/// E2B's SDK (as the other gateway tests pin it) and a WebSocket client.
-const SDK: [&str; 2] = ["e2b==2.45.1", "websockets==15.0.1"];
-
-fn sdk_python() -> Option<&'static Path> {
-    static PYTHON: OnceLock<Option<PathBuf>> = OnceLock::new();
-    pinned_python(&PYTHON, &SDK)
-}
 
 /// Helpers every script starts with: `fetch` (status, headers, body) and `until_served`,
 /// which retries while the server in the jail is not listening yet (the gateway's 502
