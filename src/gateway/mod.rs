@@ -409,15 +409,8 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     // A port's traffic is reached by the sandbox's id alone, as E2B's by default; with
     // its traffic access token for a sandbox made with `allowPublicTraffic: false`.
     if let Some(port) = other_port {
-        if let Err(refused) = ports::admit(&owner, &sandbox, &parts.headers) {
-            envd::drain(body).await;
-            return refused.into_response();
-        }
-        let mut parts = parts;
-        if let Some(host) = ports::masked_host(&owner, port) {
-            parts.headers.insert(axum::http::header::HOST, host);
-        }
-        return ports::serve(gateway, sandbox, port, Request::from_parts(parts, body)).await;
+        let request = Request::from_parts(parts, body);
+        return ports::serve(gateway, &owner, sandbox, port, request).await;
     }
     // The interpreter SDK sends the sandbox's token only with `/execute`, not with its
     // `/contexts` calls (E2B's own server checks none): those are reached by the

@@ -55,7 +55,7 @@ pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 /// Whether a request may reach `owner`'s ports: any may, unless the sandbox was made
 /// with `allowPublicTraffic: false`, whose token it must carry (compared in constant
 /// time). Err: E2B's 403, missing or invalid.
-pub fn admit(
+fn admit(
     owner: &super::auth::Owner,
     sandbox: &str,
     headers: &HeaderMap,
@@ -87,7 +87,7 @@ pub fn admit(
 
 /// The `Host` the server on `port` sees for a sandbox made with `maskRequestHost`
 /// (`${PORT}` replaced by the port).
-pub fn masked_host(owner: &super::auth::Owner, port: u16) -> Option<header::HeaderValue> {
+fn masked_host(owner: &super::auth::Owner, port: u16) -> Option<header::HeaderValue> {
     let mask = owner.mask_host.as_ref()?;
     let host = mask.replace(super::create::PORT_PLACEHOLDER, &port.to_string());
     header::HeaderValue::from_str(&host).ok()
@@ -146,15 +146,24 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// Sends `request` to the server on `port` of `sandbox` and answers with its response:
+/// Sends `request` to the server on `port` of `sandbox` (`owner`'s) and answers with its
+/// response: 403 for a private sandbox's request without its traffic token ([`admit`]);
 /// 502 with a message naming the port when nothing listens there, the sandbox is gone,
-/// or the server broke off before its response.
+/// or the server broke off before its response. The one way to a sandbox's ports.
 pub async fn serve(
     gateway: Arc<Gateway>,
+    owner: &super::auth::Owner,
     sandbox: String,
     port: u16,
-    request: Request,
+    mut request: Request,
 ) -> Response {
+    if let Err(refused) = admit(owner, &sandbox, request.headers()) {
+        super::envd::drain(request.into_body()).await;
+        return refused.into_response();
+    }
+    if let Some(host) = masked_host(owner, port) {
+        request.headers_mut().insert(header::HOST, host);
+    }
     let upgrade = wants_upgrade(request.headers());
     let permit = match upgrade {
         true => super::quota::share_for(&gateway, &gateway.tunnels, &sandbox).map(Some),
