@@ -59,15 +59,15 @@ pub async fn serve(
                 .await;
         }
         ("GET", "/envs") => {
-            drain(body).await;
+            super::body::drain(body).await;
             return super::lifecycle::envd_envs(gateway, sandbox).await;
         }
         ("GET", "/metrics") => {
-            drain(body).await;
+            super::body::drain(body).await;
             return super::lifecycle::envd_metrics(gateway, sandbox).await;
         }
         (_, "/envs") | (_, "/metrics") => {
-            drain(body).await;
+            super::body::drain(body).await;
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!("{path}: only GET is served"),
@@ -201,10 +201,6 @@ pub async fn serve(
     }
 }
 
-/// What a larger body is read to its end for (and dropped), so that its client, still
-/// sending, gets the answer instead of a connection reset; past it the connection goes.
-const DRAINED_AT_MOST: usize = 64 << 20;
-
 /// envd's health: 204 while the sandbox runs (its session answers `session_stats`); 502
 /// while it is paused, and once it has ended (killed, or at its timeout), when the gateway
 /// forgets it: the SDK's `is_running()` is then false.
@@ -228,42 +224,21 @@ async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
     }
 }
 
-/// Reads a body that is not wanted to its end (up to [`DRAINED_AT_MOST`]), so that the
-/// answer reaches a client still sending it and the connection stays usable.
-pub async fn drain(body: Body) {
-    let _ = read_body(body).await;
-}
-
-/// A request's body, at most [`connect::MAX_MESSAGE`] bytes.
+/// A request's body, at most [`connect::MAX_MESSAGE`] bytes (a larger one is read to its
+/// end and dropped, `body.rs`).
 async fn read_body(body: Body) -> Result<Bytes, ConnectError> {
-    use futures_util::StreamExt;
-    let mut chunks = body.into_data_stream();
-    let mut whole = bytes::BytesMut::new();
-    let mut seen = 0usize;
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(|err| {
-            ConnectError::invalid(format!(
-                "the request's body broke off: {err}; send it whole"
-            ))
-        })?;
-        seen += chunk.len();
-        if seen <= connect::MAX_MESSAGE {
-            whole.extend_from_slice(&chunk);
-        } else if seen > DRAINED_AT_MOST {
-            break;
-        }
-    }
-    if seen > connect::MAX_MESSAGE {
-        return Err(ConnectError::new(
-            Code::ResourceExhausted,
-            format!(
-                "the request is {}{seen} bytes, more than {}; send smaller messages",
-                if seen > DRAINED_AT_MOST { "over " } else { "" },
-                connect::MAX_MESSAGE
+    super::body::read(body, connect::MAX_MESSAGE)
+        .await
+        .map_err(|err| match err {
+            super::body::BodyError::TooLarge { .. } => ConnectError::new(
+                Code::ResourceExhausted,
+                format!("the request is {}; send smaller messages", err.describe()),
             ),
-        ));
-    }
-    Ok(whole.freeze())
+            super::body::BodyError::Broken(_) => ConnectError::invalid(format!(
+                "the request's body: {}; send it whole",
+                err.describe()
+            )),
+        })
 }
 
 /// An error as the call's shape carries it: a unary call's status and body, or a stream

@@ -49,15 +49,23 @@ pub async fn serve(
     path: &str,
     body: Body,
 ) -> Response {
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+    let body = match super::body::read(body, MAX_BODY).await {
         Ok(body) => body,
-        Err(err) => {
+        Err(err @ super::body::BodyError::TooLarge { .. }) => {
             return ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
-                    "{path}: the body is larger than {MAX_BODY} bytes or broke off ({err}); send a smaller cell"
+                    "{path}: the body is {}; send a smaller cell",
+                    err.describe()
                 ),
             )
+            .into_response();
+        }
+        Err(err) => {
+            return ApiError::bad_request(format!(
+                "{path}: the body: {}; send it whole",
+                err.describe()
+            ))
             .into_response();
         }
     };

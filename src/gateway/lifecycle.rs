@@ -4,6 +4,7 @@
 //! envd's `/envs` and `/metrics`.
 
 use super::Gateway;
+use super::body::RestBody;
 use super::error::ApiError;
 use super::logs::{Level, Selection};
 use super::rest::{blocking, body, gone_is_not_found, owned, rfc3339, sandbox_of};
@@ -12,7 +13,6 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ pub async fn pause(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    bytes: Bytes,
+    RestBody(bytes): RestBody,
 ) -> Result<Response, ApiError> {
     let (tenant, request): (_, PauseRequest) = caller_and_body(&gateway, &headers, &bytes)?;
     if request.memory == Some(false) {
@@ -92,7 +92,7 @@ pub async fn resume(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    bytes: Bytes,
+    RestBody(bytes): RestBody,
 ) -> Result<Response, ApiError> {
     let (tenant, request): (_, ResumeRequest) = caller_and_body(&gateway, &headers, &bytes)?;
     let timeout = super::rest::seconds(request.timeout.unwrap_or(15), "timeout")?;

@@ -22,6 +22,7 @@
 mod audit;
 mod auth;
 mod backend;
+mod body;
 mod config;
 mod connect;
 mod create;
@@ -366,7 +367,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let Some((sandbox, port)) = sandbox_address(request.headers(), request.uri()) else {
         return next.run(request).await;
     };
-    // A body is read to its end before any refusal (`envd::drain`): left unread, it
+    // A body is read to its end before any refusal (`body::drain`): left unread, it
     // closes the connection after the answer, under a client that may reuse it.
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
@@ -376,7 +377,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
         true => match ports::parse_port(&port) {
             Ok(port) => Some(port),
             Err(message) => {
-                envd::drain(body).await;
+                body::drain(body).await;
                 return ApiError::new(
                     StatusCode::BAD_REQUEST,
                     format!("sandbox {sandbox:?}: {message}"),
@@ -402,7 +403,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let owner = match refused {
         Ok(owner) => owner,
         Err(answer) => {
-            envd::drain(body).await;
+            body::drain(body).await;
             return answer;
         }
     };
@@ -422,7 +423,7 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             .get("x-access-token")
             .and_then(|value| value.to_str().ok());
         if given != Some(token.as_str()) {
-            envd::drain(body).await;
+            body::drain(body).await;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 format!(

@@ -158,7 +158,7 @@ pub async fn serve(
     mut request: Request,
 ) -> Response {
     if let Err(refused) = admit(owner, &sandbox, request.headers()) {
-        super::envd::drain(request.into_body()).await;
+        super::body::drain(request.into_body()).await;
         return refused.into_response();
     }
     if let Some(host) = masked_host(owner, port) {
@@ -179,7 +179,7 @@ pub async fn serve(
         // The body is read to its end first, as envd's refusals do: left unread, the
         // connection would close under a client that may reuse it.
         Err(answer) => {
-            super::envd::drain(request.into_body()).await;
+            super::body::drain(request.into_body()).await;
             return answer;
         }
     };

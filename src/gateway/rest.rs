@@ -5,6 +5,7 @@
 use super::Gateway;
 use super::auth::{MASK_KEY, Owner, RESERVED, TEMPLATE_KEY, TENANT_KEY, TOKEN_KEY, TRAFFIC_KEY};
 use super::backend::{Backend, NewSession};
+use super::body::RestBody;
 use super::envd::ENVD_VERSION;
 use super::error::ApiError;
 use axum::Json;
@@ -12,7 +13,6 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -106,7 +106,7 @@ pub(super) fn seconds(value: i64, field: &str) -> Result<Duration, ApiError> {
 async fn create(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
-    bytes: Bytes,
+    RestBody(bytes): RestBody,
 ) -> Result<Response, ApiError> {
     let tenant = gateway.tenants.caller(&headers)?;
     let request: NewSandbox = body(&bytes)?;
@@ -438,7 +438,7 @@ async fn set_timeout(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    bytes: Bytes,
+    RestBody(bytes): RestBody,
 ) -> Result<Response, ApiError> {
     let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
     blocking(&gateway, move |gateway| {
@@ -465,7 +465,7 @@ async fn connect(
     State(gateway): State<Arc<Gateway>>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    bytes: Bytes,
+    RestBody(bytes): RestBody,
 ) -> Result<Response, ApiError> {
     let (tenant, timeout) = timeout_request(&gateway, &headers, &bytes)?;
     let (session, resumed) = blocking(&gateway, move |gateway| {

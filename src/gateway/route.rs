@@ -54,7 +54,7 @@ const CREATE_TRIES: usize = 3;
 
 /// A REST answer the host layer rewrites (to put its name on the ids), or a create's
 /// body a router keeps to send again, is at most this big.
-const MAX_REST_BODY: usize = 16 << 20;
+use super::body::MAX_REST_BODY;
 
 /// Whether `name` may be a `--host-id`: a DNS label's characters (lowercase letters,
 /// digits, inner '-'), 1 to [`HOST_ID_MAX`] of them. The error says what to change.
@@ -461,7 +461,7 @@ pub async fn host_layer(
             }
             Decision::NotFound { reason } => {
                 let (_, body) = request.into_parts();
-                super::envd::drain(body).await;
+                super::body::drain(body).await;
                 return not_found(*how, reason);
             }
         }
@@ -481,7 +481,7 @@ pub async fn host_layer(
     let create = request.method() == Method::POST && request.uri().path() == "/sandboxes";
     if create && state.health.draining() {
         let (_, body) = request.into_parts();
-        super::envd::drain(body).await;
+        super::body::drain(body).await;
         state.health.failed("create_refused_draining");
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -665,7 +665,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
     let rest = !matches!(target, Some((_, Addressed::Header | Addressed::Host)));
     if rest && let Err(err) = check_key(state.keys.as_ref(), request.headers()) {
         let (_, body) = request.into_parts();
-        super::envd::drain(body).await;
+        super::body::drain(body).await;
         return err.into_response();
     }
     let path = request.uri().path().to_string();
@@ -683,7 +683,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
             },
             Decision::NotFound { reason } | Decision::Here { session: reason } => {
                 let (_, body) = request.into_parts();
-                super::envd::drain(body).await;
+                super::body::drain(body).await;
                 not_found(how, reason)
             }
         },
@@ -704,7 +704,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
         }
         (None, _) => {
             let (parts, body) = request.into_parts();
-            super::envd::drain(body).await;
+            super::body::drain(body).await;
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
@@ -740,11 +740,9 @@ pub fn create_targets(
 /// answer).
 async fn create(state: &RouterState, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_REST_BODY).await else {
-        return ApiError::bad_request(format!(
-            "the request body: over {MAX_REST_BODY} bytes or broken off; send E2B's NewSandbox JSON"
-        ))
-        .into_response();
+    let bytes = match super::body::read(body, MAX_REST_BODY).await {
+        Ok(bytes) => bytes,
+        Err(err) => return super::body::rest_refusal(&err).into_response(),
     };
     let start = state.next.fetch_add(1, Ordering::Relaxed);
     let targets = create_targets(state.create_url.as_deref(), &state.peers.all(), start);
@@ -798,7 +796,7 @@ async fn many_metrics(
     local: Option<Next>,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    super::envd::drain(body).await;
+    super::body::drain(body).await;
     let ids = match super::lifecycle::metrics_ids(parts.uri.query()) {
         Ok(ids) => ids,
         Err(err) => return err.into_response(),
@@ -881,7 +879,7 @@ async fn many_metrics(
 /// with it); one that refuses (a bad key, a bad filter) is answered as it answered.
 async fn list(state: &RouterState, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    super::envd::drain(body).await;
+    super::body::drain(body).await;
     let peers = state.peers.all();
     let asked = peers.iter().map(|(_, url)| {
         let request = Request::from_parts(parts.clone(), Body::empty());

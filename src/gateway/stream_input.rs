@@ -10,7 +10,7 @@ use super::Gateway;
 use super::backend::Selector;
 use super::connect::{self, Code, Codec, ConnectError, Shape};
 use super::proto::process::{self as pb, process_input, stream_input_request};
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::{Buf, Bytes, BytesMut};
@@ -25,12 +25,18 @@ pub async fn serve(
     shape: Shape,
     body: Body,
 ) -> Response {
+    let mut chunks = body.into_data_stream();
     let outcome = match shape {
-        Shape::Stream => relay(&gateway, &sandbox, codec, body).await,
+        Shape::Stream => relay(&gateway, &sandbox, codec, &mut chunks).await,
         Shape::Unary => Err(ConnectError::invalid(
             "process.Process/StreamInput is a client stream; send it as application/connect+json or application/connect+proto",
         )),
     };
+    // A stream refused before its end is read to its end, so that its client (which
+    // sends the whole stream before it reads) gets the refusal, not a reset (`body.rs`).
+    if outcome.is_err() {
+        super::body::drain_rest(chunks).await;
+    }
     let mut answer = BytesMut::new();
     match outcome {
         Ok(()) => {
@@ -51,10 +57,9 @@ async fn relay(
     gateway: &Arc<Gateway>,
     sandbox: &str,
     codec: Codec,
-    body: Body,
+    chunks: &mut BodyDataStream,
 ) -> Result<(), ConnectError> {
     use futures_util::StreamExt;
-    let mut chunks = body.into_data_stream();
     let mut envelopes = Envelopes::default();
     let mut process: Option<Selector> = None;
     loop {

@@ -371,7 +371,7 @@ fn e2b_interpreter_cells_are_shared_between_tenants(mode: Mode) {
 /// `resource_exhausted` in one line; the process the stream fed still reads what comes
 /// after, and the gateway serves on.
 const OVERSIZED: &str = r#"
-import base64, json, struct, sys
+import base64, json, os, socket, struct, sys, urllib.parse
 import httpx
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -419,6 +419,35 @@ flags, length = struct.unpack(">BI", answer.content[:5])
 end = json.loads(answer.content[5:5 + length])
 assert flags == 2 and end["error"]["code"] == "resource_exhausted", answer.content[:200]
 assert "more than 4194304" in end["error"]["message"], end
+
+# A client that sends its whole body before it reads (as HTTP/1.1 clients do) gets the
+# refusal, not a reset: the gateway reads a refused body to its end (up to 64 MiB). 32 MiB
+# is more than the kernel's socket buffers hold, so a gateway that closed at its refusal
+# would fail these writes with a broken pipe or a reset.
+def sent_whole(path, first, more, headers):
+    url = urllib.parse.urlsplit(sys.argv[1])
+    conn = socket.create_connection((url.hostname, url.port))
+    head = [f"POST {path} HTTP/1.1", f"Host: {url.netloc}", "Transfer-Encoding: chunked",
+            "Connection: close"] + [f"{name}: {value}" for name, value in headers.items()]
+    conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+    piece = b"z" * (1 << 20)
+    for chunk in [first] + [piece] * more:
+        conn.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+    conn.sendall(b"0\r\n\r\n")
+    answer = b""
+    while more_bytes := conn.recv(1 << 16):
+        answer += more_bytes
+    conn.close()
+    status = int(answer.split(b" ", 2)[1])
+    return status, answer.split(b"\r\n\r\n", 1)[1]
+
+status, body = sent_whole("/process.Process/StreamInput",
+                          envelope({"start": {"process": {"pid": proc.pid}}}) + struct.pack(">BI", 0, 5 << 20),
+                          32, dict(headers, **{"Content-Type": "application/connect+json"}))
+assert status == 200 and b"resource_exhausted" in body, (status, body[:300])
+status, body = sent_whole("/sandboxes", b"{", 32,
+                          {"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"})
+assert status == 413 and b"more than 16777216" in body, (status, body[:300])
 
 # The process is still there, reading: what comes next reaches it.
 sbx.commands.send_stdin(proc.pid, "after\n")
