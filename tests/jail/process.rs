@@ -142,10 +142,9 @@ fn time_limit_kills_the_program(mode: Mode) {
     );
     let elapsed = started.elapsed();
     assert_code(&output, 124);
-    assert!(
-        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
-        "took {elapsed:?}"
-    );
+    // Not before the limit; that it was the limit and not `sleep` that ended it is the
+    // status (124) and the line below.
+    assert!(elapsed >= Duration::from_millis(900), "took {elapsed:?}");
     let err = stderr(&output);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
