@@ -1,17 +1,24 @@
-//! Request bodies, read within a limit, and read to their end when refused.
+//! Request bodies: read within a limit, and read to their end when their handler did not.
 //!
 //! An HTTP/1.1 client sends its whole body before it reads the answer. A server that
 //! answers early and closes the connection with the body's rest unread makes the kernel
 //! reset it: the client, still writing, gets a broken pipe instead of the answer (E2B's
-//! SDK then raises "unavailable", not the refusal). So every refusal of a body the
-//! gateway has started to read reads the rest and drops it, up to [`DRAINED_AT_MOST`]
-//! (nginx's lingering close, bounded); past that the connection goes.
+//! SDK then raises "unavailable", not the refusal). So the gateway's outermost layer
+//! ([`layer`]) reads what its handler left of a body and drops it, up to
+//! [`DRAINED_AT_MOST`] (nginx's lingering close, bounded), before the answer goes; past
+//! that the connection goes. No handler drains a body itself.
 
 use super::error::ApiError;
-use axum::body::{Body, BodyDataStream, Bytes};
+use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
 use futures_util::StreamExt;
+use hyper::body::{Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 /// What a refused body is read to its end for (and dropped); past it the connection goes.
 pub const DRAINED_AT_MOST: usize = 64 << 20;
@@ -22,75 +29,121 @@ pub const MAX_REST_BODY: usize = 16 << 20;
 /// Why a body was not taken.
 #[derive(Debug)]
 pub enum BodyError {
-    /// More than the limit: `seen` bytes, `drained` false when the client sent so much
-    /// more that the gateway stopped reading (the number is then a lower bound).
-    TooLarge {
-        seen: usize,
-        limit: usize,
-        drained: bool,
-    },
+    /// More than the limit (what is left of it the layer reads and drops).
+    TooLarge { limit: usize },
     /// The client's body broke off (its connection closed or sent a bad chunk).
     Broken(String),
 }
 
 impl BodyError {
-    /// "N bytes, more than LIMIT" or "over N bytes, more than LIMIT".
+    /// "more than LIMIT bytes", or how it broke off.
     pub fn describe(&self) -> String {
         match self {
-            BodyError::TooLarge {
-                seen,
-                limit,
-                drained,
-            } => format!(
-                "{}{seen} bytes, more than {limit}",
-                if *drained { "" } else { "over " }
-            ),
+            BodyError::TooLarge { limit } => format!("more than {limit} bytes"),
             BodyError::Broken(err) => format!("it broke off ({err})"),
         }
     }
 }
 
-/// `body` whole, if it is at most `limit` bytes; past the limit the rest is read and
-/// dropped (up to [`DRAINED_AT_MOST`]) so that the refusal reaches the client.
+/// `body` whole, if it is at most `limit` bytes.
 pub async fn read(body: Body, limit: usize) -> Result<Bytes, BodyError> {
     let mut chunks = body.into_data_stream();
     let mut whole = bytes::BytesMut::new();
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|err| BodyError::Broken(err.to_string()))?;
         if whole.len() + chunk.len() > limit {
-            let seen = whole.len() + chunk.len();
-            drop(whole);
-            let (rest, drained) = drain_rest(chunks).await;
-            return Err(BodyError::TooLarge {
-                seen: seen + rest,
-                limit,
-                drained,
-            });
+            return Err(BodyError::TooLarge { limit });
         }
         whole.extend_from_slice(&chunk);
     }
     Ok(whole.freeze())
 }
 
-/// Reads a body that is not wanted to its end, up to [`DRAINED_AT_MOST`].
-pub async fn drain(body: Body) {
-    drain_rest(body.into_data_stream()).await;
-}
-
-/// Reads what is left of a body, up to [`DRAINED_AT_MOST`]: the bytes read, and whether
-/// that was its end.
-pub async fn drain_rest(mut chunks: BodyDataStream) -> (usize, bool) {
+/// Reads what is left of a body, up to [`DRAINED_AT_MOST`], and drops it.
+async fn drain_rest(mut chunks: BodyDataStream) {
     let mut seen = 0usize;
-    while let Some(chunk) = chunks.next().await {
-        let Ok(chunk) = chunk else {
-            return (seen, true);
-        };
+    while let Some(Ok(chunk)) = chunks.next().await {
         seen += chunk.len();
         if seen > DRAINED_AT_MOST {
-            return (seen, false);
+            return;
         }
     }
-    (seen, true)
+}
+
+/// The layer around every route: a request body its handler dropped before its end is
+/// read to its end (up to [`DRAINED_AT_MOST`]) before the answer goes. A body never
+/// polled under `Expect: 100-continue` is left alone: its client has sent none of it and
+/// waits for the answer (reading it would ask for it, to drop it).
+pub async fn layer(request: Request, next: Next) -> Response {
+    let expects_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let left = Arc::new(Mutex::new(None));
+    let request = request.map(|body| {
+        Body::new(Watched {
+            inner: Some(body),
+            polled: false,
+            expects_continue,
+            left: left.clone(),
+        })
+    });
+    let answer = next.run(request).await;
+    let rest = left.lock().map(|mut left| left.take()).unwrap_or(None);
+    if let Some(rest) = rest {
+        drain_rest(rest.into_data_stream()).await;
+    }
+    answer
+}
+
+/// A request body that, dropped before its end, leaves its rest in `left` for [`layer`].
+struct Watched {
+    inner: Option<Body>,
+    polled: bool,
+    expects_continue: bool,
+    left: Arc<Mutex<Option<Body>>>,
+}
+
+impl HttpBody for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        this.polled = true;
+        match this.inner.as_mut() {
+            Some(inner) => Pin::new(inner).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(HttpBody::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map(HttpBody::size_hint)
+            .unwrap_or_else(|| SizeHint::with_exact(0))
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if inner.is_end_stream() || (self.expects_continue && !self.polled) {
+            return;
+        }
+        if let Ok(mut left) = self.left.lock() {
+            *left = Some(inner);
+        }
+    }
 }
 
 /// A REST request's body (at most [`MAX_REST_BODY`]), as an extractor: a larger one is a
@@ -155,21 +208,11 @@ mod tests {
     }
 
     #[test]
-    fn a_body_past_its_limit_is_read_to_its_end_and_counted() {
+    fn a_body_past_its_limit_is_refused_with_the_limit() {
         let body = chunked(vec![b"ab", b"cde", b"fgh"]);
         let err = block_on(read(body, 4)).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                BodyError::TooLarge {
-                    seen: 8,
-                    limit: 4,
-                    drained: true
-                }
-            ),
-            "{err:?}"
-        );
-        assert_eq!(err.describe(), "8 bytes, more than 4");
+        assert!(matches!(err, BodyError::TooLarge { limit: 4 }), "{err:?}");
+        assert_eq!(err.describe(), "more than 4 bytes");
     }
 
     #[test]

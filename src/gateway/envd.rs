@@ -59,15 +59,12 @@ pub async fn serve(
                 .await;
         }
         ("GET", "/envs") => {
-            super::body::drain(body).await;
             return super::lifecycle::envd_envs(gateway, sandbox).await;
         }
         ("GET", "/metrics") => {
-            super::body::drain(body).await;
             return super::lifecycle::envd_metrics(gateway, sandbox).await;
         }
         (_, "/envs") | (_, "/metrics") => {
-            super::body::drain(body).await;
             return super::error::ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 format!("{path}: only GET is served"),
@@ -83,8 +80,6 @@ pub async fn serve(
     {
         return super::stream_input::serve(gateway, sandbox, codec, shape, body).await;
     }
-    // Read first, whatever the answer: a body left unread closes the connection after
-    // the answer, and a client that reuses it meanwhile sees it reset.
     let body = read_body(body).await;
     let Some(rpc) = path.strip_prefix('/') else {
         return StatusCode::NOT_FOUND.into_response();
@@ -224,8 +219,7 @@ async fn health(gateway: Arc<Gateway>, sandbox: String) -> Response {
     }
 }
 
-/// A request's body, at most [`connect::MAX_MESSAGE`] bytes (a larger one is read to its
-/// end and dropped, `body.rs`).
+/// A request's body, at most [`connect::MAX_MESSAGE`] bytes.
 async fn read_body(body: Body) -> Result<Bytes, ConnectError> {
     super::body::read(body, connect::MAX_MESSAGE)
         .await

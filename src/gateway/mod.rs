@@ -148,7 +148,8 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         let app = with_audit(
             axum::Router::new()
                 .fallback(route::router)
-                .with_state(state),
+                .with_state(state)
+                .layer(axum::middleware::from_fn(body::layer)),
             audit_log,
         );
         let _guard = runtime.enter();
@@ -212,13 +213,13 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         .with_state(gateway);
     // The host layer rewrites a request's sandbox id before the handlers route it: a
     // router's own layer runs after its routing, so the handlers are a service behind.
-    let app =
-        axum::Router::new()
-            .fallback_service(handlers)
-            .layer(axum::middleware::from_fn_with_state(
-                host,
-                route::host_layer,
-            ));
+    let app = axum::Router::new()
+        .fallback_service(handlers)
+        .layer(axum::middleware::from_fn_with_state(
+            host,
+            route::host_layer,
+        ))
+        .layer(axum::middleware::from_fn(body::layer));
     let app = with_audit(app, audit_log);
     let drained = health::drain_host(health, backend, args.drain_grace.0);
     runtime.block_on(serve(args, app, tls, drained))
@@ -367,8 +368,6 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let Some((sandbox, port)) = sandbox_address(request.headers(), request.uri()) else {
         return next.run(request).await;
     };
-    // A body is read to its end before any refusal (`body::drain`): left unread, it
-    // closes the connection after the answer, under a client that may reuse it.
     let (parts, body) = request.into_parts();
     let unreachable = |message: String| unreachable(&sandbox, message);
     let to_interpreter = port == interpreter::INTERPRETER_PORT.to_string();
@@ -377,7 +376,6 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
         true => match ports::parse_port(&port) {
             Ok(port) => Some(port),
             Err(message) => {
-                body::drain(body).await;
                 return ApiError::new(
                     StatusCode::BAD_REQUEST,
                     format!("sandbox {sandbox:?}: {message}"),
@@ -403,7 +401,6 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
     let owner = match refused {
         Ok(owner) => owner,
         Err(answer) => {
-            body::drain(body).await;
             return answer;
         }
     };
@@ -423,7 +420,6 @@ async fn to_sandbox(State(gateway): State<Arc<Gateway>>, request: Request, next:
             .get("x-access-token")
             .and_then(|value| value.to_str().ok());
         if given != Some(token.as_str()) {
-            body::drain(body).await;
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 format!(

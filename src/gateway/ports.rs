@@ -158,7 +158,6 @@ pub async fn serve(
     mut request: Request,
 ) -> Response {
     if let Err(refused) = admit(owner, &sandbox, request.headers()) {
-        super::body::drain(request.into_body()).await;
         return refused.into_response();
     }
     if let Some(host) = masked_host(owner, port) {
@@ -176,12 +175,7 @@ pub async fn serve(
     let permit = permit.ok().flatten();
     let stream = match opened {
         Ok(stream) => stream,
-        // The body is read to its end first, as envd's refusals do: left unread, the
-        // connection would close under a client that may reuse it.
-        Err(answer) => {
-            super::body::drain(request.into_body()).await;
-            return answer;
-        }
+        Err(answer) => return answer,
     };
     match relay(stream, request, upgrade, permit).await {
         Ok(response) => response,

@@ -460,8 +460,6 @@ pub async fn host_layer(
                 return answer;
             }
             Decision::NotFound { reason } => {
-                let (_, body) = request.into_parts();
-                super::body::drain(body).await;
                 return not_found(*how, reason);
             }
         }
@@ -480,8 +478,6 @@ pub async fn host_layer(
     }
     let create = request.method() == Method::POST && request.uri().path() == "/sandboxes";
     if create && state.health.draining() {
-        let (_, body) = request.into_parts();
-        super::body::drain(body).await;
         state.health.failed("create_refused_draining");
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -664,8 +660,6 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
     let target = addressed(request.uri(), request.headers());
     let rest = !matches!(target, Some((_, Addressed::Header | Addressed::Host)));
     if rest && let Err(err) = check_key(state.keys.as_ref(), request.headers()) {
-        let (_, body) = request.into_parts();
-        super::body::drain(body).await;
         return err.into_response();
     }
     let path = request.uri().path().to_string();
@@ -682,8 +676,6 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
                 }
             },
             Decision::NotFound { reason } | Decision::Here { session: reason } => {
-                let (_, body) = request.into_parts();
-                super::body::drain(body).await;
                 not_found(how, reason)
             }
         },
@@ -703,8 +695,7 @@ pub async fn router(State(state): State<Arc<RouterState>>, request: Request) -> 
             many_metrics(&state.peers, &state.client, &state.health, request, None).await
         }
         (None, _) => {
-            let (parts, body) = request.into_parts();
-            super::body::drain(body).await;
+            let (parts, _) = request.into_parts();
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!(
@@ -795,8 +786,7 @@ async fn many_metrics(
     request: Request,
     local: Option<Next>,
 ) -> Response {
-    let (parts, body) = request.into_parts();
-    super::body::drain(body).await;
+    let (parts, _) = request.into_parts();
     let ids = match super::lifecycle::metrics_ids(parts.uri.query()) {
         Ok(ids) => ids,
         Err(err) => return err.into_response(),
@@ -878,8 +868,7 @@ async fn many_metrics(
 /// A list: every peer's, merged. A peer that does not answer has no sandboxes (they went
 /// with it); one that refuses (a bad key, a bad filter) is answered as it answered.
 async fn list(state: &RouterState, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    super::body::drain(body).await;
+    let (parts, _) = request.into_parts();
     let peers = state.peers.all();
     let asked = peers.iter().map(|(_, url)| {
         let request = Request::from_parts(parts.clone(), Body::empty());

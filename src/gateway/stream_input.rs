@@ -32,11 +32,8 @@ pub async fn serve(
             "process.Process/StreamInput is a client stream; send it as application/connect+json or application/connect+proto",
         )),
     };
-    // A stream refused before its end is read to its end, so that its client (which
-    // sends the whole stream before it reads) gets the refusal, not a reset (`body.rs`).
-    if outcome.is_err() {
-        super::body::drain_rest(chunks).await;
-    }
+    // A stream refused before its end: the rest is read and dropped by `body::layer`.
+    drop(chunks);
     let mut answer = BytesMut::new();
     match outcome {
         Ok(()) => {

@@ -421,7 +421,8 @@ assert flags == 2 and end["error"]["code"] == "resource_exhausted", answer.conte
 assert "more than 4194304" in end["error"]["message"], end
 
 # A client that sends its whole body before it reads (as HTTP/1.1 clients do) gets the
-# refusal, not a reset: the gateway reads a refused body to its end (up to 64 MiB). 32 MiB
+# refusal, not a reset: the gateway reads what it refused of a body to its end (up to
+# 64 MiB), whichever handler refused it. 32 MiB
 # is more than the kernel's socket buffers hold, so a gateway that closed at its refusal
 # would fail these writes with a broken pipe or a reset.
 def sent_whole(path, first, more, headers):
@@ -448,6 +449,9 @@ assert status == 200 and b"resource_exhausted" in body, (status, body[:300])
 status, body = sent_whole("/sandboxes", b"{", 32,
                           {"X-API-Key": os.environ["E2B_API_KEY"], "Content-Type": "application/json"})
 assert status == 413 and b"more than 16777216" in body, (status, body[:300])
+# A body refused before any of it is read (an upload to a path outside the workspace).
+status, body = sent_whole("/files?path=%2Fetc%2Fpasswd", b"x", 32, headers)
+assert status == 400 and b"/etc/passwd" in body, (status, body[:300])
 
 # The process is still there, reading: what comes next reaches it.
 sbx.commands.send_stdin(proc.pid, "after\n")
