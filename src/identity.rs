@@ -183,6 +183,46 @@ fn lock_directory() -> Result<OwnedFd> {
     Ok(dir)
 }
 
+/// Removes the lock files no one holds: those of brigs that were killed (SIGKILL) before
+/// they could remove their own. Each is taken as a lessee takes it (an exclusive flock,
+/// then the check that the name is still that file) and removed while held, so a brig
+/// leasing the uid meanwhile either finds it held or finds its file gone and tries again
+/// ([`lease_from`]). What cannot be read is left alone: the locks are an optimisation of
+/// the directory's size, not of the leases' safety. The number removed.
+pub fn remove_stale_locks() -> usize {
+    use nix::fcntl::{Flock, FlockArg, OFlag, openat};
+    use nix::sys::stat::Mode;
+    let (Ok(dir), Ok(entries)) = (lock_directory(), std::fs::read_dir(HOST_UID_LOCKS)) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|name| name.parse::<u32>().is_ok()) else {
+            continue;
+        };
+        let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(file) = openat(&dir, name, flags, Mode::empty()) else {
+            continue;
+        };
+        let Ok(file) = Flock::lock(std::fs::File::from(file), FlockArg::LockExclusiveNonblock)
+        else {
+            continue;
+        };
+        let linked = nix::sys::stat::fstatat(&dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+        let ours = nix::sys::stat::fstat(&*file);
+        let same = matches!((linked, ours), (Ok(linked), Ok(ours))
+            if (linked.st_dev, linked.st_ino) == (ours.st_dev, ours.st_ino));
+        if same
+            && nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir).is_ok()
+        {
+            removed += 1;
+        }
+        // `file` closes here, which releases the lock.
+    }
+    removed
+}
+
 /// A uid of `first..=last` whose lock no one holds, probing from a point derived from
 /// brig's pid (concurrent brigs start apart).
 fn lease_from(first: u32, last: u32) -> Result<Lease> {

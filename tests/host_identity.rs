@@ -494,6 +494,40 @@ fn an_exhausted_range_is_refused_with_the_fix() {
     assert!(!lock.exists());
 }
 
+/// A brig killed (SIGKILL) cannot remove its host uid's lock file; a server starting
+/// removes the files no one holds, and keeps those held.
+#[test]
+fn a_server_starting_removes_the_locks_killed_brigs_left() {
+    let dir = std::path::Path::new("/run/brig-host-uids");
+    // Single uids outside the default range: no other jail takes them.
+    let (killed, held) = ("1879113730", "1879113731");
+    let range = |uid: &str| format!("{uid}-{uid}");
+    let mut victim = Holder::start(Mode::Root, &["--host-uid-range", &range(killed)], INOTIFY);
+    let holder = Holder::start(Mode::Root, &["--host-uid-range", &range(held)], INOTIFY);
+    let brig = victim.running.take().expect("running");
+    kill(brig.pid(), libc::SIGKILL);
+    let _ = brig.wait();
+    // Its jail dies with it (it holds the lock too, till its last process is gone).
+    let lock = dir.join(killed);
+    let free = || {
+        std::fs::File::open(&lock).is_ok_and(|file| {
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+        })
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), free),
+        "the killed brig's lock should be left, and free: {}",
+        lock.display()
+    );
+    let server = common::serve::Server::start(Mode::Root, &["--pool", "0"]);
+    assert!(!lock.exists(), "a lock no one holds was left");
+    assert!(dir.join(held).exists(), "a held lock was removed");
+    assert_eq!(holder.host_uid().to_string(), held);
+    drop(server);
+    drop(holder);
+    assert!(!dir.join(held).exists());
+}
+
 #[test]
 fn bad_ranges_are_refused_naming_the_field_and_origin() {
     for (range, needles) in [

@@ -140,10 +140,18 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         .context(|| "create a signalfd".into())?;
     let session_plan = session_plan(defaults.clone())?;
     raise_nofile()?;
-    // The jails of a server that was killed (SIGKILL) are gone before this one serves.
+    // The jails of a server that was killed (SIGKILL) are gone before this one serves,
+    // and so are the locks of their per-jail host uids.
     let placement = pool_plan.limits.placement.clone();
     if let Some(placement) = &placement {
         placement.remove_leftover_jails();
+    }
+    let per_jail_uids = matches!(
+        pool_plan.identity.host,
+        crate::identity::HostIds::PerJail { .. }
+    );
+    if per_jail_uids {
+        crate::identity::remove_stale_locks();
     }
     let listener = listen::listen(&args.socket, group)?;
     let pool_digest = crate::verdict::config_digest(&pool_plan);
@@ -187,9 +195,13 @@ pub fn serve(args: ServeArgs) -> Result<i32> {
         server.jails_per_uid
     );
     let result = server.run();
-    // Runners killed past the drain's grace could not remove their jails' cgroups.
+    // Runners killed past the drain's grace could not remove their jails' cgroups, nor
+    // their host uids' locks.
     if let Some(placement) = &placement {
         placement.remove_leftover_jails();
+    }
+    if per_jail_uids {
+        crate::identity::remove_stale_locks();
     }
     let _ = std::fs::remove_file(&server.args.socket);
     drop(leaf);
