@@ -84,7 +84,8 @@ pub struct GatewayArgs {
     pub max_streams: usize,
 
     /// Streams one tenant may have open at once, so that others still find room
-    /// [default: a quarter of --max-streams].
+    /// [default: --max-streams divided among the --api-keys file's tenants, at most four
+    /// ways].
     #[arg(long, value_name = "N")]
     pub max_streams_per_tenant: Option<usize>,
 
@@ -94,7 +95,8 @@ pub struct GatewayArgs {
     pub max_tunnels: usize,
 
     /// Upgraded connections one tenant may have relayed at once; more are answered 429
-    /// [default: a quarter of --max-tunnels].
+    /// [default: --max-tunnels divided among the --api-keys file's tenants, at most four
+    /// ways].
     #[arg(long, value_name = "N")]
     pub max_tunnels_per_tenant: Option<usize>,
 
@@ -218,6 +220,14 @@ impl ApiKeys {
     }
 
     /// The quotas the file gives tenants, by tenant.
+    /// How many tenants the keys name (a tenant may have several keys).
+    pub fn tenant_count(&self) -> usize {
+        self.tenants
+            .values()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
     pub fn overrides(&self) -> HashMap<String, Overrides> {
         self.overrides.clone()
     }

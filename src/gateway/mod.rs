@@ -164,11 +164,13 @@ pub fn run(args: GatewayArgs) -> Result<i32> {
         "streams",
         (args.max_streams, "--max-streams"),
         (args.max_streams_per_tenant, "--max-streams-per-tenant"),
+        keys.tenant_count(),
     )?;
     let tunnels = quota::Shares::new(
         "upgraded connections",
         (args.max_tunnels, "--max-tunnels"),
         (args.max_tunnels_per_tenant, "--max-tunnels-per-tenant"),
+        keys.tenant_count(),
     )?;
     let quotas = quota::Quotas::new(
         args.max_sandboxes_per_tenant,

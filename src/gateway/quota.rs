@@ -15,9 +15,10 @@
 //! - **Shares** of the gateway's process-wide caps on streams (`--max-streams`: envd's
 //!   process and watch streams, the interpreter's cells) and relayed upgraded
 //!   connections (`--max-tunnels`: WebSockets to a sandbox's port): a tenant holds at
-//!   most its share of each (`--max-streams-per-tenant`, `--max-tunnels-per-tenant`; a
-//!   quarter of the cap by default), so that others still find room. A share is given
-//!   back when its stream or connection ends.
+//!   most its share of each (`--max-streams-per-tenant`, `--max-tunnels-per-tenant`; by
+//!   default the cap divided among the key file's tenants, at most four ways: a lone
+//!   tenant has the whole cap, one of many a quarter), so that others still find room. A
+//!   share is given back when its stream or connection ends.
 
 use super::Gateway;
 use super::backend::NewSession;
@@ -327,11 +328,13 @@ pub fn share_fits(
 
 impl Shares {
     /// `total` of `what` (named by its flag `total_flag`), `per_tenant` of them for one
-    /// tenant (by `per_tenant_flag`; None: a quarter of `total`, at least 1).
+    /// tenant (by `per_tenant_flag`; None: `total` divided among the `tenants`, at most
+    /// four ways, at least 1).
     pub fn new(
         what: &'static str,
         (total, total_flag): (usize, &str),
         (per_tenant, per_tenant_flag): (Option<usize>, &str),
+        tenants: usize,
     ) -> crate::error::Result<Shares> {
         let bad = |message: String| Err(crate::error::Error::input(message));
         if total == 0 {
@@ -352,11 +355,15 @@ impl Shares {
             }
             Some(share) => (share, format!("{per_tenant_flag} {share}")),
             None => {
-                let share = (total / 4).max(1);
-                (
-                    share,
-                    format!("{per_tenant_flag}, by default a quarter of {total_flag}: {share}"),
-                )
+                let ways = tenants.clamp(1, 4);
+                let share = (total / ways).max(1);
+                let named = match ways {
+                    1 => format!("{per_tenant_flag}, by default all of {total_flag}: {share}"),
+                    ways => format!(
+                        "{per_tenant_flag}, by default {total_flag} shared {ways} ways: {share}"
+                    ),
+                };
+                (share, named)
             }
         };
         Ok(Shares {
@@ -627,17 +634,18 @@ mod tests {
                 "streams",
                 (3, "--max-streams"),
                 (None, "--max-streams-per-tenant"),
+                5,
             )
             .unwrap(),
         );
-        // A quarter of 3 is under 1: one each.
+        // Shared four ways (five tenants), 3 is under 1 each: one each.
         let first = shares.take("alice").unwrap();
         let refused = shares.take("alice").unwrap_err();
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         assert!(
             refused
                 .message()
-                .contains("by default a quarter of --max-streams: 1"),
+                .contains("by default --max-streams shared 4 ways: 1"),
             "{refused:?}"
         );
         let bobs = shares.take("bob").unwrap();
@@ -652,6 +660,20 @@ mod tests {
             "a tenant's count stayed"
         );
         let _again = shares.take("alice").unwrap();
+    }
+
+    #[test]
+    fn a_default_share_divides_the_cap_among_the_tenants_at_most_four_ways() {
+        for (tenants, share) in [(0, 256), (1, 256), (2, 128), (3, 85), (4, 64), (40, 64)] {
+            let shares = Shares::new(
+                "streams",
+                (256, "--max-streams"),
+                (None, "--max-streams-per-tenant"),
+                tenants,
+            )
+            .unwrap();
+            assert_eq!(shares.per_tenant.most, share, "{tenants} tenants");
+        }
     }
 
     #[test]
@@ -677,6 +699,7 @@ mod tests {
                 "streams",
                 (total, "--max-streams"),
                 (share, "--max-streams-per-tenant"),
+                1,
             )
             .unwrap_err();
             assert_eq!(err.to_string(), expected);
