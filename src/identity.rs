@@ -209,11 +209,7 @@ pub fn remove_stale_locks() -> usize {
         else {
             continue;
         };
-        let linked = nix::sys::stat::fstatat(&dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
-        let ours = nix::sys::stat::fstat(&*file);
-        let same = matches!((linked, ours), (Ok(linked), Ok(ours))
-            if (linked.st_dev, linked.st_ino) == (ours.st_dev, ours.st_ino));
-        if same
+        if still_named(&dir, name, &file)
             && nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir).is_ok()
         {
             removed += 1;
@@ -221,6 +217,15 @@ pub fn remove_stale_locks() -> usize {
         // `file` closes here, which releases the lock.
     }
     removed
+}
+
+/// Whether `file` (just locked) is still the one named `name` in the lock directory: a
+/// lock taken on a file its holder removed meanwhile is a lock no one else looks at.
+fn still_named(dir: &OwnedFd, name: &str, file: &std::fs::File) -> bool {
+    let linked = nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+    let ours = nix::sys::stat::fstat(file);
+    matches!((linked, ours), (Ok(linked), Ok(ours))
+        if (linked.st_dev, linked.st_ino) == (ours.st_dev, ours.st_ino))
 }
 
 /// A uid of `first..=last` whose lock no one holds, probing from a point derived from
@@ -247,14 +252,7 @@ fn lease_from(first: u32, last: u32) -> Result<Lease> {
             Ok(file) => {
                 // The holder before may have removed the file between our open and our
                 // lock: then the lock is on a file no one else will look at.
-                let linked = nix::sys::stat::fstatat(
-                    &dir,
-                    name.as_str(),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                );
-                let ours = nix::sys::stat::fstat(&*file);
-                let same = matches!((linked, ours), (Ok(linked), Ok(ours))
-                    if (linked.st_dev, linked.st_ino) == (ours.st_dev, ours.st_ino));
+                let same = still_named(&dir, &name, &file);
                 if !same && retries < 100 {
                     retries += 1;
                     continue;

@@ -567,18 +567,13 @@ pub fn set_task_ids(uids: (u32, u32, u32), gids: (u32, u32, u32)) -> Result<(), 
 /// SECBIT_KEEP_CAPS_LOCKED (KEEP_CAPS stays off). Needs CAP_SETPCAP; inherited by every
 /// descendant, across fork and execve, and never to be unset.
 pub fn lock_out_root_privileges() -> Result<(), Errno> {
-    const NOROOT: libc::c_ulong = 1 << 0;
-    const NOROOT_LOCKED: libc::c_ulong = 1 << 1;
-    const KEEP_CAPS_LOCKED: libc::c_ulong = 1 << 5;
-    const NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
-    const NO_CAP_AMBIENT_RAISE_LOCKED: libc::c_ulong = 1 << 7;
-    let bits = NOROOT
-        | NOROOT_LOCKED
-        | KEEP_CAPS_LOCKED
-        | NO_CAP_AMBIENT_RAISE
-        | NO_CAP_AMBIENT_RAISE_LOCKED;
+    let bits = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     // SAFETY: PR_SET_SECUREBITS takes a bit mask only.
-    Errno::result(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits) }).map(drop)
+    Errno::result(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong) }).map(drop)
 }
 
 /// SIGPIPE ignored, as Rust's runtime sets it up: writing to a closed pipe fails with
