@@ -9,7 +9,7 @@
 //! that the connection goes. No handler drains a body itself.
 
 use super::error::ApiError;
-use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
@@ -21,9 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// What a refused body is read to its end for (and dropped); past it the connection goes.
-pub const DRAINED_AT_MOST: usize = 64 << 20;
+const DRAINED_AT_MOST: usize = 64 << 20;
 
-/// A REST body is a small JSON object; 16 MiB is far past any E2B sends.
+/// A REST body (a request's; an answer a host rewrites or a router merges; a create a
+/// router keeps to send again) is a small JSON object: 16 MiB is far past any E2B sends.
 pub const MAX_REST_BODY: usize = 16 << 20;
 
 /// Why a body was not taken.
@@ -60,7 +61,8 @@ pub async fn read(body: Body, limit: usize) -> Result<Bytes, BodyError> {
 }
 
 /// Reads what is left of a body, up to [`DRAINED_AT_MOST`], and drops it.
-async fn drain_rest(mut chunks: BodyDataStream) {
+async fn drain(rest: Body) {
+    let mut chunks = rest.into_data_stream();
     let mut seen = 0usize;
     while let Some(Ok(chunk)) = chunks.next().await {
         seen += chunk.len();
@@ -91,7 +93,7 @@ pub async fn layer(request: Request, next: Next) -> Response {
     let answer = next.run(request).await;
     let rest = left.lock().map(|mut left| left.take()).unwrap_or(None);
     if let Some(rest) = rest {
-        drain_rest(rest.into_data_stream()).await;
+        drain(rest).await;
     }
     answer
 }

@@ -21,6 +21,7 @@
 //! within [`CONNECT_TIMEOUT`]) is taken as gone with its sandboxes: the SDK's NotFound
 //! (404: E2B's error body for the REST API, Connect's `not_found` for a sandbox's own).
 
+use super::body::MAX_REST_BODY;
 use super::connect::{Code, ConnectError};
 use super::error::ApiError;
 use super::health::{self, Health, RequestKind};
@@ -51,10 +52,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How many hosts a router's create tries before it gives up (each refusing with 503 or
 /// not answering); with `--create-url`, how many times it asks that address.
 const CREATE_TRIES: usize = 3;
-
-/// A REST answer the host layer rewrites (to put its name on the ids), or a create's
-/// body a router keeps to send again, is at most this big.
-use super::body::MAX_REST_BODY;
 
 /// Whether `name` may be a `--host-id`: a DNS label's characters (lowercase letters,
 /// digits, inner '-'), 1 to [`HOST_ID_MAX`] of them. The error says what to change.
@@ -842,11 +839,7 @@ async fn many_metrics(
         if answer.status() != StatusCode::OK {
             return answer;
         }
-        let (_, body) = answer.into_parts();
-        let said = axum::body::to_bytes(body, MAX_REST_BODY)
-            .await
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+        let said = json_of::<Value>(answer).await;
         let Some(Value::Object(sandboxes)) = said.map(|mut said| said["sandboxes"].take()) else {
             return ApiError::new(
                 StatusCode::BAD_GATEWAY,
@@ -863,6 +856,15 @@ async fn many_metrics(
         }
     }
     axum::Json(serde_json::json!({ "sandboxes": merged })).into_response()
+}
+
+/// A peer's answer as JSON of type `T`: None when it is not, or is over
+/// [`MAX_REST_BODY`], or broke off.
+async fn json_of<T: serde::de::DeserializeOwned>(answer: Response) -> Option<T> {
+    let bytes = axum::body::to_bytes(answer.into_body(), MAX_REST_BODY)
+        .await
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// A list: every peer's, merged. A peer that does not answer has no sandboxes (they went
@@ -884,12 +886,7 @@ async fn list(state: &RouterState, request: Request) -> Response {
         if answer.status() != StatusCode::OK {
             return answer;
         }
-        let (_, body) = answer.into_parts();
-        let listed = axum::body::to_bytes(body, MAX_REST_BODY)
-            .await
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Vec<Value>>(&bytes).ok());
-        match listed {
+        match json_of::<Vec<Value>>(answer).await {
             Some(listed) => merged.extend(listed),
             None => {
                 return ApiError::new(
